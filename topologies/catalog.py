@@ -1,0 +1,91 @@
+"""Cluster catalog: TOML files inside the package, or a user's TOML path.
+
+A cluster file has the top-level keys of ``TOP_KEYS``; ``[node]`` and ``[fabric]``
+each name a ``builder`` and give exactly that builder's keyword arguments (unknown
+or missing keys are refused with the list of allowed ones); ``[sources]`` maps a key
+(``node.nvlink_GBps``) to where its number comes from.
+"""
+from __future__ import annotations
+
+import inspect
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from topologies.errors import InputError
+from topologies.fabrics import FABRIC_BUILDERS
+from topologies.nodes import NODE_BUILDERS
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+TOP_KEYS = {"name": True, "description": True, "gpu": True, "default_nodes": True,
+            "node": True, "fabric": True, "sources": False}
+
+
+def catalog_names() -> list[str]:
+    """Names of the clusters shipped with the package."""
+    folder = resources.files("topologies") / "catalog"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _read(name_or_path: str) -> tuple[dict, str]:
+    path = Path(name_or_path)
+    if name_or_path.endswith(".toml") or path.exists():
+        if not path.is_file():
+            raise InputError("cluster", name_or_path, "a catalog name or an existing TOML file")
+        origin = str(path)
+        text = path.read_text()
+    elif name_or_path in catalog_names():
+        origin = f"catalog:{name_or_path}"
+        text = (resources.files("topologies") / "catalog" / f"{name_or_path}.toml").read_text()
+    else:
+        raise InputError("cluster", name_or_path,
+                         "one of " + ", ".join(catalog_names()) + ", or a TOML file path")
+    try:
+        return tomllib.loads(text), origin
+    except tomllib.TOMLDecodeError as err:
+        raise InputError("cluster", name_or_path, f"valid TOML ({err})") from None
+
+
+def _check_section(spec: dict, section: str, builders: dict) -> None:
+    body = spec[section]
+    if not isinstance(body, dict) or body.get("builder") not in builders:
+        got = body.get("builder") if isinstance(body, dict) else body
+        raise InputError(f"{section}.builder", got, "one of " + ", ".join(builders))
+    params = inspect.signature(builders[body["builder"]]).parameters
+    allowed = {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY}
+    required = {k for k in allowed if params[k].default is inspect.Parameter.empty}
+    for key in body:
+        if key != "builder" and key not in allowed:
+            raise InputError(f"{section}.{key}", body[key],
+                             f"not a key of builder {body['builder']!r}; allowed: "
+                             + ", ".join(sorted(allowed)))
+    missing = sorted(required - set(body))
+    if missing:
+        raise InputError(f"{section}.{missing[0]}", None,
+                         f"required by builder {body['builder']!r} (missing: {', '.join(missing)})")
+
+
+def validate_spec(spec: dict) -> dict:
+    """Refuse unknown or missing keys; return the spec unchanged."""
+    for key in spec:
+        if key not in TOP_KEYS:
+            raise InputError(key, spec[key], "not a cluster key; allowed: " + ", ".join(TOP_KEYS))
+    for key, needed in TOP_KEYS.items():
+        if needed and key not in spec:
+            raise InputError(key, None, "required in a cluster file")
+    _check_section(spec, "node", NODE_BUILDERS)
+    _check_section(spec, "fabric", FABRIC_BUILDERS)
+    if not isinstance(spec["default_nodes"], int) or spec["default_nodes"] < 1:
+        raise InputError("default_nodes", spec["default_nodes"], "an integer >= 1")
+    return spec
+
+
+@lru_cache(maxsize=64)
+def load_spec(name_or_path: str) -> tuple[dict, str]:
+    """(validated spec, origin) for a catalog name or TOML path. Cached."""
+    spec, origin = _read(name_or_path)
+    return validate_spec(spec), origin

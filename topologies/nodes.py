@@ -1,0 +1,114 @@
+"""GPU node builders, in the style of networkx generators.
+
+Each builder adds one host (GPUs, switches, CPUs, NICs and their links) to a graph
+and returns the host's NIC names in rail order. They share parameter names:
+``gpus``, ``nics``, ``nic_Gbps``, ``pcie_GBps``, ``*_latency_us``. Rates and
+latencies come from the catalog TOML, which cites a source for each.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from topologies.attrs import GPU, HOST, KIND, LOCAL, add_link
+from topologies.units import GBps_to_Bps, Gbps_to_Bps, us_to_s
+
+
+def gpu_name(host: int, local: int) -> str:
+    return f"h{host}.gpu{local}"
+
+
+def _add_gpu(graph: nx.Graph, host: int, local: int) -> str:
+    name = gpu_name(host, local)
+    graph.add_node(name, **{KIND: GPU, HOST: host, LOCAL: local})
+    return name
+
+
+def _add_part(graph: nx.Graph, host: int, kind: str, label: str) -> str:
+    name = f"h{host}.{label}"
+    graph.add_node(name, **{KIND: kind, HOST: host})
+    return name
+
+
+def _add_nics(graph, host, attach_to, *, nic_Gbps, pcie_GBps, pcie_latency_us):
+    """NIC j hangs off ``attach_to[j]`` over PCIe; its network side is wired by the fabric."""
+    nics = []
+    for j, parent in enumerate(attach_to):
+        nic = _add_part(graph, host, "nic", f"nic{j}")
+        graph.nodes[nic]["rate_Bps"] = Gbps_to_Bps(nic_Gbps)
+        add_link(graph, parent, nic, tier="pcie",
+                 bandwidth_Bps=GBps_to_Bps(pcie_GBps), latency_s=us_to_s(pcie_latency_us))
+        nics.append(nic)
+    return nics
+
+
+def nvswitch_node(graph: nx.Graph, host: int, *, gpus: int, nvlink_GBps: float,
+                  nvlink_latency_us: float, nics: int, nic_Gbps: float,
+                  pcie_GBps: float, pcie_latency_us: float = 0.5,
+                  nvls: bool = False) -> list[str]:
+    """DGX-style node: every GPU links to one logical NVSwitch at ``nvlink_GBps`` per direction.
+
+    The physical NVSwitch chips form a non-blocking crossbar, so one switch node with
+    each GPU's aggregate NVLink bandwidth stands in for them. NIC j sits on the PCIe
+    switch of GPU ``j * gpus // nics`` (DGX A100/H100: one NIC per GPU). ``nvls`` marks
+    in-switch reduction (NVLink SHARP, Hopper and later).
+    """
+    switch = _add_part(graph, host, "nvswitch", "nvsw")
+    graph.nodes[switch]["nvls"] = bool(nvls)
+    names = [_add_gpu(graph, host, i) for i in range(gpus)]
+    for name in names:
+        add_link(graph, name, switch, tier="nvlink", bandwidth_Bps=GBps_to_Bps(nvlink_GBps),
+                 latency_s=us_to_s(nvlink_latency_us))
+    attach = [names[j * gpus // nics] for j in range(nics)]
+    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                     pcie_latency_us=pcie_latency_us)
+
+
+def nvlink_mesh_node(graph: nx.Graph, host: int, *, sockets: int, gpus_per_socket: int,
+                     gpu_gpu_GBps: float, gpu_cpu_GBps: float, cpu_cpu_GBps: float,
+                     nvlink_latency_us: float, cpu_cpu_latency_us: float,
+                     nics_per_socket: int, nic_Gbps: float, pcie_GBps: float,
+                     pcie_latency_us: float = 0.5, intra_tier: str = "nvlink") -> list[str]:
+    """AC922-style node: per socket a triad (CPU and its GPUs, all pairwise linked), sockets
+    joined CPU to CPU (X-bus on POWER9). GPUs on different sockets talk through both CPUs.
+    NICs hang off the CPUs. ``intra_tier`` names the GPU link tier (``xgmi`` for AMD)."""
+    cpus = [_add_part(graph, host, "cpu", f"cpu{s}") for s in range(sockets)]
+    for a in range(sockets):
+        for b in range(a + 1, sockets):
+            add_link(graph, cpus[a], cpus[b], tier="xbus", bandwidth_Bps=GBps_to_Bps(cpu_cpu_GBps),
+                     latency_s=us_to_s(cpu_cpu_latency_us))
+    for s, cpu in enumerate(cpus):
+        group = [_add_gpu(graph, host, s * gpus_per_socket + i) for i in range(gpus_per_socket)]
+        for i, a in enumerate(group):
+            add_link(graph, a, cpu, tier=intra_tier, bandwidth_Bps=GBps_to_Bps(gpu_cpu_GBps),
+                     latency_s=us_to_s(nvlink_latency_us))
+            for b in group[i + 1:]:
+                add_link(graph, a, b, tier=intra_tier, bandwidth_Bps=GBps_to_Bps(gpu_gpu_GBps),
+                         latency_s=us_to_s(nvlink_latency_us))
+    attach = [cpu for cpu in cpus for _ in range(nics_per_socket)]
+    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                     pcie_latency_us=pcie_latency_us)
+
+
+def pcie_node(graph: nx.Graph, host: int, *, gpus: int, gpus_per_switch: int,
+              pcie_GBps: float, pcie_latency_us: float, uplink_GBps: float,
+              nics: int, nic_Gbps: float) -> list[str]:
+    """Commodity node: GPUs behind PCIe switches (``gpus_per_switch`` each), switches on
+    one CPU root complex over ``uplink_GBps`` links; NICs on the root complex."""
+    cpu = _add_part(graph, host, "cpu", "cpu0")
+    names = [_add_gpu(graph, host, i) for i in range(gpus)]
+    for k in range(0, gpus, gpus_per_switch):
+        switch = _add_part(graph, host, "pcie_switch", f"plx{k // gpus_per_switch}")
+        add_link(graph, switch, cpu, tier="pcie", bandwidth_Bps=GBps_to_Bps(uplink_GBps),
+                 latency_s=us_to_s(pcie_latency_us))
+        for name in names[k:k + gpus_per_switch]:
+            add_link(graph, name, switch, tier="pcie", bandwidth_Bps=GBps_to_Bps(pcie_GBps),
+                     latency_s=us_to_s(pcie_latency_us))
+    return _add_nics(graph, host, [cpu] * nics, nic_Gbps=nic_Gbps, pcie_GBps=uplink_GBps,
+                     pcie_latency_us=pcie_latency_us)
+
+
+NODE_BUILDERS = {
+    "nvswitch": nvswitch_node,
+    "nvlink_mesh": nvlink_mesh_node,
+    "pcie": pcie_node,
+}

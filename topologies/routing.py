@@ -1,0 +1,215 @@
+"""Routes on the cluster graph and the load they put on links.
+
+Routing is shortest path by hop count with equal-cost multipath (ECMP) split evenly
+at every hop, what ECMP hashing does on average. Routes are composed in two levels,
+as traffic really flows: inside a host (GPU to GPU, or GPU to one of its NICs) on the
+host's own graph, which every host shares, and between NICs on the fabric graph.
+A flow between hosts splits evenly over the (source NIC, destination NIC) pairs of
+least total hops; hosts never forward other hosts' traffic.
+
+A traffic *pattern* is a list of flows ``(src, dst, weight)``; a flow of weight w
+moves w·V bytes when the pattern moves V. Link load is the sum of weight times the
+flow's fraction on the link, per direction. A pattern drains in
+``V · max_link(load / bandwidth)``: the fluid bottleneck bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from topologies.attrs import BANDWIDTH, HOST, KIND, LATENCY, TIER
+from topologies.cluster import Cluster
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatternLoad:
+    """Load per directed link key (see ``Router.link_info``) and the worst path latency."""
+
+    load: dict
+    latency_s: float
+
+
+class _Graphlet:
+    """A small graph with cached hop distances and per-hop ECMP routes."""
+
+    def __init__(self, graph, names):
+        self.names = list(names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.neighbors = [[self.index[v] for v in graph.adj[n] if v in self.index] for n in self.names]
+        rows, cols, self.edge = [], [], {}
+        for n in self.names:
+            for v in graph.adj[n]:
+                if v in self.index:
+                    d = graph.edges[n, v]
+                    rows.append(self.index[n])
+                    cols.append(self.index[v])
+                    self.edge[(self.index[n], self.index[v])] = (d[BANDWIDTH], d[LATENCY], d[TIER])
+        size = len(self.names)
+        self._csr = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
+        self._dist: dict[int, list] = {}
+        self._routes: dict[tuple[int, int], tuple[tuple, float]] = {}
+
+    def prefetch(self, targets) -> None:
+        missing = sorted({t for t in targets if t not in self._dist})
+        if missing:
+            rows = np.atleast_2d(shortest_path(self._csr, unweighted=True, indices=missing))
+            rows[np.isinf(rows)] = -1
+            for t, row in zip(missing, rows.astype(np.int32).tolist()):
+                self._dist[t] = row
+
+    def row(self, dst: int) -> list:
+        """Hop distance of every node to ``dst`` (-1 where unreachable)."""
+        if dst not in self._dist:
+            self.prefetch((dst,))
+        return self._dist[dst]
+
+    def distance(self, src: int, dst: int) -> int:
+        return self.row(dst)[src]
+
+    def route(self, src: int, dst: int) -> tuple[tuple, float]:
+        """(((u, v, fraction), ...), worst latency) from ``src`` to ``dst``."""
+        key = (src, dst)
+        if key not in self._routes:
+            self._routes[key] = self._walk(src, dst)
+        return self._routes[key]
+
+    def _walk(self, src: int, dst: int):
+        self.prefetch((dst,))
+        dist = self._dist[dst]
+        share, latency, frac = {src: 1.0}, {src: 0.0}, {}
+        frontier = [src]
+        while frontier:
+            nxt = {}
+            for u in frontier:
+                hops = [v for v in self.neighbors[u] if dist[v] == dist[u] - 1]
+                for v in hops:
+                    part = share[u] / len(hops)
+                    frac[(u, v)] = frac.get((u, v), 0.0) + part
+                    share[v] = share.get(v, 0.0) + part
+                    latency[v] = max(latency.get(v, 0.0), latency[u] + self.edge[(u, v)][1])
+                    if v != dst:
+                        nxt[v] = True
+            frontier = list(nxt)
+        return tuple((u, v, f) for (u, v), f in frac.items()), latency.get(dst, 0.0)
+
+
+def _suffix(name: str) -> str:
+    return name.split(".", 1)[1]
+
+
+class Router:
+    """Two-level ECMP router of one cluster (host template + fabric), caching routes."""
+
+    def __init__(self, cluster: Cluster):
+        graph = cluster.graph
+        self.per_host = cluster.gpus_per_host
+        host0 = [n for n, d in graph.nodes(data=True) if d.get(HOST) == 0]
+        self.host = _Graphlet(graph, host0)
+        self.nic_suffixes = [_suffix(n) for n in host0 if graph.nodes[n][KIND] == "nic"]
+        fabric = [n for n, d in graph.nodes(data=True) if HOST not in d or d[KIND] == "nic"]
+        self.fabric = _Graphlet(graph, fabric)
+        self.nic_local = [self.host.index["h0." + s] for s in self.nic_suffixes]
+        self._pairs: dict = {}
+        self._nic_routes: dict = {}
+        self._attach_of: dict = {}
+        for n in self.fabric.names:
+            if graph.nodes[n][KIND] == "nic" and len(self.fabric.neighbors[self.fabric.index[n]]) != 1:
+                raise ValueError(f"NIC {n!r} must have exactly one fabric port")
+
+    def _local(self, name: str) -> tuple[int, int]:
+        head, tail = name.split(".", 1)
+        return int(head[1:]), self.host.index["h0." + tail]
+
+    def link_info(self, key) -> tuple[float, float, str]:
+        """(bandwidth_Bps, latency_s, tier) of a load key: (host, u, v) or (None, u, v)."""
+        host, u, v = key
+        return (self.fabric if host is None else self.host).edge[(u, v)]
+
+    def flow(self, src: str, dst: str, weight: float, load: dict) -> float:
+        """Add one flow's load to ``load``; return its worst path latency."""
+        hs, ls = self._local(src)
+        hd, ld = self._local(dst)
+        if hs == hd:
+            return self._add_host(hs, ls, ld, weight, load)
+        pairs = self._nic_pairs(hs, ls, hd, ld)
+        worst = 0.0
+        for nic_s, nic_d in pairs:
+            part = weight / len(pairs)
+            lat = self._add_host(hs, ls, self.host.index["h0." + nic_s], part, load)
+            fs, fd = self.fabric.index[f"h{hs}.{nic_s}"], self.fabric.index[f"h{hd}.{nic_d}"]
+            links, flat = self._fabric_route(fs, fd)
+            for u, v, f in links:
+                load[(None, u, v)] = load.get((None, u, v), 0.0) + part * f
+            lat += flat + self._add_host(hd, self.host.index["h0." + nic_d], ld, part, load)
+            worst = max(worst, lat)
+        return worst
+
+    def _fabric_route(self, src: int, dst: int):
+        """NIC-to-NIC route; a NIC with one switch port shares its switch's routes."""
+        key = (src, dst)
+        if key in self._nic_routes:
+            return self._nic_routes[key]
+        up, down = self.fabric.neighbors[src][0], self.fabric.neighbors[dst][0]
+        first, last = self.fabric.edge[(src, up)], self.fabric.edge[(down, dst)]
+        links, lat = ((), 0.0) if up == down else self.fabric.route(up, down)
+        result = (((src, up, 1.0),) + links + ((down, dst, 1.0),), lat + first[1] + last[1])
+        self._nic_routes[key] = result
+        return result
+
+    def _add_host(self, host: int, src: int, dst: int, weight: float, load: dict) -> float:
+        links, lat = self.host.route(src, dst)
+        for u, v, f in links:
+            load[(host, u, v)] = load.get((host, u, v), 0.0) + weight * f
+        return lat
+
+    def _nic_pairs(self, hs, ls, hd, ld) -> list[tuple[str, str]]:
+        """NIC pairs of least total hops; hosts on the same switches share the answer."""
+        key = (ls, ld, self._attachment(hs), self._attachment(hd))
+        if key not in self._pairs:
+            self._pairs[key] = self._least_hop_pairs(ls, ld, key[2], key[3])
+        return self._pairs[key]
+
+    def _attachment(self, host: int) -> tuple:
+        if host not in self._attach_of:
+            self._attach_of[host] = tuple(
+                self.fabric.neighbors[self.fabric.index[f"h{host}.{s}"]][0] for s in self.nic_suffixes)
+        return self._attach_of[host]
+
+    def _least_hop_pairs(self, ls, ld, sw_src, sw_dst) -> list[tuple[str, str]]:
+        to_nic = [self.host.distance(ls, n) for n in self.nic_local]
+        from_nic = [self.host.distance(n, ld) for n in self.nic_local]
+        self.fabric.prefetch(sw_dst)
+        best, pairs = None, []
+        for j, b in enumerate(self.nic_suffixes):
+            row = self.fabric.row(sw_dst[j])
+            for i, a in enumerate(self.nic_suffixes):
+                middle = 2 if sw_src[i] == sw_dst[j] else 2 + row[sw_src[i]]
+                total = to_nic[i] + middle + from_nic[j]
+                if min(to_nic[i], from_nic[j], row[sw_src[i]]) < 0:
+                    continue
+                if best is None or total < best:
+                    best, pairs = total, [(a, b)]
+                elif total == best:
+                    pairs.append((a, b))
+        if not pairs:
+            raise ValueError("no route between hosts")
+        return pairs
+
+    def pattern_load(self, flows) -> PatternLoad:
+        """Sum the load of ``flows`` = [(src_gpu, dst_gpu, weight), ...] on every link."""
+        load: dict = {}
+        worst = 0.0
+        for s, d, w in flows:
+            if s != d:
+                worst = max(worst, self.flow(s, d, w, load))
+        return PatternLoad(load=load, latency_s=worst)
+
+
+@lru_cache(maxsize=32)
+def router_for(cluster: Cluster) -> Router:
+    """One router per built cluster (clusters are cached, so routers are too)."""
+    return Router(cluster)
