@@ -1,0 +1,144 @@
+"""``collective_time``: predict one collective, compressed or not, on a cluster.
+
+The flow: cluster (topologies) -> group's fabric view -> Ctx (links with protocols)
+-> candidate algorithms for (op, codec) -> AlgoCost -> protocol, chunking -> record.
+``algorithm='auto'`` evaluates every applicable algorithm and keeps the fastest, as
+NCCL's tuner does for its own.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from perfmodel.collectives.compressed import COMPRESSED, Msg, movement, reducible
+from perfmodel.collectives.fabric import Ctx, make_ctx
+from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier
+from perfmodel.collectives.plain import PLAIN
+from perfmodel.compression import compile_spec
+from perfmodel.record import CollectiveRecord, busbw_factor
+from topologies import InputError, build_cluster, place
+
+OPS = tuple(PLAIN)
+DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+REDUCTIONS = ("allreduce", "reduce_scatter")
+# What NCCL itself can run: 'auto' on an uncompressed collective stays within these, so the
+# uncompressed baseline is what a job runs today. Other algorithms can still be asked for.
+NCCL_ALGORITHMS = ("ring", "tree", "nvls", "direct")
+# 'auto' accepts at most this factor on the error of the most accurate algorithm
+# (error grows as sqrt(hops), so at most ERROR_BUDGET**2 times the fewest hops).
+ERROR_BUDGET = 2.0
+
+
+def _check(op: str, size_bytes, dtype: str) -> None:
+    if op not in PLAIN:
+        raise InputError("op", op, "one of " + ", ".join(OPS))
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
+        raise InputError("size", size_bytes, "a whole number of bytes >= 0")
+    if dtype not in DTYPES:
+        raise InputError("dtype", dtype, "one of " + ", ".join(DTYPES))
+
+
+def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
+    """{algorithm: builder(ctx, msg) -> AlgoCost} applicable to ``op`` with ``codec``."""
+    if op in REDUCTIONS and not codec.reducible:
+        table = {a: (lambda f: lambda c, m: f(c, m))(f) for a, f in COMPRESSED[op].items()}
+    elif op in REDUCTIONS:
+        table = {a: (lambda a: lambda c, m: reducible(op, a, c, m))(a) for a in PLAIN[op]}
+    else:
+        table = {a: (lambda a: lambda c, m: movement(op, a, c, m))(a) for a in PLAIN[op]}
+    if ctx.hosts == 1 or ctx.ranks_per_host == 1:
+        table.pop("hierarchical", None)
+    if not ctx.nvls:
+        table.pop("nvls", None)
+    if codec.is_none and nccl_only:
+        table = {a: f for a, f in table.items() if a in NCCL_ALGORITHMS}
+    return table
+
+
+def _allowed_text(op: str, codec) -> str:
+    kind = "non-reducible" if op in REDUCTIONS and not codec.reducible else "this"
+    names = sorted(COMPRESSED[op] if kind == "non-reducible" else PLAIN[op])
+    return f"auto or one of {', '.join(names)} for {op} with {kind} compressor (hierarchical needs " \
+           "several nodes with several ranks each; nvls a single NVLS-capable node)"
+
+
+def _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks):
+    """(name, AlgoCost, Timed, Msg) of the fastest candidate. 'auto' on a lossy codec only
+    considers algorithms whose error growth (hops) keeps the error within ERROR_BUDGET times
+    that of the most accurate candidate: it will not buy speed with a 16-hop ring of top-k."""
+    table = candidates(op, codec, ctx, nccl_only=algorithm == "auto")
+    if algorithm != "auto":
+        if algorithm not in table:
+            raise InputError("algorithm", algorithm, _allowed_text(op, codec))
+        table = {algorithm: table[algorithm]}
+    msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec)
+    costs = {name: build(ctx, msg) for name, build in table.items()}
+    fewest = min(c.hops for c in costs.values())
+    best = None
+    for name, cost in costs.items():
+        if cost.hops > fewest * ERROR_BUDGET ** 2:
+            continue
+        timed = evaluate(cost, ctx.device, chunks)
+        if best is None or timed.time_s < best[2].time_s:
+            best = (name, cost, timed, msg)
+    return best
+
+
+@lru_cache(maxsize=4096)
+def _uncompressed_time(op, size_bytes, dtype, ctx) -> float:
+    return _best(op, size_bytes, dtype, compile_spec("none"), ctx, "auto", 1)[2].time_s
+
+
+def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", nodes: int | None = None,
+                    gpus: int | None = None, compressor: str = "none", algorithm: str = "auto",
+                    dtype: str = "fp32", chunks="auto", placement="packed", ranks: int | None = None,
+                    concurrent=()) -> CollectiveRecord:
+    """Predict one collective on ``cluster`` sized by ``nodes`` or ``gpus``.
+
+    ``ranks`` (default: every GPU) are placed ``packed``, ``spread`` or on an explicit
+    list of GPU indices; ``concurrent`` lists other groups (GPU indices) that run the
+    same collective at the same time and share links. ``chunks`` is an int >= 1 or
+    'auto'. Returns a CollectiveRecord (``.to_dict()`` for JSON).
+    """
+    _check(op, size_bytes, dtype)
+    if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
+        raise InputError("chunks", chunks, "an integer >= 1 or auto")
+    built = build_cluster(cluster, nodes=nodes, gpus=gpus)
+    group = place(built, ranks or built.gpus, placement)
+    ctx = make_ctx(built, group, tuple(tuple(g) for g in concurrent))
+    codec = compile_spec(compressor)
+    if op == "reduce_scatter" and any(f.NAME == "powersgd" for f in codec.families):
+        raise InputError("compressor", compressor, "powersgd compresses all-reduce only")
+    return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, chunks)
+
+
+def _record(op, size_bytes, dtype, codec, label, ctx, built, algorithm, chunks) -> CollectiveRecord:
+    count = size_bytes // DTYPES[dtype]
+    if ctx.ranks == 1 or size_bytes == 0:
+        return _trivial(op, size_bytes, count, dtype, codec, label, ctx, built)
+    name, cost, timed, msg = _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks)
+    tiers = wire_bytes_by_tier(cost, ctx.hosts, ctx.ranks_per_host, ctx.intra.tier, ctx.inter.tier)
+    base = timed.time_s if codec.is_none and algorithm == "auto" else \
+        _uncompressed_time(op, size_bytes, dtype, ctx)
+    algbw = size_bytes / timed.time_s / 1e9
+    eps = codec.error
+    return CollectiveRecord(
+        op=op, size_bytes=size_bytes, count=count, dtype=dtype, cluster=built.name, nodes=built.hosts,
+        gpus=ctx.ranks, algorithm=name, protocol=timed.protocol, chunks=timed.chunks, compressor=label,
+        compressor_spec=codec.text, time_s=timed.time_s, algbw_GBps=algbw,
+        busbw_GBps=algbw * busbw_factor(op, ctx.ranks), wire_bytes=tiers,
+        wire_bytes_total=sum(tiers.values()), compression_ratio=size_bytes / max(msg.w(size_bytes), 1),
+        exact_wire_size=codec.exact, kernel_time_s=timed.kernel_s, latency_s=timed.latency_s,
+        bandwidth_s=timed.bandwidth_s, error_estimate=eps * math.sqrt(cost.hops), hops=cost.hops,
+        speedup_vs_none=base / timed.time_s)
+
+
+def _trivial(op, size_bytes, count, dtype, codec, label, ctx, built) -> CollectiveRecord:
+    """One rank (or an empty message) moves nothing and costs nothing."""
+    return CollectiveRecord(
+        op=op, size_bytes=size_bytes, count=count, dtype=dtype, cluster=built.name, nodes=built.hosts,
+        gpus=ctx.ranks, algorithm="none", protocol="-", chunks=1, compressor=label,
+        compressor_spec=codec.text, time_s=0.0, algbw_GBps=math.inf if size_bytes else 0.0,
+        busbw_GBps=math.inf if size_bytes else 0.0, wire_bytes={}, wire_bytes_total=0.0,
+        compression_ratio=1.0, exact_wire_size=codec.exact, kernel_time_s=0.0, latency_s=0.0,
+        bandwidth_s=0.0, error_estimate=0.0, hops=0, speedup_vs_none=1.0)

@@ -1,0 +1,1 @@
+"""Collective cost model: fabric links, phases, plain and compressed algorithms."""

@@ -1,0 +1,169 @@
+"""Compressed collectives (DESIGN section 6): the two cost structures.
+
+*Data movement* (all-gather, broadcast, all-to-all, send/recv) compresses once at the
+source, moves payloads with the ordinary algorithm and decompresses at each receiver.
+*Reduction* with a reducible codec (fp16, bf16, PowerSGD factors) runs the ordinary
+algorithm on the payload. Reduction with a non-reducible codec needs one of:
+
+* ``ring``: reduce-scatter half decompress-reduce-recompress at every hop (error grows
+  with p hops), all-gather half compresses once and forwards (gZCCL, Huang et al. 2023);
+* ``recursive_doubling``: log2 p rounds on the whole buffer (gZCCL for small n/p);
+* ``allgather``: compress once, gather all payloads, decode p-1 and sum (sparse top-k);
+* ``two_phase``: all-to-all of compressed slices, reduce in full precision, compress,
+  all-gather (ZeRO++ qgZ, CGX);
+* ``hierarchical``: uncompressed in-host reduce-scatter, two-phase across hosts on the
+  shard, uncompressed in-host all-gather: only the slow hop is compressed.
+
+``Msg`` gives a piece's payload size and kernel traffic; builders return an AlgoCost.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from perfmodel.collectives.fabric import Ctx
+from perfmodel.collectives.phases import AlgoCost, Phase, stage
+from perfmodel.collectives.plain import PLAIN, lg
+from perfmodel.compression import Codec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Msg:
+    """A message of ``size_bytes`` of a ``dtype_bytes`` type under ``codec``."""
+
+    size_bytes: int
+    dtype_bytes: int
+    codec: Codec
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def _applied(self, nbytes: float):
+        count = max(1, round(nbytes / self.dtype_bytes)) if nbytes > 0 else 0
+        if count not in self._memo:
+            if self.codec.is_none:
+                self._memo[count] = (count * self.dtype_bytes, 0.0, 0.0)
+            else:
+                out = self.codec.apply(count, self.dtype_bytes)
+                wire = math.ceil(out.values.nbytes + out.meta_bytes)
+                self._memo[count] = (wire, out.compress_bytes, out.decompress_bytes)
+        return self._memo[count]
+
+    def w(self, nbytes: float) -> float:
+        """Payload bytes of a piece of ``nbytes``."""
+        return self._applied(nbytes)[0]
+
+    def c(self, nbytes: float) -> float:
+        """Device traffic to compress a piece of ``nbytes``."""
+        return self._applied(nbytes)[1]
+
+    def d(self, nbytes: float) -> float:
+        """Device traffic to decompress a piece of ``nbytes``."""
+        return self._applied(nbytes)[2]
+
+
+def ring_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
+    p, S = ctx.ranks, m.size_bytes
+    n = S / p
+    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * (p - 1), 2 * (p - 1) * m.w(n))),),
+                    kernel_bytes=(p - 1) * (m.c(n) + m.d(n)) + m.c(n) + (p - 1) * m.d(n),
+                    launches=2 * (p - 1) + 2, hops=p)
+
+
+def recursive_doubling_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
+    S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
+    intra, inter = (lg(ctx.ranks), 0) if N == 1 else (lg(r), lg(N))
+    extra = 0 if ctx.ranks & (ctx.ranks - 1) == 0 else 2
+    rounds = intra + inter + extra
+    return AlgoCost(stages=(stage(Phase(ctx.intra, intra, intra * m.w(S))),
+                            stage(Phase(ctx.inter, inter, inter * m.w(S))),
+                            stage(Phase(ctx.ring, extra, extra * m.w(S)))),
+                    kernel_bytes=rounds * (m.c(S) + m.d(S)), launches=2 * rounds, hops=rounds)
+
+
+def allgather_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
+    p, S = ctx.ranks, m.size_bytes
+    gather = PLAIN["allgather"]["ring"](ctx, p * m.w(S))
+    return AlgoCost(stages=gather.stages, kernel_bytes=m.c(S) + (p - 1) * m.d(S), launches=2, hops=1)
+
+
+def _alltoall(ctx: Ctx, slice_payload: float) -> tuple:
+    return PLAIN["alltoall"]["direct"](ctx, ctx.ranks * slice_payload).stages
+
+
+def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
+    p, S = ctx.ranks, m.size_bytes
+    n = S / p
+    gather = PLAIN["allgather"]["ring"](ctx, p * m.w(n))
+    return AlgoCost(stages=_alltoall(ctx, m.w(n)) + gather.stages,
+                    kernel_bytes=m.c(S) + (p - 1) * m.d(n) + m.c(n) + (p - 1) * m.d(n),
+                    launches=4, hops=2)
+
+
+def hierarchical_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
+    S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
+    shard, n = S / r, S / (r * N)
+    inner = stage(Phase(ctx.intra, r - 1, (r - 1) / r * S))
+    across = (stage(Phase(ctx.inter, N - 1, (N - 1) * m.w(n))),
+              stage(Phase(ctx.inter, N - 1, (N - 1) * m.w(n))))
+    return AlgoCost(stages=(inner,) + across + (inner,),
+                    kernel_bytes=m.c(shard) + (N - 1) * m.d(n) + m.c(n) + (N - 1) * m.d(n),
+                    launches=4, hops=2)
+
+
+def ring_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
+    p, S = ctx.ranks, m.size_bytes
+    n = S / p
+    return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) * m.w(n))),),
+                    kernel_bytes=(p - 1) * (m.c(n) + m.d(n)), launches=2 * (p - 1), hops=p - 1)
+
+
+def two_phase_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
+    p, S = ctx.ranks, m.size_bytes
+    n = S / p
+    return AlgoCost(stages=_alltoall(ctx, m.w(n)), kernel_bytes=m.c(S) + (p - 1) * m.d(n),
+                    launches=2, hops=1)
+
+
+def recursive_doubling_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
+    S, rounds = m.size_bytes, lg(ctx.ranks)
+    pieces = [S / 2 ** (j + 1) for j in range(rounds)]
+    in_host = lg(ctx.ranks_per_host) if ctx.hosts > 1 else rounds
+    return AlgoCost(stages=(stage(Phase(ctx.intra, in_host, sum(m.w(x) for x in pieces[:in_host]))),
+                            stage(Phase(ctx.inter, rounds - in_host, sum(m.w(x) for x in pieces[in_host:])))),
+                    kernel_bytes=sum(m.c(x) + m.d(x) for x in pieces), launches=2 * rounds, hops=rounds)
+
+
+COMPRESSED = {
+    "allreduce": {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
+                  "allgather": allgather_allreduce, "two_phase": two_phase_allreduce,
+                  "hierarchical": hierarchical_allreduce},
+    "reduce_scatter": {"ring": ring_reduce_scatter, "two_phase": two_phase_reduce_scatter,
+                       "recursive_doubling": recursive_doubling_reduce_scatter},
+}
+
+
+def reducible(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
+    """Reducible codec: compress S, the ordinary algorithm on each payload part, decompress."""
+    S, p = m.size_bytes, ctx.ranks
+    count = max(1, round(S / m.dtype_bytes)) if S else 0
+    parts = m.codec.reduce_parts(count, m.dtype_bytes) if op == "allreduce" else [m.w(S)]
+    stages = tuple(st for part in parts for st in PLAIN[op][alg](ctx, part).stages)
+    out = S if op == "allreduce" else S / p
+    kernels = 0 if m.codec.is_none else 2 * len(parts)
+    return AlgoCost(stages=stages, kernel_bytes=m.c(S) + m.d(out), launches=kernels,
+                    hops=0 if m.codec.lossless else 1)
+
+
+def movement(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
+    """Data movement: compress at the source, move payloads, decompress at each receiver."""
+    S, p = m.size_bytes, ctx.ranks
+    if op == "allgather":
+        n = S / p
+        payload, comp, decomp = p * m.w(n), m.c(n), (p - 1) * m.d(n)
+    elif op == "alltoall":
+        n = S / p
+        payload, comp, decomp = p * m.w(n), m.c(S), (p - 1) * m.d(n)
+    else:  # broadcast, sendrecv
+        payload, comp, decomp = m.w(S), m.c(S), m.d(S)
+    plain = PLAIN[op][alg](ctx, payload)
+    return AlgoCost(stages=plain.stages, kernel_bytes=comp + decomp,
+                    launches=0 if m.codec.is_none else 2, hops=0 if m.codec.lossless else 1)

@@ -1,0 +1,65 @@
+"""The fabric as the collective formulas see it: three links (ring, intra, inter).
+
+Each ``Link`` is one traffic pattern of the topologies fabric view: the bandwidth one
+rank gets while all ranks of all concurrent groups send (link sharing applied), the
+latency of one step, the tier it is bottlenecked on, and that tier's protocols.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from perfmodel.catalogs import Device, Protocol, device, protocol_table, tier_class
+from topologies import Cluster, fabric_view
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Link:
+    name: str
+    tier: str
+    bandwidth_Bps: float
+    latency_s: float
+    protocols: dict
+
+    def protocol(self, name: str) -> Protocol:
+        return self.protocols[name]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Ctx:
+    """Everything a formula needs: group shape, links, device, NVLS support."""
+
+    ranks: int
+    hosts: int
+    ranks_per_host: int
+    ring: Link
+    intra: Link
+    inter: Link
+    device: Device
+    nvls: bool
+
+
+def _link(name, pattern, fallback_tier, fallback) -> Link:
+    if pattern is None or pattern.bottleneck_tier is None:
+        return fallback
+    tier = pattern.bottleneck_tier
+    return Link(name=name, tier=tier, bandwidth_Bps=pattern.bandwidth_Bps, latency_s=pattern.latency_s,
+                protocols=protocol_table()[tier_class(tier)])
+
+
+@lru_cache(maxsize=256)
+def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = ()) -> Ctx:
+    """Context of ``group`` (GPU indices) on ``cluster`` while ``concurrent`` groups run."""
+    view = fabric_view(cluster, group, concurrent)
+    idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0,
+                protocols=protocol_table()["nvlink"])
+    ring = _link("ring", view.ring, None, idle)
+    intra = _link("intra", view.intra, None, ring if view.hosts == 1 else idle)
+    inter = _link("inter", view.inter, None, ring)
+    if view.ring.bottleneck_tier is not None and view.hosts > 1:
+        # NCCL uses the network protocols for any ring that leaves the host.
+        ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
+                    latency_s=ring.latency_s, protocols=protocol_table()["net"])
+    return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
+               ring=ring, intra=intra, inter=inter, device=device(cluster.gpu_model),
+               nvls=cluster.supports_nvls and view.hosts == 1 and view.ranks > 1)

@@ -1,0 +1,127 @@
+"""Phases, algorithm costs, protocol choice and chunked pipelining.
+
+An algorithm is a sequence of *stages*; a stage is a set of *phases* that run at the
+same time on different links (time = the slowest); a phase is ``steps`` sequential
+messages that together carry ``nbytes`` from one rank over one link. Under protocol P:
+
+    phase time = steps * max(link latency, P.step) + nbytes / (link bandwidth * P.bw_fraction)
+    wire time  = max over links of P.base + sum over stages of the slowest phase
+
+(Hockney's alpha-beta model per phase; NCCL's protocol latencies and bandwidth
+fractions, see catalog/protocols.toml.) Kernel time is memory traffic over the
+device's streaming bandwidth plus one launch overhead per kernel.
+
+Chunked pipelining splits the message into k chunks so kernels overlap transfers:
+
+    t(k) = L + Lk + (k - 1) * O + (K + W) / k + (k - 1) / k * max(K, W)
+
+with L the latency part, W the bandwidth part, K kernel traffic time, Lk launch
+overheads, and O = Lk + step latencies re-paid per extra chunk. k = 1 is the
+unpipelined sum; large k tends to max(K, W) plus overheads.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfmodel.catalogs import PROTOCOL_NAMES, Device
+from perfmodel.collectives.fabric import Link
+
+MAX_CHUNKS = 64
+
+
+@dataclass(frozen=True)
+class Phase:
+    link: Link
+    steps: int
+    nbytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgoCost:
+    """What an algorithm does, before protocols, devices and chunking turn it into time."""
+
+    stages: tuple            # tuple of tuples of Phase
+    kernel_bytes: float = 0.0
+    launches: int = 0
+    hops: int = 0            # lossy compressions one value passes through in sequence
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timed:
+    time_s: float
+    protocol: str
+    chunks: int
+    latency_s: float
+    bandwidth_s: float
+    kernel_s: float
+
+
+def stage(*phases: Phase) -> tuple:
+    return tuple(p for p in phases if p.steps > 0 and p.nbytes >= 0)
+
+
+def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:
+    """(base latency, step latency, bandwidth time) under one protocol."""
+    base = steps = bandwidth = 0.0
+    for phases in cost.stages:
+        worst = None
+        for ph in phases:
+            p = ph.link.protocol(proto)
+            base = max(base, p.base_s)
+            lat = ph.steps * max(ph.link.latency_s, p.step_s)
+            bw = ph.nbytes / (ph.link.bandwidth_Bps * p.bw_fraction)
+            if worst is None or lat + bw > worst[0] + worst[1]:
+                worst = (lat, bw)
+        if worst:
+            steps += worst[0]
+            bandwidth += worst[1]
+    return base, steps, bandwidth
+
+
+def pipelined(latency, launches_s, overhead, kernel, wire, k: int) -> float:
+    return latency + launches_s + (k - 1) * overhead + (kernel + wire) / k + (k - 1) / k * max(kernel, wire)
+
+
+def chunk_options(kernel: float, wire: float, overhead: float, chunks) -> list[int]:
+    """Chunk counts worth trying: the given one, or the integers around the optimum
+    k* = sqrt(min(K, W) / O) of the pipelining formula (capped at MAX_CHUNKS)."""
+    if chunks != "auto":
+        return [chunks]
+    if kernel == 0 or wire == 0:
+        return [1]
+    best = math.sqrt(min(kernel, wire) / overhead) if overhead > 0 else MAX_CHUNKS
+    k = max(1, min(MAX_CHUNKS, int(best)))
+    return sorted({k, min(MAX_CHUNKS, k + 1)})
+
+
+def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
+    """Pick the fastest protocol (and chunk count when ``chunks='auto'``) for ``cost``."""
+    kernel = cost.kernel_bytes / dev.stream_Bps
+    launches_s = cost.launches * dev.launch_s if cost.kernel_bytes > 0 else 0.0
+    best = None
+    for proto in PROTOCOL_NAMES if cost.stages else ("-",):
+        base, steps, wire = _wire(cost, proto) if cost.stages else (0.0, 0.0, 0.0)
+        overhead = launches_s + steps
+        for k in chunk_options(kernel, wire, overhead, chunks):
+            t = pipelined(base + steps, launches_s, overhead, kernel, wire, k)
+            if best is None or t < best.time_s:
+                best = Timed(time_s=t, protocol=proto, chunks=k, latency_s=base + steps,
+                             bandwidth_s=wire, kernel_s=kernel + launches_s)
+    return best
+
+
+def wire_bytes_by_tier(cost: AlgoCost, hosts: int, ranks_per_host: int, intra_tier: str,
+                       inter_tier: str) -> dict:
+    """Bytes one rank puts on each tier. A flat ring across hosts leaves the host on one
+    of every ``ranks_per_host`` steps (one exit per channel per host)."""
+    out: dict[str, float] = {}
+    for phases in cost.stages:
+        for ph in phases:
+            if ph.link.name == "ring" and hosts > 1:
+                out[inter_tier] = out.get(inter_tier, 0.0) + ph.nbytes / ranks_per_host
+                out[intra_tier] = out.get(intra_tier, 0.0) + ph.nbytes * (1 - 1 / ranks_per_host)
+            else:
+                tier = intra_tier if ph.link.name == "intra" or hosts == 1 else inter_tier
+                out[tier] = out.get(tier, 0.0) + ph.nbytes
+    return {k: v for k, v in out.items() if v > 0}

@@ -1,0 +1,116 @@
+"""Uncompressed collective algorithms as phases (S = bytes of the whole array).
+
+p ranks over N hosts with r ranks each. Sources: ring, recursive halving/doubling
+(Rabenseifner) and pairwise exchange from Thakur, Rabenseifner and Gropp, "Optimization
+of collective communication operations in MPICH", IJHPCA 2005; the pipelined double
+binary tree from Sanders, Speck and Träff, Parallel Computing 2009 (NCCL's tree);
+hierarchical all-reduce from Jia et al. 2018 / NCCL's two-level rings; NVLS from
+NVIDIA's NVLink SHARP (multimem reduce-scatter + multicast all-gather).
+"""
+from __future__ import annotations
+
+import math
+
+from perfmodel.collectives.fabric import Ctx
+from perfmodel.collectives.phases import AlgoCost, Phase, stage
+
+
+def lg(x: int) -> int:
+    return math.ceil(math.log2(x)) if x > 1 else 0
+
+
+def ring_allreduce(ctx: Ctx, S: float) -> AlgoCost:
+    """2(p-1) steps of S/p: reduce-scatter then all-gather around one ring."""
+    p = ctx.ranks
+    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * (p - 1), 2 * (p - 1) / p * S)),))
+
+
+def tree_allreduce(ctx: Ctx, S: float) -> AlgoCost:
+    """Pipelined double binary tree: 2 log2 p latency steps, 2S through each rank."""
+    L = lg(ctx.ranks)
+    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * L, 2 * S)),))
+
+
+def _halving_phases(ctx: Ctx, S: float, factor: int) -> tuple:
+    """Recursive halving (or doubling) with the in-host rounds carrying the big halves."""
+    N, r = ctx.hosts, ctx.ranks_per_host
+    if N == 1:
+        return (stage(Phase(ctx.intra, factor * lg(ctx.ranks), factor * S * (1 - 1 / ctx.ranks))),)
+    return (stage(Phase(ctx.intra, factor * lg(r), factor * S * (1 - 1 / r))),
+            stage(Phase(ctx.inter, factor * lg(N), factor * S * (1 - 1 / N) / r)))
+
+
+def recursive_doubling_allreduce(ctx: Ctx, S: float) -> AlgoCost:
+    """Rabenseifner: halving reduce-scatter + doubling all-gather, 2 log2 p steps, 2(p-1)/p S;
+    a non-power-of-two p adds a fold-in and fold-out of S each."""
+    extra = () if ctx.ranks & (ctx.ranks - 1) == 0 else (stage(Phase(ctx.ring, 2, 2 * S)),)
+    return AlgoCost(stages=_halving_phases(ctx, S, 2) + extra)
+
+
+def hierarchical_allreduce(ctx: Ctx, S: float) -> AlgoCost:
+    """In-host reduce-scatter, ring all-reduce of S/r across hosts (r rings), in-host all-gather."""
+    N, r = ctx.hosts, ctx.ranks_per_host
+    inner = Phase(ctx.intra, r - 1, (r - 1) / r * S)
+    return AlgoCost(stages=(stage(inner), stage(Phase(ctx.inter, 2 * (N - 1), 2 * (N - 1) / N * S / r)),
+                            stage(inner)))
+
+
+def nvls_allreduce(ctx: Ctx, S: float) -> AlgoCost:
+    """NVLink SHARP: the switch reduces; each GPU moves S (1 + 1/p) each way in 2 steps."""
+    return AlgoCost(stages=(stage(Phase(ctx.intra, 2, S * (1 + 1 / ctx.ranks))),))
+
+
+def ring_gather(ctx: Ctx, S: float) -> AlgoCost:
+    """Ring reduce-scatter or all-gather: p-1 steps of S/p."""
+    p = ctx.ranks
+    return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) / p * S)),))
+
+
+def recursive_doubling_gather(ctx: Ctx, S: float) -> AlgoCost:
+    """Recursive halving reduce-scatter / doubling all-gather: log2 p steps, (p-1)/p S."""
+    return AlgoCost(stages=_halving_phases(ctx, S, 1))
+
+
+def hierarchical_gather(ctx: Ctx, S: float) -> AlgoCost:
+    """In-host reduce-scatter of S, then across hosts on S/r (all-gather: the reverse)."""
+    N, r = ctx.hosts, ctx.ranks_per_host
+    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) / r * S)),
+                            stage(Phase(ctx.inter, N - 1, (N - 1) / N * S / r))))
+
+
+def ring_broadcast(ctx: Ctx, S: float) -> AlgoCost:
+    """Pipelined chain: p-1 latency steps, S through each link."""
+    return AlgoCost(stages=(stage(Phase(ctx.ring, ctx.ranks - 1, S)),))
+
+
+def tree_broadcast(ctx: Ctx, S: float) -> AlgoCost:
+    """Pipelined binary tree: log2 p steps, each inner rank forwards S to two children."""
+    return AlgoCost(stages=(stage(Phase(ctx.ring, lg(ctx.ranks), 2 * S)),))
+
+
+def direct_alltoall(ctx: Ctx, S: float) -> AlgoCost:
+    """Pairwise exchange: p-1 steps of S/p; in-host and cross-host peers run on their own links."""
+    p, r = ctx.ranks, ctx.ranks_per_host
+    if ctx.hosts == 1:
+        return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) / p * S)),))
+    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) / p * S),
+                                  Phase(ctx.inter, p - r, (p - r) / p * S)),))
+
+
+def direct_sendrecv(ctx: Ctx, S: float) -> AlgoCost:
+    """Every rank sends S to the next (a pipeline stage boundary): one step of S."""
+    return AlgoCost(stages=(stage(Phase(ctx.ring, 1, S)),))
+
+
+PLAIN = {
+    "allreduce": {"ring": ring_allreduce, "tree": tree_allreduce,
+                  "recursive_doubling": recursive_doubling_allreduce,
+                  "hierarchical": hierarchical_allreduce, "nvls": nvls_allreduce},
+    "reduce_scatter": {"ring": ring_gather, "recursive_doubling": recursive_doubling_gather,
+                       "hierarchical": hierarchical_gather},
+    "allgather": {"ring": ring_gather, "recursive_doubling": recursive_doubling_gather,
+                  "hierarchical": hierarchical_gather},
+    "broadcast": {"ring": ring_broadcast, "tree": tree_broadcast},
+    "alltoall": {"direct": direct_alltoall},
+    "sendrecv": {"direct": direct_sendrecv},
+}

@@ -1,0 +1,147 @@
+"""A compiled compressor spec: what the cost model needs to know about it.
+
+``compile_spec("ef(topk(0.01))+int8")`` returns a ``Codec`` that answers, for a
+message of ``count`` values of ``dtype_bytes`` each: wire bytes, memory traffic of
+compress and decompress kernels, whether payloads can be summed without decoding,
+whether it is lossless, whether its size is exact, and the relative error of one
+application. Chains feed each stage's value stream to the next stage; metadata
+(indices, scales) passes through. Error feedback (``ef``) keeps a residual: the same
+wire size, a little more traffic, and the same per-step error, compensated over steps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from perfmodel.compression.families import Family, Stream, make_family
+from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
+
+EF_TRAFFIC = 4.0   # read residual, write x + e; read x', write new residual (bytes per input byte)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    values: Stream
+    meta_bytes: float
+    compress_bytes: float       # device memory traffic, bytes
+    decompress_bytes: float
+
+
+def _apply(node, stream: Stream) -> Applied:
+    if isinstance(node, Family):
+        out, meta = node.transform(stream)
+        return Applied(values=out, meta_bytes=meta,
+                       compress_bytes=node.compress_traffic(stream) * stream.nbytes,
+                       decompress_bytes=node.decompress_traffic(stream) * stream.nbytes)
+    if isinstance(node, EF):
+        inner = _apply(node.inner, stream)
+        extra = EF_TRAFFIC * stream.nbytes + inner.decompress_bytes
+        return Applied(values=inner.values, meta_bytes=inner.meta_bytes,
+                       compress_bytes=inner.compress_bytes + extra,
+                       decompress_bytes=inner.decompress_bytes)
+    meta = comp = decomp = 0.0
+    for part in node:
+        step = _apply(part, stream)
+        stream, meta = step.values, meta + step.meta_bytes
+        comp, decomp = comp + step.compress_bytes, decomp + step.decompress_bytes
+    return Applied(values=stream, meta_bytes=meta, compress_bytes=comp, decompress_bytes=decomp)
+
+
+@dataclass(frozen=True)
+class EF:
+    inner: object
+
+
+def _leaves(node):
+    if isinstance(node, Family):
+        yield node
+    elif isinstance(node, EF):
+        yield from _leaves(node.inner)
+    else:
+        for part in node:
+            yield from _leaves(part)
+
+
+def _build(tree):
+    if isinstance(tree, Call):
+        return make_family(tree.name, tree.args, tree.kwargs)
+    if isinstance(tree, ErrorFeedback):
+        return EF(_build(tree.inner))
+    if isinstance(tree, Chain):
+        return tuple(_build(p) for p in tree.parts)
+    raise TypeError(tree)
+
+
+def _text(node) -> str:
+    if isinstance(node, Family):
+        return str(node)
+    if isinstance(node, EF):
+        return f"ef({_text(node.inner)})"
+    return "+".join(_text(p) for p in node)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Codec:
+    """A compressor spec compiled for the cost model (see module doc)."""
+
+    text: str
+    root: object
+
+    @cached_property
+    def families(self) -> tuple[Family, ...]:
+        return tuple(_leaves(self.root))
+
+    @cached_property
+    def is_none(self) -> bool:
+        return all(f.NAME == "none" for f in self.families)
+
+    @cached_property
+    def reducible(self) -> bool:
+        """Payloads can be summed as they are (none, fp16, bf16, powersgd factors)."""
+        return all(f.reducible for f in self.families) and sum(
+            f.NAME == "powersgd" for f in self.families) <= 1
+
+    @property
+    def lossless(self) -> bool:
+        return all(f.lossless for f in self.families)
+
+    @property
+    def exact(self) -> bool:
+        """Wire size is a deterministic function of the message size."""
+        return all(f.exact for f in self.families)
+
+    @property
+    def error_feedback(self) -> bool:
+        return "ef(" in self.text
+
+    def apply(self, count: int, dtype_bytes: int) -> Applied:
+        return _apply(self.root, Stream(count, float(count * dtype_bytes)))
+
+    def wire_bytes(self, count: int, dtype_bytes: int) -> int:
+        """Bytes of the payload for ``count`` values (exact, or estimated from a ratio)."""
+        out = self.apply(count, dtype_bytes)
+        return int(math.ceil(out.values.nbytes + out.meta_bytes))
+
+    def reduce_parts(self, count: int, dtype_bytes: int) -> list[int]:
+        """Sizes of the all-reduces that carry a reducible payload (PowerSGD: P, then Q)."""
+        for f in self.families:
+            if f.NAME == "powersgd":
+                p, q = f.factor_bytes(Stream(count, float(count * dtype_bytes)))
+                return [int(math.ceil(p)), int(math.ceil(q))]
+        return [self.wire_bytes(count, dtype_bytes)]
+
+    @cached_property
+    def error(self) -> float:
+        """Relative RMS error of one application (unit-Gaussian data); stages add in quadrature."""
+        return math.sqrt(sum(f.error() ** 2 for f in self.families))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@lru_cache(maxsize=1024)
+def compile_spec(text: str) -> Codec:
+    """Parse, validate and compile one compressor spec string. Cached."""
+    root = _build(parse_spec(text))
+    return Codec(text=_text(root), root=root)

@@ -1,0 +1,40 @@
+"""Write a cluster graph as GraphML or node-link JSON, atomically."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import networkx as nx
+
+from topologies.cluster import Cluster
+from topologies.errors import InputError
+
+FORMATS = ("graphml", "json")
+
+
+def _atomic_write(path: str, write) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def export(cluster: Cluster, path: str, fmt: str) -> str:
+    """Write ``cluster.graph`` to ``path`` as ``graphml`` or ``json`` (node-link)."""
+    if fmt not in FORMATS:
+        raise InputError("format", fmt, "one of " + ", ".join(FORMATS))
+    graph = cluster.graph.copy()
+    graph.graph.update(name=cluster.name, gpu=cluster.gpu_model, nodes=cluster.hosts)
+    if fmt == "graphml":
+        _atomic_write(path, lambda h: nx.write_graphml(graph, h))
+    else:
+        data = nx.node_link_data(graph, edges="links")
+        _atomic_write(path, lambda h: h.write(json.dumps(data, indent=1).encode()))
+    return path
