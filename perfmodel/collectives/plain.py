@@ -25,10 +25,15 @@ def ring_allreduce(ctx: Ctx, S: float) -> AlgoCost:
     return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * (p - 1), 2 * (p - 1) / p * S)),))
 
 
+def _tree_depth(ctx: Ctx) -> int:
+    """NCCL's tree: a chain through the r ranks of a host, a binary tree across hosts
+    (NVIDIA/nccl src/graph/tuning.cc: latency 2((r-1) intra + log2 N inter) steps)."""
+    return ctx.ranks_per_host - 1 + lg(ctx.hosts)
+
+
 def tree_allreduce(ctx: Ctx, S: float) -> AlgoCost:
-    """Pipelined double binary tree: 2 log2 p latency steps, 2S through each rank."""
-    L = lg(ctx.ranks)
-    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * L, 2 * S)),))
+    """Pipelined double binary tree: reduce up and broadcast down, 2S through each rank."""
+    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * _tree_depth(ctx), 2 * S)),))
 
 
 def _halving_phases(ctx: Ctx, S: float, factor: int) -> tuple:
@@ -84,8 +89,8 @@ def ring_broadcast(ctx: Ctx, S: float) -> AlgoCost:
 
 
 def tree_broadcast(ctx: Ctx, S: float) -> AlgoCost:
-    """Pipelined binary tree: log2 p steps, each inner rank forwards S to two children."""
-    return AlgoCost(stages=(stage(Phase(ctx.ring, lg(ctx.ranks), 2 * S)),))
+    """Pipelined binary tree: depth steps, each inner rank forwards S to two children."""
+    return AlgoCost(stages=(stage(Phase(ctx.ring, _tree_depth(ctx), 2 * S)),))
 
 
 def direct_alltoall(ctx: Ctx, S: float) -> AlgoCost:

@@ -1,0 +1,31 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def run_cli(*args, check_rc=None):
+    """Run a console script in a subprocess; returns CompletedProcess."""
+    exe = shutil.which(args[0], path=os.path.dirname(sys.executable)) or args[0]
+    proc = subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=120)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"reference data not found at {SHARED_DATA}")
+    return SHARED_DATA
