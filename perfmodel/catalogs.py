@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from topologies.errors import InputError
@@ -38,7 +38,7 @@ class Device:
         return launches * self.launch_s + traffic_bytes / self.stream_Bps
 
 
-@lru_cache(maxsize=None)
+@cache
 def gpu_catalog() -> dict[str, Device]:
     out = {}
     for key, d in read_catalog("gpus").items():
@@ -70,7 +70,7 @@ class Protocol:
 PROTOCOL_NAMES = ("LL", "LL128", "Simple")
 
 
-@lru_cache(maxsize=None)
+@cache
 def protocol_table() -> dict[str, dict[str, Protocol]]:
     """{tier class: {protocol name: Protocol}} for classes nvlink, pcie, net."""
     out = {}

@@ -67,7 +67,8 @@ def _speedup_matrix(records, compressors) -> str:
     by = {(r.size_bytes, r.compressor): r for r in records}
     sizes = sorted({r.size_bytes for r in records})
     rows = [(format_size(s),) + tuple(by[(s, c)].speedup_vs_none for c in compressors) for s in sizes]
-    return table(("size",) + tuple(compressors), rows, title="# speedup over uncompressed (best NCCL algorithm)")
+    title = "# speedup over uncompressed (best NCCL algorithm)"
+    return table(("size",) + tuple(compressors), rows, title=title)
 
 
 def _collective(args) -> None:

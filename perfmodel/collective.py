@@ -8,7 +8,7 @@ NCCL's tuner does for its own.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from perfmodel.collectives.compressed import COMPRESSED, Msg, movement, reducible
 from perfmodel.collectives.fabric import Ctx, make_ctx
@@ -41,11 +41,11 @@ def _check(op: str, size_bytes, dtype: str) -> None:
 def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
     """{algorithm: builder(ctx, msg) -> AlgoCost} applicable to ``op`` with ``codec``."""
     if op in REDUCTIONS and not codec.reducible:
-        table = {a: (lambda f: lambda c, m: f(c, m))(f) for a, f in COMPRESSED[op].items()}
+        table = dict(COMPRESSED[op])
     elif op in REDUCTIONS:
-        table = {a: (lambda a: lambda c, m: reducible(op, a, c, m))(a) for a in PLAIN[op]}
+        table = {a: partial(reducible, op, a) for a in PLAIN[op]}
     else:
-        table = {a: (lambda a: lambda c, m: movement(op, a, c, m))(a) for a in PLAIN[op]}
+        table = {a: partial(movement, op, a) for a in PLAIN[op]}
     if ctx.hosts == 1 or ctx.ranks_per_host == 1:
         table.pop("hierarchical", None)
     if not ctx.nvls:
@@ -104,12 +104,18 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
         raise InputError("chunks", chunks, "an integer >= 1 or auto")
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
-    group = place(built, ranks or built.gpus, placement)
-    ctx = make_ctx(built, group, tuple(tuple(g) for g in concurrent))
+    ctx = _resolve(built, ranks, placement if isinstance(placement, str) else tuple(placement),
+                   tuple(tuple(g) for g in concurrent))
     codec = compile_spec(compressor)
     if op == "reduce_scatter" and any(f.NAME == "powersgd" for f in codec.families):
         raise InputError("compressor", compressor, "powersgd compresses all-reduce only")
     return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, chunks)
+
+
+@lru_cache(maxsize=256)
+def _resolve(built, ranks, placement, concurrent) -> Ctx:
+    """Place the ranks and build their context; cached so repeated calls skip both."""
+    return make_ctx(built, place(built, ranks or built.gpus, placement), concurrent)
 
 
 def _record(op, size_bytes, dtype, codec, label, ctx, built, algorithm, chunks) -> CollectiveRecord:

@@ -30,7 +30,8 @@ DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "allredu
 
 
 def load_rows(path: Path, system_prefix: str = "Azure") -> tuple[np.ndarray, np.ndarray]:
-    rows = [r for r in csv.DictReader(open(path)) if r["system"].startswith(system_prefix)]
+    with open(path) as handle:
+        rows = [r for r in csv.DictReader(handle) if r["system"].startswith(system_prefix)]
     return (np.array([float(r["message_size_bytes"]) for r in rows]),
             np.array([float(r["busbw_GBps"]) for r in rows]))
 

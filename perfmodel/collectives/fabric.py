@@ -7,7 +7,7 @@ latency of one step, the tier it is bottlenecked on, and that tier's protocols.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from perfmodel.catalogs import Device, Protocol, device, protocol_table, tier_class
 from topologies import Cluster, fabric_view
@@ -23,6 +23,12 @@ class Link:
 
     def protocol(self, name: str) -> Protocol:
         return self.protocols[name]
+
+    @cached_property
+    def terms(self) -> dict:
+        """{protocol: (base_s, step_s, s_per_byte)}: the per-phase cost terms on this link."""
+        return {n: (p.base_s, max(self.latency_s, p.step_s), 1.0 / (self.bandwidth_Bps * p.bw_fraction))
+                for n, p in self.protocols.items()}
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -65,17 +65,16 @@ def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:
     """(base latency, step latency, bandwidth time) under one protocol."""
     base = steps = bandwidth = 0.0
     for phases in cost.stages:
-        worst = None
+        worst_lat = worst_bw = -1.0
         for ph in phases:
-            p = ph.link.protocol(proto)
-            base = max(base, p.base_s)
-            lat = ph.steps * max(ph.link.latency_s, p.step_s)
-            bw = ph.nbytes / (ph.link.bandwidth_Bps * p.bw_fraction)
-            if worst is None or lat + bw > worst[0] + worst[1]:
-                worst = (lat, bw)
-        if worst:
-            steps += worst[0]
-            bandwidth += worst[1]
+            b, step, per_byte = ph.link.terms[proto]
+            base = b if b > base else base
+            lat, bw = ph.steps * step, ph.nbytes * per_byte
+            if lat + bw > worst_lat + worst_bw:
+                worst_lat, worst_bw = lat, bw
+        if worst_lat >= 0:
+            steps += worst_lat
+            bandwidth += worst_bw
     return base, steps, bandwidth
 
 
@@ -99,16 +98,17 @@ def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
     """Pick the fastest protocol (and chunk count when ``chunks='auto'``) for ``cost``."""
     kernel = cost.kernel_bytes / dev.stream_Bps
     launches_s = cost.launches * dev.launch_s if cost.kernel_bytes > 0 else 0.0
-    best = None
+    best_t, best = math.inf, None
     for proto in PROTOCOL_NAMES if cost.stages else ("-",):
         base, steps, wire = _wire(cost, proto) if cost.stages else (0.0, 0.0, 0.0)
         overhead = launches_s + steps
         for k in chunk_options(kernel, wire, overhead, chunks):
             t = pipelined(base + steps, launches_s, overhead, kernel, wire, k)
-            if best is None or t < best.time_s:
-                best = Timed(time_s=t, protocol=proto, chunks=k, latency_s=base + steps,
-                             bandwidth_s=wire, kernel_s=kernel + launches_s)
-    return best
+            if t < best_t:
+                best_t, best = t, (proto, k, base + steps, wire)
+    proto, k, latency, wire = best
+    return Timed(time_s=best_t, protocol=proto, chunks=k, latency_s=latency, bandwidth_s=wire,
+                 kernel_s=kernel + launches_s)
 
 
 def wire_bytes_by_tier(cost: AlgoCost, hosts: int, ranks_per_host: int, intra_tier: str,

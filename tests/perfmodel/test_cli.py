@@ -2,8 +2,8 @@ import json
 
 
 def test_collective_table_has_nccl_tests_columns(cli):
-    out = cli("perfmodel", "collective", "allreduce", "--cluster", "dgx-h100", "--nodes", "4", "--size", "1GiB",
-              "--compressor", "int8", check_rc=0).stdout
+    out = cli("perfmodel", "collective", "allreduce", "--cluster", "dgx-h100", "--nodes", "4",
+              "--size", "1GiB", "--compressor", "int8", check_rc=0).stdout
     header = next(line for line in out.splitlines() if line.startswith("size"))
     for col in ("count", "type", "algorithm", "time_us", "algbw", "busbw", "wire_bytes"):
         assert col in header

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from perfmodel import collective_time
+from perfmodel import OPS, collective_time
 from topologies.errors import InputError
 
 
@@ -25,8 +25,8 @@ def test_none_has_speedup_one_and_zero_kernel():
 def test_auto_reports_the_winner_and_is_fastest():
     auto = collective_time("allreduce", 1 << 28, cluster="dgx-a100", nodes=4, compressor="topk(0.01)")
     for alg in ("allgather", "two_phase", "hierarchical"):
-        forced = collective_time("allreduce", 1 << 28, cluster="dgx-a100", nodes=4, compressor="topk(0.01)",
-                                 algorithm=alg)
+        forced = collective_time("allreduce", 1 << 28, cluster="dgx-a100", nodes=4,
+                                 compressor="topk(0.01)", algorithm=alg)
         assert auto.time_s <= forced.time_s + 1e-12
     assert auto.algorithm in ("allgather", "two_phase", "hierarchical", "recursive_doubling")
 
@@ -55,7 +55,7 @@ def test_one_rank_and_empty_message_cost_nothing():
     assert collective_time("allgather", 0, cluster="dgx-a100", nodes=2).time_s == 0
 
 
-@pytest.mark.parametrize("op", ["allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "sendrecv"])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("compressor", ["none", "fp16", "int8", "topk(0.01)", "zfp(rate=8)"])
 def test_every_op_with_every_kind_of_compressor(op, compressor):
     r = collective_time(op, 1 << 24, cluster="lassen", nodes=2, compressor=compressor)

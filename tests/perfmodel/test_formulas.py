@@ -103,6 +103,7 @@ def test_busbw_factors_follow_nccl_tests(op, n, factor):
 
 def test_error_grows_with_sqrt_hops():
     from perfmodel import collective_time
-    r = collective_time("allreduce", 1 << 26, cluster="dgx-a100", nodes=2, compressor="int8", algorithm="ring")
+    r = collective_time("allreduce", 1 << 26, cluster="dgx-a100", nodes=2, compressor="int8",
+                        algorithm="ring")
     assert r.hops == 16
     assert r.error_estimate == pytest.approx(compile_spec("int8").error * math.sqrt(16))

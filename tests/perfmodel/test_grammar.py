@@ -31,9 +31,11 @@ def test_canonical_text_round_trips():
 @pytest.mark.parametrize("text, field", [
     ("foo", "compressor"), ("topk(2)", "topk.density"), ("topk(0)", "topk.density"), ("topk", "topk.density"),
     ("randk(-1)", "randk.density"), ("zfp(rate=2)", "zfp.rate"), ("zfp(rate=40)", "zfp.rate"),
-    ("zfp(rate=8,tolerance=1e-3)", "zfp"), ("zfp", "zfp"), ("sz3", "sz3"), ("int8(block=0)", "int8.block"),
+    ("zfp(rate=8,tolerance=1e-3)", "zfp"), ("zfp", "zfp"), ("sz3", "sz3"),
+    ("int8(block=0)", "int8.block"),
     ("qsgd(bits=1)", "qsgd.bits"), ("lossless(codec=gzip)", "lossless.codec"), ("topk(0.1", "compressor"),
-    ("topk(density=0.1,x=1)", "topk.x"), ("ef()", "compressor"), ("", "compressor"), ("int8 int4", "compressor"),
+    ("topk(density=0.1,x=1)", "topk.x"), ("ef()", "compressor"), ("", "compressor"),
+    ("int8 int4", "compressor"),
     ("powersgd(rank=0)", "powersgd.rank"), ("fp8(format=e3m4)", "fp8.format"), ("sz3(abs=0)", "sz3.abs"),
 ])
 def test_bad_specs_name_the_field(text, field):
@@ -43,4 +45,5 @@ def test_bad_specs_name_the_field(text, field):
 
 
 def test_split_top_level_keeps_commas_inside_parentheses():
-    assert split_top_level("none, topk(density=0.01, ), ef(int8)") == ["none", "topk(density=0.01, )", "ef(int8)"]
+    items = split_top_level("none, topk(density=0.01, ), ef(int8)")
+    assert items == ["none", "topk(density=0.01, )", "ef(int8)"]

@@ -1,7 +1,6 @@
 """The intra-node NVSwitch all-reduce model against nccl-tests (shared/data)."""
 import csv
 
-import pytest
 
 from perfmodel import collective_time
 
