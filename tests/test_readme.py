@@ -1,0 +1,20 @@
+"""The README's examples keep working."""
+from pathlib import Path
+
+from perfmodel import collective_time
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_cluster_toml_builds_and_predicts(tmp_path):
+    text = README.read_text()
+    toml = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "my.toml"
+    path.write_text(toml)
+    r = collective_time("allreduce", 1 << 26, cluster=str(path), nodes=3, compressor="int8")
+    assert r.gpus == 12 and r.time_s > 0
+
+
+def test_readme_names_the_two_commands():
+    text = README.read_text()
+    assert "make demo" in text and "make test" in text
