@@ -21,8 +21,9 @@ from topologies import InputError, build_cluster, place
 OPS = tuple(PLAIN)
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 REDUCTIONS = ("allreduce", "reduce_scatter")
-# What NCCL itself can run: 'auto' on an uncompressed collective stays within these, so the
-# uncompressed baseline is what a job runs today. Other algorithms can still be asked for.
+# What NCCL itself can run. 'auto' stays within these whenever the ordinary algorithm carries
+# the data (uncompressed, reducible payloads, data movement), so the uncompressed baseline is
+# what a job runs today and fp16 is not credited with a better algorithm. Others can be asked for.
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "direct")
 # 'auto' accepts at most this factor on the error of the most accurate algorithm
 # (error grows as sqrt(hops), so at most ERROR_BUDGET**2 times the fewest hops).
@@ -50,7 +51,7 @@ def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
         table.pop("hierarchical", None)
     if not ctx.nvls:
         table.pop("nvls", None)
-    if codec.is_none and nccl_only:
+    if nccl_only and not (op in REDUCTIONS and not codec.reducible):
         table = {a: f for a, f in table.items() if a in NCCL_ALGORITHMS}
     return table
 
