@@ -1,6 +1,7 @@
 """Catalog files inside perfmodel: GPUs (devices) and collective protocols."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -18,7 +19,7 @@ def read_catalog(name: str) -> dict:
     return tomllib.loads((resources.files("perfmodel") / "catalog" / f"{name}.toml").read_text())
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Device:
     """A GPU as the model sees it (SI units)."""
 
@@ -29,7 +30,33 @@ class Device:
     hbm_Bps: float
     stream_Bps: float
     launch_s: float
-    source: str
+    gemm_efficiency: tuple = ()   # ((cube-root size, fraction of peak), ...) ascending
+    source: str = ""
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s of ``dtype``; a GPU without it is a clear error."""
+        if dtype not in self.peak_flops_per_s:
+            raise InputError("dtype", dtype, f"one of {', '.join(self.peak_flops_per_s)} on {self.key}")
+        return self.peak_flops_per_s[dtype]
+
+    def efficiency(self, m: float, n: float, k: float) -> float:
+        """Fraction of peak a GEMM of m x n x k reaches: interpolated in log size (cube root of
+        m*n*k) on the measured table, clamped at both ends."""
+        size = max(1.0, m * n * k) ** (1.0 / 3.0)
+        table = self.gemm_efficiency
+        if size <= table[0][0]:
+            return table[0][1] * size / table[0][0]
+        for (s0, e0), (s1, e1) in zip(table, table[1:]):
+            if size <= s1:
+                w = math.log(size / s0) / math.log(s1 / s0)
+                return e0 + w * (e1 - e0)
+        return table[-1][1]
+
+    def gemm_time_s(self, m: float, n: float, k: float, dtype: str) -> float:
+        """Time of one GEMM (2mnk FLOPs) at the table's efficiency."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        return 2.0 * m * n * k / (self.peak(dtype) * self.efficiency(m, n, k))
 
     def kernel_time_s(self, traffic_bytes: float, launches: int = 1) -> float:
         """Memory-bound kernel: launches x launch overhead + traffic / streaming bandwidth."""
@@ -46,6 +73,7 @@ def gpu_catalog() -> dict[str, Device]:
                           peak_flops_per_s={k: v * 1e12 for k, v in d["peak_tflops"].items()},
                           hbm_bytes=d["hbm_GB"] * 1e9, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
                           stream_Bps=TBps_to_Bps(d["stream_TBps"]), launch_s=us_to_s(d["kernel_launch_us"]),
+                          gemm_efficiency=tuple(sorted((float(s), e) for s, e in d["gemm_efficiency"].items())),
                           source=d["source"])
     return out
 

@@ -1,36 +1,114 @@
-"""``perfmodel``: predict collectives (and, later, training steps) with compression."""
+"""``perfmodel``: predict collectives and training steps with compressed communication."""
 from __future__ import annotations
 
+import argparse
 import sys
 
 from perfmodel.collective import DTYPES, OPS
+from perfmodel.pipeline import predict
+from perfmodel.plan import DEFAULT_BUCKET_BYTES
+from perfmodel.policy import split_policies
+from perfmodel.report import catalog_report, compare_report, step_report, sweep_csv, sweep_table
+from perfmodel.search import sweep as sweep_plans
+from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
 from perfmodel.sweep import parse_compressors, parse_sweep, sweep
-from topologies.clikit import Parser, dump_json, run, table
+from topologies.clikit import Parser, Progress, atomic_write, dump_json, run, table
+from topologies.errors import InputError
 from topologies.units import format_size, parse_size
 
+RAW = argparse.RawDescriptionHelpFormatter
 EPILOG = """examples:
+  perfmodel predict --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policy hybrid
+  perfmodel compare --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policies none,naive:int8,hybrid
+  perfmodel sweep --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --policies none,hybrid
   perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
-  perfmodel collective allreduce --cluster dgx-a100 --nodes 2 --sweep 1MiB:1GiB \\
-      --compressor "none,fp16,int8,topk(0.01)"
-  perfmodel collective allgather --cluster lassen --gpus 64 --size 256MiB --json
+  perfmodel catalog models
 """
+POLICY_HELP = ("compression policy: none, hybrid, naive:SPEC, AXIS=SPEC or AXIS.min=SIZE items "
+               "(AXIS: dp, zero, tp, pp), e.g. 'hybrid,dp=ef(topk(0.01))+int8'")
+
+
+def _size(text):
+    return parse_size(text, "bucket")
+
+
+def _cluster_args(p, default_cluster: str) -> None:
+    p.add_argument("--model", default="gpt-neox-20b", help="catalog model or a model TOML path")
+    p.add_argument("--cluster", default=default_cluster, help="catalog cluster or a cluster TOML path")
+    p.add_argument("--gpus", type=int, help="GPUs (a multiple of GPUs per node)")
+    p.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
+
+
+def _plan_args(p, sweep: bool = False) -> None:
+    if not sweep:
+        p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides heads)")
+        p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+        p.add_argument("--dp", default="auto", help="data-parallel size or auto = gpus / (tp pp)")
+        p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+        p.add_argument("--mbs", type=int, default=1, help="microbatch size")
+    p.add_argument("--gbs", type=int, required=sweep, help="global batch size (default mbs x dp)")
+    p.add_argument("--seq", type=int, help="sequence length (default the model's)")
+    p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
+    p.add_argument("--recompute", default="none",
+                   help="activation recompute: none, selective, full" + (", any" if sweep else ""))
+    p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b or interleaved:V")
+    p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
+    p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
+    p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first")
+    p.add_argument("--overlap-slowdown", type=float, default=DEFAULT_OVERLAP_SLOWDOWN,
+                   help="fraction by which overlapped communication slows compute (0.1)")
+    p.add_argument("--calibration", help="calibration profile JSON (from `perfmodel calibrate`)")
+    p.add_argument("--allow-oom", action="store_true", help="report plans that do not fit memory")
+    p.add_argument("--json", action="store_true", help="JSON instead of tables")
 
 
 def _parser() -> Parser:
-    p = Parser(prog="perfmodel", description="Predict the cost of compressed communication "
-               "in LLM training on a cluster.", epilog=EPILOG,
-               formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p = Parser(prog="perfmodel", description="Predict the step time of LLM training with compressed "
+               "communication, and the collectives it is made of.", epilog=EPILOG, formatter_class=RAW)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    pr = sub.add_parser("predict", help="one training step: time, breakdown, TFLOPS, speedup",
+                        description="Predict one training step of a model on a cluster under a parallel "
+                        "plan and a compression policy.", epilog=EPILOG, formatter_class=RAW)
+    _cluster_args(pr, "lassen")
+    _plan_args(pr)
+    pr.add_argument("--policy", default="none", help=POLICY_HELP)
+    cp = sub.add_parser("compare", help="several policies side by side on one plan",
+                        description="The same plan under several compression policies, side by side.",
+                        epilog=EPILOG, formatter_class=RAW)
+    _cluster_args(cp, "lassen")
+    _plan_args(cp)
+    cp.add_argument("--policies", default="none,naive:int8,hybrid",
+                    help="policies separated by commas (AXIS=SPEC items attach to the policy before "
+                    "them) or by semicolons: 'none;dp=int8;hybrid'")
+    sw = sub.add_parser("sweep", help="every valid plan x policies, ranked",
+                        description="Every valid (tp, pp, dp, mbs, zero) plan under each policy; prints the "
+                        "top plans and writes all to --csv.", epilog=EPILOG, formatter_class=RAW)
+    _cluster_args(sw, "dgx-a100")
+    _plan_args(sw, sweep=True)
+    sw.add_argument("--policies", default="none,hybrid", help="policies separated by commas or semicolons "
+                    "(as in compare)")
+    sw.add_argument("--max-mbs", type=int, default=8, help="largest microbatch size tried")
+    sw.add_argument("--top", type=int, default=10, help="rows in the table")
+    sw.add_argument("--csv", help="write every evaluated (plan, policy) to this CSV")
+    ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
+    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "all"))
+    _collective_parser(sub)
+    return p
+
+
+def _collective_parser(sub) -> None:
     c = sub.add_parser("collective", help="time one collective, compressed or not (nccl-tests style)",
-                       description="Predict a collective's time, algbw and busbw (nccl-tests "
-                       "definitions), the algorithm that wins, wire bytes per tier, kernel time "
-                       "and error estimate, for one or several compressors.",
-                       epilog=EPILOG, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                       description="Predict a collective's time, algbw and busbw (nccl-tests definitions), "
+                       "the algorithm that wins, wire bytes per tier, kernel time and error estimate, "
+                       "for one or several compressors.", epilog=EPILOG, formatter_class=RAW)
     c.add_argument("op", choices=OPS, help="the collective")
     c.add_argument("--cluster", default="dgx-a100", help="catalog name or cluster TOML path")
-    size = c.add_mutually_exclusive_group()
     c.add_argument("--nodes", type=int, help="nodes of the cluster (default: the catalog's)")
     c.add_argument("--gpus", type=int, help="GPUs in the cluster: a multiple of GPUs per node")
+    size = c.add_mutually_exclusive_group()
     size.add_argument("--size", default="1GiB", help="message size: 4096, 64KiB, 256MiB, 1GB")
     size.add_argument("--sweep", metavar="MIN:MAX", help="doubling sizes from MIN to MAX")
     c.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="element type (default fp32)")
@@ -41,7 +119,56 @@ def _parser() -> Parser:
     c.add_argument("--chunks", default="auto", help="pipelining chunks: an integer or auto")
     c.add_argument("--placement", default="packed", choices=("packed", "spread"))
     c.add_argument("--json", action="store_true", help="print a JSON list of records")
-    return p
+
+
+def _plan_kwargs(args, sweep: bool = False) -> dict:
+    if args.calibration:
+        raise InputError("calibration", args.calibration,
+                         "a calibration profile; profiles come with `perfmodel calibrate` (not in this release)")
+    kw = dict(gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
+              sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
+              grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order,
+              overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom)
+    if not sweep:
+        dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
+        kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute)
+    return kw
+
+
+def _int(field, text):
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(field, text, "an integer or auto") from None
+
+
+def _predict(args) -> None:
+    r = predict(args.model, args.cluster, policy=args.policy, **_plan_kwargs(args))
+    print(dump_json(r.to_dict()) if args.json else step_report(r))
+
+
+def _compare(args) -> None:
+    kw = _plan_kwargs(args)
+    records = [predict(args.model, args.cluster, policy=p, **kw) for p in split_policies(args.policies)]
+    print(dump_json([r.to_dict() for r in records]) if args.json else compare_report(records))
+
+
+def _sweep(args) -> None:
+    kw = _plan_kwargs(args, sweep=True)
+    gbs = kw.pop("gbs")
+    for key in ("gpus", "nodes"):
+        kw.pop(key)
+    result = sweep_plans(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=gbs,
+                         policies=args.policies, max_mbs=args.max_mbs, recompute=args.recompute,
+                         progress=Progress("plans"), **kw)
+    if args.csv:
+        atomic_write(args.csv, lambda h: h.write(sweep_csv(result.records)))
+    if args.json:
+        print(dump_json([r.to_dict() for r in result.records[:args.top]]))
+        return
+    print(f"# {args.model} on {args.cluster}: {result.plans} candidate plans, {result.skipped_oom} do not fit, "
+          f"{result.evaluated} (plan, policy) predictions" + (f"; all in {args.csv}" if args.csv else ""))
+    print(sweep_table(result.records, args.top) if result.records else "no plan fits; try --recompute any")
 
 
 def _chunks(text):
@@ -91,10 +218,13 @@ def _collective(args) -> None:
         print(_speedup_matrix(records, compressors))
 
 
+COMMANDS = {"predict": _predict, "compare": _compare, "sweep": _sweep, "collective": _collective,
+            "catalog": lambda args: print(catalog_report(args.kind))}
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "collective":
-        _collective(args)
+    COMMANDS[args.command](args)
     return 0
 
 

@@ -113,6 +113,15 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, chunks)
 
 
+@lru_cache(maxsize=65536)
+def collective_on(built, ctx: Ctx, op: str, size_bytes: int, compressor: str = "none", dtype: str = "fp32",
+                  algorithm: str = "auto") -> CollectiveRecord:
+    """The record of one collective on a prepared context (what the step model calls). Cached."""
+    _check(op, size_bytes, dtype)
+    codec = compile_spec(compressor)
+    return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, "auto")
+
+
 @lru_cache(maxsize=256)
 def _resolve(built, ranks, placement, concurrent) -> Ctx:
     """Place the ranks and build their context; cached so repeated calls skip both."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 
 from topologies.attrs import GraphError
 from topologies.errors import InputError
@@ -67,3 +69,42 @@ def _jsonable(obj):
     if isinstance(obj, (set, tuple)):
         return list(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def atomic_write(path: str, write) -> str:
+    """Write through a temporary file in the same folder, then rename: never half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+class Progress:
+    """A progress bar on stderr: redrawn in place on a terminal, a line per 10% otherwise."""
+
+    def __init__(self, label: str, stream=None, width: int = 30):
+        self.label, self.stream, self.width = label, stream or sys.stderr, width
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last_decile = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        frac = done / total if total else 1.0
+        if self.tty:
+            bar = "#" * int(frac * self.width)
+            self.stream.write(f"\r{self.label} [{bar:<{self.width}}] {done}/{total}")
+            if done >= total:
+                self.stream.write("\n")
+        elif int(frac * 10) != self._last_decile:
+            self._last_decile = int(frac * 10)
+            self.stream.write(f"{self.label}: {done}/{total}\n")
+        self.stream.flush()

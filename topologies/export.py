@@ -2,28 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 import networkx as nx
 
+from topologies.clikit import atomic_write
 from topologies.cluster import Cluster
 from topologies.errors import InputError
 
 FORMATS = ("graphml", "json")
-
-
-def _atomic_write(path: str, write) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def export(cluster: Cluster, path: str, fmt: str) -> str:
@@ -33,8 +19,8 @@ def export(cluster: Cluster, path: str, fmt: str) -> str:
     graph = cluster.graph.copy()
     graph.graph.update(name=cluster.name, gpu=cluster.gpu_model, nodes=cluster.hosts)
     if fmt == "graphml":
-        _atomic_write(path, lambda h: nx.write_graphml(graph, h))
+        atomic_write(path, lambda h: nx.write_graphml(graph, h))
     else:
         data = nx.node_link_data(graph, edges="links")
-        _atomic_write(path, lambda h: h.write(json.dumps(data, indent=1).encode()))
+        atomic_write(path, lambda h: h.write(json.dumps(data, indent=1).encode()))
     return path

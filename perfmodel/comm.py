@@ -1,0 +1,122 @@
+"""The communication of one training step as events.
+
+Each ``CommEvent`` says what moves (op, bytes), on which axis and groups (one group and
+all groups that communicate at the same time, so link sharing is priced), how many times
+per step, and where it sits: ``critical`` (inside every microbatch of a stage: TP and PP),
+``overlap`` (during the last backward, e.g. DP buckets, ready at ``ready_at`` in [0, 1] of
+it), ``zero3`` (per layer, prefetched behind that layer's compute) or ``tail`` (after
+the backward: ZeRO parameter all-gather, tied embeddings).
+
+Volumes: TP, per layer and microbatch, two all-reduces of s b h activations forward and two
+backward (with sequence parallelism each becomes an all-gather plus a reduce-scatter);
+full recompute repeats the forward ones. PP sends s b h / tp per microbatch per boundary each
+way (Megatron's scatter-gather: the receiver all-gathers over NVLink), V times with
+interleaving. DP all-reduces the stage's gradients in buckets; ZeRO-1/2 reduce-scatter them
+and all-gather updated parameters after the step (one reduction per step, as Megatron's
+distributed optimizer; ZeRO-2 differs in memory); ZeRO-3 all-gathers each layer's
+parameters before its forward and backward and reduce-scatters its gradients, every
+microbatch. Tied embeddings all-reduce their gradient between the first and last stage.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfmodel.mesh import Mesh
+from perfmodel.plan import DTYPE_BYTES, ParallelPlan
+from perfmodel.workload import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommEvent:
+    name: str
+    axis: str            # dp, zero, tp, pp
+    op: str
+    nbytes: int
+    dtype: str
+    group: tuple
+    concurrent: tuple
+    count: float         # times per step (per rank of the bottleneck stage)
+    where: str           # critical, overlap, zero3, tail
+    phase: str = ""      # fwd, bwd, step
+    ready_at: float = 1.0
+
+
+def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> list[CommEvent]:
+    if plan.tp == 1:
+        return []
+    size = plan.seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
+    per_mb = plan.microbatches * layers
+    fwd_repeats = 2 if plan.recompute == "full" else 1
+    ops = ("allgather", "reduce_scatter") if plan.sequence_parallel else ("allreduce", "allreduce")
+    out = []
+    for phase, repeats in (("fwd", 1), ("bwd", 1), ("recompute", fwd_repeats - 1)):
+        for i, op in enumerate(ops):
+            if repeats:
+                out.append(CommEvent(name=f"tp.{op}.{phase}.{i}", axis="tp", op=op, nbytes=size,
+                                     dtype=plan.compute_dtype, group=group, concurrent=concurrent,
+                                     count=per_mb * repeats, where="critical",
+                                     phase="fwd" if phase == "fwd" else "bwd"))
+    return out
+
+
+def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    if plan.pp == 1:
+        return []
+    size = plan.seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype] // plan.tp
+    pairs = mesh.stage_pairs(0)
+    count = plan.microbatches * plan.virtual_stages
+    return [CommEvent(name=f"pp.sendrecv.{phase}", axis="pp", op="sendrecv", nbytes=size,
+                      dtype=plan.compute_dtype, group=pairs[0], concurrent=pairs, count=count,
+                      where="critical", phase=phase) for phase in ("fwd", "bwd")]
+
+
+def _buckets(total: int, bucket: int) -> list[int]:
+    full, rest = divmod(total, bucket)
+    return [bucket] * full + ([rest] if rest else [])
+
+
+def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh: Mesh,
+              layers: int) -> list[CommEvent]:
+    if plan.dp == 1:
+        return []
+    group, concurrent = mesh.group_of("dp"), mesh.groups["dp"]
+    grad_bytes = int(stage_params) * DTYPE_BYTES[plan.grad_dtype]
+    param_bytes = int(stage_params) * DTYPE_BYTES[plan.compute_dtype]
+    if plan.zero == 3:
+        layer_grad = int(layer_params) * DTYPE_BYTES[plan.grad_dtype]
+        layer_param = int(layer_params) * DTYPE_BYTES[plan.compute_dtype]
+        per = plan.microbatches * layers
+        return [CommEvent(name="zero.allgather.fwd", axis="zero", op="allgather", nbytes=layer_param,
+                          dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per,
+                          where="zero3", phase="fwd"),
+                CommEvent(name="zero.allgather.bwd", axis="zero", op="allgather", nbytes=layer_param,
+                          dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per,
+                          where="zero3", phase="bwd"),
+                CommEvent(name="zero.reduce_scatter.bwd", axis="zero", op="reduce_scatter", nbytes=layer_grad,
+                          dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=per,
+                          where="zero3", phase="bwd")]
+    axis, op = ("dp", "allreduce") if plan.zero == 0 else ("zero", "reduce_scatter")
+    sizes = _buckets(grad_bytes, plan.bucket_bytes)
+    out, done = [], 0
+    for size in sizes:
+        done += size
+        out.append(CommEvent(name=f"{axis}.{op}.buckets", axis=axis, op=op, nbytes=size,
+                             dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=1,
+                             where="overlap", phase="bwd", ready_at=done / max(grad_bytes, 1)))
+    if plan.zero in (1, 2):
+        out.append(CommEvent(name="zero.allgather.params", axis="zero", op="allgather", nbytes=param_bytes,
+                             dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=1,
+                             where="tail", phase="step"))
+    return out
+
+
+def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    if not model.tied_embeddings or plan.pp == 1:
+        return []
+    pairs = mesh.first_last_pairs()
+    size = math.ceil(model.embedding_params() / plan.tp) * DTYPE_BYTES[plan.grad_dtype]
+    return [CommEvent(name="pp.allreduce.tied_embedding", axis="pp", op="allreduce", nbytes=size,
+                      dtype=plan.grad_dtype, group=pairs[0], concurrent=pairs, count=1, where="tail",
+                      phase="step")]

@@ -1,0 +1,192 @@
+"""``predict``: the data flow of DESIGN section 2 in order.
+
+ModelSpec -> workload; ParallelPlan -> mesh; (workload, mesh) -> comm events; policy ->
+compressed collectives costed on the fabric -> stage times -> step timeline -> StepRecord.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+from perfmodel import comm
+from perfmodel.catalogs import device
+from perfmodel.collective import collective_on
+from perfmodel.collectives.fabric import make_ctx
+from perfmodel.compute import optimizer_time_s, stage_compute
+from perfmodel.memory import peak_memory, stage_params
+from perfmodel.mesh import Mesh
+from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
+from perfmodel.policy import parse_policy
+from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, Breakdown, StageTime, Tally, overlap_buckets,
+                            pipeline_time, split_kernel)
+from perfmodel.workload import load_model
+from topologies import InputError, build_cluster
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    model: str
+    cluster: str
+    gpu: str
+    gpus: int
+    plan: dict
+    policy: str
+    policy_axes: dict
+    step_time_s: float
+    samples_per_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float     # (6 N + 12 L h s) per token, N = all parameters
+    hardware_tflops_per_gpu: float  # FLOPs executed, recompute included
+    mfu: float
+    breakdown: dict
+    wire_bytes: dict                # {axis: {tier: bytes per rank per step}}
+    memory_per_gpu_bytes: float
+    memory_breakdown: dict
+    fits: bool
+    stage_layers: tuple
+    speedup_vs_uncompressed: float
+    error_estimate: dict            # {axis: relative RMS error of its largest collective}
+    collectives: dict               # {event: "op:algorithm:compressor"}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _cost(built, event, policy):
+    """The collective record of one event under the policy (cached: buckets repeat sizes)."""
+    spec = policy.axis(event.axis).spec_for(event.nbytes)
+    return _cost_cached(built, event.op, event.nbytes, spec, event.dtype, event.group, event.concurrent)
+
+
+@lru_cache(maxsize=65536)
+def _cost_cached(built, op, nbytes, spec, dtype, group, concurrent):
+    return collective_on(built, make_ctx(built, group, concurrent), op, nbytes, spec, dtype)
+
+
+def _stage(spec, plan, built, dev, policy, mesh, s, layers, tally) -> StageTime:
+    first, last = s == 0, s == plan.pp - 1
+    sc = stage_compute(spec, plan, dev, layers, first, last)
+    st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s)
+    m = plan.microbatches
+    for event in comm.tp_events(spec, plan, mesh, layers) + comm.pp_events(spec, plan, mesh):
+        rec = _cost(built, event, policy)
+        wire, kernel = split_kernel(rec)
+        per_mb = event.count / m
+        setattr(st, event.axis, getattr(st, event.axis) + wire * per_mb)
+        st.compression += kernel * per_mb
+        if event.phase == "bwd":
+            st.bwd += rec.time_s * per_mb
+        if s == 0:
+            tally.add(event, rec, event.count)
+    if plan.zero == 3 and plan.dp > 1:
+        st.zero3 = _zero3_exposed(spec, plan, built, policy, mesh, layers, sc, tally if s == 0 else None)
+    return st
+
+
+def _zero3_exposed(spec, plan, built, policy, mesh, layers, sc, tally) -> float:
+    """Per microbatch: gathers prefetched one layer ahead hide behind that layer's compute."""
+    events = comm.dp_events(spec.layer_params() / plan.tp * layers, spec.layer_params() / plan.tp,
+                            plan, mesh, layers)
+    t = {e.name: _cost(built, e, policy) for e in events}
+    if tally is not None:
+        for e in events:
+            tally.add(e, t[e.name], e.count)
+    ag_f, ag_b = t["zero.allgather.fwd"].time_s, t["zero.allgather.bwd"].time_s
+    rs = t["zero.reduce_scatter.bwd"].time_s
+    fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
+    return ag_f + layers * (max(0.0, ag_f - fwd_layer) + max(0.0, ag_b + rs - bwd_layer))
+
+
+def _step(spec, plan, built, dev, policy, overlap_slowdown):
+    mesh, tally, layers = Mesh(plan), Tally(), plan.stage_layers(spec.num_layers)
+    stages = [_stage(spec, plan, built, dev, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
+    total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages)
+    b, m = stages[worst], plan.microbatches
+    out = Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.tp, pp_comm_s=m * b.pp,
+                    compression_s=m * b.compression, dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
+    params0 = stage_params(spec, plan, layers[0], True, plan.pp == 1)
+    if plan.zero < 3:
+        events = comm.dp_events(params0, 0, plan, mesh, layers[0])
+        _dp_overlap(events, built, policy, stages[0].bwd, overlap_slowdown, out, tally)
+    for event in comm.tied_embedding_events(spec, plan, mesh):
+        rec = _cost(built, event, policy)
+        out.pp_comm_s += rec.time_s
+        tally.add(event, rec, event.count)
+    out.optimizer_s = optimizer_time_s(params0 / (plan.dp if plan.zero >= 1 else 1), dev)
+    return out, tally, stages
+
+
+def _dp_overlap(events, built, policy, window, slowdown, out: Breakdown, tally: Tally) -> None:
+    buckets = [e for e in events if e.where == "overlap"]
+    records = [_cost(built, e, policy) for e in buckets]
+    exposed, busy = overlap_buckets([e.ready_at * window for e in buckets], [r.time_s for r in records],
+                                    window)
+    out.dp_comm_exposed_s += exposed
+    out.overlap_slowdown_s += slowdown * busy
+    for e, r in zip(buckets, records):
+        tally.add(e, r, e.count)
+    for e in events:
+        if e.where == "tail":
+            rec = _cost(built, e, policy)
+            out.dp_comm_exposed_s += rec.time_s
+            tally.add(e, rec, e.count)
+
+
+@lru_cache(maxsize=4096)
+def _uncompressed_step(spec, plan, built, dev, overlap_slowdown) -> float:
+    return _step(spec, plan, built, dev, parse_policy("none"), overlap_slowdown)[0].total
+
+
+def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int | None = None,
+            nodes: int | None = None, tp: int = 1, pp: int = 1, dp="auto", zero: int = 0, mbs: int = 1,
+            gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
+            recompute: str = "none", schedule: str = "1f1b", policy: str = "none",
+            compute_dtype: str | None = None, grad_dtype: str = "fp32",
+            bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", allow_oom: bool = False,
+            overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN) -> StepRecord:
+    """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
+
+    Raises InputError (naming the field) for an invalid plan, and when the plan does not fit
+    in GPU memory unless ``allow_oom``.
+    """
+    spec = load_model(model)
+    built = build_cluster(cluster, nodes=nodes, gpus=gpus)
+    dev = device(built.gpu_model)
+    dtype = compute_dtype or ("bf16" if "bf16" in dev.peak_flops_per_s else "fp16")
+    dev.peak(dtype)
+    plan = make_plan(spec, built.gpus, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
+                     sequence_parallel=sequence_parallel, recompute=recompute, schedule=schedule,
+                     compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order)
+    if not 0 <= overlap_slowdown < 1:
+        raise InputError("overlap_slowdown", overlap_slowdown, "a fraction in [0, 1)")
+    pol = parse_policy(policy)
+    memory = peak_memory(spec, plan)
+    fits = memory["total"] <= dev.hbm_bytes
+    if not fits and not allow_oom:
+        need, have = memory["total"] / 2**30, dev.hbm_bytes / 2**30
+        raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
+                         "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
+    out, tally, stages = _step(spec, plan, built, dev, pol, overlap_slowdown)
+    base = out.total if pol.is_none else _uncompressed_step(spec, plan, built, dev, overlap_slowdown)
+    return _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base)
+
+
+def _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base) -> StepRecord:
+    step = out.total
+    tokens = plan.gbs * plan.seq
+    model_flops = spec.model_flops_per_token(plan.seq) * tokens
+    hw_flops = sum(stage_compute(spec, plan, dev, n, s == 0, s == plan.pp - 1).hardware_flops
+                   for s, n in enumerate(plan.stage_layers(spec.num_layers)))
+    hw_per_gpu = hw_flops * plan.microbatches / plan.pp
+    model_tflops = model_flops / step / plan.gpus / 1e12
+    return StepRecord(
+        model=spec.name, cluster=built.name, gpu=dev.key, gpus=plan.gpus,
+        plan={k: v for k, v in asdict(plan).items()} | {"microbatches": plan.microbatches},
+        policy=pol.text, policy_axes=pol.describe(), step_time_s=step, samples_per_s=plan.gbs / step,
+        tokens_per_s=tokens / step, model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=hw_per_gpu / step / 1e12,
+        mfu=model_tflops * 1e12 / dev.peak(plan.compute_dtype), breakdown=vars(out).copy(),
+        wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
+        stage_layers=plan.stage_layers(spec.num_layers), speedup_vs_uncompressed=base / step,
+        error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
+        collectives=tally.algorithms)

@@ -1,0 +1,121 @@
+"""ParallelPlan: how one training step is laid out on the GPUs, validated.
+
+Defaults and why: ``bucket_bytes`` 25 MiB is PyTorch DDP's ``bucket_cap_mb=25``; gradients
+are reduced in fp32 (``grad_dtype``) as Megatron-LM's main_grad buffers and DDP with fp32
+master weights do; compute in bf16 (fp16 on GPUs without bf16). Placement order ``tp,pp,dp``
+puts TP innermost (inside a node), then PP, then DP.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfmodel.workload import ModelSpec
+from topologies.errors import InputError
+
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+AXES = ("tp", "pp", "dp")
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelPlan:
+    tp: int
+    pp: int
+    dp: int
+    zero: int = 0
+    mbs: int = 1
+    gbs: int = 1
+    seq: int
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    compute_dtype: str = "bf16"
+    grad_dtype: str = "fp32"
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    order: tuple = AXES
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per pipeline per step: gbs / (mbs x dp)."""
+        return self.gbs // (self.mbs * self.dp)
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Layers per stage (earlier stages take the remainder)."""
+        base, extra = divmod(num_layers, self.pp)
+        return tuple(base + (1 if s < extra else 0) for s in range(self.pp))
+
+
+def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(field, value, allowed)
+    return value
+
+
+def _schedule(text: str) -> tuple[str, int]:
+    name, _, v = str(text).partition(":")
+    if name not in SCHEDULES or (v and name != "interleaved"):
+        raise InputError("schedule", text, "gpipe, 1f1b or interleaved:V")
+    if name != "interleaved":
+        return name, 1
+    if not v.isdigit() or int(v) < 2:
+        raise InputError("schedule", text, "interleaved:V with V >= 2 virtual stages per GPU")
+    return name, int(v)
+
+
+def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto", zero: int = 0,
+              mbs: int = 1, gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
+              recompute: str = "none", schedule: str = "1f1b", compute_dtype: str = "bf16",
+              grad_dtype: str = "fp32", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+              order: str = "tp,pp,dp") -> ParallelPlan:
+    """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field."""
+    tp, pp, mbs = _positive("tp", tp), _positive("pp", pp), _positive("mbs", mbs)
+    if gpus % (tp * pp):
+        raise InputError("tp*pp", tp * pp, f"a divisor of the {gpus} GPUs")
+    dp = gpus // (tp * pp) if dp in ("auto", None) else _positive("dp", dp, "an integer >= 1 or auto")
+    if dp * tp * pp != gpus:
+        raise InputError("dp", dp, f"dp x tp x pp = {gpus} GPUs (auto: {gpus // (tp * pp)})")
+    if model.num_heads % tp or model.num_kv_heads % tp:
+        raise InputError("tp", tp, f"a divisor of num_heads {model.num_heads} and num_kv_heads "
+                         f"{model.num_kv_heads}")
+    if pp > model.num_layers:
+        raise InputError("pp", pp, f"at most num_layers {model.num_layers}")
+    gbs = mbs * dp if gbs is None else _positive("gbs", gbs)
+    if gbs % (mbs * dp):
+        step = mbs * dp
+        near = sorted({max(step, gbs // step * step), (gbs // step + 1) * step})
+        raise InputError("gbs", gbs, f"a multiple of mbs x dp = {step} (nearest: "
+                         + " or ".join(map(str, near)) + ")")
+    name, virtual = _schedule(schedule)
+    if virtual > 1 and (model.num_layers % (pp * virtual) or (gbs // (mbs * dp)) % pp):
+        raise InputError("schedule", schedule, f"interleaving needs num_layers divisible by pp x V and "
+                         f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
+    if zero not in (0, 1, 2, 3):
+        raise InputError("zero", zero, "0, 1, 2 or 3")
+    if recompute not in RECOMPUTE:
+        raise InputError("recompute", recompute, " or ".join(RECOMPUTE))
+    for field, value in (("compute_dtype", compute_dtype), ("grad_dtype", grad_dtype)):
+        if value not in ("fp32", "bf16", "fp16"):
+            raise InputError(field, value, "fp32, bf16 or fp16")
+    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
+        raise InputError("bucket_bytes", bucket_bytes, "a positive number of bytes")
+    axes = tuple(a.strip() for a in str(order).split(","))
+    if sorted(axes) != sorted(AXES):
+        raise InputError("order", order, "a permutation of tp,pp,dp (innermost first)")
+    seq = model.seq_len if seq is None else _positive("seq", seq)
+    return ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
+                        sequence_parallel=bool(sequence_parallel) and tp > 1, recompute=recompute,
+                        schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
+                        grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes)
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))

@@ -1,0 +1,112 @@
+"""Compression policy: which compressor spec applies to which axis, above which size.
+
+    policy := item ("," item)*
+    item   := preset | axis "=" spec | axis ".min=" size
+    preset := none | hybrid | naive:SPEC
+
+Items apply left to right, so ``hybrid,dp=topk(0.01)+int8`` starts from the hybrid preset
+and overrides DP. Axes: ``dp`` (gradient all-reduce), ``zero`` (ZeRO's sharded DP traffic:
+gradient reduce-scatter, parameter all-gather), ``tp``, ``pp``.
+
+``hybrid`` follows the seed idea (Xu et al. 2024: lossy ZFP on data-parallel gradients,
+lossless MPC on tensor- and pipeline-parallel traffic): gradients tolerate aggressive lossy
+compression because error feedback returns what is dropped at the next step; activations
+and their gradients on TP/PP feed the very next layer, with no such correction, so they get
+a lossless codec, applied only to messages of at least 1 MiB where a codec has a chance to
+pay for its kernels. ZeRO traffic (gradient reduce-scatter and parameter all-gather) gets
+blockwise int8, as ZeRO++'s qwZ quantizes weights for the all-gather (Wang et al. 2023).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from perfmodel.compression import compile_spec, split_top_level
+from topologies.errors import InputError
+from topologies.units import parse_size
+
+POLICY_AXES = ("dp", "zero", "tp", "pp")
+HYBRID = {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0),
+          "tp": ("lossless(codec=zstd)", 2**20), "pp": ("lossless(codec=zstd)", 2**20)}
+
+
+@dataclass(frozen=True)
+class AxisPolicy:
+    spec: str = "none"
+    min_bytes: int = 0
+
+    def spec_for(self, nbytes: float) -> str:
+        return self.spec if nbytes >= self.min_bytes else "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressionPolicy:
+    text: str
+    axes: dict
+
+    def axis(self, name: str) -> AxisPolicy:
+        return self.axes[name]
+
+    @property
+    def is_none(self) -> bool:
+        return all(compile_spec(a.spec).is_none for a in self.axes.values())
+
+    def describe(self) -> dict:
+        return {a: {"spec": p.spec, "min_bytes": p.min_bytes} for a, p in self.axes.items()}
+
+
+def _preset(item: str) -> dict | None:
+    if item == "none":
+        return {a: AxisPolicy() for a in POLICY_AXES}
+    if item == "hybrid":
+        return {a: AxisPolicy(spec, m) for a, (spec, m) in HYBRID.items()}
+    if item.startswith("naive:"):
+        spec = item[len("naive:"):]
+        compile_spec(spec)
+        return {a: AxisPolicy(spec) for a in POLICY_AXES}
+    return None
+
+
+def parse_policy(text: str) -> CompressionPolicy:
+    """Parse a policy string (see module doc); every error names the item."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("policy", text, "none, hybrid, naive:SPEC, or axis=SPEC items")
+    axes = {a: AxisPolicy() for a in POLICY_AXES}
+    for item in split_top_level(text):
+        preset = _preset(item)
+        if preset is not None:
+            axes = preset
+            continue
+        key, sep, value = item.partition("=")
+        axis, _, attr = key.strip().partition(".")
+        if not sep or axis not in POLICY_AXES or attr not in ("", "min"):
+            raise InputError("policy", item, "none, hybrid, naive:SPEC, AXIS=SPEC or AXIS.min=SIZE "
+                             f"with AXIS in {', '.join(POLICY_AXES)}")
+        if attr == "min":
+            axes[axis] = replace(axes[axis], min_bytes=parse_size(value, f"policy.{axis}.min"))
+        else:
+            compile_spec(value)
+            axes[axis] = replace(axes[axis], spec=value.strip())
+    return CompressionPolicy(text=text, axes=axes)
+
+
+def split_policies(text: str) -> list[str]:
+    """'none,naive:int8,hybrid,dp=int8' -> ['none', 'naive:int8', 'hybrid,dp=int8']: an
+    ``axis=...`` item belongs to the policy before it (or starts one from none). With a ';'
+    anywhere, policies are split on ';' only: 'none;dp=int8;hybrid'."""
+    if ";" in (text or ""):
+        out = [p.strip() for p in split_top_level(text, ";")]
+        for p in out:
+            parse_policy(p)
+        return out
+    out: list[str] = []
+    for item in split_top_level(text or ""):
+        axis = item.partition("=")[0].partition(".")[0].strip()
+        if "=" in item and axis in POLICY_AXES and out:
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    if not out:
+        raise InputError("policies", text, "one or more policies separated by commas")
+    for p in out:
+        parse_policy(p)
+    return out

@@ -1,0 +1,97 @@
+"""Text reports of step predictions: one step, policies side by side, sweep tables, catalogs."""
+from __future__ import annotations
+
+import csv
+import io
+
+from perfmodel.catalogs import gpu_catalog
+from perfmodel.search import plan_row
+from perfmodel.workload import model_catalog
+from topologies import catalog_names, load_spec
+from topologies.clikit import table
+
+BREAKDOWN = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "compression_s", "bubble_s",
+             "optimizer_s", "overlap_slowdown_s")
+GiB = 2**30
+
+
+def _plan_line(r) -> str:
+    p = r.plan
+    sched = p["schedule"] + (f":{p['virtual_stages']}" if p["schedule"] == "interleaved" else "")
+    layers = sorted(set(r.stage_layers))
+    split = f"{layers[0]} layers per stage" if len(layers) == 1 else \
+        "uneven stages: " + "/".join(map(str, r.stage_layers)) + " layers"
+    return (f"plan: tp={p['tp']} pp={p['pp']} dp={p['dp']} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
+            f"({p['microbatches']} microbatches) seq={p['seq']} sp={str(p['sequence_parallel']).lower()} "
+            f"recompute={p['recompute']} schedule={sched} {p['compute_dtype']}; {split}")
+
+
+def step_report(r) -> str:
+    axes = ", ".join(f"{a}={v['spec']}" + (f" (>= {v['min_bytes']} B)" if v["min_bytes"] else "")
+                     for a, v in r.policy_axes.items())
+    lines = [f"{r.model} on {r.cluster}: {r.gpus} x {r.gpu}", _plan_line(r), f"policy: {r.policy}  [{axes}]", "",
+             f"step time     {r.step_time_s:10.3f} s   speedup {r.speedup_vs_uncompressed:.3f}x over uncompressed",
+             f"samples/s     {r.samples_per_s:10.2f}     tokens/s {r.tokens_per_s:,.0f}",
+             f"TFLOPS/GPU    {r.model_tflops_per_gpu:10.2f}     (hardware {r.hardware_tflops_per_gpu:.2f}, "
+             f"MFU {100 * r.mfu:.1f}%)",
+             f"memory/GPU    {r.memory_per_gpu_bytes / GiB:10.1f} GiB" + ("" if r.fits else "  DOES NOT FIT"), ""]
+    rows = [(k[:-2], r.breakdown[k], 100 * r.breakdown[k] / r.step_time_s) for k in BREAKDOWN]
+    lines.append(table(("breakdown", "seconds", "%"), rows))
+    wire = [(axis, tier, nbytes / 1e9) for axis, tiers in r.wire_bytes.items() for tier, nbytes in tiers.items()]
+    if wire:
+        lines += ["", table(("axis", "tier", "GB per rank per step"), wire)]
+    errors = [(a, e) for a, e in r.error_estimate.items()]
+    if errors:
+        lines += ["", table(("axis", "error estimate (relative RMS)"), errors)]
+    return "\n".join(lines)
+
+
+def compare_report(records) -> str:
+    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + tuple(k[:-2] for k in BREAKDOWN) \
+        + ("err dp/zero", "err tp", "err pp")
+    rows = []
+    for r in records:
+        e = r.error_estimate
+        rows.append((r.policy, r.step_time_s, r.speedup_vs_uncompressed, r.samples_per_s,
+                     r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[k] for k in BREAKDOWN)
+                    + (max(e.get("dp", 0.0), e.get("zero", 0.0)), e.get("tp", 0.0), e.get("pp", 0.0)))
+    first = records[0]
+    return "\n".join([f"{first.model} on {first.cluster}: {first.gpus} x {first.gpu}", _plan_line(first), "",
+                      table(head, rows)])
+
+
+def sweep_table(records, top: int) -> str:
+    rows = []
+    for i, r in enumerate(records[:top], 1):
+        d = plan_row(r)
+        rows.append((i, d["policy"], d["tp"], d["pp"], d["dp"], d["mbs"], d["zero"], d["recompute"],
+                     d["step_time_s"], d["samples_per_s"], d["model_tflops_per_gpu"], 100 * d["mfu"],
+                     d["speedup_vs_uncompressed"], d["memory_GiB"]))
+    return table(("#", "policy", "tp", "pp", "dp", "mbs", "zero", "recompute", "step_s", "samples/s",
+                  "TFLOPS", "MFU%", "speedup", "mem GiB"), rows)
+
+
+def sweep_csv(records) -> bytes:
+    buf = io.StringIO()
+    rows = [plan_row(r) for r in records]
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["policy"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()
+
+
+def catalog_report(kind: str) -> str:
+    parts = []
+    if kind in ("gpus", "all"):
+        rows = [(k, d.name, d.peak_flops_per_s.get("bf16", d.peak_flops_per_s.get("fp16", 0)) / 1e12,
+                 d.hbm_bytes / 1e9, d.hbm_Bps / 1e12, d.stream_Bps / 1e12) for k, d in gpu_catalog().items()]
+        parts.append(table(("gpu", "name", "bf16/fp16 TFLOPS", "HBM GB", "HBM TB/s", "stream TB/s"), rows))
+    if kind in ("models", "all"):
+        rows = [(n, m.params / 1e9, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size,
+                 m.vocab_size, m.seq_len, m.activation) for n, m in model_catalog().items()]
+        parts.append(table(("model", "params B", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "act"),
+                           rows))
+    if kind in ("clusters", "all"):
+        rows = [(n, load_spec(n)[0]["gpu"], load_spec(n)[0]["description"]) for n in catalog_names()]
+        parts.append(table(("cluster", "gpu", "description"), rows))
+    return "\n\n".join(parts)

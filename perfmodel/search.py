@@ -1,0 +1,78 @@
+"""Sweep every valid plan of a model on a cluster under several policies; rank them.
+
+Plans: tp over the divisors of GPUs per node that divide the heads and KV heads; pp over
+divisors of gpus / tp up to the layer count; dp = gpus / (tp pp); mbs over powers of two up
+to ``max_mbs`` dividing gbs / dp; ZeRO 0-3 (0 only when dp = 1); recompute as given ('any'
+tries all three). Plans that do not fit in memory are counted and skipped.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from perfmodel.pipeline import StepRecord, predict
+from perfmodel.plan import RECOMPUTE, divisors
+from perfmodel.policy import split_policies
+from perfmodel.workload import load_model
+from topologies import InputError, build_cluster
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    records: list          # StepRecords, fastest first
+    evaluated: int         # (plan, policy) pairs predicted
+    skipped_oom: int       # plans that do not fit
+    plans: int             # candidate plans before the memory check
+
+
+def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | None, gbs: int,
+                    max_mbs: int = 8, recompute: str = "none", zero=(0, 1, 2, 3)) -> list[dict]:
+    spec, built = load_model(model), build_cluster(cluster, nodes=nodes, gpus=gpus)
+    if recompute != "any" and recompute not in RECOMPUTE:
+        raise InputError("recompute", recompute, "none, selective, full or any")
+    recomputes = RECOMPUTE if recompute == "any" else (recompute,)
+    out = []
+    tps = [t for t in divisors(built.gpus_per_host) if spec.num_heads % t == 0 and spec.num_kv_heads % t == 0]
+    for tp in tps:
+        for pp in (p for p in divisors(built.gpus // tp) if p <= spec.num_layers):
+            dp = built.gpus // (tp * pp)
+            mbss = [m for m in (2 ** i for i in range(max_mbs.bit_length())) if m <= max_mbs
+                    and gbs % (m * dp) == 0]
+            zeros = [z for z in zero if dp > 1 or z == 0]
+            for mbs, z, rc in itertools.product(mbss, zeros, recomputes):
+                out.append(dict(tp=tp, pp=pp, dp=dp, mbs=mbs, zero=z, recompute=rc))
+    return out
+
+
+def sweep(model: str, cluster: str, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
+          policies: str = "none,hybrid", max_mbs: int = 8, recompute: str = "none", zero=(0, 1, 2, 3),
+          progress=None, **fixed) -> SweepResult:
+    """Predict every candidate plan under every policy; records sorted by step time.
+    ``progress(done, total)`` is called after each plan; ``fixed`` goes to ``predict``."""
+    names = split_policies(policies)
+    plans = candidate_plans(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero)
+    records, skipped = [], 0
+    for i, plan in enumerate(plans):
+        for policy in names:
+            try:
+                records.append(predict(model, cluster, gpus=gpus, nodes=nodes, gbs=gbs, policy=policy,
+                                       **plan, **fixed))
+            except InputError as err:
+                if err.field != "memory":
+                    raise
+                skipped += 1
+                break
+        if progress:
+            progress(i + 1, len(plans))
+    records.sort(key=lambda r: r.step_time_s)
+    return SweepResult(records=records, evaluated=len(records), skipped_oom=skipped, plans=len(plans))
+
+
+def plan_row(r: StepRecord) -> dict:
+    """A flat row for tables and CSV."""
+    p = r.plan
+    return {"policy": r.policy, "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "mbs": p["mbs"], "zero": p["zero"],
+            "recompute": p["recompute"], "step_time_s": r.step_time_s, "samples_per_s": r.samples_per_s,
+            "model_tflops_per_gpu": r.model_tflops_per_gpu, "mfu": r.mfu,
+            "speedup_vs_uncompressed": r.speedup_vs_uncompressed,
+            "memory_GiB": r.memory_per_gpu_bytes / 2**30}
