@@ -71,7 +71,7 @@ def gpu_catalog() -> dict[str, Device]:
     for key, d in read_catalog("gpus").items():
         out[key] = Device(key=key, name=d["name"],
                           peak_flops_per_s={k: v * 1e12 for k, v in d["peak_tflops"].items()},
-                          hbm_bytes=d["hbm_GB"] * 1e9, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
+                          hbm_bytes=d["hbm_GiB"] * 2**30, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
                           stream_Bps=TBps_to_Bps(d["stream_TBps"]), launch_s=us_to_s(d["kernel_launch_us"]),
                           gemm_efficiency=tuple(sorted((float(s), e) for s, e in d["gemm_efficiency"].items())),
                           source=d["source"])

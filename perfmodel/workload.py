@@ -15,7 +15,7 @@ carry biases on every linear layer; rmsnorm models (LLaMA) none. Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from functools import lru_cache
+from functools import lru_cache, cache
 from pathlib import Path
 
 from perfmodel.catalogs import read_catalog
@@ -119,7 +119,7 @@ def _validate(raw: dict, name: str) -> ModelSpec:
     return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS})
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_catalog() -> dict[str, ModelSpec]:
     return {name: _validate({k: v for k, v in body.items() if k != "source"}, name)
             for name, body in read_catalog("models").items()}

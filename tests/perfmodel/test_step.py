@@ -1,0 +1,108 @@
+"""The step model: hand calculations, conservation of bytes, the uncompressed identity."""
+import math
+from dataclasses import replace
+
+import pytest
+
+from perfmodel import comm
+from perfmodel.catalogs import device
+from perfmodel.compute import stage_compute
+from perfmodel.mesh import Mesh
+from perfmodel.pipeline import predict
+from perfmodel.plan import make_plan
+from perfmodel.step import StageTime, overlap_buckets, pipeline_time
+from perfmodel.workload import load_model
+
+
+def test_overlap_buckets_by_hand():
+    exposed, busy = overlap_buckets([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], window=3.0)
+    assert (exposed, busy) == (1.0, 2.0)
+    assert overlap_buckets([0.5], [0.2], window=3.0) == (0.0, pytest.approx(0.2))
+
+
+def test_pipeline_time_by_hand():
+    stages = [StageTime(compute=1.0), StageTime(compute=2.0), StageTime(compute=1.0)]
+    assert pipeline_time(stages, 4, 1) == (10.0, 2.0, 1)
+    assert pipeline_time(stages, 4, 2) == (9.0, 1.0, 1)
+    uniform = [StageTime(compute=1.5)] * 4
+    total, bubble, _ = pipeline_time(uniform, 8, 1)
+    assert total == pytest.approx((8 + 4 - 1) * 1.5) and bubble == pytest.approx(3 * 1.5)
+
+
+def test_stage_compute_by_hand():
+    m = load_model("gpt2-small")
+    plan = make_plan(m, 8, tp=2, pp=1, mbs=2, gbs=8, seq=512)
+    flat = replace(device("a100-sxm-80gb"), gemm_efficiency=((1.0, 0.5), (1e9, 0.5)), stream_Bps=math.inf)
+    sc = stage_compute(m, plan, flat, 12, first=False, last=False)
+    T, h, f, tp, peak = 1024, 768, 3072, 2, 312e12
+    layer = 2 * T * (3 * h / tp * h + h * h / tp + f / tp * h + h * f / tp)
+    attn = 2 * (2 * 12 / tp) * 2 * 512 * 512 * 64
+    assert sc.fwd_s == pytest.approx(12 * (layer + attn) / (peak * 0.5), rel=1e-9)
+    assert sc.bwd_s == pytest.approx(2 * sc.fwd_s, rel=1e-9)
+    assert sc.hardware_flops == pytest.approx(3 * 12 * (layer + attn), rel=1e-9)
+
+
+def _neox(policy="none", **kw):
+    args = dict(gpus=192, tp=4, pp=4, mbs=4, gbs=1056, zero=1, recompute="full")
+    args.update(kw)
+    return predict("gpt-neox-20b", "lassen", policy=policy, **args)
+
+
+def test_uncompressed_policy_has_speedup_exactly_one():
+    r = _neox()
+    assert r.speedup_vs_uncompressed == 1.0
+    assert r.breakdown["compression_s"] == 0.0 and all(e == 0 for e in r.error_estimate.values())
+
+
+@pytest.mark.parametrize("policy", ["none", "naive:int8", "hybrid", "hybrid,dp=ef(topk(0.01))+int8"])
+def test_breakdown_sums_to_step_time(policy):
+    r = _neox(policy)
+    assert sum(r.breakdown.values()) == pytest.approx(r.step_time_s, rel=1e-12)
+    assert all(v >= 0 for v in r.breakdown.values())
+
+
+def test_record_fields_of_the_issue():
+    d = _neox("hybrid").to_dict()
+    for key in ("step_time_s", "samples_per_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
+                "mfu", "breakdown", "wire_bytes", "memory_per_gpu_bytes", "speedup_vs_uncompressed",
+                "error_estimate"):
+        assert key in d
+    assert set(d["breakdown"]) >= {"compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "compression_s",
+                                   "bubble_s", "optimizer_s"}
+    assert d["hardware_tflops_per_gpu"] > d["model_tflops_per_gpu"]   # full recompute counted
+
+
+def test_event_volumes_match_closed_forms():
+    m = load_model("gpt-neox-20b")
+    plan = make_plan(m, 192, tp=4, pp=4, mbs=4, gbs=1056, zero=0)
+    mesh, L = Mesh(plan), 11
+    tp = comm.tp_events(m, plan, mesh, L)
+    size = 2048 * 4 * 6144 * 2
+    assert {e.nbytes for e in tp} == {size} and sum(e.count for e in tp) == 4 * L * plan.microbatches
+    pp = comm.pp_events(m, plan, mesh)
+    assert [e.nbytes for e in pp] == [size // 4] * 2 and pp[0].count == plan.microbatches
+    params = 1e9
+    dp = comm.dp_events(params, 0, plan, mesh, L)
+    assert sum(e.nbytes for e in dp) == params * 4 and all(e.op == "allreduce" for e in dp)
+    z1 = comm.dp_events(params, 0, replace(plan, zero=1), mesh, L)
+    rs = sum(e.nbytes for e in z1 if e.op == "reduce_scatter")
+    ag = sum(e.nbytes for e in z1 if e.op == "allgather")
+    assert (rs, ag) == (params * 4, params * 2)
+
+
+def test_wire_bytes_follow_ring_volumes():
+    r = predict("gpt2-medium", "dgx-a100", nodes=1, tp=8, pp=1, mbs=8, gbs=8)
+    assert r.collectives["tp.allreduce.fwd.0"].startswith("allreduce:ring:")
+    size, count = 1024 * 8 * 1024 * 2, 4 * 24
+    assert sum(r.wire_bytes["tp"].values()) == pytest.approx(count * 2 * 7 / 8 * size)
+
+
+def test_more_microbatches_shrink_the_bubble_share():
+    small, big = _neox(gbs=48 * 4), _neox(gbs=48 * 32)
+    assert big.breakdown["bubble_s"] / big.step_time_s < small.breakdown["bubble_s"] / small.step_time_s
+
+
+def test_compression_pays_where_the_network_is_slow():
+    slow = predict("gpt2-medium", "commodity-25g", nodes=4, tp=1, pp=1, mbs=4, gbs=128, zero=1,
+                   recompute="selective", policy="dp=ef(topk(0.01))+int8,zero=ef(topk(0.01))+int8")
+    assert slow.speedup_vs_uncompressed > 1.5

@@ -1,0 +1,82 @@
+import pytest
+
+from perfmodel.workload import MODEL_KEYS, load_model, model_catalog
+from topologies.errors import InputError
+
+PUBLISHED = {"gpt3-175b": 175.0e9, "gpt-neox-20b": 20.6e9, "llama2-7b": 6.74e9, "llama3-8b": 8.03e9,
+             "llama3-70b": 70.6e9, "llama3-405b": 405.9e9, "gpt2-small": 124e6}
+
+
+@pytest.mark.parametrize("name, published", sorted(PUBLISHED.items()))
+def test_parameter_counts_match_published_within_1_percent(name, published):
+    assert load_model(name).params == pytest.approx(published, rel=0.01)
+
+
+def test_catalog_has_every_model_of_the_issue():
+    names = {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-large", "gpt3-1.3b", "gpt3-2.7b",
+             "gpt3-6.7b", "gpt3-13b", "gpt3-175b", "gpt-neox-20b", "llama2-7b", "llama2-13b", "llama2-70b",
+             "llama3-8b", "llama3-70b", "llama3-405b"}
+    assert names <= set(model_catalog())
+
+
+def test_llama_layer_params_by_hand():
+    m = load_model("llama3-8b")
+    h, kv, f = 4096, 1024, 14336
+    assert m.layer_params() == 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
+
+
+def test_model_flops_convention():
+    m = load_model("gpt3-175b")
+    assert m.model_flops_per_token() == 6 * m.params + 12 * 96 * 12288 * 2048
+
+
+def test_activation_bytes_follow_korthikanti():
+    m = load_model("gpt3-175b")
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    assert m.activation_bytes_per_layer(b, s, t, False, "none") == pytest.approx(
+        s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert m.activation_bytes_per_layer(b, s, t, True, "selective") == pytest.approx(s * b * h * 34 / t)
+    assert m.activation_bytes_per_layer(b, s, t, True, "full") == pytest.approx(2 * s * b * h / t)
+
+
+def _write(tmp_path, body):
+    path = tmp_path / "m.toml"
+    path.write_text(body)
+    return str(path)
+
+
+GOOD = """hidden_size = 512
+num_layers = 4
+num_heads = 8
+num_kv_heads = 8
+ffn_hidden_size = 2048
+vocab_size = 1000
+seq_len = 256
+activation = "gelu"
+norm = "layernorm"
+tied_embeddings = true
+"""
+
+
+def test_user_model_file(tmp_path):
+    m = load_model(_write(tmp_path, GOOD))
+    assert m.name == "m" and m.num_layers == 4
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda t: t + "dropout = 0.1\n", "model.dropout"),
+    (lambda t: t.replace("vocab_size = 1000\n", ""), "model.vocab_size"),
+    (lambda t: t.replace('"gelu"', '"relu"'), "model.activation"),
+    (lambda t: t.replace("num_kv_heads = 8", "num_kv_heads = 3"), "model.num_kv_heads"),
+    (lambda t: t.replace("num_layers = 4", "num_layers = 0"), "model.num_layers"),
+    (lambda t: t.replace("tied_embeddings = true", "tied_embeddings = 1"), "model.tied_embeddings"),
+])
+def test_bad_model_files_name_the_field(tmp_path, edit, field):
+    with pytest.raises(InputError) as err:
+        load_model(_write(tmp_path, edit(GOOD)))
+    assert err.value.field == field
+
+
+def test_model_keys_are_exactly_the_issue_list():
+    assert MODEL_KEYS == ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                          "vocab_size", "seq_len", "activation", "norm", "tied_embeddings")
