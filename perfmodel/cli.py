@@ -58,9 +58,10 @@ def _plan_args(p, sweep: bool = False) -> None:
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
     p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first")
-    p.add_argument("--overlap-slowdown", type=float, default=DEFAULT_OVERLAP_SLOWDOWN,
-                   help="fraction by which overlapped communication slows compute (0.1)")
-    p.add_argument("--calibration", help="calibration profile JSON (from `perfmodel calibrate`)")
+    p.add_argument("--overlap-slowdown", type=float,
+                   help=f"fraction by which overlapped communication slows compute "
+                   f"(default: the profile's, else {DEFAULT_OVERLAP_SLOWDOWN})")
+    p.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
     p.add_argument("--allow-oom", action="store_true", help="report plans that do not fit memory")
     p.add_argument("--json", action="store_true", help="JSON instead of tables")
 
@@ -118,14 +119,12 @@ def _collective_parser(sub) -> None:
                    "hierarchical, nvls, allgather, two_phase, direct, or auto (default)")
     c.add_argument("--chunks", default="auto", help="pipelining chunks: an integer or auto")
     c.add_argument("--placement", default="packed", choices=("packed", "spread"))
+    c.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
     c.add_argument("--json", action="store_true", help="print a JSON list of records")
 
 
 def _plan_kwargs(args, sweep: bool = False) -> dict:
-    if args.calibration:
-        raise InputError("calibration", args.calibration,
-                         "a calibration profile; profiles come with `perfmodel calibrate` (not in this release)")
-    kw = dict(gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
+    kw = dict(calibration=args.calibration, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom)
@@ -203,7 +202,7 @@ def _collective(args) -> None:
     compressors = parse_compressors(args.compressor)
     records = sweep(args.op, sizes, compressors, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
                     algorithm=args.algorithm, dtype=args.dtype, chunks=_chunks(args.chunks),
-                    placement=args.placement)
+                    placement=args.placement, calibration=args.calibration)
     if args.json:
         print(dump_json([r.to_dict() for r in records]))
         return

@@ -14,6 +14,7 @@ from perfmodel.collectives.compressed import COMPRESSED, Msg, movement, reducibl
 from perfmodel.collectives.fabric import Ctx, make_ctx
 from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier
 from perfmodel.collectives.plain import PLAIN
+from perfmodel.calibration import load_calibration
 from perfmodel.compression import compile_spec
 from perfmodel.record import CollectiveRecord, busbw_factor
 from topologies import InputError, build_cluster, place
@@ -93,21 +94,23 @@ def _uncompressed_time(op, size_bytes, dtype, ctx) -> float:
 def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", nodes: int | None = None,
                     gpus: int | None = None, compressor: str = "none", algorithm: str = "auto",
                     dtype: str = "fp32", chunks="auto", placement="packed", ranks: int | None = None,
-                    concurrent=()) -> CollectiveRecord:
+                    concurrent=(), calibration: str | None = None) -> CollectiveRecord:
     """Predict one collective on ``cluster`` sized by ``nodes`` or ``gpus``.
 
     ``ranks`` (default: every GPU) are placed ``packed``, ``spread`` or on an explicit
     list of GPU indices; ``concurrent`` lists other groups (GPU indices) that run the
     same collective at the same time and share links. ``chunks`` is an int >= 1 or
-    'auto'. Returns a CollectiveRecord (``.to_dict()`` for JSON).
+    'auto'. ``calibration`` is a profile path (see ``perfmodel.calibration``). Returns a
+    CollectiveRecord (``.to_dict()`` for JSON).
     """
     _check(op, size_bytes, dtype)
     if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
         raise InputError("chunks", chunks, "an integer >= 1 or auto")
+    calib = load_calibration(calibration)
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
     ctx = _resolve(built, ranks, placement if isinstance(placement, str) else tuple(placement),
-                   tuple(tuple(g) for g in concurrent))
-    codec = compile_spec(compressor)
+                   tuple(tuple(g) for g in concurrent), calib)
+    codec = compile_spec(calib.spec(compressor) if calib else compressor)
     if op == "reduce_scatter" and any(f.NAME == "powersgd" for f in codec.families):
         raise InputError("compressor", compressor, "powersgd compresses all-reduce only")
     return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, chunks)
@@ -115,17 +118,17 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
 
 @lru_cache(maxsize=65536)
 def collective_on(built, ctx: Ctx, op: str, size_bytes: int, compressor: str = "none", dtype: str = "fp32",
-                  algorithm: str = "auto") -> CollectiveRecord:
-    """The record of one collective on a prepared context (what the step model calls). Cached."""
+                  algorithm: str = "auto", spec: str | None = None) -> CollectiveRecord:
+    """The record of one collective on a prepared context (what the step model calls); ``spec``
+    is the compressor with any calibrated ratios already applied. Cached."""
     _check(op, size_bytes, dtype)
-    codec = compile_spec(compressor)
-    return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, "auto")
+    return _record(op, size_bytes, dtype, compile_spec(spec or compressor), compressor, ctx, built, algorithm, "auto")
 
 
 @lru_cache(maxsize=256)
-def _resolve(built, ranks, placement, concurrent) -> Ctx:
+def _resolve(built, ranks, placement, concurrent, calib) -> Ctx:
     """Place the ranks and build their context; cached so repeated calls skip both."""
-    return make_ctx(built, place(built, ranks or built.gpus, placement), concurrent)
+    return make_ctx(built, place(built, ranks or built.gpus, placement), concurrent, calib)
 
 
 def _record(op, size_bytes, dtype, codec, label, ctx, built, algorithm, chunks) -> CollectiveRecord:

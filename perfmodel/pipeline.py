@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from perfmodel import comm
+from perfmodel.calibration import load_calibration
 from perfmodel.catalogs import device
 from perfmodel.collective import collective_on
 from perfmodel.collectives.fabric import make_ctx
@@ -52,24 +53,37 @@ class StepRecord:
         return asdict(self)
 
 
-def _cost(built, event, policy):
+@dataclass(frozen=True, eq=False)
+class Env:
+    """Where the step runs: the built cluster, its (calibrated) device, the profile if any."""
+
+    built: object
+    dev: object
+    calib: object
+    overlap_slowdown: float
+
+
+def _cost(env, event, policy):
     """The collective record of one event under the policy (cached: buckets repeat sizes)."""
-    spec = policy.axis(event.axis).spec_for(event.nbytes)
-    return _cost_cached(built, event.op, event.nbytes, spec, event.dtype, event.group, event.concurrent)
+    label = policy.axis(event.axis).spec_for(event.nbytes)
+    return _cost_cached(env.built, env.calib, event.op, event.nbytes, label, event.dtype, event.group,
+                        event.concurrent)
 
 
 @lru_cache(maxsize=65536)
-def _cost_cached(built, op, nbytes, spec, dtype, group, concurrent):
-    return collective_on(built, make_ctx(built, group, concurrent), op, nbytes, spec, dtype)
+def _cost_cached(built, calib, op, nbytes, label, dtype, group, concurrent):
+    ctx = make_ctx(built, group, concurrent, calib)
+    spec = calib.spec(label) if calib else label
+    return collective_on(built, ctx, op, nbytes, label, dtype, spec=spec)
 
 
-def _stage(spec, plan, built, dev, policy, mesh, s, layers, tally) -> StageTime:
+def _stage(spec, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     first, last = s == 0, s == plan.pp - 1
-    sc = stage_compute(spec, plan, dev, layers, first, last)
+    sc = stage_compute(spec, plan, env.dev, layers, first, last)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s)
     m = plan.microbatches
     for event in comm.tp_events(spec, plan, mesh, layers) + comm.pp_events(spec, plan, mesh):
-        rec = _cost(built, event, policy)
+        rec = _cost(env, event, policy)
         wire, kernel = split_kernel(rec)
         per_mb = event.count / m
         setattr(st, event.axis, getattr(st, event.axis) + wire * per_mb)
@@ -79,15 +93,15 @@ def _stage(spec, plan, built, dev, policy, mesh, s, layers, tally) -> StageTime:
         if s == 0:
             tally.add(event, rec, event.count)
     if plan.zero == 3 and plan.dp > 1:
-        st.zero3 = _zero3_exposed(spec, plan, built, policy, mesh, layers, sc, tally if s == 0 else None)
+        st.zero3 = _zero3_exposed(spec, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
     return st
 
 
-def _zero3_exposed(spec, plan, built, policy, mesh, layers, sc, tally) -> float:
+def _zero3_exposed(spec, plan, env, policy, mesh, layers, sc, tally) -> float:
     """Per microbatch: gathers prefetched one layer ahead hide behind that layer's compute."""
     events = comm.dp_events(spec.layer_params() / plan.tp * layers, spec.layer_params() / plan.tp,
                             plan, mesh, layers)
-    t = {e.name: _cost(built, e, policy) for e in events}
+    t = {e.name: _cost(env, e, policy) for e in events}
     if tally is not None:
         for e in events:
             tally.add(e, t[e.name], e.count)
@@ -97,9 +111,9 @@ def _zero3_exposed(spec, plan, built, policy, mesh, layers, sc, tally) -> float:
     return ag_f + layers * (max(0.0, ag_f - fwd_layer) + max(0.0, ag_b + rs - bwd_layer))
 
 
-def _step(spec, plan, built, dev, policy, overlap_slowdown):
+def _step(spec, plan, env, policy):
     mesh, tally, layers = Mesh(plan), Tally(), plan.stage_layers(spec.num_layers)
-    stages = [_stage(spec, plan, built, dev, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
+    stages = [_stage(spec, plan, env, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
     total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages)
     b, m = stages[worst], plan.microbatches
     out = Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.tp, pp_comm_s=m * b.pp,
@@ -107,34 +121,35 @@ def _step(spec, plan, built, dev, policy, overlap_slowdown):
     params0 = stage_params(spec, plan, layers[0], True, plan.pp == 1)
     if plan.zero < 3:
         events = comm.dp_events(params0, 0, plan, mesh, layers[0])
-        _dp_overlap(events, built, policy, stages[0].bwd, overlap_slowdown, out, tally)
+        _dp_overlap(events, env, policy, stages[0].bwd, out, tally)
     for event in comm.tied_embedding_events(spec, plan, mesh):
-        rec = _cost(built, event, policy)
+        rec = _cost(env, event, policy)
         out.pp_comm_s += rec.time_s
         tally.add(event, rec, event.count)
-    out.optimizer_s = optimizer_time_s(params0 / (plan.dp if plan.zero >= 1 else 1), dev)
+    out.optimizer_s = optimizer_time_s(params0 / (plan.dp if plan.zero >= 1 else 1), env.dev)
     return out, tally, stages
 
 
-def _dp_overlap(events, built, policy, window, slowdown, out: Breakdown, tally: Tally) -> None:
+def _dp_overlap(events, env, policy, window, out: Breakdown, tally: Tally) -> None:
     buckets = [e for e in events if e.where == "overlap"]
-    records = [_cost(built, e, policy) for e in buckets]
+    records = [_cost(env, e, policy) for e in buckets]
     exposed, busy = overlap_buckets([e.ready_at * window for e in buckets], [r.time_s for r in records],
                                     window)
     out.dp_comm_exposed_s += exposed
-    out.overlap_slowdown_s += slowdown * busy
+    out.overlap_slowdown_s += env.overlap_slowdown * busy
     for e, r in zip(buckets, records):
         tally.add(e, r, e.count)
     for e in events:
         if e.where == "tail":
-            rec = _cost(built, e, policy)
+            rec = _cost(env, e, policy)
             out.dp_comm_exposed_s += rec.time_s
             tally.add(e, rec, e.count)
 
 
 @lru_cache(maxsize=4096)
-def _uncompressed_step(spec, plan, built, dev, overlap_slowdown) -> float:
-    return _step(spec, plan, built, dev, parse_policy("none"), overlap_slowdown)[0].total
+def _uncompressed_step(spec, plan, env_key) -> float:
+    built, dev, calib, slowdown = env_key
+    return _step(spec, plan, Env(built, dev, calib, slowdown), parse_policy("none"))[0].total
 
 
 def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int | None = None,
@@ -143,15 +158,21 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             recompute: str = "none", schedule: str = "1f1b", policy: str = "none",
             compute_dtype: str | None = None, grad_dtype: str = "fp32",
             bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", allow_oom: bool = False,
-            overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN) -> StepRecord:
+            overlap_slowdown: float | None = None, calibration: str | None = None) -> StepRecord:
     """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
 
     Raises InputError (naming the field) for an invalid plan, and when the plan does not fit
-    in GPU memory unless ``allow_oom``.
+    in GPU memory unless ``allow_oom``. ``calibration`` is a profile path; ``overlap_slowdown``
+    defaults to the profile's, else DEFAULT_OVERLAP_SLOWDOWN.
     """
+    calib = load_calibration(calibration)
     spec = load_model(model)
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
     dev = device(built.gpu_model)
+    dev = calib.device(dev) if calib else dev
+    if overlap_slowdown is None:
+        overlap_slowdown = calib.overlap_slowdown if calib and calib.overlap_slowdown is not None \
+            else DEFAULT_OVERLAP_SLOWDOWN
     dtype = compute_dtype or ("bf16" if "bf16" in dev.peak_flops_per_s else "fp16")
     dev.peak(dtype)
     plan = make_plan(spec, built.gpus, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
@@ -166,8 +187,9 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
         need, have = memory["total"] / 2**30, dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
                          "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
-    out, tally, stages = _step(spec, plan, built, dev, pol, overlap_slowdown)
-    base = out.total if pol.is_none else _uncompressed_step(spec, plan, built, dev, overlap_slowdown)
+    env = Env(built, dev, calib, overlap_slowdown)
+    out, tally, stages = _step(spec, plan, env, pol)
+    base = out.total if pol.is_none else _uncompressed_step(spec, plan, (built, dev, calib, overlap_slowdown))
     return _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base)
 
 

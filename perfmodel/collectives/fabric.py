@@ -45,27 +45,29 @@ class Ctx:
     nvls: bool
 
 
-def _link(name, pattern, fallback_tier, fallback) -> Link:
+def _link(name, pattern, fallback, tables) -> Link:
     if pattern is None or pattern.bottleneck_tier is None:
         return fallback
     tier = pattern.bottleneck_tier
     return Link(name=name, tier=tier, bandwidth_Bps=pattern.bandwidth_Bps, latency_s=pattern.latency_s,
-                protocols=protocol_table()[tier_class(tier)])
+                protocols=tables(tier_class(tier)))
 
 
 @lru_cache(maxsize=256)
-def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = ()) -> Ctx:
-    """Context of ``group`` (GPU indices) on ``cluster`` while ``concurrent`` groups run."""
+def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None) -> Ctx:
+    """Context of ``group`` (GPU indices) on ``cluster`` while ``concurrent`` groups run;
+    ``calib`` (a Calibration) replaces device and protocol numbers it measured."""
     view = fabric_view(cluster, group, concurrent)
-    idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0,
-                protocols=protocol_table()["nvlink"])
-    ring = _link("ring", view.ring, None, idle)
-    intra = _link("intra", view.intra, None, ring if view.hosts == 1 else idle)
-    inter = _link("inter", view.inter, None, ring)
+    tables = calib.protocol_table if calib else (lambda cls: protocol_table()[cls])
+    idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0, protocols=tables("nvlink"))
+    ring = _link("ring", view.ring, idle, tables)
+    intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables)
+    inter = _link("inter", view.inter, ring, tables)
     if view.ring.bottleneck_tier is not None and view.hosts > 1:
         # NCCL uses the network protocols for any ring that leaves the host.
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
-                    latency_s=ring.latency_s, protocols=protocol_table()["net"])
+                    latency_s=ring.latency_s, protocols=tables("net"))
+    dev = device(cluster.gpu_model)
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
-               ring=ring, intra=intra, inter=inter, device=device(cluster.gpu_model),
+               ring=ring, intra=intra, inter=inter, device=calib.device(dev) if calib else dev,
                nvls=cluster.supports_nvls and view.hosts == 1 and view.ranks > 1)

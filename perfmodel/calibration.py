@@ -1,0 +1,164 @@
+"""Calibration profiles: measured numbers that replace catalog defaults.
+
+A profile is JSON with a versioned schema (``SCHEMA``) and provenance; everything else is
+optional and overrides only what it names:
+
+    {
+      "schema": "commpress.calibration/1",
+      "provenance": {"machine": "...", "date": "2026-12-01", "packages": {"commpress": "0.1.0"}},
+      "devices": {"a100-sxm-80gb": {"stream_TBps": 1.55, "kernel_launch_us": 6.0,
+                                    "gemm_efficiency": {"1024": 0.4, "8192": 0.8}}},
+      "protocols": {"net": {"Simple": {"base_us": 9.0, "step_us": 11.0, "bw_fraction": 0.92}}},
+      "compressors": {"sz3": {"ratio": 5.2}, "lossless": {"ratio": 1.08}},
+      "overlap_slowdown": 0.07
+    }
+
+Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
+clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, protocol_table
+from perfmodel.compression.codec import compile_spec
+from perfmodel.compression.families import DEFAULT_RATIO
+from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
+from topologies.errors import InputError
+from topologies.units import TBps_to_Bps, us_to_s
+
+SCHEMA = "commpress.calibration/1"
+TOP = ("schema", "provenance", "devices", "protocols", "compressors", "overlap_slowdown")
+DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency")
+PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Calibration:
+    path: str
+    provenance: dict
+    devices: dict
+    protocols: dict
+    ratios: dict
+    overlap_slowdown: float | None
+
+    def device(self, dev: Device) -> Device:
+        return _calibrated_device(self, dev)
+
+    def _device(self, dev: Device) -> Device:
+        over = self.devices.get(dev.key)
+        if not over:
+            return dev
+        changes = {}
+        if "stream_TBps" in over:
+            changes["stream_Bps"] = TBps_to_Bps(over["stream_TBps"])
+        if "hbm_TBps" in over:
+            changes["hbm_Bps"] = TBps_to_Bps(over["hbm_TBps"])
+        if "kernel_launch_us" in over:
+            changes["launch_s"] = us_to_s(over["kernel_launch_us"])
+        if "gemm_efficiency" in over:
+            changes["gemm_efficiency"] = tuple(sorted((float(k), v) for k, v in over["gemm_efficiency"].items()))
+        return replace(dev, **changes)
+
+    def protocol_table(self, tier_class: str) -> dict:
+        table = dict(protocol_table()[tier_class])
+        for name, over in self.protocols.get(tier_class, {}).items():
+            p = table[name]
+            table[name] = Protocol(name=name, base_s=us_to_s(over.get("base_us", p.base_s * 1e6)),
+                                   step_s=us_to_s(over.get("step_us", p.step_s * 1e6)),
+                                   bw_fraction=over.get("bw_fraction", p.bw_fraction))
+        return table
+
+    def spec(self, text: str) -> str:
+        """``text`` with the profile's ratio on every data-dependent stage that has none."""
+        if not self.ratios:
+            return text
+        return compile_spec(str(_with_ratios(parse_spec(text), self.ratios))).text
+
+
+@lru_cache(maxsize=64)
+def _calibrated_device(calib: Calibration, dev: Device) -> Device:
+    return calib._device(dev)
+
+
+def _with_ratios(node, ratios):
+    if isinstance(node, Call):
+        keys = {k for k, _ in node.kwargs}
+        if node.name in ratios and "ratio" not in keys:
+            return Call(name=node.name, args=node.args, kwargs=node.kwargs + (("ratio", ratios[node.name]),))
+        return node
+    if isinstance(node, ErrorFeedback):
+        return ErrorFeedback(inner=_with_ratios(node.inner, ratios))
+    return Chain(parts=tuple(_with_ratios(p, ratios) for p in node.parts))
+
+
+def _fail(key, value, allowed):
+    raise InputError(f"calibration.{key}", value, allowed)
+
+
+def _number(key, value, low=0.0, high=float("inf")):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        _fail(key, value, f"a number in ({low}, {high}]")
+    return float(value)
+
+
+def _check(raw: dict) -> None:
+    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
+        _fail("schema", raw.get("schema") if isinstance(raw, dict) else raw, f"'{SCHEMA}'")
+    for key in raw:
+        if key not in TOP:
+            _fail(key, raw[key], "not a profile key; allowed: " + ", ".join(TOP))
+    for gpu, over in raw.get("devices", {}).items():
+        for k, v in over.items():
+            if k not in DEVICE_KEYS:
+                _fail(f"devices.{gpu}.{k}", v, "one of " + ", ".join(DEVICE_KEYS))
+            if k == "gemm_efficiency":
+                for size, eff in v.items():
+                    _number(f"devices.{gpu}.gemm_efficiency.{size}", eff, 0.0, 1.0)
+            else:
+                _number(f"devices.{gpu}.{k}", v)
+    for cls, protos in raw.get("protocols", {}).items():
+        if cls not in protocol_table():
+            _fail(f"protocols.{cls}", protos, "one of " + ", ".join(protocol_table()))
+        for name, over in protos.items():
+            if name not in PROTOCOL_NAMES:
+                _fail(f"protocols.{cls}.{name}", over, "one of " + ", ".join(PROTOCOL_NAMES))
+            for k, v in over.items():
+                if k not in PROTOCOL_KEYS:
+                    _fail(f"protocols.{cls}.{name}.{k}", v, "one of " + ", ".join(PROTOCOL_KEYS))
+                _number(f"protocols.{cls}.{name}.{k}", v, -1e-12 if k != "bw_fraction" else 0.0,
+                        1.0 if k == "bw_fraction" else float("inf"))
+    for family, over in raw.get("compressors", {}).items():
+        if family not in DEFAULT_RATIO or set(over) != {"ratio"}:
+            _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(DEFAULT_RATIO))
+        _number(f"compressors.{family}.ratio", over["ratio"], 0.999999)
+    if "overlap_slowdown" in raw:
+        _number("overlap_slowdown", raw["overlap_slowdown"], -1e-12, 0.999)
+
+
+@lru_cache(maxsize=16)
+def _load(path: str, mtime: float) -> Calibration:
+    try:
+        with open(path) as handle:
+            raw = json.load(handle)
+    except OSError as err:
+        raise InputError("calibration", path, f"a readable profile file ({err.strerror})") from None
+    except json.JSONDecodeError as err:
+        raise InputError("calibration", path, f"a JSON calibration profile ({err.msg} at line {err.lineno})") from None
+    _check(raw)
+    return Calibration(path=path, provenance=raw.get("provenance", {}), devices=raw.get("devices", {}),
+                       protocols=raw.get("protocols", {}),
+                       ratios={k: v["ratio"] for k, v in raw.get("compressors", {}).items()},
+                       overlap_slowdown=raw.get("overlap_slowdown"))
+
+
+def load_calibration(path: str | None) -> Calibration | None:
+    """The validated profile at ``path`` (None for None); reloaded when the file changes."""
+    if path is None:
+        return None
+    if not os.path.isfile(path):
+        raise InputError("calibration", path, "an existing calibration profile (JSON)")
+    return _load(os.path.abspath(path), os.path.getmtime(path))
