@@ -17,9 +17,10 @@ $(VENV)/.dev: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
+# The seed-paper scenario: GPT-NeoX-20B on 192 V100 of Lassen, uncompressed vs naive vs hybrid.
 demo: $(VENV)/.core
-	$(BIN)/perfmodel collective allreduce --cluster dgx-a100 --nodes 2 --sweep 1MiB:1GiB \
-		--compressor "none,fp16,int8,topk(0.01)"
+	$(BIN)/perfmodel compare --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 \
+		--mbs 4 --gbs 1056 --zero 1 --recompute full --policies "none,naive:zfp(rate=8),hybrid"
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q

@@ -39,7 +39,8 @@ class CommEvent:
     count: float         # times per step (per rank of the bottleneck stage)
     where: str           # critical, overlap, zero3, tail
     phase: str = ""      # fwd, bwd, step
-    ready_at: float = 1.0
+    ready_at: float = 1.0   # overlap: when the first of ``count`` equal buckets is ready (fraction)
+    spacing: float = 0.0    # overlap: fraction between consecutive buckets of the run
 
 
 def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> list[CommEvent]:
@@ -72,11 +73,6 @@ def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEven
                       where="critical", phase=phase) for phase in ("fwd", "bwd")]
 
 
-def _buckets(total: int, bucket: int) -> list[int]:
-    full, rest = divmod(total, bucket)
-    return [bucket] * full + ([rest] if rest else [])
-
-
 def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh: Mesh,
               layers: int) -> list[CommEvent]:
     if plan.dp == 1:
@@ -98,13 +94,14 @@ def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh
                           dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=per,
                           where="zero3", phase="bwd")]
     axis, op = ("dp", "allreduce") if plan.zero == 0 else ("zero", "reduce_scatter")
-    sizes = _buckets(grad_bytes, plan.bucket_bytes)
-    out, done = [], 0
-    for size in sizes:
-        done += size
-        out.append(CommEvent(name=f"{axis}.{op}.buckets", axis=axis, op=op, nbytes=size,
-                             dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=1,
-                             where="overlap", phase="bwd", ready_at=done / max(grad_bytes, 1)))
+    full, rest = divmod(grad_bytes, plan.bucket_bytes)
+    share = plan.bucket_bytes / max(grad_bytes, 1)
+    out = []
+    for size, count, first in ((plan.bucket_bytes, full, share), (rest, 1 if rest else 0, 1.0)):
+        if count:
+            out.append(CommEvent(name=f"{axis}.{op}.buckets", axis=axis, op=op, nbytes=size,
+                                 dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=count,
+                                 where="overlap", phase="bwd", ready_at=first, spacing=share))
     if plan.zero in (1, 2):
         out.append(CommEvent(name="zero.allgather.params", axis="zero", op="allgather", nbytes=param_bytes,
                              dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=1,

@@ -15,7 +15,7 @@ from perfmodel.collective import collective_on
 from perfmodel.collectives.fabric import make_ctx
 from perfmodel.compute import optimizer_time_s, stage_compute
 from perfmodel.memory import peak_memory, stage_params
-from perfmodel.mesh import Mesh
+from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, Breakdown, StageTime, Tally, overlap_buckets,
@@ -112,7 +112,7 @@ def _zero3_exposed(spec, plan, env, policy, mesh, layers, sc, tally) -> float:
 
 
 def _step(spec, plan, env, policy):
-    mesh, tally, layers = Mesh(plan), Tally(), plan.stage_layers(spec.num_layers)
+    mesh, tally, layers = mesh_for(plan), Tally(), plan.stage_layers(spec.num_layers)
     stages = [_stage(spec, plan, env, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
     total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages)
     b, m = stages[worst], plan.microbatches
@@ -133,8 +133,8 @@ def _step(spec, plan, env, policy):
 def _dp_overlap(events, env, policy, window, out: Breakdown, tally: Tally) -> None:
     buckets = [e for e in events if e.where == "overlap"]
     records = [_cost(env, e, policy) for e in buckets]
-    exposed, busy = overlap_buckets([e.ready_at * window for e in buckets], [r.time_s for r in records],
-                                    window)
+    runs = [(e.ready_at * window, e.spacing * window, e.count, r.time_s) for e, r in zip(buckets, records)]
+    exposed, busy = overlap_buckets(runs, window)
     out.dp_comm_exposed_s += exposed
     out.overlap_slowdown_s += env.overlap_slowdown * busy
     for e, r in zip(buckets, records):

@@ -46,9 +46,11 @@ def step_report(r) -> str:
     return "\n".join(lines)
 
 
+SHORT = ("compute", "tp", "pp", "dp_exposed", "compress", "bubble", "optim", "slowdown")
+
+
 def compare_report(records) -> str:
-    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + tuple(k[:-2] for k in BREAKDOWN) \
-        + ("err dp/zero", "err tp", "err pp")
+    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + SHORT + ("err dp", "err tp", "err pp")
     rows = []
     for r in records:
         e = r.error_estimate
@@ -56,7 +58,9 @@ def compare_report(records) -> str:
                      r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[k] for k in BREAKDOWN)
                     + (max(e.get("dp", 0.0), e.get("zero", 0.0)), e.get("tp", 0.0), e.get("pp", 0.0)))
     first = records[0]
-    return "\n".join([f"{first.model} on {first.cluster}: {first.gpus} x {first.gpu}", _plan_line(first), "",
+    note = ("# seconds per step by kind (compute, TP and PP communication, exposed DP/ZeRO communication, "
+            "compression kernels, pipeline bubble, optimizer, overlap slowdown); err = relative RMS error per axis")
+    return "\n".join([f"{first.model} on {first.cluster}: {first.gpus} x {first.gpu}", _plan_line(first), note,
                       table(head, rows)])
 
 

@@ -58,15 +58,18 @@ def split_kernel(record) -> tuple[float, float]:
     return record.time_s - kernel, kernel
 
 
-def overlap_buckets(ready_times, durations, window: float) -> tuple[float, float]:
-    """(exposed tail, overlapped busy time) of buckets run in order on one stream, each ready
-    at ``ready_times[i]``, against a backward window ending at ``window``."""
-    finish, busy_inside = 0.0, 0.0
-    for ready, dur in zip(ready_times, durations):
-        start = max(ready, finish)
-        finish = start + dur
-        busy_inside += max(0.0, min(finish, window) - min(start, window))
-    return max(0.0, finish - window), busy_inside
+def overlap_buckets(runs, window: float) -> tuple[float, float]:
+    """(exposed tail, overlapped busy time) of bucket runs on one stream against a backward
+    window ending at ``window``. A run is (first ready s, spacing s, count, duration s): its
+    buckets are ready at first + k spacing and run in order, each after the previous finished.
+    Closed form per run: finish = max(previous finish + n d, first + n d + max(0, (n-1)(r-d)))."""
+    finish, busy = 0.0, 0.0
+    for first, spacing, count, dur in runs:
+        late = first + count * dur + max(0.0, (count - 1) * (spacing - dur))
+        finish = max(finish + count * dur, late)
+        busy += count * dur
+    exposed = max(0.0, finish - window)
+    return exposed, busy - exposed
 
 
 def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int) -> tuple[float, float, int]:

@@ -1,6 +1,6 @@
 import pytest
 
-from perfmodel.mesh import Mesh
+from perfmodel.mesh import mesh_for
 from perfmodel.pipeline import predict
 from perfmodel.plan import make_plan
 from perfmodel.policy import parse_policy, split_policies
@@ -46,7 +46,7 @@ def test_does_not_fit_is_one_clear_error():
 
 
 def test_mesh_places_tp_innermost_then_pp_then_dp():
-    mesh = Mesh(make_plan(NEOX, 32, tp=4, pp=2, mbs=1, gbs=4))
+    mesh = mesh_for(make_plan(NEOX, 32, tp=4, pp=2, mbs=1, gbs=4))
     assert mesh.group_of("tp") == (0, 1, 2, 3)
     assert mesh.group_of("pp") == (0, 4)
     assert mesh.group_of("dp") == (0, 8, 16, 24)
@@ -54,7 +54,7 @@ def test_mesh_places_tp_innermost_then_pp_then_dp():
 
 
 def test_mesh_other_order():
-    mesh = Mesh(make_plan(NEOX, 32, tp=4, pp=2, mbs=1, gbs=4, order="tp,dp,pp"))
+    mesh = mesh_for(make_plan(NEOX, 32, tp=4, pp=2, mbs=1, gbs=4, order="tp,dp,pp"))
     assert mesh.group_of("dp") == (0, 4, 8, 12) and mesh.group_of("pp") == (0, 16)
 
 

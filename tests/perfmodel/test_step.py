@@ -7,17 +7,35 @@ import pytest
 from perfmodel import comm
 from perfmodel.catalogs import device
 from perfmodel.compute import stage_compute
-from perfmodel.mesh import Mesh
+from perfmodel.mesh import mesh_for
 from perfmodel.pipeline import predict
 from perfmodel.plan import make_plan
 from perfmodel.step import StageTime, overlap_buckets, pipeline_time
 from perfmodel.workload import load_model
 
 
+def _simulate(ready, durations, window):
+    finish, inside = 0.0, 0.0
+    for r, d in zip(ready, durations):
+        start = max(r, finish)
+        finish = start + d
+        inside += max(0.0, min(finish, window) - min(start, window))
+    return max(0.0, finish - window), inside
+
+
 def test_overlap_buckets_by_hand():
-    exposed, busy = overlap_buckets([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], window=3.0)
-    assert (exposed, busy) == (1.0, 2.0)
-    assert overlap_buckets([0.5], [0.2], window=3.0) == (0.0, pytest.approx(0.2))
+    assert overlap_buckets([(1.0, 1.0, 3, 1.0)], window=3.0) == (1.0, 2.0)
+    assert overlap_buckets([(0.5, 0.0, 1, 0.2)], window=3.0) == (0.0, pytest.approx(0.2))
+
+
+@pytest.mark.parametrize("n, spacing, dur, tail", [(10, 0.1, 0.05, 0.01), (10, 0.1, 0.3, 0.2), (1, 1.0, 2.0, 0.0),
+                                                  (50, 0.02, 0.02, 0.5)])
+def test_overlap_closed_form_matches_simulation(n, spacing, dur, tail):
+    window = n * spacing + (0.05 if tail else 0.0)
+    ready = [spacing * (k + 1) for k in range(n)] + ([window] if tail else [])
+    durations = [dur] * n + ([tail] if tail else [])
+    runs = [(spacing, spacing, n, dur)] + ([(window, 0.0, 1, tail)] if tail else [])
+    assert overlap_buckets(runs, window) == pytest.approx(_simulate(ready, durations, window))
 
 
 def test_pipeline_time_by_hand():
@@ -75,7 +93,7 @@ def test_record_fields_of_the_issue():
 def test_event_volumes_match_closed_forms():
     m = load_model("gpt-neox-20b")
     plan = make_plan(m, 192, tp=4, pp=4, mbs=4, gbs=1056, zero=0)
-    mesh, L = Mesh(plan), 11
+    mesh, L = mesh_for(plan), 11
     tp = comm.tp_events(m, plan, mesh, L)
     size = 2048 * 4 * 6144 * 2
     assert {e.nbytes for e in tp} == {size} and sum(e.count for e in tp) == 4 * L * plan.microbatches
@@ -83,10 +101,10 @@ def test_event_volumes_match_closed_forms():
     assert [e.nbytes for e in pp] == [size // 4] * 2 and pp[0].count == plan.microbatches
     params = 1e9
     dp = comm.dp_events(params, 0, plan, mesh, L)
-    assert sum(e.nbytes for e in dp) == params * 4 and all(e.op == "allreduce" for e in dp)
+    assert sum(e.nbytes * e.count for e in dp) == params * 4 and all(e.op == "allreduce" for e in dp)
     z1 = comm.dp_events(params, 0, replace(plan, zero=1), mesh, L)
-    rs = sum(e.nbytes for e in z1 if e.op == "reduce_scatter")
-    ag = sum(e.nbytes for e in z1 if e.op == "allgather")
+    rs = sum(e.nbytes * e.count for e in z1 if e.op == "reduce_scatter")
+    ag = sum(e.nbytes * e.count for e in z1 if e.op == "allgather")
     assert (rs, ag) == (params * 4, params * 2)
 
 
