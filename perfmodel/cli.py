@@ -180,12 +180,12 @@ def _chunks(text):
 
 
 HEAD = ("size", "count", "type", "compressor", "algorithm", "proto", "chunks", "time_us",
-        "algbw", "busbw", "wire_bytes", "ratio", "speedup", "error")
+        "algbw", "busbw", "sent_bytes", "ratio", "speedup", "error")
 
 
 def _row(r) -> tuple:
     return (format_size(r.size_bytes), r.count, r.dtype, r.compressor, r.algorithm, r.protocol,
-            r.chunks, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps, int(r.wire_bytes_total),
+            r.chunks, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps, int(r.sent_bytes),
             r.compression_ratio, r.speedup_vs_none, r.error_estimate)
 
 
@@ -209,7 +209,7 @@ def _collective(args) -> None:
     first = records[0]
     print(f"# perfmodel collective {args.op}: cluster={first.cluster} nodes={first.nodes} "
           f"gpus={first.gpus} dtype={args.dtype} algorithm={args.algorithm}")
-    print("# time_us, algbw and busbw (GB/s) as nccl-tests; wire_bytes sent per rank; "
+    print("# time_us, algbw and busbw (GB/s) as nccl-tests; sent_bytes = payload bytes one rank sends; "
           "error = relative RMS error (unit-Gaussian data)")
     print(table(HEAD, [_row(r) for r in records]))
     if len(compressors) > 1:

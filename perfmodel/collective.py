@@ -136,7 +136,7 @@ def _record(op, size_bytes, dtype, codec, label, ctx, built, algorithm, chunks) 
     if ctx.ranks == 1 or size_bytes == 0:
         return _trivial(op, size_bytes, count, dtype, codec, label, ctx, built)
     name, cost, timed, msg = _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks)
-    tiers = wire_bytes_by_tier(cost, ctx.hosts, ctx.ranks_per_host, ctx.intra.tier, ctx.inter.tier)
+    tiers = wire_bytes_by_tier(cost)
     base = timed.time_s if codec.is_none and algorithm == "auto" else \
         _uncompressed_time(op, size_bytes, dtype, ctx)
     algbw = size_bytes / timed.time_s / 1e9
@@ -146,6 +146,7 @@ def _record(op, size_bytes, dtype, codec, label, ctx, built, algorithm, chunks) 
         gpus=ctx.ranks, algorithm=name, protocol=timed.protocol, chunks=timed.chunks, compressor=label,
         compressor_spec=codec.text, time_s=timed.time_s, algbw_GBps=algbw,
         busbw_GBps=algbw * busbw_factor(op, ctx.ranks), wire_bytes=tiers,
+        sent_bytes=sum(ph.nbytes for st in cost.stages for ph in st),
         wire_bytes_total=sum(tiers.values()), compression_ratio=size_bytes / max(msg.w(size_bytes), 1),
         exact_wire_size=codec.exact, kernel_time_s=timed.kernel_s, latency_s=timed.latency_s,
         bandwidth_s=timed.bandwidth_s, error_estimate=eps * math.sqrt(cost.hops), hops=cost.hops,
@@ -158,6 +159,6 @@ def _trivial(op, size_bytes, count, dtype, codec, label, ctx, built) -> Collecti
         op=op, size_bytes=size_bytes, count=count, dtype=dtype, cluster=built.name, nodes=built.hosts,
         gpus=ctx.ranks, algorithm="none", protocol="-", chunks=1, compressor=label,
         compressor_spec=codec.text, time_s=0.0, algbw_GBps=math.inf if size_bytes else 0.0,
-        busbw_GBps=math.inf if size_bytes else 0.0, wire_bytes={}, wire_bytes_total=0.0,
+        busbw_GBps=math.inf if size_bytes else 0.0, sent_bytes=0.0, wire_bytes={}, wire_bytes_total=0.0,
         compression_ratio=1.0, exact_wire_size=codec.exact, kernel_time_s=0.0, latency_s=0.0,
         bandwidth_s=0.0, error_estimate=0.0, hops=0, speedup_vs_none=1.0)

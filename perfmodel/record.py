@@ -36,7 +36,8 @@ class CollectiveRecord:
     time_s: float
     algbw_GBps: float
     busbw_GBps: float
-    wire_bytes: dict           # bytes one rank sends, per tier
+    sent_bytes: float          # payload bytes one rank sends
+    wire_bytes: dict           # bytes crossing links of each tier, for what one rank sends
     wire_bytes_total: float
     compression_ratio: float   # message bytes / payload bytes
     exact_wire_size: bool

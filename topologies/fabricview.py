@@ -12,7 +12,9 @@ graph and their link loads summed with the concurrent groups' identical patterns
 
 Each pattern's ``bandwidth_Bps`` is what one rank can push when all ranks push at once:
 ``1 / max_link(load / link bandwidth)``; its ``latency_s`` the worst path latency of one
-step. Per tier the view gives the same two numbers for the links of that tier, and
+step; its ``traversals`` how many links of each tier a byte crosses on average (a byte
+from GPU to GPU through an NVSwitch crosses two NVLinks), which turns bytes sent into wire
+bytes per tier. Per tier the view gives the same two numbers for the links of that tier, and
 ``max_flows`` counts the flows sharing that tier's busiest link.
 """
 from __future__ import annotations
@@ -39,6 +41,7 @@ class PatternView:
     latency_s: float
     bottleneck_tier: str | None
     tiers: tuple[TierView, ...]
+    traversals: tuple = ()   # ((tier, link crossings per byte a rank sends), ...)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,15 +111,18 @@ def _pattern(cluster: Cluster, groups, make_flows) -> PatternView:
     per_tier: dict[str, list] = {}
     for link, load in loaded.load.items():
         bw, lat, tier = router.link_info(link)
-        entry = per_tier.setdefault(tier, [0.0, 0.0, 0.0])
+        entry = per_tier.setdefault(tier, [0.0, 0.0, 0.0, 0.0])
         entry[0] = max(entry[0], load / bw)
         entry[1] = max(entry[1], lat)
         entry[2] = max(entry[2], load)
+        entry[3] += load
+    sent = sum(w for s, d, w in flows if s != d)
     tiers = tuple(TierView(tier=t, bandwidth_Bps=1.0 / v[0], latency_s=v[1],
                            max_flows=round(v[2] * _flows_per_unit(flows), 3))
                   for t, v in sorted(per_tier.items(), key=lambda kv: -kv[1][0]))
+    traversals = tuple((t, v[3] / sent) for t, v in sorted(per_tier.items()))
     return PatternView(bandwidth_Bps=tiers[0].bandwidth_Bps, latency_s=loaded.latency_s,
-                       bottleneck_tier=tiers[0].tier, tiers=tiers)
+                       bottleneck_tier=tiers[0].tier, tiers=tiers, traversals=traversals)
 
 
 def _flows_per_unit(flows) -> float:

@@ -20,6 +20,7 @@ class Link:
     bandwidth_Bps: float
     latency_s: float
     protocols: dict
+    traversals: tuple = ()   # ((tier, link crossings per byte sent), ...)
 
     def protocol(self, name: str) -> Protocol:
         return self.protocols[name]
@@ -50,7 +51,7 @@ def _link(name, pattern, fallback, tables) -> Link:
         return fallback
     tier = pattern.bottleneck_tier
     return Link(name=name, tier=tier, bandwidth_Bps=pattern.bandwidth_Bps, latency_s=pattern.latency_s,
-                protocols=tables(tier_class(tier)))
+                protocols=tables(tier_class(tier)), traversals=pattern.traversals)
 
 
 @lru_cache(maxsize=256)
@@ -66,7 +67,7 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     if view.ring.bottleneck_tier is not None and view.hosts > 1:
         # NCCL uses the network protocols for any ring that leaves the host.
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
-                    latency_s=ring.latency_s, protocols=tables("net"))
+                    latency_s=ring.latency_s, protocols=tables("net"), traversals=ring.traversals)
     dev = device(cluster.gpu_model)
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
                ring=ring, intra=intra, inter=inter, device=calib.device(dev) if calib else dev,

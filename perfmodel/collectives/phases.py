@@ -111,17 +111,12 @@ def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
                  kernel_s=kernel + launches_s)
 
 
-def wire_bytes_by_tier(cost: AlgoCost, hosts: int, ranks_per_host: int, intra_tier: str,
-                       inter_tier: str) -> dict:
-    """Bytes one rank puts on each tier. A flat ring across hosts leaves the host on one
-    of every ``ranks_per_host`` steps (one exit per channel per host)."""
+def wire_bytes_by_tier(cost: AlgoCost) -> dict:
+    """Bytes that cross links of each tier for what one rank sends: a phase's bytes times
+    the link crossings per byte of its pattern (topologies fabric view ``traversals``)."""
     out: dict[str, float] = {}
     for phases in cost.stages:
         for ph in phases:
-            if ph.link.name == "ring" and hosts > 1:
-                out[inter_tier] = out.get(inter_tier, 0.0) + ph.nbytes / ranks_per_host
-                out[intra_tier] = out.get(intra_tier, 0.0) + ph.nbytes * (1 - 1 / ranks_per_host)
-            else:
-                tier = intra_tier if ph.link.name == "intra" or hosts == 1 else inter_tier
-                out[tier] = out.get(tier, 0.0) + ph.nbytes
+            for tier, crossings in ph.link.traversals:
+                out[tier] = out.get(tier, 0.0) + ph.nbytes * crossings
     return {k: v for k, v in out.items() if v > 0}

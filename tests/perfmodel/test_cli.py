@@ -5,7 +5,7 @@ def test_collective_table_has_nccl_tests_columns(cli):
     out = cli("perfmodel", "collective", "allreduce", "--cluster", "dgx-h100", "--nodes", "4",
               "--size", "1GiB", "--compressor", "int8", check_rc=0).stdout
     header = next(line for line in out.splitlines() if line.startswith("size"))
-    for col in ("count", "type", "algorithm", "time_us", "algbw", "busbw", "wire_bytes"):
+    for col in ("count", "type", "algorithm", "time_us", "algbw", "busbw", "sent_bytes"):
         assert col in header
 
 

@@ -14,7 +14,8 @@ def test_record_fields_and_nccl_tests_definitions():
         assert key in d
     assert r.algbw_GBps == pytest.approx(r.size_bytes / r.time_s / 1e9)
     assert r.busbw_GBps == pytest.approx(r.algbw_GBps * 2 * 31 / 32)
-    assert set(r.wire_bytes) <= {"nvlink", "ib-leaf"} and r.kernel_time_s > 0
+    assert set(r.wire_bytes) <= {"nvlink", "pcie", "ib-leaf", "ib-spine"} and r.kernel_time_s > 0
+    assert {"nvlink", "ib-leaf"} <= set(r.wire_bytes)
 
 
 def test_none_has_speedup_one_and_zero_kernel():
@@ -78,3 +79,9 @@ def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(InputError) as err:
         collective_time(args.pop("op"), args.pop("size_bytes"), **args)
     assert err.value.field == field
+
+
+def test_sent_and_wire_bytes_of_a_ring():
+    r = collective_time("allreduce", 1 << 30, cluster="lassen", nodes=1, algorithm="ring")
+    assert r.sent_bytes == pytest.approx(2 * 3 / 4 * (1 << 30))
+    assert r.wire_bytes == {"nvlink": pytest.approx(1.5 * r.sent_bytes), "xbus": pytest.approx(0.5 * r.sent_bytes)}

@@ -65,3 +65,10 @@ def test_bad_group_is_refused():
 def test_fabric_view_is_cached():
     c = build_cluster("dgx-h100", nodes=4)
     assert fabric_view(c) is fabric_view(c)
+
+
+def test_traversals_count_link_crossings_per_byte():
+    lassen = fabric_view(build_cluster("lassen", nodes=1))
+    assert dict(lassen.ring.traversals) == pytest.approx({"nvlink": 1.5, "xbus": 0.5})
+    dgx = fabric_view(build_cluster("dgx-a100", nodes=1))
+    assert dict(dgx.ring.traversals) == pytest.approx({"nvlink": 2.0})
