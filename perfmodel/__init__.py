@@ -1,12 +1,19 @@
 """perfmodel: predict the step time of LLM training with compressed communication.
 
-This layer: collectives. ``collective_time('allreduce', 1 << 30, cluster='dgx-h100',
-nodes=4, compressor='int8')`` returns a CollectiveRecord.
+    predict("gpt-neox-20b", "lassen", gpus=192, tp=4, pp=4, mbs=4, gbs=1056, zero=1,
+            recompute="full", policy="hybrid")            -> StepRecord
+    compare(model, cluster, ["none", "hybrid"], **plan)  -> [StepRecord]
+    sweep_plans(model, cluster, gpus=..., gbs=..., policies="none;hybrid") -> SweepResult
+    collective_time("allreduce", 1 << 30, cluster="dgx-h100", nodes=4, compressor="int8")
+                                                          -> CollectiveRecord
 """
 from perfmodel.collective import DTYPES, OPS, collective_time
 from perfmodel.compression import Codec, compile_spec, parse_spec
+from perfmodel.pipeline import StepRecord, compare, predict
 from perfmodel.record import CollectiveRecord, busbw_factor
+from perfmodel.search import SweepResult
+from perfmodel.search import sweep as sweep_plans
 
-__all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "busbw_factor", "collective_time",
-           "compile_spec", "parse_spec"]
+__all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "StepRecord", "SweepResult", "busbw_factor",
+           "collective_time", "compare", "compile_spec", "parse_spec", "predict", "sweep_plans"]
 __version__ = "0.1.0"

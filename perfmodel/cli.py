@@ -5,9 +5,8 @@ import argparse
 import sys
 
 from perfmodel.collective import DTYPES, OPS
-from perfmodel.pipeline import predict
+from perfmodel.pipeline import compare, predict
 from perfmodel.plan import DEFAULT_BUCKET_BYTES
-from perfmodel.policy import split_policies
 from perfmodel.report import catalog_report, compare_report, step_report, sweep_csv, sweep_table
 from perfmodel.search import sweep as sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
@@ -148,7 +147,7 @@ def _predict(args) -> None:
 
 def _compare(args) -> None:
     kw = _plan_kwargs(args)
-    records = [predict(args.model, args.cluster, policy=p, **kw) for p in split_policies(args.policies)]
+    records = compare(args.model, args.cluster, args.policies, **kw)
     print(dump_json([r.to_dict() for r in records]) if args.json else compare_report(records))
 
 

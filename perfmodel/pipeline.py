@@ -17,7 +17,7 @@ from perfmodel.compute import optimizer_time_s, stage_compute
 from perfmodel.memory import peak_memory, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
-from perfmodel.policy import parse_policy
+from perfmodel.policy import parse_policy, split_policies
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, Breakdown, StageTime, Tally, overlap_buckets,
                             pipeline_time, split_kernel)
 from perfmodel.workload import load_model
@@ -212,3 +212,9 @@ def _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base)
         stage_layers=plan.stage_layers(spec.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
         collectives=tally.algorithms)
+
+
+def compare(model: str, cluster: str, policies, **plan) -> list[StepRecord]:
+    """The same plan under several policies (a list, or a string as ``split_policies`` takes)."""
+    names = split_policies(policies) if isinstance(policies, str) else list(policies)
+    return [predict(model, cluster, policy=p, **plan) for p in names]

@@ -18,3 +18,11 @@ def test_readme_cluster_toml_builds_and_predicts(tmp_path):
 def test_readme_names_the_two_commands():
     text = README.read_text()
     assert "make demo" in text and "make test" in text
+
+
+def test_readme_python_blocks_run():
+    text = README.read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
