@@ -8,7 +8,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def test_readme_cluster_toml_builds_and_predicts(tmp_path):
     text = README.read_text()
-    toml = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    toml = next(b.split("```", 1)[0] for b in text.split("```toml\n")[1:] if "[node]" in b)
     path = tmp_path / "my.toml"
     path.write_text(toml)
     r = collective_time("allreduce", 1 << 26, cluster=str(path), nodes=3, compressor="int8")
@@ -26,3 +26,13 @@ def test_readme_python_blocks_run():
     assert blocks
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_readme_model_toml_loads(tmp_path):
+    from perfmodel.workload import load_model
+
+    text = README.read_text()
+    toml = next(b.split("```", 1)[0] for b in text.split("```toml\n")[1:] if "hidden_size" in b)
+    path = tmp_path / "mine.toml"
+    path.write_text(toml)
+    assert load_model(str(path)).params == load_model("llama3-8b").params
