@@ -18,7 +18,6 @@ algorithm on the payload. Reduction with a non-reducible codec needs one of:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from perfmodel.collectives.fabric import Ctx
@@ -43,7 +42,7 @@ class Msg:
                 self._memo[count] = (count * self.dtype_bytes, 0.0, 0.0)
             else:
                 out = self.codec.apply(count, self.dtype_bytes)
-                wire = math.ceil(out.values.nbytes + out.meta_bytes)
+                wire = self.codec.wire_bytes(count, self.dtype_bytes)
                 self._memo[count] = (wire, out.compress_bytes, out.decompress_bytes)
         return self._memo[count]
 

@@ -18,6 +18,13 @@ from perfmodel.compression.families import Family, Stream, make_family
 from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
 
 EF_TRAFFIC = 4.0   # read residual, write x + e; read x', write new residual (bytes per input byte)
+HEADER_FIXED_BYTES = 24   # payload header: magic, version, dtype, ndim, count, spec digest
+LENGTH_BYTES = 8          # length prefix of a data-dependent stage's output inside a payload
+
+
+def header_bytes(ndim: int = 1) -> int:
+    """Bytes of a payload header (realrun.compressors.payload): 24 fixed + 8 per dim of shape."""
+    return HEADER_FIXED_BYTES + 8 * ndim
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,10 +125,15 @@ class Codec:
     def apply(self, count: int, dtype_bytes: int) -> Applied:
         return _apply(self.root, Stream(count, float(count * dtype_bytes)))
 
-    def wire_bytes(self, count: int, dtype_bytes: int) -> int:
-        """Bytes of the payload for ``count`` values (exact, or estimated from a ratio)."""
+    def wire_bytes(self, count: int, dtype_bytes: int, ndim: int = 1) -> int:
+        """Bytes of the payload for ``count`` values: header plus body, exact for exact specs
+        (the realrun payload has this length, a contract test checks it), estimated from a
+        ratio otherwise (data-dependent stages also carry an 8-byte length prefix)."""
+        if self.is_none:
+            return count * dtype_bytes
         out = self.apply(count, dtype_bytes)
-        return int(math.ceil(out.values.nbytes + out.meta_bytes))
+        prefixes = LENGTH_BYTES * sum(not f.exact for f in self.families)
+        return header_bytes(ndim) + prefixes + int(math.ceil(out.values.nbytes + out.meta_bytes))
 
     def reduce_parts(self, count: int, dtype_bytes: int) -> list[int]:
         """Sizes of the all-reduces that carry a reducible payload (PowerSGD: P, then Q)."""

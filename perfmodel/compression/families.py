@@ -274,13 +274,15 @@ class TopK(Family):
 
 
 class RandK(TopK):
-    """Random ``density`` fraction with a seed shared by all ranks: no indices on the wire."""
+    """Random ``density`` fraction from a seed shared by all ranks: no indices on the wire,
+    only the 8-byte step number that, with the seed, draws them."""
 
     NAME = "randk"
+    STEP_BYTES = 8
 
     def transform(self, stream):
         k = self.kept(stream.count)
-        return Stream(k, k * stream.nbytes / max(stream.count, 1)), 0.0
+        return Stream(k, k * stream.nbytes / max(stream.count, 1)), float(self.STEP_BYTES)
 
     def compress_traffic(self, stream):
         return Family.compress_traffic(self, stream) - 1.0 + self.density

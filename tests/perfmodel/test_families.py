@@ -3,6 +3,9 @@ import math
 import pytest
 
 from perfmodel import compile_spec
+from perfmodel.compression.codec import header_bytes
+
+HEADER = header_bytes(1)   # every compressed payload starts with it; `none` sends the raw buffer
 
 
 def wire(spec, count, dtype_bytes=4):
@@ -21,7 +24,7 @@ def wire(spec, count, dtype_bytes=4):
     ("qsgd(bits=3)", 1000, 375 + 4 * 4),
     ("topk(0.01)", 10**6, 10**4 * 4 + 10**4 * 4),   # values + int32 indices
     ("topk(0.5)", 1000, 500 * 4 + 125),            # values + bitmap when denser than 1/32
-    ("randk(0.01)", 10**6, 10**4 * 4),             # shared seed: no indices
+    ("randk(0.01)", 10**6, 10**4 * 4 + 8),         # shared seed: no indices, the 8-byte step
     ("powersgd(rank=4)", 1 << 20, (1024 + 1024) * 4 * 4),
     ("zfp(rate=8)", 1000, 1000),                   # 250 blocks x 32 bits, 64-bit words
     ("zfp(rate=5)", 10, 8),                        # 3 blocks x 20 bits = 60 bits -> one 64-bit word
@@ -30,19 +33,20 @@ def wire(spec, count, dtype_bytes=4):
 ])
 def test_exact_wire_sizes(spec, count, expected):
     assert compile_spec(spec).exact
-    assert wire(spec, count) == expected
+    assert wire(spec, count) == expected + (0 if spec == "none" else HEADER)
 
 
 def test_data_dependent_sizes_use_ratio_and_are_marked():
     assert not compile_spec("sz3(abs=1e-4)").exact
-    assert wire("sz3(abs=1e-4)", 10**6) == math.ceil(4e6 / 6.8)
-    assert wire("sz3(abs=1e-4,ratio=10)", 10**6) == 400000
-    assert wire("lossless(ratio=2)", 1000) == 2000
-    assert wire("zfp(tolerance=1e-3,ratio=8)", 1000) == 500
+    prefix = HEADER + 8   # data-dependent stages carry a length
+    assert wire("sz3(abs=1e-4)", 10**6) == prefix + math.ceil(4e6 / 6.8)
+    assert wire("sz3(abs=1e-4,ratio=10)", 10**6) == prefix + 400000
+    assert wire("lossless(ratio=2)", 1000) == prefix + 2000
+    assert wire("zfp(tolerance=1e-3,ratio=8)", 1000) == prefix + 500
 
 
 def test_casts_do_not_grow_narrow_inputs():
-    assert wire("fp16", 1000, dtype_bytes=2) == 2000
+    assert wire("fp16", 1000, dtype_bytes=2) == HEADER + 2000
 
 
 @pytest.mark.parametrize("spec, expected", [
