@@ -26,7 +26,7 @@ test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check topologies perfmodel tests benchmarks
+	$(BIN)/ruff check topologies perfmodel realrun tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "topologies": {"perfmodel", "realrun", "torch", "cupy"},
     "perfmodel": {"realrun", "torch", "cupy"},
+    "realrun": {"cupy"},   # cupy only inside realrun.gpu (GPU kernels), imported lazily
 }
 
 

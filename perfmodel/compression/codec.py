@@ -128,11 +128,11 @@ class Codec:
     def wire_bytes(self, count: int, dtype_bytes: int, ndim: int = 1) -> int:
         """Bytes of the payload for ``count`` values: header plus body, exact for exact specs
         (the realrun payload has this length, a contract test checks it), estimated from a
-        ratio otherwise (data-dependent stages also carry an 8-byte length prefix)."""
+        ratio otherwise (a data-dependent output also carries an 8-byte length prefix)."""
         if self.is_none:
             return count * dtype_bytes
         out = self.apply(count, dtype_bytes)
-        prefixes = LENGTH_BYTES * sum(not f.exact for f in self.families)
+        prefixes = 0 if self.exact else LENGTH_BYTES   # a data-dependent output is one length-prefixed blob
         return header_bytes(ndim) + prefixes + int(math.ceil(out.values.nbytes + out.meta_bytes))
 
     def reduce_parts(self, count: int, dtype_bytes: int) -> list[int]:

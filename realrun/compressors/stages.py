@@ -1,0 +1,308 @@
+"""One class per compressor family, written against numpy; the reference implementation.
+
+A stage maps ``n`` input values to output values (``out_dtype``; None means an opaque byte
+blob) plus metadata bytes of a size known from ``n`` alone. Sizes agree with perfmodel's
+families exactly (the contract test). Stateful stages (randk, qsgd, powersgd) read a
+``Ctx``: seed, step number and the tensor's key.
+
+Non-finite input (documented, tested): block quantizers and sign decode a block holding a
+NaN or Inf as all NaN; top-k and rand-k keep what they select as it is; PowerSGD spreads
+NaN through the product; zfp and sz3 refuse non-finite input; casts follow casts.py;
+lossless codecs are bit-exact.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from realrun.compressors import casts
+from topologies.errors import InputError
+
+F32 = np.dtype(np.float32)
+
+
+@dataclass
+class Ctx:
+    seed: int = 0
+    step: int = 0
+    key: str = ""
+    state: dict = field(default_factory=dict)
+
+
+def _float_input(name: str, dtype) -> None:
+    if dtype is None or dtype.kind != "f":
+        raise InputError("compressor", name, "a floating-point input (quantized or opaque values cannot be "
+                         "compressed again; only lossless may follow them)")
+
+
+class Stage:
+    name = ""
+
+    def __init__(self, params: dict):
+        self.params = params
+
+    def out_count(self, n: int) -> int:
+        return n
+
+    def out_dtype(self, dtype):
+        return dtype
+
+    def meta_size(self, n: int, dtype) -> int:
+        return 0
+
+    def check(self, dtype) -> None:
+        _float_input(self.name, dtype)
+
+
+class NoneStage(Stage):
+    name = "none"
+
+    def check(self, dtype) -> None:
+        pass
+
+    def encode(self, x, ctx):
+        return x, b""
+
+    def decode(self, values, meta, n, dtype, ctx):
+        return values
+
+
+class Cast(Stage):
+    def out_dtype(self, dtype):
+        return np.dtype(self.code_dtype) if dtype.itemsize > np.dtype(self.code_dtype).itemsize else dtype
+
+    def encode(self, x, ctx):
+        if self.out_dtype(x.dtype) == x.dtype:
+            return x, b""
+        return self.to_codes(x), b""
+
+    def decode(self, values, meta, n, dtype, ctx):
+        if self.out_dtype(dtype) == dtype:
+            return values
+        return self.from_codes(values).astype(dtype)
+
+
+class Fp16(Cast):
+    name, code_dtype = "fp16", np.float16
+
+    def to_codes(self, x):
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16)
+
+    def from_codes(self, c):
+        return c.astype(np.float32)
+
+
+class Bf16(Cast):
+    name, code_dtype = "bf16", np.uint16
+
+    def to_codes(self, x):
+        return casts.to_bf16(x.astype(np.float32))
+
+    def from_codes(self, c):
+        return casts.from_bf16(c)
+
+
+class Fp8(Cast):
+    name, code_dtype = "fp8", np.uint8
+
+    def to_codes(self, x):
+        return casts.to_fp8(x.astype(np.float32), self.params["format"])
+
+    def from_codes(self, c):
+        return casts.from_fp8(c, self.params["format"])
+
+
+def _blocks(x: np.ndarray, block: int) -> np.ndarray:
+    pad = (-len(x)) % block
+    return np.concatenate([x.astype(np.float32), np.zeros(pad, np.float32)]).reshape(-1, block)
+
+
+def _pack_bits(q: np.ndarray, bits: int, n: int) -> np.ndarray:
+    """Two's-complement ``bits``-bit integers, little-endian bit order, ceil(n bits / 8) bytes."""
+    u = (q.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint16)
+    planes = ((u[:, None] >> np.arange(bits, dtype=np.uint16)) & 1).astype(np.uint8)
+    return np.packbits(planes.reshape(-1), bitorder="little")[: math.ceil(n * bits / 8)]
+
+
+def _unpack_bits(data: np.ndarray, bits: int, n: int) -> np.ndarray:
+    planes = np.unpackbits(data, bitorder="little")[: n * bits].reshape(n, bits).astype(np.int64)
+    u = (planes << np.arange(bits)).sum(axis=1)
+    return np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
+
+
+class BlockQuant(Stage):
+    """Blockwise absmax: ``scale = absmax / levels`` per block (fp32), codes = round(x / scale);
+    |x - x'| <= scale / 2. A block with a non-finite value gets a NaN scale."""
+
+    bits = 8
+
+    @property
+    def block(self) -> int:
+        return self.params["block"]
+
+    def n_bits(self) -> int:
+        return self.bits
+
+    def levels(self) -> int:
+        return 2 ** (self.n_bits() - 1) - 1
+
+    def out_count(self, n):
+        """Bytes of packed codes (the output is a uint8 stream)."""
+        return math.ceil(n * self.n_bits() / 8)
+
+    def out_dtype(self, dtype):
+        return np.dtype(np.uint8)
+
+    def meta_size(self, n, dtype):
+        return math.ceil(n / self.block) * 4
+
+    def scales(self, b: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            absmax = np.max(np.abs(b), axis=1)
+        scale = (absmax / self.levels()).astype(np.float32)
+        return np.where(np.isfinite(absmax), scale, np.float32(np.nan))
+
+    def quantize(self, b, scale, ctx):
+        safe = np.where((scale > 0) & np.isfinite(scale), scale, 1.0)[:, None]
+        return np.rint(np.where(np.isfinite(b), b, 0.0) / safe)
+
+    def encode(self, x, ctx):
+        b = _blocks(x, self.block)
+        scale = self.scales(b)
+        q = np.clip(self.quantize(b, scale, ctx), -self.levels(), self.levels()).astype(np.int64).reshape(-1)
+        return self.pack(q[: len(x)], len(x)), scale.tobytes()
+
+    def pack(self, q, n):
+        return _pack_bits(q, self.n_bits(), n) if self.n_bits() < 8 else q.astype(np.int8).view(np.uint8)
+
+    def unpack(self, values, n):
+        return _unpack_bits(values, self.n_bits(), n) if self.n_bits() < 8 else values.view(np.int8).astype(np.int64)
+
+    def decode(self, values, meta, n, dtype, ctx):
+        scale = np.frombuffer(meta, dtype=np.float32)
+        q = self.unpack(values, n)
+        per = np.repeat(scale, self.block)[:n].astype(np.float64)
+        top = np.finfo(dtype).max   # levels x rounded scale may pass the largest finite value
+        return np.clip(q * per, -top, top).astype(dtype)
+
+
+class Int8(BlockQuant):
+    name, bits = "int8", 8
+
+
+class Int4(BlockQuant):
+    name, bits = "int4", 4
+
+
+class Qsgd(BlockQuant):
+    """QSGD per block: ``bits`` including sign; stochastic rounding draws from (seed, step)."""
+
+    name = "qsgd"
+
+    def n_bits(self):
+        return self.params["bits"]
+
+    def quantize(self, b, scale, ctx):
+        if not self.params["stochastic"]:
+            return super().quantize(b, scale, ctx)
+        safe = np.where((scale > 0) & np.isfinite(scale), scale, 1.0)[:, None]
+        y = np.where(np.isfinite(b), b, 0.0) / safe
+        rng = np.random.default_rng([ctx.seed, ctx.step, 0x5153])
+        return np.floor(y + rng.random(y.shape))
+
+
+class Sign(BlockQuant):
+    """1 bit per value (1 = non-negative) and the block's mean |x| as its scale."""
+
+    name = "sign"
+
+    def n_bits(self):
+        return 1
+
+    def scales(self, b):
+        with np.errstate(invalid="ignore"):
+            return np.mean(np.abs(b), axis=1, dtype=np.float64).astype(np.float32)
+
+    def encode(self, x, ctx):
+        b = _blocks(x, self.block)
+        pad = b.size - len(x)
+        scale = self.scales(b)
+        if pad:   # the padding must not dilute the last block's mean
+            last = x[len(x) - (self.block - pad):]
+            scale[-1] = np.mean(np.abs(last), dtype=np.float64) if len(last) else 0.0
+        bits = (x >= 0) | np.isnan(x)
+        return np.packbits(bits, bitorder="little"), scale.astype(np.float32).tobytes()
+
+    def decode(self, values, meta, n, dtype, ctx):
+        scale = np.repeat(np.frombuffer(meta, dtype=np.float32), self.block)[:n]
+        sign = np.unpackbits(values, bitorder="little")[:n].astype(np.float64) * 2 - 1
+        top = np.finfo(dtype).max
+        return np.clip(sign * scale, -top, top).astype(dtype)
+
+
+class TopK(Stage):
+    """The ``density`` fraction of largest |x|: values, then int32 indices or a bitmap
+    (whichever is smaller), in index order. NaN and Inf rank as largest and are kept."""
+
+    name = "topk"
+
+    def out_count(self, n):
+        return min(n, math.ceil(self.params["density"] * n)) if n else 0
+
+    def meta_size(self, n, dtype):
+        return min(4 * self.out_count(n), math.ceil(n / 8))
+
+    def select(self, x, ctx):
+        k = self.out_count(len(x))
+        if k == len(x):
+            return np.arange(len(x))
+        mag = np.abs(x)
+        mag = np.where(np.isnan(mag), np.inf, mag)
+        return np.sort(np.argpartition(mag, len(x) - k)[len(x) - k:])
+
+    def encode(self, x, ctx):
+        idx = self.select(x, ctx)
+        return x[idx], self._index_bytes(idx, len(x))
+
+    def _index_bytes(self, idx, n):
+        if 4 * len(idx) <= math.ceil(n / 8):
+            return idx.astype(np.int32).tobytes()
+        mask = np.zeros(n, dtype=bool)
+        mask[idx] = True
+        return np.packbits(mask, bitorder="little").tobytes()
+
+    def indices(self, meta, n):
+        k = self.out_count(n)
+        if 4 * k <= math.ceil(n / 8):
+            return np.frombuffer(meta, dtype=np.int32)
+        return np.flatnonzero(np.unpackbits(np.frombuffer(meta, np.uint8), bitorder="little")[:n])
+
+    def decode(self, values, meta, n, dtype, ctx):
+        out = np.zeros(n, dtype=dtype)
+        out[self.indices(meta, n)] = values
+        return out
+
+
+class RandK(TopK):
+    """``density`` of the positions drawn from (seed, step); the payload carries the step."""
+
+    name = "randk"
+
+    def meta_size(self, n, dtype):
+        return 8
+
+    def _draw(self, n, seed, step):
+        rng = np.random.default_rng([seed, step, 0x52414E44])
+        return np.sort(rng.choice(n, self.out_count(n), replace=False))
+
+    def encode(self, x, ctx):
+        idx = self._draw(len(x), ctx.seed, ctx.step)
+        return x[idx], np.uint64(ctx.step).tobytes()
+
+    def decode(self, values, meta, n, dtype, ctx):
+        out = np.zeros(n, dtype=dtype)
+        out[self._draw(n, ctx.seed, int(np.frombuffer(meta, np.uint64)[0]))] = values
+        return out

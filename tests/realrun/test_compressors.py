@@ -1,0 +1,173 @@
+"""realrun compressors: the contract with perfmodel's wire sizes, round trips, bounds, edge cases."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from perfmodel import compile_spec
+from realrun.compressors import Compressor, Payload
+from topologies.errors import InputError
+
+pytest.importorskip("zfpy", reason="the real extra (zfpy, pysz, numcodecs) is not installed")
+
+FIXED = ["fp16", "bf16", "fp8", "fp8(format=e5m2)", "int8", "int8(block=100)", "int4", "qsgd(bits=4)",
+         "qsgd(bits=3,stochastic=false)", "sign", "topk(0.01)", "topk(0.5)", "randk(0.01)", "powersgd(4)",
+         "powersgd(rank=2,rows=10)", "zfp(rate=8)", "zfp(rate=3)", "ef(int8)", "ef(topk(0.01))+int8", "topk(0.1)+int4",
+         "topk(0.05)+fp16"]
+DATA_DEPENDENT = ["zfp(tolerance=1e-3)", "zfp(precision=12)", "sz3(abs=1e-3)", "sz3(rel=1e-3)", "lossless",
+                  "lossless(codec=lz4,shuffle=bit)", "int8+lossless"]
+
+
+def gaussian(n, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(n).astype(dtype)
+
+
+@pytest.mark.parametrize("spec", FIXED)
+@pytest.mark.parametrize("n", [1, 7, 256, 1000, 65537])
+def test_contract_payload_length_equals_model_wire_size(spec, n):
+    assert compile_spec(spec).exact
+    payload = Compressor(spec).compress(gaussian(n))
+    assert len(payload) == compile_spec(spec).wire_bytes(n, 4)
+
+
+@pytest.mark.parametrize("spec", DATA_DEPENDENT)
+def test_data_dependent_specs_report_their_measured_ratio(spec, record_property):
+    x = gaussian(1 << 16)
+    payload = Compressor(spec).compress(x)
+    ratio = x.nbytes / len(payload)
+    record_property("measured_ratio", ratio)
+    assert not compile_spec(spec).exact and ratio > 0.9
+
+
+@pytest.mark.parametrize("spec", ["lossless", "lossless(codec=lz4)", "lossless(shuffle=bit)",
+                                  "lossless(shuffle=none)", "none"])
+@settings(max_examples=40, deadline=None)
+@given(x=hnp.arrays(np.float32, st.integers(0, 3000), elements=st.floats(width=32, allow_nan=True,
+                                                                       allow_infinity=True)))
+def test_lossless_round_trips_bit_exactly(spec, x):
+    c = Compressor(spec)
+    y = c.decompress(c.compress(x), like=x)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert y.view(np.uint32).tolist() == x.view(np.uint32).tolist()
+
+
+FINITE = st.floats(width=32, allow_nan=False, allow_infinity=False, allow_subnormal=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=hnp.arrays(np.float32, st.integers(0, 2000), elements=FINITE), block=st.sampled_from([1, 7, 64, 256]))
+def test_int8_is_within_half_a_step_per_block(x, block):
+    c = Compressor(f"int8(block={block})")
+    y = c.decompress(c.compress(x))
+    for i in range(0, len(x), block):
+        b, yb = x[i:i + block].astype(np.float64), y[i:i + block].astype(np.float64)
+        step = np.float64(np.float32(np.max(np.abs(b)) / 127)) if len(b) else 0.0
+        with np.errstate(over="ignore"):   # float32 rounding of the result
+            ulp = 4 * np.spacing(np.abs(b).astype(np.float32)).astype(np.float64)
+        assert np.all(np.abs(b - yb) <= step / 2 * (1 + 1e-6) + ulp)
+
+
+@settings(max_examples=30, deadline=None)
+@given(x=hnp.arrays(np.float32, st.integers(1, 3000), elements=st.floats(-100, 100, width=32)),
+       tol=st.sampled_from([1e-1, 1e-2, 1e-3]))
+def test_zfp_tolerance_and_sz3_abs_bounds(x, tol):
+    for spec in (f"zfp(tolerance={tol})", f"sz3(abs={tol})"):
+        c = Compressor(spec)
+        y = c.decompress(c.compress(x))
+        assert np.max(np.abs(y.astype(np.float64) - x)) <= tol * (1 + 1e-5), spec
+
+
+@pytest.mark.parametrize("spec", FIXED + DATA_DEPENDENT)
+@pytest.mark.parametrize("x", [np.zeros(0, np.float32), np.ones(1, np.float32), np.zeros(1000, np.float32),
+                               np.full(300, 1e-42, np.float32), np.full(300, 3e38, np.float32),
+                               gaussian(259).reshape(7, 37)], ids=["n0", "n1", "zeros", "subnormal", "huge", "2d"])
+def test_edge_inputs_keep_shape_and_stay_finite(spec, x):
+    c = Compressor(spec)
+    y = c.decompress(c.compress(x))
+    assert y.shape == x.shape and y.dtype == x.dtype
+    if ("fp16" in spec or "e5m2" in spec) and x.size and np.max(np.abs(x)) > 6e4:
+        assert np.any(np.isinf(y)) and not np.any(np.isnan(y))   # documented: overflow to Inf
+    else:
+        assert np.all(np.isfinite(y))
+    if not x.size or not np.any(x):
+        assert not np.any(y)
+    if x.size and np.all(x == x.flat[0]) and spec in ("sign", "int8", "int4", "ef(int8)"):
+        assert np.allclose(y, x, rtol=1e-6)   # a constant block is exact: huge values included
+
+
+NONFINITE = np.array([1.0, np.nan, -2.0, np.inf, 0.5, -np.inf] * 50, np.float32)
+
+
+@pytest.mark.parametrize("spec", ["int8", "int4", "qsgd(bits=4)", "sign"])
+def test_nonfinite_poisons_its_block(spec):
+    c = Compressor(f"{spec[:-1]},block=6)" if "(" in spec else f"{spec}(block=6)")
+    y = c.decompress(c.compress(NONFINITE))
+    assert np.all(np.isnan(y))
+
+
+def test_nonfinite_in_a_block_leaves_other_blocks_alone():
+    x = np.concatenate([np.full(256, 1.0, np.float32), np.array([np.nan] + [1.0] * 255, np.float32)])
+    c = Compressor("int8")
+    y = c.decompress(c.compress(x))
+    assert np.allclose(y[:256], 1.0) and np.all(np.isnan(y[256:]))
+
+
+def test_casts_keep_nan_and_inf():
+    for spec, inf_becomes in (("fp16", "inf"), ("bf16", "inf"), ("fp8(format=e5m2)", "inf"), ("fp8", "nan")):
+        c = Compressor(spec)
+        y = c.decompress(c.compress(np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)))
+        assert np.isnan(y[0]) and y[3] == 1.0
+        assert (np.all(np.isinf(y[1:3])) and y[1] > 0 > y[2]) if inf_becomes == "inf" else np.all(np.isnan(y[1:3]))
+
+
+def test_topk_keeps_nan_and_inf_it_selects():
+    x = np.zeros(1000, np.float32)
+    x[10], x[20] = np.nan, -np.inf
+    c = Compressor("topk(0.002)")
+    y = c.decompress(c.compress(x))
+    assert np.isnan(y[10]) and y[20] == -np.inf
+
+
+@pytest.mark.parametrize("spec", ["zfp(rate=8)", "sz3(abs=1e-3)", "zfp(tolerance=1e-3)"])
+def test_error_bounded_codecs_refuse_nonfinite(spec):
+    with pytest.raises(InputError, match="NaN or Inf"):
+        Compressor(spec).compress(NONFINITE)
+
+
+def test_error_feedback_sends_what_was_dropped_later():
+    x = gaussian(4096, 3)
+    ef, plain = Compressor("ef(topk(0.01))"), Compressor("topk(0.01)")
+    sent_ef = sum(ef.decompress(ef.compress(x, key="b")) for _ in range(400))
+    sent_plain = sum(plain.decompress(plain.compress(x)) for _ in range(400))
+    assert np.linalg.norm(sent_ef / 400 - x) < 0.2 * np.linalg.norm(sent_plain / 400 - x)
+
+
+def test_randk_draws_from_seed_and_step_shared_by_ranks():
+    x = gaussian(1000)
+    a, b = Compressor("randk(0.1)", seed=5), Compressor("randk(0.1)", seed=5)
+    p1, p2 = a.compress(x), a.compress(x)
+    assert np.count_nonzero(b.decompress(p1)) == 100
+    assert not np.array_equal(b.decompress(p1) != 0, b.decompress(p2) != 0)
+
+
+def test_measured_error_is_close_to_the_model_estimate():
+    x = gaussian(1 << 16, 11)
+    for spec in ("fp16", "bf16", "fp8", "int8", "int4", "sign", "topk(0.01)", "randk(0.1)", "zfp(rate=8)"):
+        c = Compressor(spec)
+        err = np.linalg.norm(c.decompress(c.compress(x)) - x) / np.linalg.norm(x)
+        assert err == pytest.approx(compile_spec(spec).error, rel=0.35), spec
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(InputError, match="dtype"):
+        Compressor("int8").compress(np.arange(10))
+    with pytest.raises(InputError, match="floating-point"):
+        Compressor("int8+int4").compress(gaussian(10))
+    with pytest.raises(InputError, match="payload"):
+        Compressor("int8").decompress(Compressor("int4").compress(gaussian(10)))
+    with pytest.raises(InputError, match="payload"):
+        Compressor("int8").decompress(Payload(b"garbage!" * 4))
+    assert math.isfinite(compile_spec("int8").error)
