@@ -1,0 +1,231 @@
+"""Compressed collectives on torch.distributed (gloo on CPU, NCCL with host staging on GPU).
+
+Every algorithm of DESIGN section 6, written so that **every rank ends with the same bits**:
+a rank decodes its own payload too wherever the others see only the decoded version, and
+partial sums are formed in rank order. ``none`` runs the plain torch collective.
+
+    allreduce(t, "int8", algorithm="two_phase")   -> new tensor, same shape and dtype
+    allgather(t, "fp16") -> tensor of p * t.numel();  reduce_scatter(t, "int8") -> this rank's part
+    broadcast(t, "topk(0.1)", src=0);  send(t, "int8", dst) / recv(like, "int8", src)
+
+``algorithm="auto"``: sparse specs (top-k, rand-k) use ``allgather`` (one compression per
+value), others ``two_phase`` (two), as perfmodel's error budget would.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from realrun.comm.exchange import all_gather_bytes, all_to_all_bytes, sendrecv_bytes, to_numpy, world
+from realrun.compressors import Compressor
+from topologies.errors import InputError
+
+ALGORITHMS = ("ring", "recursive_doubling", "allgather", "two_phase", "hierarchical")
+_wires: dict = {}
+
+
+class Wire:
+    """Bytes for an array under one spec (raw bytes for ``none``), and back. One per spec per
+    process: the compressor holds error-feedback and warm-start state."""
+
+    def __init__(self, spec: str):
+        self.c = Compressor(spec, seed=0)
+        self.none = self.c.codec.is_none
+        self.sparse = bool({f.NAME for f in self.c.codec.families} & {"topk", "randk"})
+
+    def pack(self, x: np.ndarray, key: str = "") -> bytes:
+        return np.ascontiguousarray(x).tobytes() if self.none else self.c.compress(x, key=key).data
+
+    def unpack(self, data: bytes, dtype) -> np.ndarray:
+        return np.frombuffer(data, dtype).copy() if self.none else self.c.decompress(data).reshape(-1)
+
+
+def wire(spec: str) -> Wire:
+    if spec not in _wires:
+        _wires[spec] = Wire(spec)
+    return _wires[spec]
+
+
+def _roundtrip(c: Wire, x: np.ndarray, key: str) -> tuple[bytes, np.ndarray]:
+    data = c.pack(x, key)
+    return data, c.unpack(data, x.dtype)
+
+
+def _split(n: int, p: int) -> list[slice]:
+    base, extra = divmod(n, p)
+    edges = np.cumsum([0] + [base + (1 if i < extra else 0) for i in range(p)])
+    return [slice(int(edges[i]), int(edges[i + 1])) for i in range(p)]
+
+
+def ring_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
+    rank, p = world(group)
+    parts = _split(len(x), p)
+    acc = [x[s].astype(np.float64) for s in parts]
+    nxt, prv = (rank + 1) % p, (rank - 1) % p
+    for step in range(p - 1):   # reduce-scatter: decompress, reduce, recompress at every hop
+        send_i, recv_i = (rank - step) % p, (rank - step - 1) % p
+        data = c.pack(acc[send_i].astype(x.dtype), f"ring{send_i}")
+        acc[recv_i] += c.unpack(sendrecv_bytes(data, nxt, prv, group), x.dtype)
+    own = (rank + 1) % p
+    data, mine = _roundtrip(c, acc[own].astype(x.dtype), f"ring{own}")
+    acc[own] = mine.astype(np.float64)
+    for step in range(p - 1):   # all-gather: compress once, forward payloads
+        recv_i = (own - step - 1) % p
+        data = sendrecv_bytes(data, nxt, prv, group)
+        acc[recv_i] = c.unpack(data, x.dtype).astype(np.float64)
+    return np.concatenate(acc).astype(x.dtype) if acc else x.copy()
+
+
+def recursive_doubling_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
+    """log2 p rounds on the whole buffer; ranks beyond the largest power of two fold in first
+    and get the result back last. Both partners add the two decoded payloads in rank order."""
+    rank, p = world(group)
+    low = 1 << (p.bit_length() - 1)
+    value = x.astype(np.float64)
+    if rank >= low:
+        sendrecv_bytes(c.pack(x, "rd"), rank - low, rank - low, group)
+    elif rank + low < p:
+        theirs = sendrecv_bytes(b"", rank + low, rank + low, group)
+        _, mine = _roundtrip(c, x, "rd")
+        value = mine.astype(np.float64) + c.unpack(theirs, x.dtype)
+    if rank < low:
+        bit = 1
+        while bit < low:
+            partner = rank ^ bit
+            data, mine = _roundtrip(c, value.astype(x.dtype), f"rd{bit}")
+            theirs = c.unpack(sendrecv_bytes(data, partner, partner, group), x.dtype).astype(np.float64)
+            a, b = (mine.astype(np.float64), theirs) if rank < partner else (theirs, mine.astype(np.float64))
+            value = a + b
+            bit <<= 1
+    if rank >= low:
+        return np.frombuffer(sendrecv_bytes(b"", rank - low, rank - low, group), dtype=x.dtype).copy()
+    if rank + low < p:
+        sendrecv_bytes(value.astype(x.dtype).tobytes(), rank + low, rank + low, group)
+    return value.astype(x.dtype)
+
+
+def allgather_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
+    payloads = all_gather_bytes(c.pack(x, "ag"), group)
+    total = np.zeros(len(x), np.float64)
+    for data in payloads:
+        total += c.unpack(data, x.dtype)
+    return total.astype(x.dtype)
+
+
+def two_phase_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
+    rank, p = world(group)
+    parts = _split(len(x), p)
+    mine = all_to_all_bytes([c.pack(x[s], f"tp{i}") for i, s in enumerate(parts)], group)
+    reduced = np.zeros(parts[rank].stop - parts[rank].start)
+    for d in mine:
+        reduced += c.unpack(d, x.dtype)
+    gathered = all_gather_bytes(c.pack(reduced.astype(x.dtype), "tp_out"), group)
+    return np.concatenate([c.unpack(d, x.dtype) for d in gathered]).astype(x.dtype)
+
+
+_subgroups: dict = {}
+
+
+def _node_groups(local_size: int, group=None):
+    """(intra-node group, inter-node group) of this rank; created collectively once."""
+    rank, p = world(group)
+    if p % local_size:
+        raise InputError("local_size", local_size, f"a divisor of the world size {p}")
+    key = (id(group), local_size)
+    if key not in _subgroups:
+        ranks = list(range(p)) if group is None else dist.get_process_group_ranks(group)
+        intra = [dist.new_group([ranks[i] for i in range(n, n + local_size)]) for n in range(0, p, local_size)]
+        inter = [dist.new_group([ranks[i] for i in range(j, p, local_size)]) for j in range(local_size)]
+        _subgroups[key] = (intra, inter)
+    intra, inter = _subgroups[key]
+    return intra[rank // local_size], inter[rank % local_size]
+
+
+def hierarchical_allreduce(x: np.ndarray, c: Wire, group=None, local_size: int | None = None) -> np.ndarray:
+    """Uncompressed in-node reduce-scatter, two-phase compressed across nodes on the shard,
+    uncompressed in-node all-gather: only the slow hop is compressed. ``local_size`` is the
+    ranks per node (default: $LOCAL_WORLD_SIZE as torchrun sets it, else the whole group)."""
+    rank, p = world(group)
+    local = local_size or int(os.environ.get("LOCAL_WORLD_SIZE", p))
+    intra, inter = _node_groups(local, group)
+    raw = wire("none")
+    shard = _reduce_scatter(x, raw, intra) if local > 1 else x.astype(np.float64)
+    reduced = two_phase_allreduce(shard.astype(x.dtype), c, inter) if p > local else shard.astype(x.dtype)
+    return np.concatenate([np.frombuffer(d, x.dtype) for d in all_gather_bytes(reduced.tobytes(), intra)])
+
+
+IMPLEMENTATIONS = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
+                   "allgather": allgather_allreduce, "two_phase": two_phase_allreduce,
+                   "hierarchical": hierarchical_allreduce}
+
+
+def _reduce_scatter(x: np.ndarray, c: Wire, group) -> np.ndarray:
+    """This rank's part of the sum (float64), one compression per value."""
+    rank, p = world(group)
+    parts = _split(len(x), p)
+    total = np.zeros(parts[rank].stop - parts[rank].start)
+    for d in all_to_all_bytes([c.pack(x[s], f"rs{i}") for i, s in enumerate(parts)], group):
+        total += c.unpack(d, x.dtype)
+    return total
+
+
+def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto", group=None,
+              local_size: int | None = None) -> torch.Tensor:
+    """Sum ``tensor`` over the group with ``spec`` compression; returns a new tensor."""
+    if algorithm != "auto" and algorithm not in IMPLEMENTATIONS:
+        raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
+    if tensor.device.type != "cpu":
+        raise InputError("device", str(tensor.device), "cpu (GPU tensors: realrun.gpu)")
+    if world(group)[1] == 1:
+        return tensor.clone()
+    c = wire(spec)
+    if c.none and algorithm == "auto":
+        out = tensor.detach().clone()
+        dist.all_reduce(out, group=group)
+        return out
+    alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
+    x = to_numpy(tensor)
+    kwargs = {"local_size": local_size} if alg == "hierarchical" else {}
+    result = IMPLEMENTATIONS[alg](x, c, group, **kwargs)
+    return torch.from_numpy(np.ascontiguousarray(result)).reshape(tensor.shape)
+
+
+def allgather(tensor: torch.Tensor, spec: str = "none", group=None) -> torch.Tensor:
+    """Every rank's tensor, concatenated in rank order (compressed once at each source)."""
+    c, x = wire(spec), to_numpy(tensor)
+    return torch.from_numpy(np.concatenate([c.unpack(d, x.dtype) for d in all_gather_bytes(c.pack(x, "ag"), group)]))
+
+
+def reduce_scatter(tensor: torch.Tensor, spec: str = "none", group=None) -> torch.Tensor:
+    """This rank's part (split as evenly as possible, earlier ranks one longer) of the sum:
+    the first phase of two-phase, one compression per value."""
+    x = to_numpy(tensor)
+    return torch.from_numpy(_reduce_scatter(x, wire(spec), group).astype(x.dtype))
+
+
+def broadcast(tensor: torch.Tensor, spec: str = "none", src: int = 0, group=None) -> torch.Tensor:
+    """``src``'s tensor on every rank; the source keeps the decoded version too (same bits)."""
+    c, x = wire(spec), to_numpy(tensor)
+    rank, _ = world(group)
+    data = all_gather_bytes(c.pack(x, "bcast") if rank == src else b"", group)[src]
+    return torch.from_numpy(c.unpack(data, x.dtype)).reshape(tensor.shape)
+
+
+def send(tensor: torch.Tensor, spec: str, dst: int, group=None) -> None:
+    """Compress and send to ``dst`` (global rank; pair with ``recv`` there)."""
+    data = wire(spec).pack(to_numpy(tensor), f"p2p{dst}")
+    dist.send(torch.tensor([len(data)], dtype=torch.int64), dst, group=group)
+    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst, group=group)
+
+
+def recv(like: torch.Tensor, spec: str, src: int, group=None) -> torch.Tensor:
+    """Receive from ``src`` (global rank) and decompress into a tensor shaped like ``like``."""
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.recv(size, src, group=group)
+    buf = torch.empty(int(size), dtype=torch.uint8)
+    dist.recv(buf, src, group=group)
+    out = wire(spec).unpack(buf.numpy().tobytes(), to_numpy(like).dtype)
+    return torch.from_numpy(out).reshape(like.shape)
