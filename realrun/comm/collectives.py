@@ -14,6 +14,7 @@ value), others ``two_phase`` (two), as perfmodel's error budget would.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import torch
@@ -35,12 +36,22 @@ class Wire:
         self.c = Compressor(spec, seed=0)
         self.none = self.c.codec.is_none
         self.sparse = bool({f.NAME for f in self.c.codec.families} & {"topk", "randk"})
+        self.prefix = ""
+        self.stats = {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0, "decompress_s": 0.0}
 
     def pack(self, x: np.ndarray, key: str = "") -> bytes:
-        return np.ascontiguousarray(x).tobytes() if self.none else self.c.compress(x, key=key).data
+        start = time.perf_counter()
+        data = np.ascontiguousarray(x).tobytes() if self.none else self.c.compress(x, key=self.prefix + key).data
+        self.stats["compress_s"] += time.perf_counter() - start
+        self.stats["bytes_in"] += x.nbytes
+        self.stats["bytes_out"] += len(data)
+        return data
 
     def unpack(self, data: bytes, dtype) -> np.ndarray:
-        return np.frombuffer(data, dtype).copy() if self.none else self.c.decompress(data).reshape(-1)
+        start = time.perf_counter()
+        out = np.frombuffer(data, dtype).copy() if self.none else self.c.decompress(data).reshape(-1)
+        self.stats["decompress_s"] += time.perf_counter() - start
+        return out
 
 
 def wire(spec: str) -> Wire:
@@ -173,8 +184,9 @@ def _reduce_scatter(x: np.ndarray, c: Wire, group) -> np.ndarray:
 
 
 def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto", group=None,
-              local_size: int | None = None) -> torch.Tensor:
-    """Sum ``tensor`` over the group with ``spec`` compression; returns a new tensor."""
+              local_size: int | None = None, key: str = "") -> torch.Tensor:
+    """Sum ``tensor`` over the group with ``spec`` compression; returns a new tensor.
+    ``key`` names the tensor for stateful compressors (error-feedback residuals)."""
     if algorithm != "auto" and algorithm not in IMPLEMENTATIONS:
         raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
     if tensor.device.type != "cpu":
@@ -189,7 +201,11 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
     alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
     x = to_numpy(tensor)
     kwargs = {"local_size": local_size} if alg == "hierarchical" else {}
-    result = IMPLEMENTATIONS[alg](x, c, group, **kwargs)
+    c.prefix = f"{key}/"
+    try:
+        result = IMPLEMENTATIONS[alg](x, c, group, **kwargs)
+    finally:
+        c.prefix = ""
     return torch.from_numpy(np.ascontiguousarray(result)).reshape(tensor.shape)
 
 
