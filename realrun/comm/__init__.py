@@ -1,4 +1,13 @@
-"""Compressed collectives on torch.distributed (see ``collectives``)."""
-from realrun.comm.collectives import (ALGORITHMS, allgather, allreduce, broadcast, recv, reduce_scatter, send)
+"""Compressed collectives on torch.distributed (see ``collectives``); torch loads on first use."""
+from realrun.comm.names import ALGORITHMS
 
-__all__ = ["ALGORITHMS", "allgather", "allreduce", "broadcast", "recv", "reduce_scatter", "send"]
+_EXPORTS = ("allgather", "allreduce", "broadcast", "recv", "reduce_scatter", "send")
+__all__ = ["ALGORITHMS", *_EXPORTS]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        from realrun.comm import collectives
+
+        return getattr(collectives, name)
+    raise AttributeError(name)

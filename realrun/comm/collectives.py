@@ -24,7 +24,7 @@ from realrun.comm.exchange import all_gather_bytes, all_to_all_bytes, sendrecv_b
 from realrun.compressors import Compressor
 from topologies.errors import InputError
 
-ALGORITHMS = ("ring", "recursive_doubling", "allgather", "two_phase", "hierarchical")
+from realrun.comm.names import ALGORITHMS  # re-exported
 _wires: dict = {}
 
 

@@ -1,0 +1,61 @@
+"""Measurement records: the versioned schema realrun writes and calibration reads.
+
+One JSON object per line (JSON Lines). ``kind`` is ``collective`` (a timed collective) or
+``kernel`` (a compressor alone). Times are seconds, sizes bytes; ``time_s`` of a collective is
+the median over iterations of the slowest rank.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from topologies.errors import InputError
+
+RECORD_SCHEMA = "commpress.record/1"
+REQUIRED = {
+    "collective": ("op", "compressor", "algorithm", "world", "backend", "size_bytes", "wire_bytes", "time_s",
+                   "compress_s", "decompress_s", "max_rel_error"),
+    "kernel": ("compressor", "device", "size_bytes", "wire_bytes", "compress_s", "decompress_s",
+               "max_rel_error"),
+}
+NUMBERS = ("world", "size_bytes", "wire_bytes", "time_s", "compress_s", "decompress_s", "max_rel_error",
+           "time_min_s", "time_max_s")
+
+
+def make_record(kind: str, **fields) -> dict:
+    """A validated record with the schema and kind filled in."""
+    return validate_record({"schema": RECORD_SCHEMA, "kind": kind, **fields})
+
+
+def validate_record(record: dict, where: str = "record") -> dict:
+    if not isinstance(record, dict) or record.get("schema") != RECORD_SCHEMA:
+        got = record.get("schema") if isinstance(record, dict) else record
+        raise InputError(f"{where}.schema", got, f"'{RECORD_SCHEMA}'")
+    kind = record.get("kind")
+    if kind not in REQUIRED:
+        raise InputError(f"{where}.kind", kind, " or ".join(REQUIRED))
+    for key in REQUIRED[kind]:
+        if key not in record:
+            raise InputError(f"{where}.{key}", None, f"required in a {kind} record")
+    for key in NUMBERS:
+        value = record.get(key)
+        if key in record and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+                              or (math.isinf(value) and key != "max_rel_error")):
+            raise InputError(f"{where}.{key}", value, "a non-negative number")
+    return record
+
+
+def read_records(path: str) -> list[dict]:
+    """Every record of a JSON Lines file, validated (errors name the line)."""
+    out = []
+    try:
+        with open(path) as handle:
+            for i, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        out.append(validate_record(json.loads(line), f"{path}:{i}"))
+                    except json.JSONDecodeError as err:
+                        raise InputError(f"{path}:{i}", line[:40], f"a JSON record ({err.msg})") from None
+    except OSError as err:
+        raise InputError("records", path, f"a readable file ({err.strerror})") from None
+    return out

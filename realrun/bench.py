@@ -1,0 +1,195 @@
+"""Microbenchmarks, nccl-tests style: compressed collectives across ranks, and kernels alone.
+
+Collectives: ``world`` ranks (started here as processes, or the caller's own under torchrun)
+run each (compressor, algorithm, size) ``warmup`` + ``iters`` times; every iteration starts
+at a barrier and the slowest rank's time counts; ``time_s`` is the median over iterations.
+Each case also records compress and decompress time per iteration (slowest rank), payload
+bytes a rank produces (``wire_bytes``), and the relative error ||y - exact|| / ||exact||
+(worst rank) against the uncompressed result.
+Records follow ``perfmodel.records`` (JSON Lines) for calibration.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import numpy as np
+
+from perfmodel.records import make_record
+from perfmodel.record import busbw_factor
+from topologies.errors import InputError
+
+OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_collectives(config: dict, progress=None) -> list[dict]:
+    """Start ``config['world']`` local ranks and return their records (rank 0's view)."""
+    world = config["world"]
+    if not 1 <= world <= 64:
+        raise InputError("world", world, "an integer from 1 to 64")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = os.path.join(tmp, "config.json")
+        with open(cfg, "w") as handle:
+            json.dump(config, handle)
+        port, out = _free_port(), os.path.join(tmp, "records.jsonl")
+        procs = [subprocess.Popen([sys.executable, "-m", "realrun.bench", str(r), str(world), str(port), cfg, out],
+                                  stdout=subprocess.DEVNULL, stderr=None if r == 0 else subprocess.PIPE)
+                 for r in range(world)]
+        _wait(procs, config.get("timeout_s", 1800))
+        with open(out) as handle:
+            return [json.loads(line) for line in handle]
+
+
+def _wait(procs, timeout_s: float) -> None:
+    """Wait for every rank; one failing ends the run with its error, never a hang."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        bad = [(i, p) for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if bad or any(p.poll() is None for p in procs):
+            i, p = bad[0] if bad else (None, None)
+            tail = (p.stderr.read().decode()[-400:] if p and p.stderr else "").strip().splitlines()
+            raise InputError("bench", f"rank {i}" if bad else "timeout",
+                             f"a run where every rank finishes ({tail[-1] if tail else 'see stderr'})")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+def _case(op, spec, alg, x, exact, iters, warmup, group_size):
+    import torch
+    import torch.distributed as dist
+
+    from realrun import comm
+    from realrun.comm.collectives import wire
+
+    call = {"allreduce": lambda: comm.allreduce(x, spec, alg),
+            "allgather": lambda: comm.allgather(x, spec),
+            "reduce_scatter": lambda: comm.reduce_scatter(x, spec),
+            "broadcast": lambda: comm.broadcast(x, spec, src=0)}[op]
+    w = wire(spec)
+    times, result = [], None
+    for i in range(warmup + iters):
+        before = dict(w.stats)
+        dist.barrier()
+        start = time.perf_counter()
+        result = call()
+        elapsed = time.perf_counter() - start
+        if i >= warmup:
+            times.append([elapsed] + [w.stats[k] - before[k] for k in ("compress_s", "decompress_s", "bytes_out")])
+    local = torch.tensor(times, dtype=torch.float64)
+    worst = local.clone()
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))
+    err_t = torch.tensor([err], dtype=torch.float64)
+    dist.all_reduce(err_t, op=dist.ReduceOp.MAX)
+    return worst.numpy(), float(err_t)
+
+
+def _exact(op, x, world, rank):
+    import torch
+    import torch.distributed as dist
+
+    if op == "allreduce":
+        out = x.clone()
+        dist.all_reduce(out)
+        return out
+    if op == "allgather":
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x)
+        return torch.cat(parts)
+    if op == "broadcast":
+        out = x.clone()
+        dist.broadcast(out, 0)
+        return out
+    total = x.clone()
+    dist.all_reduce(total)
+    base, extra = divmod(len(x), world)
+    start = rank * base + min(rank, extra)
+    return total[start:start + base + (1 if rank < extra else 0)]
+
+
+def worker(rank: int, world: int, port: int, config_path: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    with open(config_path) as handle:
+        cfg = json.load(handle)
+    dist.init_process_group(cfg.get("backend", "gloo"), init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=cfg.get("op_timeout_s", 300)))
+    records, cases = [], [(s, c, a) for s in cfg["sizes"] for c in cfg["compressors"]
+                          for a in (cfg["algorithms"] if cfg["op"] == "allreduce" else ["auto"])]
+    for i, (size, spec, alg) in enumerate(cases):
+        x = torch.from_numpy(np.random.default_rng(rank + 17 * i).standard_normal(size // 4).astype(np.float32))
+        exact = _exact(cfg["op"], x, world, rank)
+        worst, err = _case(cfg["op"], spec, alg, x, exact, cfg["iters"], cfg["warmup"], world)
+        if rank == 0:
+            records.append(_record(cfg, size, spec, alg, worst, err, world))
+            print(f"bench {cfg['op']}: {i + 1}/{len(cases)} {spec} {alg} {size} B", file=sys.stderr, flush=True)
+    if rank == 0:
+        with open(out, "w") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _record(cfg, size, spec, alg, worst, err, world) -> dict:
+    t = worst[:, 0]
+    payload = float(statistics.median(worst[:, 3]))
+    if payload == 0 and world > 1:   # the plain torch collective: what a ring rank sends
+        payload = size * busbw_factor(cfg["op"], world)
+    return make_record("collective", op=cfg["op"], compressor=spec, algorithm=alg, world=world,
+                       backend=cfg.get("backend", "gloo"), size_bytes=size,
+                       wire_bytes=payload, time_s=float(np.median(t)),
+                       time_min_s=float(t.min()), time_max_s=float(t.max()),
+                       compress_s=float(np.median(worst[:, 1])), decompress_s=float(np.median(worst[:, 2])),
+                       max_rel_error=err, iters=int(cfg["iters"]),
+                       busbw_factor=busbw_factor(cfg["op"], world))
+
+
+def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu") -> list[dict]:
+    """Compressor throughput alone: median compress and decompress seconds, ratio, error."""
+    from realrun.compressors import Compressor
+
+    if device != "cpu":
+        raise InputError("device", device, "cpu here (cuda kernels run through scripts/gpu_check.sh)")
+    out = []
+    for size in sizes:
+        x = np.random.default_rng(0).standard_normal(size // 4).astype(np.float32)
+        for spec in compressors:
+            c = Compressor(spec)
+            comp, decomp = [], []
+            for _ in range(iters):
+                start = time.perf_counter()
+                p = c.compress(x)
+                comp.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                y = c.decompress(p, like=x)
+                decomp.append(time.perf_counter() - start)
+            err = float(np.linalg.norm(y - x) / max(float(np.linalg.norm(x)), 1e-30)) if x.size else 0.0
+            out.append(make_record("kernel", compressor=spec, device=device, size_bytes=size, wire_bytes=len(p),
+                                   compress_s=statistics.median(comp), decompress_s=statistics.median(decomp),
+                                   max_rel_error=err, iters=iters))
+    return out
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])

@@ -1,0 +1,114 @@
+"""``realrun``: run compressed collectives and compressors for real, and measure them."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from perfmodel.sweep import parse_compressors, parse_sweep
+from realrun.bench import OPS, run_collectives, run_kernels
+from realrun.comm.names import ALGORITHMS
+from realrun.compressors import Compressor
+from topologies.clikit import Parser, atomic_write, run, table
+from topologies.errors import InputError
+from topologies.units import format_size
+
+EPILOG = """examples:
+  realrun bench allreduce --world 4 --sizes 1MiB:64MiB --compressors "none,int8,topk(0.01)" \\
+      --algorithms ring,two_phase --json records.jsonl
+  realrun bench kernels --sizes 64MiB --compressors "fp16,int8,sign,topk(0.01)"
+"""
+
+
+def _parser() -> Parser:
+    p = Parser(prog="realrun", description="Compress real tensors and run compressed collectives on "
+               "torch.distributed (gloo on CPU); measure them the nccl-tests way.", epilog=EPILOG,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    b = sub.add_parser("bench", help="microbenchmarks: collectives across ranks, or kernels alone",
+                       description="Time compressed collectives across --world local ranks (gloo), or "
+                       "compressors alone (kernels); print nccl-tests-style tables and write JSON Lines "
+                       "records (perfmodel.records schema) with --json.", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels")
+    b.add_argument("--world", type=int, default=2, help="ranks to start on this machine")
+    b.add_argument("--backend", choices=("gloo",), default="gloo", help="gloo (NCCL: scripts/gpu_check.sh)")
+    b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE or MIN:MAX (doubling)")
+    b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
+    b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(ALGORITHMS))
+    b.add_argument("--iters", type=int, default=5)
+    b.add_argument("--warmup", type=int, default=1)
+    b.add_argument("--device", default="cpu", help="kernels: cpu")
+    b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
+    return p
+
+
+def _sizes(text: str) -> list[int]:
+    return parse_sweep(text if ":" in text else f"{text}:{text}")
+
+
+def _positive(field: str, value: int, low: int = 1) -> int:
+    if value < low:
+        raise InputError(field, value, f"an integer >= {low}")
+    return value
+
+
+HEAD = ("size", "count", "type", "compressor", "algorithm", "time_us", "min_us", "max_us", "algbw", "busbw",
+        "wire_bytes", "ratio", "compress_us", "decompress_us", "max_rel_err")
+
+
+def _row(r: dict) -> tuple:
+    algbw = r["size_bytes"] / r["time_s"] / 1e9 if r["time_s"] else 0.0
+    return (format_size(r["size_bytes"]), r["size_bytes"] // 4, "float", r["compressor"], r["algorithm"],
+            r["time_s"] * 1e6, r["time_min_s"] * 1e6, r["time_max_s"] * 1e6, algbw, algbw * r["busbw_factor"],
+            int(r["wire_bytes"]), r["size_bytes"] / max(r["wire_bytes"], 1), r["compress_s"] * 1e6,
+            r["decompress_s"] * 1e6, r["max_rel_error"])
+
+
+def _gbps(size: int, seconds: float) -> float:
+    return size / seconds / 1e9 if seconds else float("inf")
+
+
+def _kernel_row(r: dict) -> tuple:
+    def gbps(s):
+        return _gbps(r["size_bytes"], s)
+
+    return (format_size(r["size_bytes"]), r["compressor"], r["device"], gbps(r["compress_s"]),
+            gbps(r["decompress_s"]), r["size_bytes"] / max(r["wire_bytes"], 1), r["max_rel_error"])
+
+
+def _bench(args) -> None:
+    sizes, specs = _sizes(args.sizes), parse_compressors(args.compressors)
+    _positive("iters", args.iters)
+    _positive("warmup", args.warmup, 0)
+    for spec in specs:
+        Compressor(spec)   # one clear error for a bad spec, before any rank starts
+    if args.op == "kernels":
+        records = run_kernels(sizes, specs, args.iters, args.device)
+        print(table(("size", "compressor", "device", "compress_GBps", "decompress_GBps", "ratio", "max_rel_err"),
+                    [_kernel_row(r) for r in records]))
+    else:
+        algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+        for alg in algorithms:
+            if alg != "auto" and alg not in ALGORITHMS:
+                raise InputError("algorithms", alg, "auto or one of " + ", ".join(ALGORITHMS))
+        config = dict(op=args.op, world=_positive("world", args.world), backend=args.backend, sizes=sizes,
+                      compressors=specs, algorithms=algorithms, iters=args.iters, warmup=args.warmup)
+        records = run_collectives(config)
+        print(f"# realrun bench {args.op}: world={args.world} backend={args.backend} iters={args.iters} "
+              f"(time = median over iterations of the slowest rank)")
+        print(table(HEAD, [_row(r) for r in records]))
+    if args.json:
+        atomic_write(args.json, lambda h: h.write("".join(json.dumps(r) + "\n" for r in records).encode()))
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "bench":
+        _bench(args)
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run(main))
+

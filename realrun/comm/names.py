@@ -1,0 +1,2 @@
+"""Names shared without importing torch."""
+ALGORITHMS = ("ring", "recursive_doubling", "allgather", "two_phase", "hierarchical")

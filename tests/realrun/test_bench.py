@@ -1,0 +1,60 @@
+"""realrun bench: records in perfmodel's schema, tables, bad input."""
+import json
+
+import pytest
+
+from perfmodel.records import RECORD_SCHEMA, make_record, read_records, validate_record
+from topologies.errors import InputError
+
+pytest.importorskip("torch", reason="torch is not installed (the real extra)")
+
+
+@pytest.mark.distributed
+def test_bench_allreduce_writes_records(cli, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = cli("realrun", "bench", "allreduce", "--world", "2", "--sizes", "64KiB:128KiB", "--compressors",
+               "none,int8", "--algorithms", "auto,ring", "--iters", "2", "--json", str(out), check_rc=0)
+    assert "busbw" in proc.stdout and "compress_us" in proc.stdout
+    records = read_records(str(out))
+    assert len(records) == 2 * 2 * 2
+    for r in records:
+        assert r["time_min_s"] <= r["time_s"] <= r["time_max_s"]
+        assert r["world"] == 2 and r["backend"] == "gloo"
+        if r["compressor"] == "int8":
+            assert r["wire_bytes"] < r["size_bytes"] and 0 < r["max_rel_error"] < 0.05
+
+
+def test_bench_kernels(cli, tmp_path):
+    out = tmp_path / "k.jsonl"
+    proc = cli("realrun", "bench", "kernels", "--sizes", "256KiB", "--compressors", "fp16,int8,topk(0.01)",
+               "--iters", "2", "--json", str(out), check_rc=0)
+    assert "compress_GBps" in proc.stdout
+    records = read_records(str(out))
+    assert {r["compressor"] for r in records} == {"fp16", "int8", "topk(0.01)"}
+    assert all(r["kind"] == "kernel" and r["wire_bytes"] < r["size_bytes"] for r in records)
+
+
+def test_bench_bad_input_is_one_line_exit_2(cli):
+    for args in (["allreduce", "--world", "0"], ["allreduce", "--compressors", "topk(9)"],
+                 ["allreduce", "--algorithms", "spiral"], ["kernels", "--device", "cuda"],
+                 ["allreduce", "--sizes", "big"], ["allreduce", "--iters", "0"]):
+        proc = cli("realrun", "bench", *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_record_schema_validation(tmp_path):
+    r = make_record("kernel", compressor="int8", device="cpu", size_bytes=10, wire_bytes=3, compress_s=0.1,
+                    decompress_s=0.1, max_rel_error=0.01)
+    assert r["schema"] == RECORD_SCHEMA
+    with pytest.raises(InputError, match="schema"):
+        validate_record({**r, "schema": "x/1"})
+    with pytest.raises(InputError, match="time_s"):
+        validate_record({**r, "kind": "collective", "op": "allreduce", "algorithm": "ring", "world": 2,
+                         "backend": "gloo"})
+    with pytest.raises(InputError, match="size_bytes"):
+        validate_record({**r, "size_bytes": -1})
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(r) + "\n{oops\n")
+    with pytest.raises(InputError, match="bad.jsonl:2"):
+        read_records(str(path))
