@@ -35,7 +35,10 @@ def test_package_imports_respect_layering(package):
 
 def test_perfmodel_installs_without_torch():
     """`pip install commpress` must give a working perfmodel: torch and cupy stay in extras."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"])
