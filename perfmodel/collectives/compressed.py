@@ -42,7 +42,7 @@ class Msg:
                 self._memo[count] = (count * self.dtype_bytes, 0.0, 0.0)
             else:
                 out = self.codec.apply(count, self.dtype_bytes)
-                wire = self.codec.wire_bytes(count, self.dtype_bytes)
+                wire = self.codec.payload_bytes(out)
                 self._memo[count] = (wire, out.compress_bytes, out.decompress_bytes)
         return self._memo[count]
 

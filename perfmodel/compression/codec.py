@@ -113,7 +113,7 @@ class Codec:
     def lossless(self) -> bool:
         return all(f.lossless for f in self.families)
 
-    @property
+    @cached_property
     def exact(self) -> bool:
         """Wire size is a deterministic function of the message size."""
         return all(f.exact for f in self.families)
@@ -131,7 +131,10 @@ class Codec:
         ratio otherwise (a data-dependent output also carries an 8-byte length prefix)."""
         if self.is_none:
             return count * dtype_bytes
-        out = self.apply(count, dtype_bytes)
+        return self.payload_bytes(self.apply(count, dtype_bytes), ndim)
+
+    def payload_bytes(self, out: Applied, ndim: int = 1) -> int:
+        """Payload length for an already applied message (see ``wire_bytes``)."""
         prefixes = 0 if self.exact else LENGTH_BYTES   # a data-dependent output is one length-prefixed blob
         return header_bytes(ndim) + prefixes + int(math.ceil(out.values.nbytes + out.meta_bytes))
 

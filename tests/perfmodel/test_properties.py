@@ -35,6 +35,9 @@ class RatioOneCodec:
     def wire_bytes(self, count, dtype_bytes):
         return count * dtype_bytes
 
+    def payload_bytes(self, applied, ndim=1):
+        return int(applied.values.nbytes)
+
 
 @SETTINGS
 @given(CLUSTERS, st.integers(1, 3), OPS, SPECS, st.integers(10, 33), st.floats(1.01, 4.0))
