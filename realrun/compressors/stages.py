@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from realrun.compressors import casts
+from realrun.compressors import casts, fast
 from topologies.errors import InputError
 
 F32 = np.dtype(np.float32)
+TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
 
 
 @dataclass
@@ -88,11 +89,13 @@ class Fp16(Cast):
     name, code_dtype = "fp16", np.float16
 
     def to_codes(self, x):
+        if fast.AVAILABLE and x.dtype == np.float32:
+            return fast.fp16_encode(x)
         with np.errstate(over="ignore"):
             return x.astype(np.float16)
 
     def from_codes(self, c):
-        return c.astype(np.float32)
+        return fast.fp16_decode(c) if fast.AVAILABLE else c.astype(np.float32)
 
 
 class Bf16(Cast):
@@ -122,20 +125,31 @@ def _blocks(x: np.ndarray, block: int) -> np.ndarray:
 
 def _pack_bits(q: np.ndarray, bits: int, n: int) -> np.ndarray:
     """Two's-complement ``bits``-bit integers, little-endian bit order, ceil(n bits / 8) bytes."""
+    if bits == 4:   # the same layout, two nibbles per byte, low nibble first
+        u = (q[:n].astype(np.int64) & 0xF).astype(np.uint8)
+        if n % 2:
+            u = np.concatenate([u, np.zeros(1, np.uint8)])
+        return u[0::2] | (u[1::2] << 4)
     u = (q.astype(np.int64) & ((1 << bits) - 1)).astype(np.uint16)
     planes = ((u[:, None] >> np.arange(bits, dtype=np.uint16)) & 1).astype(np.uint8)
     return np.packbits(planes.reshape(-1), bitorder="little")[: math.ceil(n * bits / 8)]
 
 
 def _unpack_bits(data: np.ndarray, bits: int, n: int) -> np.ndarray:
+    if bits == 4:
+        u = np.empty(2 * len(data), np.int64)
+        u[0::2], u[1::2] = data & 0xF, data >> 4
+        u = u[:n]
+        return np.where(u >= 8, u - 16, u)
     planes = np.unpackbits(data, bitorder="little")[: n * bits].reshape(n, bits).astype(np.int64)
     u = (planes << np.arange(bits)).sum(axis=1)
     return np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
 
 
 class BlockQuant(Stage):
-    """Blockwise absmax: ``scale = absmax / levels`` per block (fp32), codes = round(x / scale);
-    |x - x'| <= scale / 2. A block with a non-finite value gets a NaN scale."""
+    """Blockwise absmax: ``scale = absmax / levels`` per block (fp32, at least the smallest
+    subnormal when absmax > 0), codes = round(x / scale); |x - x'| <= scale / 2. A block with
+    a non-finite value gets a NaN scale."""
 
     bits = 8
 
@@ -163,13 +177,17 @@ class BlockQuant(Stage):
         with np.errstate(invalid="ignore"):
             absmax = np.max(np.abs(b), axis=1)
         scale = (absmax / self.levels()).astype(np.float32)
-        return np.where(np.isfinite(absmax), scale, np.float32(np.nan))
+        scale = np.where(absmax > 0, np.maximum(scale, TINY), scale)   # never underflow to 0 for x != 0
+        return np.where(np.isfinite(absmax), scale, np.float32(np.nan)).astype(np.float32)
 
     def quantize(self, b, scale, ctx):
         safe = np.where((scale > 0) & np.isfinite(scale), scale, 1.0)[:, None]
         return np.rint(np.where(np.isfinite(b), b, 0.0) / safe)
 
     def encode(self, x, ctx):
+        if fast.AVAILABLE and type(self) in (Int8, Int4) and x.dtype == np.float32:
+            q, scale = fast.quantize(x, self.block, self.levels())
+            return self.pack(q, len(x)), scale.tobytes()
         b = _blocks(x, self.block)
         scale = self.scales(b)
         q = np.clip(self.quantize(b, scale, ctx), -self.levels(), self.levels()).astype(np.int64).reshape(-1)
@@ -184,8 +202,12 @@ class BlockQuant(Stage):
     def decode(self, values, meta, n, dtype, ctx):
         scale = np.frombuffer(meta, dtype=np.float32)
         q = self.unpack(values, n)
-        per = np.repeat(scale, self.block)[:n].astype(np.float64)
         top = np.finfo(dtype).max   # levels x rounded scale may pass the largest finite value
+        if fast.AVAILABLE and dtype == np.float32 and n:
+            out = np.empty(n, np.float32)
+            fast.dequantize(np.ascontiguousarray(q), scale, self.block, top, out)
+            return out
+        per = np.repeat(scale, self.block)[:n].astype(np.float64)
         return np.clip(q * per, -top, top).astype(dtype)
 
 

@@ -1,6 +1,7 @@
 // commpress GPU compression kernels (CuPy RawModule; compiled by nvcc -arch=sm_90 in a test).
 // Layouts match the numpy reference in realrun/compressors/stages.py bit for bit:
-//   blockwise absmax: scale = absmax / levels (fp32, NaN if the block holds NaN/Inf),
+//   blockwise absmax: scale = absmax / levels (fp32, at least the smallest subnormal when absmax > 0,
+//   NaN if the block holds NaN/Inf),
 //   codes = rint(x / scale) clipped to +-levels; int4 packs value i into byte i/2, low nibble first;
 //   sign: bit i of byte i/8 (LSB first) is 1 for x >= 0 (or NaN), scale = mean |x| of the block.
 #include <cuda_fp8.h>
@@ -48,6 +49,7 @@ extern "C" __global__ void quantize_absmax(const float* x, uint8_t* codes, float
     int levels = (1 << (bits - 1)) - 1;
     float absmax = block_absmax(x, start, end, shared);
     float scale = isfinite(absmax) ? absmax / (float)levels : __int_as_float(0x7fc00000);
+    if (absmax > 0.0f && scale < 1.4e-45f) scale = 1.4e-45f;  // never underflow to 0 (smallest subnormal)
     if (threadIdx.x == 0) scales[b] = scale;
     float safe = (scale > 0.0f && isfinite(scale)) ? scale : 1.0f;
     for (long i = start + threadIdx.x; i < end; i += blockDim.x) {

@@ -64,7 +64,9 @@ def test_int8_is_within_half_a_step_per_block(x, block):
     y = c.decompress(c.compress(x))
     for i in range(0, len(x), block):
         b, yb = x[i:i + block].astype(np.float64), y[i:i + block].astype(np.float64)
-        step = np.float64(np.float32(np.max(np.abs(b)) / 127)) if len(b) else 0.0
+        absmax = np.float32(np.max(np.abs(x[i:i + block])))
+        step = np.float64(max(np.float32(absmax / np.float32(127)), np.finfo(np.float32).smallest_subnormal)
+                          if absmax > 0 else 0.0)
         with np.errstate(over="ignore"):   # float32 rounding of the result
             ulp = 4 * np.spacing(np.abs(b).astype(np.float32)).astype(np.float64)
         assert np.all(np.abs(b - yb) <= step / 2 * (1 + 1e-6) + ulp)
@@ -171,3 +173,39 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(InputError, match="payload"):
         Compressor("int8").decompress(Payload(b"garbage!" * 4))
     assert math.isfinite(compile_spec("int8").error)
+
+
+def test_fp16_decode_covers_every_half():
+    from realrun.compressors import fast
+
+    if not fast.AVAILABLE:
+        pytest.skip("numba is not installed")
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16)
+    got, ref = fast.fp16_decode(every), every.astype(np.float32)
+    assert np.array_equal(got, ref, equal_nan=True)
+    finite = np.isfinite(ref)
+    assert np.array_equal(got[finite].view(np.uint32), ref[finite].view(np.uint32))
+
+
+@pytest.mark.parametrize("spec", ["fp16", "int8", "int4", "int8(block=7)", "int4(block=100)"])
+def test_compiled_paths_match_the_numpy_reference(spec, monkeypatch):
+    """With numba, the compiled paths produce the reference's bytes (NaN aside: same NaN-ness)."""
+    from realrun.compressors import fast
+
+    if not fast.AVAILABLE:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(10007).astype(np.float32) * 300,
+                        rng.standard_normal(999).astype(np.float32),
+                        np.array([np.inf, -np.inf, 65520, 65519.99, 2**-25, 2**-24, 1e-45, -0.0, 3e38], np.float32),
+                        rng.integers(0, 2**32, 5000, dtype=np.uint32).view(np.float32)])
+    x = x[~np.isnan(x)]
+    compiled = Compressor(spec).compress(x).data
+    monkeypatch.setattr(fast, "AVAILABLE", False)
+    reference = Compressor(spec).compress(x).data
+    assert compiled == reference
+    monkeypatch.setattr(fast, "AVAILABLE", True)
+    a = Compressor(spec).decompress(reference)
+    monkeypatch.setattr(fast, "AVAILABLE", False)
+    b = Compressor(spec).decompress(reference)
+    assert np.array_equal(a, b, equal_nan=True)
