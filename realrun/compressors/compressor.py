@@ -128,6 +128,16 @@ def as_array(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _assemble(small: list, values: np.ndarray) -> bytearray:
+    """One allocation, one copy of the values: header, metadata and prefix first."""
+    head = b"".join(small)
+    buf = bytearray(len(head) + values.nbytes)
+    buf[: len(head)] = head
+    if values.nbytes:
+        np.frombuffer(buf, np.uint8, offset=len(head))[:] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    return buf
+
+
 class Compressor:
     """Compress and decompress with one spec; stateful parts (error feedback residuals,
     PowerSGD warm start, random draws) live in ``self.ctx``."""
@@ -151,13 +161,12 @@ class Compressor:
         values, meta = self.root.encode(flat, self.ctx)
         self.ctx.step += 1
         header = Header(dtype=flat.dtype, shape=tuple(arr.shape) or (1,), digest=self.digest).pack()
-        body = values.tobytes() if self.root.out_dtype(flat.dtype) is not None else \
-            LENGTH.pack(values.nbytes) + values.tobytes()
-        return Payload(header + meta + body)
+        prefix = LENGTH.pack(values.nbytes) if self.root.out_dtype(flat.dtype) is None else b""
+        return Payload(_assemble([header, meta, prefix], values))
 
     def decompress(self, payload: Payload, like=None) -> np.ndarray:
         """The array back; for ``none`` (raw bytes, no header) pass ``like`` (shape and dtype)."""
-        data = payload.data if isinstance(payload, Payload) else bytes(payload)
+        data = memoryview(payload.data if isinstance(payload, Payload) else payload).cast("B")
         if self.codec.is_none:
             if like is None:
                 raise InputError("like", None, "an array of the original shape and dtype for spec none")
@@ -167,7 +176,7 @@ class Compressor:
             raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
         n, dtype = header.count, header.dtype
         meta_end = offset + self.root.meta_size(n, dtype)
-        meta, rest = data[offset:meta_end], data[meta_end:]
+        meta, rest = bytes(data[offset:meta_end]), data[meta_end:]
         out_dtype = self.root.out_dtype(dtype)
         if out_dtype is None:
             (length,) = LENGTH.unpack_from(rest, 0)

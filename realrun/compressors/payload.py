@@ -48,6 +48,7 @@ class Header:
         if magic != MAGIC or version != VERSION or code not in DTYPES:
             raise InputError("payload", bytes(data[:4]), f"a commpress payload of format version {VERSION}")
         shape = struct.unpack_from(f"<{ndim}Q", data, _FIXED.size)
+        magic = bytes(magic)
         end = header_bytes(ndim)
         assert end == _FIXED.size + 8 * ndim
         return cls(dtype=DTYPES[code], shape=tuple(shape), digest=digest), end
@@ -55,9 +56,9 @@ class Header:
 
 @dataclass(frozen=True)
 class Payload:
-    """Compressed bytes; ``len(payload)`` is what crosses the wire."""
+    """Compressed bytes (a bytes-like object); ``len(payload)`` is what crosses the wire."""
 
-    data: bytes
+    data: bytes | bytearray
 
     def __len__(self) -> int:
         return len(self.data)
