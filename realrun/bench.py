@@ -1,6 +1,6 @@
 """Microbenchmarks, nccl-tests style: compressed collectives across ranks, and kernels alone.
 
-Collectives: ``world`` ranks (started here as processes, or the caller's own under torchrun)
+Collectives: ``world`` ranks (started here as processes, or the ranks of a torchrun launch)
 run each (compressor, algorithm, size) ``warmup`` + ``iters`` times; every iteration starts
 at a barrier and the slowest rank's time counts; ``time_s`` is the median over iterations.
 Each case also records compress and decompress time per iteration (slowest rank), payload
@@ -127,13 +127,38 @@ def _exact(op, x, world, rank):
     return total[start:start + base + (1 if rank < extra else 0)]
 
 
-def worker(rank: int, world: int, port: int, config_path: str, out: str) -> None:
+def under_torchrun() -> bool:
+    """True inside a torchrun (or any env:// launcher) process."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_here(config: dict) -> list[dict]:
+    """Run the benchmark in this process as one rank of an env:// launch (torchrun); every
+    rank returns rank 0's records."""
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "records.jsonl")
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, config, out, keep_group=True)
+        lines = [""]
+        if dist.get_rank() == 0:
+            with open(out) as handle:
+                lines = [handle.read()]
+        dist.broadcast_object_list(lines, src=0)
+        dist.destroy_process_group()
+    return [json.loads(line) for line in lines[0].splitlines()]
+
+
+def worker(rank: int, world: int, port, config, out: str, keep_group: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
-    with open(config_path) as handle:
-        cfg = json.load(handle)
-    dist.init_process_group(cfg.get("backend", "gloo"), init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    if isinstance(config, str):
+        with open(config) as handle:
+            config = json.load(handle)
+    cfg = config
+    init = "env://" if port is None else f"tcp://127.0.0.1:{port}"
+    dist.init_process_group(cfg.get("backend", "gloo"), init_method=init, rank=rank,
                             world_size=world, timeout=timedelta(seconds=cfg.get("op_timeout_s", 300)))
     records, cases = [], [(s, c, a) for s in cfg["sizes"] for c in cfg["compressors"]
                           for a in (cfg["algorithms"] if cfg["op"] == "allreduce" else ["auto"])]
@@ -148,7 +173,8 @@ def worker(rank: int, world: int, port: int, config_path: str, out: str) -> None
         with open(out, "w") as handle:
             handle.writelines(json.dumps(r) + "\n" for r in records)
     dist.barrier()
-    dist.destroy_process_group()
+    if not keep_group:
+        dist.destroy_process_group()
 
 
 def _record(cfg, size, spec, alg, worst, err, world) -> dict:

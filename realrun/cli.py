@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from perfmodel.sweep import parse_compressors, parse_sweep
-from realrun.bench import OPS, run_collectives, run_kernels
+from realrun.bench import OPS, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS
 from realrun.compressors import Compressor
 from topologies.clikit import Parser, atomic_write, run, table
@@ -31,7 +32,8 @@ def _parser() -> Parser:
                        "records (perfmodel.records schema) with --json.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels")
-    b.add_argument("--world", type=int, default=2, help="ranks to start on this machine")
+    b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "
+                   "torchrun, which starts the ranks)")
     b.add_argument("--backend", choices=("gloo",), default="gloo", help="gloo (NCCL: scripts/gpu_check.sh)")
     b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE or MIN:MAX (doubling)")
     b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
@@ -94,9 +96,13 @@ def _bench(args) -> None:
                 raise InputError("algorithms", alg, "auto or one of " + ", ".join(ALGORITHMS))
         config = dict(op=args.op, world=_positive("world", args.world), backend=args.backend, sizes=sizes,
                       compressors=specs, algorithms=algorithms, iters=args.iters, warmup=args.warmup)
-        records = run_collectives(config)
-        print(f"# realrun bench {args.op}: world={args.world} backend={args.backend} iters={args.iters} "
-              f"(time = median over iterations of the slowest rank)")
+        torchrun = under_torchrun()
+        records = run_here(config) if torchrun else run_collectives(config)
+        if torchrun and os.environ["RANK"] != "0":
+            return
+        world = os.environ["WORLD_SIZE"] if torchrun else args.world
+        print(f"# realrun bench {args.op}: world={world} backend={args.backend} iters={args.iters} "
+              f"(time = median over iterations of the slowest rank)" + (" under torchrun" if torchrun else ""))
         print(table(HEAD, [_row(r) for r in records]))
     if args.json:
         atomic_write(args.json, lambda h: h.write("".join(json.dumps(r) + "\n" for r in records).encode()))
@@ -112,3 +118,7 @@ def main(argv=None) -> int:
 def entry() -> None:
     sys.exit(run(main))
 
+
+
+if __name__ == "__main__":   # torchrun --nproc_per_node N -m realrun.cli bench allreduce ...
+    entry()

@@ -58,3 +58,18 @@ def test_record_schema_validation(tmp_path):
     path.write_text(json.dumps(r) + "\n{oops\n")
     with pytest.raises(InputError, match="bad.jsonl:2"):
         read_records(str(path))
+
+
+@pytest.mark.distributed
+def test_bench_runs_under_torchrun(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "realrun.cli", "bench", "allreduce", "--sizes", "16KiB", "--compressors", "int8",
+                           "--iters", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "under torchrun" in proc.stdout
+    records = read_records(str(out))
+    assert len(records) == 1 and records[0]["world"] == 2
