@@ -11,7 +11,7 @@ from perfmodel.report import catalog_report, compare_report, step_report, sweep_
 from perfmodel.search import sweep as sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
 from perfmodel.sweep import parse_compressors, parse_sweep, sweep
-from topologies.clikit import Parser, Progress, atomic_write, dump_json, run, table
+from topologies.clikit import Parser, Progress, atomic_write, check_writable, dump_json, run, table
 from topologies.errors import InputError
 from topologies.units import format_size, parse_size
 
@@ -152,6 +152,8 @@ def _compare(args) -> None:
 
 
 def _sweep(args) -> None:
+    if args.csv:
+        check_writable(args.csv, "csv")
     kw = _plan_kwargs(args, sweep=True)
     gbs = kw.pop("gbs")
     for key in ("gpus", "nodes"):

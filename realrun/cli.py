@@ -10,7 +10,7 @@ from perfmodel.sweep import parse_compressors, parse_sweep
 from realrun.bench import OPS, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS
 from realrun.compressors import Compressor
-from topologies.clikit import Parser, atomic_write, run, table
+from topologies.clikit import Parser, atomic_write, check_writable, run, table
 from topologies.errors import InputError
 from topologies.units import format_size
 
@@ -80,6 +80,8 @@ def _kernel_row(r: dict) -> tuple:
 
 
 def _bench(args) -> None:
+    if args.json:
+        check_writable(args.json, "json")   # before measuring: results are never lost to a bad path
     sizes, specs = _sizes(args.sizes), parse_compressors(args.compressors)
     _positive("iters", args.iters)
     _positive("warmup", args.warmup, 0)

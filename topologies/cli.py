@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from topologies.catalog import catalog_names, load_spec
-from topologies.clikit import Parser, dump_json, run, table
+from topologies.clikit import Parser, check_writable, dump_json, run, table
 from topologies.cluster import build_cluster
 from topologies.describe import describe
 from topologies.export import FORMATS, export
@@ -70,10 +70,12 @@ def main(argv=None) -> int:
     elif args.command == "show":
         _show(args)
     elif args.command == "export":
+        check_writable(args.output)
         print(export(build_cluster(args.cluster, nodes=args.nodes), args.output, args.format))
     elif args.command == "draw":
         from topologies.draw import draw  # matplotlib loads only when drawing
 
+        check_writable(args.output)
         print(draw(build_cluster(args.cluster, nodes=args.nodes), args.output))
     return 0
 

@@ -71,8 +71,19 @@ def _jsonable(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def check_writable(path: str, field: str = "output") -> str:
+    """Refuse, before any work is done, an output path whose folder is missing or read-only."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(field, path, f"a file in an existing folder ({folder} does not exist)")
+    if not os.access(folder, os.W_OK) or os.path.isdir(path):
+        raise InputError(field, path, "a writable file path")
+    return path
+
+
 def atomic_write(path: str, write) -> str:
     """Write through a temporary file in the same folder, then rename: never half a file."""
+    check_writable(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:

@@ -32,3 +32,13 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path):
         assert proc.returncode == 2, args
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_unwritable_outputs_are_refused_before_any_work(cli, tmp_path):
+    missing = tmp_path / "no" / "such" / "dir"
+    for args in (("topologies", "export", "dgx-a100", "-o", str(missing / "g.graphml")),
+                 ("topologies", "draw", "lassen", "-o", str(missing / "g.png")),
+                 ("perfmodel", "sweep", "--model", "gpt2-small", "--gbs", "8", "--csv", str(missing / "s.csv"))):
+        proc = cli(*args)
+        assert proc.returncode == 2 and "existing folder" in proc.stderr, args
+        assert len(proc.stderr.strip().splitlines()) == 1
