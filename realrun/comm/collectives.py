@@ -8,8 +8,9 @@ partial sums are formed in rank order. ``none`` runs the plain torch collective.
     allgather(t, "fp16") -> tensor of p * t.numel();  reduce_scatter(t, "int8") -> this rank's part
     broadcast(t, "topk(0.1)", src=0);  send(t, "int8", dst) / recv(like, "int8", src)
 
-``algorithm="auto"``: sparse specs (top-k, rand-k) use ``allgather`` (one compression per
-value), others ``two_phase`` (two), as perfmodel's error budget would.
+``algorithm="auto"``: fp16 and bf16 run the ordinary all-reduce on the cast tensor (reducible,
+as perfmodel models them); sparse specs (top-k, rand-k) use ``allgather`` (one compression
+per value), others ``two_phase`` (two), as perfmodel's error budget would.
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class Wire:
     def __init__(self, spec: str):
         self.c = Compressor(spec, seed=0)
         self.none = self.c.codec.is_none
-        self.sparse = bool({f.NAME for f in self.c.codec.families} & {"topk", "randk"})
+        names = [f.NAME for f in self.c.codec.families]
+        self.sparse = bool(set(names) & {"topk", "randk"})
+        self.cast = names[0] if len(names) == 1 and names[0] in ("fp16", "bf16") else None
         self.prefix = ""
         self.stats = {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0, "decompress_s": 0.0}
 
@@ -198,6 +201,11 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
         out = tensor.detach().clone()
         dist.all_reduce(out, group=group)
         return out
+    cast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(c.cast)
+    if cast is not None and algorithm == "auto":   # reducible: the ordinary all-reduce on the payload
+        out = tensor.detach().to(cast)
+        dist.all_reduce(out, group=group)
+        return out.to(tensor.dtype)
     alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
     x = to_numpy(tensor)
     kwargs = {"local_size": local_size} if alg == "hierarchical" else {}

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from realrun.comm import ALGORITHMS, allgather, allreduce, broadcast, recv, reduce_scatter, send
 
-SPECS = ("none", "lossless", "fp16", "int8", "topk(0.5)")
+SPECS = ("none", "lossless", "fp16", "bf16", "int8", "topk(0.5)")
 LENGTHS = (1, 7, 1001)
 
 
