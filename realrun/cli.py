@@ -34,7 +34,7 @@ def _parser() -> Parser:
     b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels")
     b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "
                    "torchrun, which starts the ranks)")
-    b.add_argument("--backend", choices=("gloo",), default="gloo", help="gloo (NCCL: scripts/gpu_check.sh)")
+    b.add_argument("--backend", choices=("gloo",), default="gloo", help="gloo (the NCCL path is not in this release)")
     b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE or MIN:MAX (doubling)")
     b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
     b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(ALGORITHMS))

@@ -1,4 +1,5 @@
-"""Compressed collectives on torch.distributed (gloo on CPU, NCCL with host staging on GPU).
+"""Compressed collectives on torch.distributed (CPU tensors on gloo; device tensors are refused
+with a clear error until the NCCL path lands).
 
 Every algorithm of DESIGN section 6, written so that **every rank ends with the same bits**:
 a rank decodes its own payload too wherever the others see only the decoded version, and
