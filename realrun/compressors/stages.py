@@ -20,7 +20,6 @@ import numpy as np
 from realrun.compressors import casts, fast
 from topologies.errors import InputError
 
-F32 = np.dtype(np.float32)
 TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
 
 
