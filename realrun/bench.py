@@ -10,6 +10,7 @@ Records follow ``perfmodel.records`` (JSON Lines) for calibration.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -40,6 +41,8 @@ def run_collectives(config: dict, progress=None) -> list[dict]:
     world = config["world"]
     if not 1 <= world <= 64:
         raise InputError("world", world, "an integer from 1 to 64")
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("backend", config.get("backend", "gloo"), "torch installed: pip install 'commpress[real]'")
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "config.json")
         with open(cfg, "w") as handle:
