@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from realrun.comm.exchange import all_gather_bytes, all_to_all_bytes, sendrecv_bytes, to_numpy, world
+from realrun.comm.exchange import _gather, _u8, all_gather_bytes, all_to_all_bytes, sendrecv_bytes, to_numpy, world
 from realrun.compressors import Compressor
 from topologies.errors import InputError
 
@@ -130,6 +130,26 @@ def allgather_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
     return total.astype(x.dtype)
 
 
+def pipelined_allgather_allreduce(x: np.ndarray, c: Wire, group=None, chunks: int = 2) -> np.ndarray:
+    """All-gather all-reduce in ``chunks`` pieces: while piece i is gathered asynchronously, piece
+    i+1 is compressed. Fixed-size specs only: every rank's payload length is known from the
+    count, so no size exchange serializes the pipeline."""
+    rank, p = world(group)
+    pending = []
+    for i, s in enumerate(_split(len(x), chunks)):
+        data = c.pack(x[s], f"pg{i}")
+        out = torch.empty(p * len(data), dtype=torch.uint8)
+        work = _gather(out, _u8(data, len(data)), group=group, async_op=True)
+        pending.append((work, out, len(data), s))
+    total = np.zeros(len(x), np.float64)
+    for work, out, size, s in pending:
+        work.wait()
+        raw = out.numpy().tobytes()
+        for r in range(p):
+            total[s] += c.unpack(raw[r * size:(r + 1) * size], x.dtype)
+    return total.astype(x.dtype)
+
+
 def two_phase_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
     rank, p = world(group)
     parts = _split(len(x), p)
@@ -174,7 +194,7 @@ def hierarchical_allreduce(x: np.ndarray, c: Wire, group=None, local_size: int |
 
 IMPLEMENTATIONS = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
                    "allgather": allgather_allreduce, "two_phase": two_phase_allreduce,
-                   "hierarchical": hierarchical_allreduce}
+                   "hierarchical": hierarchical_allreduce, "pipelined": pipelined_allgather_allreduce}
 
 
 def _reduce_scatter(x: np.ndarray, c: Wire, group) -> np.ndarray:
@@ -188,17 +208,26 @@ def _reduce_scatter(x: np.ndarray, c: Wire, group) -> np.ndarray:
 
 
 def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto", group=None,
-              local_size: int | None = None, key: str = "") -> torch.Tensor:
+              local_size: int | None = None, key: str = "", chunks: int = 1) -> torch.Tensor:
     """Sum ``tensor`` over the group with ``spec`` compression; returns a new tensor.
-    ``key`` names the tensor for stateful compressors (error-feedback residuals)."""
+    ``key`` names the tensor for stateful compressors (error-feedback residuals). ``chunks > 1``
+    pipelines compression with communication (the all-gather algorithm, fixed-size specs)."""
     if algorithm != "auto" and algorithm not in IMPLEMENTATIONS:
         raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
     if tensor.device.type != "cpu":
         raise InputError("device", str(tensor.device), "cpu (GPU tensors: realrun.gpu)")
+    c = wire(spec)
+    alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
+    kwargs = {"local_size": local_size} if alg == "hierarchical" else {}
+    if chunks != 1:
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise InputError("chunks", chunks, "an integer >= 1")
+        if alg != "allgather" or not (c.none or c.c.codec.exact):
+            raise InputError("chunks", chunks, "1, or more with the allgather algorithm and a fixed-size spec")
+        alg, kwargs = "pipelined", {"chunks": min(chunks, max(1, tensor.numel()))}
     if world(group)[1] == 1:
         return tensor.clone()
-    c = wire(spec)
-    if c.none and algorithm == "auto":
+    if c.none and algorithm == "auto" and chunks == 1:
         out = tensor.detach().clone()
         dist.all_reduce(out, group=group)
         return out
@@ -207,9 +236,7 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
         out = tensor.detach().to(cast)
         dist.all_reduce(out, group=group)
         return out.to(tensor.dtype)
-    alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
     x = to_numpy(tensor)
-    kwargs = {"local_size": local_size} if alg == "hierarchical" else {}
     c.prefix = f"{key}/"
     try:
         result = IMPLEMENTATIONS[alg](x, c, group, **kwargs)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from realrun.comm import ALGORITHMS, allgather, allreduce, broadcast, recv, reduce_scatter, send
+from topologies.errors import InputError
 
 SPECS = ("none", "lossless", "fp16", "bf16", "int8", "topk(0.5)")
 LENGTHS = (1, 7, 1001)
@@ -37,6 +38,11 @@ def main(rank: int, world: int, port: int, out: str) -> None:
                 y = allreduce(x, spec, alg, local_size=local)
                 rows.append({"op": "allreduce", "n": n, "spec": spec, "alg": alg, "digest": digest(y),
                              "shape": list(y.shape), "error": rel(y, exact)})
+            if spec in ("int8", "topk(0.5)", "none"):
+                for chunks in (2, 5):
+                    y = allreduce(x, spec, "allgather", chunks=chunks)
+                    rows.append({"op": "allreduce", "n": n, "spec": spec, "alg": f"allgather/{chunks}",
+                                 "digest": digest(y), "shape": list(y.shape), "error": rel(y, exact)})
             g = allgather(x, spec)
             rows.append({"op": "allgather", "n": n, "spec": spec, "digest": digest(g), "shape": list(g.shape),
                          "error": 0.0})
@@ -47,6 +53,14 @@ def main(rank: int, world: int, port: int, out: str) -> None:
             b = broadcast(x, spec, src=world - 1)
             rows.append({"op": "broadcast", "n": n, "spec": spec, "digest": digest(b), "shape": list(b.shape),
                          "error": 0.0})
+    for bad in (dict(spec="sz3(abs=1e-3)", algorithm="allgather"), dict(spec="int8", algorithm="two_phase")):
+        try:
+            allreduce(torch.ones(8), chunks=2, **bad)
+            refused = False
+        except InputError:
+            refused = True
+        rows.append({"op": "chunks_refused", "n": 8, "spec": bad["spec"], "digest": "", "shape": [], "error": 0.0,
+                     "refused": refused})
     if world > 1:   # a pipeline boundary: rank r sends to r + 1
         msg = torch.arange(50, dtype=torch.float32) * (rank + 1)
         if rank + 1 < world:

@@ -57,3 +57,6 @@ def test_every_rank_ends_with_the_same_result(world, tmp_path):
                 assert row["shape"] == [row["n"] * world]
             if row["op"] == "sendrecv":
                 assert row["error"] < 0.01
+            if row["op"] == "chunks_refused":
+                assert row["refused"], row
+    assert any(row["alg"].startswith("allgather/") for row in first if "alg" in row) or world == 1
