@@ -80,7 +80,7 @@ def _cost_cached(built, calib, op, nbytes, label, dtype, group, concurrent):
 def _stage(spec, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     first, last = s == 0, s == plan.pp - 1
     sc = stage_compute(spec, plan, env.dev, layers, first, last)
-    st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s)
+    st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, hardware_flops=sc.hardware_flops)
     m = plan.microbatches
     for event in comm.tp_events(spec, plan, mesh, layers) + comm.pp_events(spec, plan, mesh):
         rec = _cost(env, event, policy)
@@ -197,8 +197,7 @@ def _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base)
     step = out.total
     tokens = plan.gbs * plan.seq
     model_flops = spec.model_flops_per_token(plan.seq) * tokens
-    hw_flops = sum(stage_compute(spec, plan, dev, n, s == 0, s == plan.pp - 1).hardware_flops
-                   for s, n in enumerate(plan.stage_layers(spec.num_layers)))
+    hw_flops = sum(st.hardware_flops for st in stages)
     hw_per_gpu = hw_flops * plan.microbatches / plan.pp
     model_tflops = model_flops / step / plan.gpus / 1e12
     return StepRecord(

@@ -96,6 +96,7 @@ def catalog_report(kind: str) -> str:
         parts.append(table(("model", "params B", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq", "act"),
                            rows))
     if kind in ("clusters", "all"):
-        rows = [(n, load_spec(n)[0]["gpu"], load_spec(n)[0]["description"]) for n in catalog_names()]
+        specs = [(n, load_spec(n)[0]) for n in catalog_names()]
+        rows = [(n, s["gpu"], s["description"]) for n, s in specs]
         parts.append(table(("cluster", "gpu", "description"), rows))
     return "\n\n".join(parts)

@@ -30,6 +30,7 @@ class StageTime:
     compression: float = 0.0
     zero3: float = 0.0
     bwd: float = 0.0          # the backward part (for the DP overlap window)
+    hardware_flops: float = 0.0   # FLOPs executed per microbatch, recompute included (not time)
 
     @property
     def total(self) -> float:

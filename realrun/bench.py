@@ -77,7 +77,7 @@ def _wait(procs, timeout_s: float) -> None:
                 p.kill()
 
 
-def _case(op, spec, alg, x, exact, iters, warmup, group_size):
+def _case(op, spec, alg, x, exact, iters, warmup):
     import torch
     import torch.distributed as dist
 
@@ -168,7 +168,7 @@ def worker(rank: int, world: int, port, config, out: str, keep_group: bool = Fal
     for i, (size, spec, alg) in enumerate(cases):
         x = torch.from_numpy(np.random.default_rng(rank + 17 * i).standard_normal(size // 4).astype(np.float32))
         exact = _exact(cfg["op"], x, world, rank)
-        worst, err = _case(cfg["op"], spec, alg, x, exact, cfg["iters"], cfg["warmup"], world)
+        worst, err = _case(cfg["op"], spec, alg, x, exact, cfg["iters"], cfg["warmup"])
         if rank == 0:
             records.append(_record(cfg, size, spec, alg, worst, err, world))
             print(f"bench {cfg['op']}: {i + 1}/{len(cases)} {spec} {alg} {size} B", file=sys.stderr, flush=True)

@@ -106,7 +106,6 @@ class Router:
 
     def __init__(self, cluster: Cluster):
         graph = cluster.graph
-        self.per_host = cluster.gpus_per_host
         host0 = [n for n, d in graph.nodes(data=True) if d.get(HOST) == 0]
         self.host = _Graphlet(graph, host0)
         self.nic_suffixes = [_suffix(n) for n in host0 if graph.nodes[n][KIND] == "nic"]

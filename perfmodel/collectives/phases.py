@@ -58,7 +58,7 @@ class Timed:
 
 
 def stage(*phases: Phase) -> tuple:
-    return tuple(p for p in phases if p.steps > 0 and p.nbytes >= 0)
+    return tuple(p for p in phases if p.steps > 0)
 
 
 def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:

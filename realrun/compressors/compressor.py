@@ -50,7 +50,8 @@ class Chain(stages.Stage):
         return n
 
     def out_dtype(self, dtype):
-        return list(self._walk(0, dtype))[-1][0].out_dtype(list(self._walk(0, dtype))[-1][2])
+        last, _, last_dtype = list(self._walk(0, dtype))[-1]
+        return last.out_dtype(last_dtype)
 
     def meta_size(self, n, dtype):
         return sum(part.meta_size(m, d) for part, m, d in self._walk(n, dtype))
