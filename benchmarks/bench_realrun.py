@@ -36,13 +36,18 @@ def kernels(iters: int) -> None:
     dst = np.empty_like(x)
     memcpy = x.nbytes / _median_s(lambda: np.copyto(dst, x), iters)
     print(f"memcpy (numpy copyto, 64 MiB): {memcpy / 1e9:.2f} GB/s")
+    print("  into reused buffers (compress(out=...), decompress(out=...)); fresh buffers in brackets")
     for spec in ("fp16", "int8", "sign", "topk(0.01)"):
         c = Compressor(spec)
         p = c.compress(x)
-        comp = x.nbytes / _median_s(lambda c=c: c.compress(x), iters)
-        decomp = x.nbytes / _median_s(lambda c=c, p=p: c.decompress(p), iters)
-        print(f"  {spec:11s} compress {comp / 1e9:6.2f} GB/s ({comp / memcpy:.2f} of memcpy)  "
-              f"decompress {decomp / 1e9:6.2f} GB/s ({decomp / memcpy:.2f})  ratio {x.nbytes / len(p):.2f}")
+        payload, back = bytearray(len(p)), np.empty_like(x)
+        comp = x.nbytes / _median_s(lambda c=c, b=payload: c.compress(x, out=b), iters)
+        decomp = x.nbytes / _median_s(lambda c=c, p=p, o=back: c.decompress(p, out=o), iters)
+        comp_new = x.nbytes / _median_s(lambda c=c: c.compress(x), iters)
+        decomp_new = x.nbytes / _median_s(lambda c=c, p=p: c.decompress(p), iters)
+        print(f"  {spec:11s} compress {comp / 1e9:5.2f} GB/s ({comp / memcpy:.2f} of memcpy) [{comp_new / 1e9:5.2f}]  "
+              f"decompress {decomp / 1e9:5.2f} GB/s ({decomp / memcpy:.2f}) [{decomp_new / 1e9:5.2f}]  "
+              f"ratio {x.nbytes / len(p):.2f}")
 
 
 def allreduce(iters: int) -> None:

@@ -66,8 +66,10 @@ class Chain(stages.Stage):
     def decode(self, values, meta, n, dtype, ctx):
         steps = list(self._walk(n, dtype))
         offsets = np.cumsum([0] + [p.meta_size(m, d) for p, m, d in steps])
+        out, ctx.out = ctx.out, None   # only the first stage writes the final values
         for i in range(len(steps) - 1, -1, -1):
             part, m, d = steps[i]
+            ctx.out = out if i == 0 else None
             values = part.decode(values, meta[offsets[i]:offsets[i + 1]], m, d, ctx)
         return values
 
@@ -129,14 +131,32 @@ def as_array(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def _assemble(small: list, values: np.ndarray) -> bytearray:
-    """One allocation, one copy of the values: header, metadata and prefix first."""
+def _assemble(small: list, values: np.ndarray, out=None):
+    """One copy of the values, after the header, metadata and prefix: into ``out`` (a writable
+    buffer at least as long; a memoryview of its start is returned) or a new bytearray."""
     head = b"".join(small)
-    buf = bytearray(len(head) + values.nbytes)
-    buf[: len(head)] = head
+    size = len(head) + values.nbytes
+    if out is None:
+        buf = bytearray(size)
+    else:
+        buf = memoryview(out).cast("B")
+        if buf.readonly or len(buf) < size:
+            raise InputError("out", f"{len(buf)} bytes{' read-only' if buf.readonly else ''}",
+                             f"a writable buffer of at least {size} bytes")
+        buf = buf[:size]
+    body = np.frombuffer(buf, np.uint8)
+    body[: len(head)] = np.frombuffer(head, np.uint8)
     if values.nbytes:
-        np.frombuffer(buf, np.uint8, offset=len(head))[:] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+        body[len(head):] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
     return buf
+
+
+def _check_out(out, shape, dtype) -> np.ndarray:
+    if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype \
+            or not out.flags.c_contiguous or not out.flags.writeable:
+        got = f"{type(out).__name__} {getattr(out, 'shape', '')} {getattr(out, 'dtype', '')}".strip()
+        raise InputError("out", got, f"a writable contiguous numpy array of shape {tuple(shape)} and dtype {dtype}")
+    return out.reshape(-1)
 
 
 class Compressor:
@@ -150,32 +170,40 @@ class Compressor:
         self.ctx = stages.Ctx(seed=seed)
         self.digest = spec_digest(self.spec)
 
-    def compress(self, x, key: str = "") -> Payload:
+    def compress(self, x, key: str = "", out=None) -> Payload:
+        """``x`` compressed; with ``out`` (a writable buffer), the payload is written into its
+        start and ``Payload.data`` is a view of it (reuse a buffer to skip page faults)."""
         arr = as_array(x)
         if arr.dtype not in DTYPES.values():
             raise InputError("dtype", str(arr.dtype), "float16, float32 or float64")
         flat = np.ascontiguousarray(arr).reshape(-1)
         if self.codec.is_none:
-            return Payload(flat.tobytes())
+            return Payload(flat.tobytes() if out is None else _assemble([], flat, out))
         self.root.check(flat.dtype)
-        self.ctx.key = key
+        self.ctx.key, self.ctx.out = key, None
         values, meta = self.root.encode(flat, self.ctx)
         self.ctx.step += 1
         header = Header(dtype=flat.dtype, shape=tuple(arr.shape) or (1,), digest=self.digest).pack()
         prefix = LENGTH.pack(values.nbytes) if self.root.out_dtype(flat.dtype) is None else b""
-        return Payload(_assemble([header, meta, prefix], values))
+        return Payload(_assemble([header, meta, prefix], values, out))
 
-    def decompress(self, payload: Payload, like=None) -> np.ndarray:
-        """The array back; for ``none`` (raw bytes, no header) pass ``like`` (shape and dtype)."""
+    def decompress(self, payload: Payload, like=None, out=None) -> np.ndarray:
+        """The array back; for ``none`` (raw bytes, no header) pass ``like`` (shape and dtype).
+        With ``out`` (an array of the original shape and dtype) the values are written there."""
         data = memoryview(payload.data if isinstance(payload, Payload) else payload).cast("B")
         if self.codec.is_none:
             if like is None:
                 raise InputError("like", None, "an array of the original shape and dtype for spec none")
-            return np.frombuffer(data, dtype=like.dtype).reshape(like.shape).copy()
+            raw = np.frombuffer(data, dtype=like.dtype).reshape(like.shape)
+            if out is None:
+                return raw.copy()
+            _check_out(out, like.shape, like.dtype)[:] = raw.reshape(-1)
+            return out
         header, offset = Header.unpack(data)
         if header.digest != self.digest:
             raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
         n, dtype = header.count, header.dtype
+        self.ctx.out = None if out is None else _check_out(out, header.shape, dtype)
         meta_end = offset + self.root.meta_size(n, dtype)
         meta, rest = bytes(data[offset:meta_end]), data[meta_end:]
         out_dtype = self.root.out_dtype(dtype)
@@ -184,4 +212,9 @@ class Compressor:
             values = np.frombuffer(rest[8:8 + length], np.uint8)
         else:
             values = np.frombuffer(rest, out_dtype, count=self.root.out_count(n))
-        return np.asarray(self.root.decode(values, meta, n, dtype, self.ctx), dtype=dtype).reshape(header.shape)
+        result = np.asarray(self.root.decode(values, meta, n, dtype, self.ctx), dtype=dtype).reshape(header.shape)
+        self.ctx.out = None
+        if out is not None and not np.shares_memory(result, out):
+            out[...] = result
+            return out
+        return result if out is None else out

@@ -23,12 +23,37 @@ from topologies.errors import InputError
 TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
 
 
+WORKSPACE_ENTRIES = 32   # scratch arrays kept per compressor (oldest dropped first)
+
+
 @dataclass
 class Ctx:
+    """Per-compressor state: seed, step, tensor key, persistent state (residuals, warm starts),
+    a workspace of reused scratch arrays, and where the final decoded values go (``out``)."""
+
     seed: int = 0
     step: int = 0
     key: str = ""
     state: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)
+    out: np.ndarray | None = None
+
+    def buffer(self, owner, tag: str, n: int, dtype) -> np.ndarray:
+        """A scratch array reused across calls (fresh pages cost more than the kernels): valid
+        until the same stage asks again; whatever a stage returns from it is copied out."""
+        key = (id(owner), tag, n, np.dtype(dtype).str)
+        buf = self.work.pop(key, None)
+        if buf is None:
+            buf = np.empty(n, dtype)
+        self.work[key] = buf
+        while len(self.work) > WORKSPACE_ENTRIES:
+            self.work.pop(next(iter(self.work)))
+        return buf
+
+    def output(self, n: int, dtype) -> np.ndarray:
+        """The array a decoder's final values go to: the caller's ``out`` once, else a new one."""
+        out, self.out = self.out, None
+        return out if out is not None else np.empty(n, dtype)
 
 
 def _float_input(name: str, dtype) -> None:
@@ -87,14 +112,22 @@ class Cast(Stage):
 class Fp16(Cast):
     name, code_dtype = "fp16", np.float16
 
-    def to_codes(self, x):
+    def encode(self, x, ctx):
         if fast.AVAILABLE and x.dtype == np.float32:
-            return fast.fp16_encode(x)
+            return fast.fp16_encode(x, ctx.buffer(self, "codes", len(x), np.uint16)), b""
+        return super().encode(x, ctx)
+
+    def decode(self, values, meta, n, dtype, ctx):
+        if fast.AVAILABLE and dtype == np.float32:
+            return fast.fp16_decode(values, ctx.output(n, np.float32))
+        return super().decode(values, meta, n, dtype, ctx)
+
+    def to_codes(self, x):
         with np.errstate(over="ignore"):
             return x.astype(np.float16)
 
     def from_codes(self, c):
-        return fast.fp16_decode(c) if fast.AVAILABLE else c.astype(np.float32)
+        return c.astype(np.float32)
 
 
 class Bf16(Cast):
@@ -147,7 +180,8 @@ def _unpack_bits(data: np.ndarray, bits: int, n: int) -> np.ndarray:
 
 class BlockQuant(Stage):
     """Blockwise absmax: ``scale = absmax / levels`` per block (fp32, at least the smallest
-    subnormal when absmax > 0), codes = round(x / scale); |x - x'| <= scale / 2. A block with
+    subnormal when absmax > 0, one ulp up where rounding left levels x scale < absmax, as it
+    does for subnormal blocks), codes = round(x / scale); |x - x'| <= scale / 2. A block with
     a non-finite value gets a NaN scale."""
 
     bits = 8
@@ -177,6 +211,8 @@ class BlockQuant(Stage):
             absmax = np.max(np.abs(b), axis=1)
         scale = (absmax / self.levels()).astype(np.float32)
         scale = np.where(absmax > 0, np.maximum(scale, TINY), scale)   # never underflow to 0 for x != 0
+        short = scale.astype(np.float64) * self.levels() < absmax      # rounded down (subnormals): one ulp up
+        scale = np.where(short, np.nextafter(scale, np.float32(np.inf)), scale)
         return np.where(np.isfinite(absmax), scale, np.float32(np.nan)).astype(np.float32)
 
     def quantize(self, b, scale, ctx):
@@ -185,7 +221,9 @@ class BlockQuant(Stage):
 
     def encode(self, x, ctx):
         if fast.AVAILABLE and type(self) in (Int8, Int4) and x.dtype == np.float32:
-            q, scale = fast.quantize(x, self.block, self.levels())
+            codes = ctx.buffer(self, "codes", len(x), np.int8 if self.bits == 8 else np.int64)
+            scales = ctx.buffer(self, "scales", math.ceil(len(x) / self.block), np.float32)
+            q, scale = fast.quantize(x, self.block, self.levels(), codes, scales)
             return self.pack(q, len(x)), scale.tobytes()
         b = _blocks(x, self.block)
         scale = self.scales(b)
@@ -200,12 +238,13 @@ class BlockQuant(Stage):
 
     def decode(self, values, meta, n, dtype, ctx):
         scale = np.frombuffer(meta, dtype=np.float32)
-        q = self.unpack(values, n)
         top = np.finfo(dtype).max   # levels x rounded scale may pass the largest finite value
         if fast.AVAILABLE and dtype == np.float32 and n:
-            out = np.empty(n, np.float32)
+            q = values.view(np.int8) if self.n_bits() == 8 else self.unpack(values, n)
+            out = ctx.output(n, dtype)
             fast.dequantize(np.ascontiguousarray(q), scale, self.block, top, out)
             return out
+        q = self.unpack(values, n)
         per = np.repeat(scale, self.block)[:n].astype(np.float64)
         return np.clip(q * per, -top, top).astype(dtype)
 
@@ -244,23 +283,34 @@ class Sign(BlockQuant):
         return 1
 
     def scales(self, b):
-        with np.errstate(invalid="ignore"):
-            return np.mean(np.abs(b), axis=1, dtype=np.float64).astype(np.float32)
+        """Mean |x| per block, summed in index order in float64 (a cumulative sum, so the
+        compiled path can reproduce it bit for bit)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            return (np.cumsum(np.abs(b), axis=1, dtype=np.float64)[:, -1] / b.shape[1]).astype(np.float32)
 
     def encode(self, x, ctx):
+        if fast.AVAILABLE and x.dtype == np.float32 and len(x):
+            bits = ctx.buffer(self, "bits", math.ceil(len(x) / 8), np.uint8)
+            scales = ctx.buffer(self, "scales", math.ceil(len(x) / self.block), np.float32)
+            fast.sign_encode(x, self.block, bits, scales)
+            return bits, scales.tobytes()
         b = _blocks(x, self.block)
         pad = b.size - len(x)
         scale = self.scales(b)
         if pad:   # the padding must not dilute the last block's mean
-            last = x[len(x) - (self.block - pad):]
-            scale[-1] = np.mean(np.abs(last), dtype=np.float64) if len(last) else 0.0
+            scale[-1] = self.scales(x[len(x) - (self.block - pad):][None, :])[0]
         bits = (x >= 0) | np.isnan(x)
         return np.packbits(bits, bitorder="little"), scale.astype(np.float32).tobytes()
 
     def decode(self, values, meta, n, dtype, ctx):
+        top = np.finfo(dtype).max
+        if fast.AVAILABLE and dtype == np.float32 and n:
+            scales = np.frombuffer(meta, dtype=np.float32)
+            out = ctx.output(n, dtype)
+            fast.sign_decode(values, scales, self.block, top, out)
+            return out
         scale = np.repeat(np.frombuffer(meta, dtype=np.float32), self.block)[:n]
         sign = np.unpackbits(values, bitorder="little")[:n].astype(np.float64) * 2 - 1
-        top = np.finfo(dtype).max
         return np.clip(sign * scale, -top, top).astype(dtype)
 
 
@@ -277,14 +327,21 @@ class TopK(Stage):
         return min(4 * self.out_count(n), math.ceil(n / 8))
 
     def select(self, x, ctx):
-        k = self.out_count(len(x))
-        if k == len(x):
-            return np.arange(len(x))
+        """Every |x| above the k-th largest, then the ties at it in index order; ascending."""
+        n, k = len(x), self.out_count(len(x))
+        if k == n:
+            return np.arange(n)
         mag = np.abs(x)
         mag = np.where(np.isnan(mag), np.inf, mag)
-        return np.sort(np.argpartition(mag, len(x) - k)[len(x) - k:])
+        t = np.partition(mag, n - k)[n - k]
+        above = np.flatnonzero(mag > t)
+        return np.union1d(above, np.flatnonzero(mag == t)[: k - len(above)])
 
     def encode(self, x, ctx):
+        k = self.out_count(len(x))
+        if fast.AVAILABLE and x.dtype == np.float32 and 0 < k < len(x):
+            idx, values = fast.topk(x, k, ctx.buffer(self, "idx", k, np.int64), ctx.buffer(self, "values", k, x.dtype))
+            return values, self._index_bytes(idx, len(x))
         idx = self.select(x, ctx)
         return x[idx], self._index_bytes(idx, len(x))
 
@@ -302,7 +359,11 @@ class TopK(Stage):
         return np.flatnonzero(np.unpackbits(np.frombuffer(meta, np.uint8), bitorder="little")[:n])
 
     def decode(self, values, meta, n, dtype, ctx):
-        out = np.zeros(n, dtype=dtype)
+        out = ctx.output(n, dtype)
+        if fast.AVAILABLE and n:
+            fast.scatter(values, self.indices(meta, n), out)
+            return out
+        out[:] = 0
         out[self.indices(meta, n)] = values
         return out
 

@@ -50,6 +50,7 @@ extern "C" __global__ void quantize_absmax(const float* x, uint8_t* codes, float
     float absmax = block_absmax(x, start, end, shared);
     float scale = isfinite(absmax) ? absmax / (float)levels : __int_as_float(0x7fc00000);
     if (absmax > 0.0f && scale < 1.4e-45f) scale = 1.4e-45f;  // never underflow to 0 (smallest subnormal)
+    if ((double)scale * levels < (double)absmax) scale = nextafterf(scale, INFINITY);  // rounded down: one ulp up
     if (threadIdx.x == 0) scales[b] = scale;
     float safe = (scale > 0.0f && isfinite(scale)) ? scale : 1.0f;
     for (long i = start + threadIdx.x; i < end; i += blockDim.x) {

@@ -67,6 +67,8 @@ def test_int8_is_within_half_a_step_per_block(x, block):
         absmax = np.float32(np.max(np.abs(x[i:i + block])))
         step = np.float64(max(np.float32(absmax / np.float32(127)), np.finfo(np.float32).smallest_subnormal)
                           if absmax > 0 else 0.0)
+        if step * 127 < absmax:   # the scale never rounds below absmax / 127
+            step = np.float64(np.nextafter(np.float32(step), np.float32(np.inf)))
         with np.errstate(over="ignore"):   # float32 rounding of the result
             ulp = 4 * np.spacing(np.abs(b).astype(np.float32)).astype(np.float64)
         assert np.all(np.abs(b - yb) <= step / 2 * (1 + 1e-6) + ulp)
@@ -187,7 +189,8 @@ def test_fp16_decode_covers_every_half():
     assert np.array_equal(got[finite].view(np.uint32), ref[finite].view(np.uint32))
 
 
-@pytest.mark.parametrize("spec", ["fp16", "int8", "int4", "int8(block=7)", "int4(block=100)"])
+@pytest.mark.parametrize("spec", ["fp16", "int8", "int4", "int8(block=7)", "int4(block=100)", "sign",
+                                  "sign(block=13)", "topk(0.01)", "topk(0.2)", "topk(0.9)"])
 def test_compiled_paths_match_the_numpy_reference(spec, monkeypatch):
     """With numba, the compiled paths produce the reference's bytes (NaN aside: same NaN-ness)."""
     from realrun.compressors import fast
@@ -209,3 +212,43 @@ def test_compiled_paths_match_the_numpy_reference(spec, monkeypatch):
     monkeypatch.setattr(fast, "AVAILABLE", False)
     b = Compressor(spec).decompress(reference)
     assert np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("spec", ["topk(0.25)", "topk(0.5)"])
+def test_topk_ties_keep_the_lowest_indices(spec, monkeypatch):
+    from realrun.compressors import fast
+
+    x = np.array([1, -3, 3, 2, 3, -3, 0, 3], np.float32)   # k = 2 or 4 of the six |x| = 3
+    for available in (True, False) if fast.AVAILABLE else (False,):
+        monkeypatch.setattr(fast, "AVAILABLE", available)
+        y = Compressor(spec).decompress(Compressor(spec).compress(x))
+        k = 2 if spec == "topk(0.25)" else 4
+        assert np.array_equal(np.flatnonzero(y), [1, 2, 4, 5][:k]), (available, y)
+
+
+@pytest.mark.parametrize("spec", ["none", "fp16", "int8", "sign", "topk(0.01)", "zfp(rate=8)", "ef(int4)+lossless"])
+def test_out_buffers_hold_the_same_bytes_and_values(spec):
+    x = gaussian(17 * 241).reshape(17, 241)
+    c = Compressor(spec)
+    fresh = bytes(c.compress(x).data)
+    scratch = bytearray(len(fresh) + 100)
+    p = Compressor(spec).compress(x, out=scratch)
+    assert bytes(p.data) == fresh and len(p) == len(fresh)
+    out = np.full_like(x, 7.0)
+    got = Compressor(spec).decompress(fresh, like=x, out=out)
+    assert got is out and np.array_equal(out, Compressor(spec).decompress(fresh, like=x), equal_nan=True)
+    with pytest.raises(InputError, match="out"):
+        Compressor(spec).compress(x, out=bytearray(len(fresh) - 1))
+    with pytest.raises(InputError, match="out"):
+        Compressor(spec).decompress(fresh, like=x, out=np.empty(5, np.float32))
+
+
+def test_repeated_calls_do_not_share_returned_arrays():
+    """Workspace buffers never leak into what the caller keeps."""
+    c = Compressor("int8")
+    a, b = gaussian(1000), gaussian(1000) * 2
+    pa = bytes(c.compress(a).data)
+    ya = c.decompress(pa)
+    c.compress(b)
+    yb = c.decompress(c.compress(b))
+    assert np.array_equal(ya, Compressor("int8").decompress(pa)) and not np.shares_memory(ya, yb)
