@@ -12,7 +12,7 @@ from realrun.comm.names import ALGORITHMS
 from realrun.compressors import Compressor
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
 from topologies.errors import InputError
-from topologies.units import format_size
+from topologies.units import format_size, parse_size
 
 EPILOG = """examples:
   realrun bench allreduce --world 4 --sizes 1MiB:64MiB --compressors "none,int8,topk(0.01)" \\
@@ -42,7 +42,39 @@ def _parser() -> Parser:
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--device", default="cpu", help="kernels: cpu")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
+    _cluster_parser(sub)
     return p
+
+
+CLUSTER_EPILOG = """examples (as root):
+  realrun cluster up --hosts 4 --bandwidth 1gbit
+  realrun cluster up --name two --hosts 4 --groups 2 --bandwidth 1gbit --trunk 200mbit
+  realrun cluster run -- python -m realrun.cli bench allreduce --sizes 16MiB --compressors none,int8
+  realrun cluster shape --bandwidth 100mbit
+  realrun cluster status --json
+  realrun cluster down
+"""
+
+
+def _cluster_parser(sub) -> None:
+    c = sub.add_parser("cluster", help="an emulated multi-host cluster: namespaces with rate-limited links",
+                       description="Hosts are Linux network namespaces on one bridge (or groups of bridges "
+                       "joined by rate-limited trunks), each link limited with tc tbf in both directions. "
+                       "Needs root and iproute2. Names start with cmp-NAME-, so clusters coexist.",
+                       epilog=CLUSTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("action", choices=("up", "down", "status", "run", "shape"))
+    c.add_argument("--name", default="emu", help="cluster name: 1-8 lowercase letters or digits (default emu)")
+    c.add_argument("--hosts", type=int, default=4, help="up: hosts, 2-8 (default 4)")
+    c.add_argument("--bandwidth", default=None, help="up/shape: every host link, e.g. 100mbit, 1gbit (default 1gbit)")
+    c.add_argument("--slow-host", type=int, default=None, help="up: index of one slower host")
+    c.add_argument("--slow-bandwidth", default=None, help="up: that host's link rate")
+    c.add_argument("--groups", type=int, default=1, help="up: groups of hosts behind trunks (two-tier)")
+    c.add_argument("--trunk", default=None, help="up/shape: trunk rate between a group and the core")
+    c.add_argument("--burst", default="128KiB", help="up: token bucket burst (default 128KiB, see docs)")
+    c.add_argument("--threads", type=int, default=1, help="run: OMP/numba threads per rank (default 1)")
+    c.add_argument("--timeout", type=float, default=3600.0, help="run: seconds before every rank is stopped")
+    c.add_argument("--json", action="store_true", help="status/up: print JSON")
+    c.add_argument("cmd", nargs=argparse.REMAINDER, help="run: -- CMD ARGS... (one rank per host)")
 
 
 def _sizes(text: str) -> list[int]:
@@ -110,10 +142,42 @@ def _bench(args) -> None:
         atomic_write(args.json, lambda h: h.write("".join(json.dumps(r) + "\n" for r in records).encode()))
 
 
+def _cluster(args) -> None:
+    from realrun import cluster
+
+    if args.action == "down":
+        removed = cluster.down(args.name)
+        print(f"cluster {args.name}: removed {len(removed)} namespaces" if removed else f"cluster {args.name}: not up")
+        return
+    if args.action == "run":
+        argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        cluster.run(args.name, argv, timeout_s=args.timeout, threads=_positive("threads", args.threads))
+        return
+    if args.action == "up":
+        spec = cluster.EmulatedSpec(hosts=args.hosts, bandwidth=args.bandwidth or "1gbit", slow_host=args.slow_host,
+                                    slow_bandwidth=args.slow_bandwidth, groups=args.groups,
+                                    trunk_bandwidth=args.trunk, burst_bytes=parse_size(args.burst, "burst"))
+        state = cluster.up(spec, args.name)
+    elif args.action == "shape":
+        cluster.shape(args.name, args.bandwidth, args.trunk)
+        state = cluster.status(args.name)
+    else:
+        state = cluster.status(args.name if args.name != "emu" or not args.json else None)
+    if args.json:
+        print(json.dumps(state, indent=2))
+        return
+    for name, info in state.items():
+        print(f"cluster {name}: {'up' if info['up'] else 'down'}  topology {info['topology']}")
+        for ns, links in info["qdiscs"].items():
+            print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())))
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "bench":
         _bench(args)
+    elif args.command == "cluster":
+        _cluster(args)
     return 0
 
 

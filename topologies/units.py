@@ -71,3 +71,24 @@ def format_size(size_bytes: int) -> str:
             value = size_bytes / factor
             return f"{value:g}{unit}" if value != int(value) else f"{int(value)}{unit}"
     return f"{size_bytes}B"
+
+
+_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*$")
+
+
+def parse_rate(text, field: str = "bandwidth") -> int:
+    """Parse a link rate as tc writes it (``100mbit``, ``1gbit``, ``2.5gbit``) into bits/s."""
+    m = _RATE_RE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _RATE_UNITS or float(m.group(1)) <= 0:
+        raise InputError(field, text, "a rate such as 100mbit, 1gbit or 2.5gbit")
+    return int(float(m.group(1)) * _RATE_UNITS[unit])
+
+
+def format_rate(bits_per_s: float) -> str:
+    """Short tc-style label: 1e9 -> '1gbit', 1e8 -> '100mbit'."""
+    for unit, factor in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits_per_s >= factor:
+            return f"{bits_per_s / factor:g}{unit}"
+    return f"{bits_per_s:g}bit"

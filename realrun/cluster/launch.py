@@ -1,0 +1,83 @@
+"""Start one rank per emulated host, torchrun-style, and wait for all of them.
+
+Each rank runs ``ip netns exec cmp-NAME-h{i} CMD`` with ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``MASTER_ADDR`` (host 0), ``MASTER_PORT`` and
+``GLOO_SOCKET_IFNAME=eth0``; ``OMP_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` are set to
+``threads`` (default 1), so N ranks share this machine's cores in a way the model states
+(perfmodel's emulated device: one core per rank while ranks <= cores). One rank failing
+ends the run: the others are stopped and the error names the rank.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from realrun.cluster import emulated
+from topologies.errors import InputError
+
+MASTER_PORT = 29511
+
+
+def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int) -> dict:
+    env = dict(os.environ)
+    env.update(RANK=str(rank), WORLD_SIZE=str(spec.hosts), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+               MASTER_ADDR=emulated.address(0), MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="eth0",
+               OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads), COMMPRESS_EMULATED="1")
+    return env
+
+
+def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, port: int = MASTER_PORT,
+        quiet_ranks: bool = True) -> None:
+    """Run ``argv`` as one rank per host of cluster ``name``; raise naming the first failed rank.
+    Rank 0's output goes to this process's; the others' stdout is dropped when ``quiet_ranks``."""
+    spec = emulated.load(name)
+    if not argv:
+        raise InputError("command", "", "a command to run on every host (after --)")
+    procs = []
+    try:
+        for r in range(spec.hosts):
+            out = None if r == 0 or not quiet_ranks else subprocess.DEVNULL
+            procs.append(subprocess.Popen(["ip", "netns", "exec", emulated.host_ns(name, r), *argv],
+                                          env=rank_env(spec, r, threads, port), stdout=out,
+                                          stderr=None if r == 0 else subprocess.PIPE, start_new_session=True))
+        _wait(procs, timeout_s)
+    finally:
+        _stop(procs)
+
+
+def _wait(procs, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in procs):
+        for r, p in enumerate(procs):
+            if p.poll() not in (None, 0):
+                raise InputError("rank", r, f"a rank that succeeds (exit {p.returncode}: {_tail(p)})")
+        if time.monotonic() > deadline:
+            raise InputError("timeout_s", timeout_s, "enough time for every rank to finish")
+        time.sleep(0.05)
+    for r, p in enumerate(procs):
+        if p.returncode != 0:
+            raise InputError("rank", r, f"a rank that succeeds (exit {p.returncode}: {_tail(p)})")
+
+
+def _tail(p) -> str:
+    if p.stderr is None:
+        return "see its output above"
+    lines = p.stderr.read().decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "no error output"
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
