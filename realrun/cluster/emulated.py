@@ -22,6 +22,7 @@ from realrun.cluster import netns
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 from topologies.units import format_rate, parse_rate
+import contextlib
 
 STATE_DIR = os.environ.get("COMMPRESS_STATE_DIR", "/run/commpress/clusters")
 SUBNET = "10.231.0."
@@ -214,10 +215,8 @@ def down(name: str) -> list[str]:
     removed = netns.ours(name)
     for ns in removed:
         netns.delete_ns(ns)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.remove(_state_path(name))
-    except FileNotFoundError:
-        pass
     left = netns.ours(name)
     if left:
         raise InputError("cluster", ",".join(left), "namespaces that can be deleted (ip netns del)")

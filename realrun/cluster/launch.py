@@ -16,6 +16,7 @@ import time
 
 from realrun.cluster import emulated
 from topologies.errors import InputError
+import contextlib
 
 MASTER_PORT = 29511
 
@@ -71,10 +72,8 @@ def _tail(p) -> str:
 def _stop(procs) -> None:
     for p in procs:
         if p.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
     for p in procs:
         try:
             p.wait(timeout=5)

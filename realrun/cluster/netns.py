@@ -29,7 +29,8 @@ def sh(*args: str, ns: str | None = None, check: bool = True) -> str:
     cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if check and proc.returncode != 0:
-        raise InputError("cluster", " ".join(cmd), f"a command that succeeds ({proc.stderr.strip() or proc.returncode})")
+        why = proc.stderr.strip() or proc.returncode
+        raise InputError("cluster", " ".join(cmd), f"a command that succeeds ({why})")
     return proc.stdout
 
 
