@@ -10,8 +10,12 @@ optional and overrides only what it names:
                                     "gemm_efficiency": {"1024": 0.4, "8192": 0.8}}},
       "protocols": {"net": {"Simple": {"base_us": 9.0, "step_us": 11.0, "bw_fraction": 0.92}}},
       "compressors": {"sz3": {"ratio": 5.2}, "lossless": {"ratio": 1.08}},
+      "kernels": {"int8": {"compress_GBps": 2.1, "decompress_GBps": 4.8}},
       "overlap_slowdown": 0.07
     }
+
+``kernels`` gives a spec's measured throughput on the profile's device, per direction (GB/s
+of uncompressed bytes, one rank alone); it replaces the traffic model of that spec.
 
 Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
 clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
@@ -31,7 +35,8 @@ from topologies.errors import InputError
 from topologies.units import TBps_to_Bps, us_to_s
 
 SCHEMA = "commpress.calibration/1"
-TOP = ("schema", "provenance", "devices", "protocols", "compressors", "overlap_slowdown")
+TOP = ("schema", "provenance", "devices", "protocols", "compressors", "kernels", "fits", "overlap_slowdown")
+KERNEL_KEYS = ("compress_GBps", "decompress_GBps")
 DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency")
 PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
 
@@ -44,6 +49,11 @@ class Calibration:
     protocols: dict
     ratios: dict
     overlap_slowdown: float | None
+    kernels: dict = None   # {canonical spec (profile ratios applied): (compress_Bps, decompress_Bps)}
+
+    def kernel(self, spec_text: str):
+        """(compress_Bps, decompress_Bps) measured for a canonical spec, or None."""
+        return (self.kernels or {}).get(spec_text)
 
     def device(self, dev: Device) -> Device:
         return _calibrated_device(self, dev)
@@ -135,6 +145,11 @@ def _check(raw: dict) -> None:
         if family not in DEFAULT_RATIO or set(over) != {"ratio"}:
             _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(DEFAULT_RATIO))
         _number(f"compressors.{family}.ratio", over["ratio"], 0.999999)
+    for spec, over in raw.get("kernels", {}).items():
+        if not isinstance(over, dict) or set(over) != set(KERNEL_KEYS):
+            _fail(f"kernels.{spec}", over, "{" + ", ".join(f'"{k}": GB/s' for k in KERNEL_KEYS) + "}")
+        for k in KERNEL_KEYS:
+            _number(f"kernels.{spec}.{k}", over[k])
     if "overlap_slowdown" in raw:
         _number("overlap_slowdown", raw["overlap_slowdown"], -1e-12, 0.999)
 
@@ -149,10 +164,17 @@ def _load(path: str, mtime: float) -> Calibration:
     except json.JSONDecodeError as err:
         raise InputError("calibration", path, f"a JSON calibration profile ({err.msg} at line {err.lineno})") from None
     _check(raw)
+    ratios = {k: v["ratio"] for k, v in raw.get("compressors", {}).items()}
+    kernels = {}
+    for spec, over in raw.get("kernels", {}).items():
+        try:
+            text = compile_spec(str(_with_ratios(parse_spec(spec), ratios))).text
+        except InputError as err:
+            raise InputError(f"calibration.kernels.{spec}", spec, f"a compressor spec ({err})") from None
+        kernels[text] = (over["compress_GBps"] * 1e9, over["decompress_GBps"] * 1e9)
     return Calibration(path=path, provenance=raw.get("provenance", {}), devices=raw.get("devices", {}),
-                       protocols=raw.get("protocols", {}),
-                       ratios={k: v["ratio"] for k, v in raw.get("compressors", {}).items()},
-                       overlap_slowdown=raw.get("overlap_slowdown"))
+                       protocols=raw.get("protocols", {}), ratios=ratios,
+                       overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels)
 
 
 def load_calibration(path: str | None) -> Calibration | None:

@@ -110,9 +110,12 @@ def protocol_table() -> dict[str, dict[str, Protocol]]:
 
 
 def tier_class(tier: str) -> str:
-    """Map a tier name to its protocol class: nvlink/xgmi -> nvlink; pcie/xbus -> pcie; else net."""
+    """Map a tier name to its protocol class: nvlink/xgmi -> nvlink; pcie/xbus -> pcie; tcp-* (gloo
+    over TCP, realrun's emulated clusters) -> tcp; else net."""
     if tier in ("nvlink", "xgmi"):
         return "nvlink"
     if tier in ("pcie", "xbus"):
         return "pcie"
+    if tier.startswith("tcp"):
+        return "tcp"
     return "net"

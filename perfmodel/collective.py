@@ -73,7 +73,8 @@ def _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks):
         if algorithm not in table:
             raise InputError("algorithm", algorithm, _allowed_text(op, codec))
         table = {algorithm: table[algorithm]}
-    msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec)
+    msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec,
+              kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text))
     costs = {name: build(ctx, msg) for name, build in table.items()}
     fewest = min(c.hops for c in costs.values())
     best = None

@@ -8,6 +8,7 @@ or missing keys are refused with the list of allowed ones); ``[sources]`` maps a
 from __future__ import annotations
 
 import inspect
+import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
 from topologies.nodes import NODE_BUILDERS
+from topologies.units import parse_rate
 
 try:
     import tomllib
@@ -31,7 +33,54 @@ def catalog_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
+EMULATED_KEYS = ("hosts", "bandwidth", "groups", "trunk", "slow_host", "slow_bandwidth", "cores", "latency_us")
+
+
+def emulated_spec(text: str) -> dict:
+    """The cluster spec of ``emulated:hosts=4,bandwidth=1gbit[,groups=2,trunk=200mbit]
+    [,slow_host=3,slow_bandwidth=100mbit][,cores=N][,latency_us=50]``: realrun's emulated
+    cluster (one rank per network namespace on this machine, tc tbf links)."""
+    args = {}
+    for item in filter(None, text.split(":", 1)[1].split(",")):
+        key, _, value = item.partition("=")
+        if key not in EMULATED_KEYS or not value:
+            raise InputError("cluster", item, "key=value with a key among " + ", ".join(EMULATED_KEYS))
+        args[key] = value
+    hosts = _int_arg(args, "hosts", 4, 1, 64)
+    rate = parse_rate(args.get("bandwidth", "1gbit")) / 1e9
+    groups = _int_arg(args, "groups", 1, 1, hosts)
+    node = {"builder": "cpu_host", "nic_Gbps": rate, "memory_GBps": 10.0,
+            "cores": _int_arg(args, "cores", os.cpu_count() or 1, 1, 4096)}
+    if "slow_host" in args:
+        node.update(slow_host=_int_arg(args, "slow_host", 0, 0, hosts - 1),
+                    slow_nic_Gbps=parse_rate(args.get("slow_bandwidth", "100mbit"), "slow_bandwidth") / 1e9)
+    latency = float(args.get("latency_us", 50.0))
+    fabric = {"builder": "single_switch", "latency_us": latency, "tier_prefix": "tcp"}
+    if groups > 1:
+        fabric = {"builder": "two_tier", "hosts_per_group": hosts // groups, "latency_us": latency,
+                  "trunk_Gbps": parse_rate(args.get("trunk", "1gbit"), "trunk") / 1e9, "tier_prefix": "tcp"}
+    return {"name": text, "description": "realrun emulated cluster: network namespaces on one machine, tc tbf links",
+            "gpu": "host-cpu", "default_nodes": hosts, "node": node, "fabric": fabric,
+            "sources": {"node.nic_Gbps": "the tc tbf rate of each host link (realrun cluster up)",
+                        "node.memory_GBps": "benchmarks/bench_realrun.py: numpy copy of 64 MiB, 8.7-11.5 GB/s here",
+                        "node.cores": "os.cpu_count() of this machine unless given",
+                        "fabric.latency_us": "assumption: veth + bridge + TCP per message; realrun calibrate fits it"}}
+
+
+def _int_arg(args: dict, key: str, default: int, low: int, high: int) -> int:
+    value = args.get(key, default)
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise InputError(f"cluster.{key}", value, f"an integer from {low} to {high}")
+    return number
+
+
 def _read(name_or_path: str) -> tuple[dict, str]:
+    if name_or_path.startswith("emulated:"):
+        return emulated_spec(name_or_path), name_or_path
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or path.exists():
         if not path.is_file():

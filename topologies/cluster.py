@@ -108,6 +108,8 @@ def _hosts(spec: dict, nodes: int | None, gpus: int | None) -> int:
 
 def _gpus_per_host(spec: dict) -> int:
     node = spec["node"]
+    if node["builder"] == "cpu_host":
+        return 1
     if "gpus" in node:
         return int(node["gpus"])
     return int(node["sockets"]) * int(node["gpus_per_socket"])

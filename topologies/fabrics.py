@@ -162,7 +162,26 @@ def torus(graph, nics, *, dims: list, link_Gbps: float, latency_us: float, tier_
             _attach(graph, nic, name[coords[h]], f"{tier_prefix}-edge", lat)
 
 
+
+
+def two_tier(graph, nics, *, hosts_per_group: int, trunk_Gbps: float, latency_us: float, tier_prefix: str = "tcp"):
+    """Groups of ``hosts_per_group`` hosts on their own switch; each group switch reaches one
+    core switch over a trunk of ``trunk_Gbps`` (tier ``{prefix}-trunk``): an inter-node tier
+    with oversubscription = group NIC rate / trunk rate (realrun's emulated groups)."""
+    if hosts_per_group < 1 or len(nics) % hosts_per_group:
+        raise InputError("fabric.hosts_per_group", hosts_per_group, f"a divisor of the hosts ({len(nics)})")
+    core = _switch(graph, f"{tier_prefix}.core")
+    for g in range(len(nics) // hosts_per_group):
+        sw = _switch(graph, f"{tier_prefix}.sw{g}")
+        add_link(graph, sw, core, tier=f"{tier_prefix}-trunk", bandwidth_Bps=Gbps_to_Bps(trunk_Gbps),
+                 latency_s=us_to_s(latency_us))
+        for host_nics in nics[g * hosts_per_group:(g + 1) * hosts_per_group]:
+            for nic in host_nics:
+                _attach(graph, nic, sw, f"{tier_prefix}-leaf", us_to_s(latency_us))
+
+
 FABRIC_BUILDERS = {
+    "two_tier": two_tier,
     "single_switch": single_switch,
     "fat_tree": fat_tree,
     "rail_optimized": rail_optimized,

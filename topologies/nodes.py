@@ -107,7 +107,19 @@ def pcie_node(graph: nx.Graph, host: int, *, gpus: int, gpus_per_switch: int,
                      pcie_latency_us=pcie_latency_us)
 
 
+def cpu_host(graph: nx.Graph, host: int, *, nic_Gbps: float, memory_GBps: float, cores: int,
+             slow_host: int = -1, slow_nic_Gbps: float = 0.0) -> list[str]:
+    """An emulated host (realrun's network namespace): one rank on the CPU behind one NIC of
+    ``nic_Gbps`` (``slow_nic_Gbps`` on host ``slow_host``). The rank's device link runs at
+    ``memory_GBps``. ``cores`` is how many CPU cores all hosts share (perfmodel divides them)."""
+    rank = _add_gpu(graph, host, 0)
+    graph.nodes[rank]["shared_cores"] = cores
+    rate = slow_nic_Gbps if host == slow_host else nic_Gbps
+    return _add_nics(graph, host, [rank], nic_Gbps=rate, pcie_GBps=memory_GBps, pcie_latency_us=0.0)
+
+
 NODE_BUILDERS = {
+    "cpu_host": cpu_host,
     "nvswitch": nvswitch_node,
     "nvlink_mesh": nvlink_mesh_node,
     "pcie": pcie_node,

@@ -33,6 +33,7 @@ class Msg:
     size_bytes: int
     dtype_bytes: int
     codec: Codec
+    kernel_scale: tuple | None = None   # calibrated (compress, decompress) traffic per input byte
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def _applied(self, nbytes: float):
@@ -43,7 +44,11 @@ class Msg:
             else:
                 out = self.codec.apply(count, self.dtype_bytes)
                 wire = self.codec.payload_bytes(out)
-                self._memo[count] = (wire, out.compress_bytes, out.decompress_bytes)
+                comp, decomp = out.compress_bytes, out.decompress_bytes
+                if self.kernel_scale:
+                    raw = count * self.dtype_bytes
+                    comp, decomp = raw * self.kernel_scale[0], raw * self.kernel_scale[1]
+                self._memo[count] = (wire, comp, decomp)
         return self._memo[count]
 
     def w(self, nbytes: float) -> float:

@@ -6,7 +6,7 @@ latency of one step, the tier it is bottlenecked on, and that tier's protocols.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from perfmodel.catalogs import Device, Protocol, device, protocol_table, tier_class
@@ -44,6 +44,17 @@ class Ctx:
     inter: Link
     device: Device
     nvls: bool
+    kernels: object = None   # Calibration.kernel: spec text -> (compress_Bps, decompress_Bps) alone, or None
+    share: float = 1.0       # fraction of one core a rank gets where hosts share CPU cores
+
+    def kernel_scale(self, spec_text: str):
+        """Equivalent traffic per input byte (compress, decompress) of a calibrated spec, or None:
+        time = bytes x scale / stream_Bps = bytes / measured throughput."""
+        measured = self.kernels(spec_text) if self.kernels else None
+        if measured is None:
+            return None
+        alone = self.device.stream_Bps / self.share   # self.device is already the shared one
+        return (alone / measured[0], alone / measured[1])
 
 
 def _link(name, pattern, fallback, tables) -> Link:
@@ -68,7 +79,18 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
         # NCCL uses the network protocols for any ring that leaves the host.
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
                     latency_s=ring.latency_s, protocols=tables("net"), traversals=ring.traversals)
-    dev = device(cluster.gpu_model)
+    dev = calib.device(device(cluster.gpu_model)) if calib else device(cluster.gpu_model)
+    share = cpu_share(cluster, view.ranks * (1 + len(concurrent)))
+    if share < 1.0:
+        dev = replace(dev, stream_Bps=dev.stream_Bps * share, launch_s=dev.launch_s / share)
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
-               ring=ring, intra=intra, inter=inter, device=calib.device(dev) if calib else dev,
-               nvls=cluster.supports_nvls and view.hosts == 1 and view.ranks > 1)
+               ring=ring, intra=intra, inter=inter, device=dev,
+               nvls=cluster.supports_nvls and view.hosts == 1 and view.ranks > 1,
+               kernels=calib.kernel if calib else None, share=share)
+
+
+def cpu_share(cluster: Cluster, active_ranks: int) -> float:
+    """Fraction of a core each rank gets when the cluster's ranks share ``shared_cores`` CPU
+    cores (realrun's emulated hosts on one machine, one thread each): min(1, cores / ranks)."""
+    cores = cluster.graph.nodes[cluster.gpu(0)].get("shared_cores")
+    return min(1.0, cores / active_ranks) if cores else 1.0
