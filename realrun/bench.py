@@ -163,8 +163,9 @@ def worker(rank: int, world: int, port, config, out: str, keep_group: bool = Fal
     init = "env://" if port is None else f"tcp://127.0.0.1:{port}"
     dist.init_process_group(cfg.get("backend", "gloo"), init_method=init, rank=rank,
                             world_size=world, timeout=timedelta(seconds=cfg.get("op_timeout_s", 300)))
-    records, cases = [], [(s, c, a) for s in cfg["sizes"] for c in cfg["compressors"]
-                          for a in (cfg["algorithms"] if cfg["op"] == "allreduce" else ["auto"])]
+    records = []
+    cases = cfg.get("cases") or [(s, c, a) for s in cfg["sizes"] for c in cfg["compressors"]
+                                 for a in (cfg["algorithms"] if cfg["op"] == "allreduce" else ["auto"])]
     for i, (size, spec, alg) in enumerate(cases):
         x = torch.from_numpy(np.random.default_rng(rank + 17 * i).standard_normal(size // 4).astype(np.float32))
         exact = _exact(cfg["op"], x, world, rank)
@@ -220,5 +221,8 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu") -> list
     return out
 
 
-if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+if __name__ == "__main__":   # RANK WORLD PORT CONFIG OUT, or --env CONFIG OUT (env:// launch)
+    if sys.argv[1] == "--env":
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, sys.argv[2], sys.argv[3])
+    else:
+        worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])

@@ -35,7 +35,7 @@ def _parser() -> Parser:
     b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "
                    "torchrun, which starts the ranks)")
     b.add_argument("--backend", choices=("gloo",), default="gloo", help="gloo (the NCCL path is not in this release)")
-    b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE or MIN:MAX (doubling)")
+    b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE, MIN:MAX (doubling) or SIZE,SIZE,...")
     b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
     b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(ALGORITHMS))
     b.add_argument("--iters", type=int, default=5)
@@ -43,7 +43,46 @@ def _parser() -> Parser:
     b.add_argument("--device", default="cpu", help="kernels: cpu")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
     _cluster_parser(sub)
+    _loop_parsers(sub)
     return p
+
+
+LOOP_EPILOG = """examples (as root, on an emulated cluster):
+  realrun cluster up --hosts 4 --bandwidth 1gbit
+  realrun calibrate --cluster emu -o profile.json
+  realrun validate --calibration profile.json --cluster emu --quick --out validation/
+  realrun cluster down
+on a real cluster (one rank per GPU, the cluster as topologies knows it):
+  torchrun --nnodes 4 --nproc-per-node 8 ... -m realrun.cli calibrate --cluster dgx-h100 -o profile.json
+"""
+
+
+def _loop_parsers(sub) -> None:
+    cal = sub.add_parser("calibrate", help="measure what the model needs and fit a calibration profile",
+                         description="Time every compressor alone (one thread: what one rank gets) and the "
+                         "uncompressed all-reduce at several sizes and, on an emulated cluster, at 200 and 500 "
+                         "Mbit/s; fit them with perfmodel calibrate. The profile works with --calibration in "
+                         "every perfmodel command.", epilog=LOOP_EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cal.add_argument("--cluster", default="emu", help="an emulated cluster that is up (its name), or under "
+                     "torchrun the topologies cluster the ranks run on")
+    cal.add_argument("-o", "--output", required=True, help="the profile (JSON, written atomically)")
+    cal.add_argument("--records", help="also keep the raw records here (JSON Lines)")
+    cal.add_argument("--compressors", default=None, help="specs to calibrate (default: those validate uses)")
+    cal.add_argument("--quick", action="store_true", help="fewer sizes (about a minute)")
+    cal.add_argument("--iters", type=int, default=3)
+    val = sub.add_parser("validate", help="predict held-out runs, run them, report how close the model came",
+                         description="A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, "
+                         "compressed collectives): each case predicted first, then measured. Writes "
+                         "DIR/results.csv, DIR/report.md and DIR/predicted_vs_measured.png and prints the "
+                         "summary: MAPE, worst case, fastest-compressor agreement, int8 crossover bandwidth.",
+                         epilog=LOOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    val.add_argument("--calibration", help="profile from realrun calibrate (default: catalog numbers)")
+    val.add_argument("--cluster", default="emu", help="as for calibrate")
+    val.add_argument("--out", required=True, help="output folder (created)")
+    val.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes here)")
+    val.add_argument("--iters", type=int, default=3)
+    val.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 CLUSTER_EPILOG = """examples (as root):
@@ -78,6 +117,9 @@ def _cluster_parser(sub) -> None:
 
 
 def _sizes(text: str) -> list[int]:
+    """SIZE, MIN:MAX (doubling) or a comma-separated list of sizes."""
+    if "," in text:
+        return [parse_size(t.strip(), "sizes") for t in text.split(",") if t.strip()]
     return parse_sweep(text if ":" in text else f"{text}:{text}")
 
 
@@ -172,12 +214,52 @@ def _cluster(args) -> None:
             print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())))
 
 
+def _calibrate(args) -> None:
+    from perfmodel.fit import summary
+    from realrun.calibrate import COMPRESSORS, calibrate
+    from realrun.measure import runner_for
+
+    check_writable(args.output, "output")
+    if args.records:
+        check_writable(args.records, "records")
+    specs = parse_compressors(args.compressors) if args.compressors else list(COMPRESSORS)
+    for spec in specs:
+        Compressor(spec)
+    runner = runner_for(args.cluster)
+    profile, records = calibrate(runner, specs, args.quick, _positive("iters", args.iters),
+                                 sources=[f"realrun calibrate --cluster {args.cluster}"])
+    if under_torchrun() and os.environ["RANK"] != "0":
+        return
+    atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))
+    if args.records:
+        atomic_write(args.records, lambda h: h.write("".join(json.dumps(r) + "\n" for r in records).encode()))
+    print(f"# realrun calibrate: {len(records)} records on {runner.topology()} -> {args.output}")
+    print(table(("fitted", "value", "fit"), summary(profile)))
+
+
+def _validate(args) -> None:
+    from perfmodel.calibration import load_calibration
+    from realrun.measure import runner_for
+    from realrun.validate import summary_lines, validate
+
+    load_calibration(args.calibration)   # a bad profile is refused before anything runs
+    os.makedirs(args.out, exist_ok=True)
+    check_writable(os.path.join(args.out, "results.csv"), "out")
+    runner = runner_for(args.cluster)
+    result = validate(runner, args.calibration, args.out, args.quick, _positive("iters", args.iters))
+    if under_torchrun() and os.environ["RANK"] != "0":
+        return
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+        return
+    print(f"# realrun validate on {runner.topology()}: {args.out}/results.csv, report.md, predicted_vs_measured.png")
+    for line in summary_lines(result):
+        print(line)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "bench":
-        _bench(args)
-    elif args.command == "cluster":
-        _cluster(args)
+    {"bench": _bench, "cluster": _cluster, "calibrate": _calibrate, "validate": _validate}[args.command](args)
     return 0
 
 

@@ -54,7 +54,7 @@ def emulated_spec(text: str) -> dict:
     if "slow_host" in args:
         node.update(slow_host=_int_arg(args, "slow_host", 0, 0, hosts - 1),
                     slow_nic_Gbps=parse_rate(args.get("slow_bandwidth", "100mbit"), "slow_bandwidth") / 1e9)
-    latency = float(args.get("latency_us", 50.0))
+    latency = float(args.get("latency_us", 5.0))
     fabric = {"builder": "single_switch", "latency_us": latency, "tier_prefix": "tcp"}
     if groups > 1:
         fabric = {"builder": "two_tier", "hosts_per_group": hosts // groups, "latency_us": latency,
@@ -64,7 +64,8 @@ def emulated_spec(text: str) -> dict:
             "sources": {"node.nic_Gbps": "the tc tbf rate of each host link (realrun cluster up)",
                         "node.memory_GBps": "benchmarks/bench_realrun.py: numpy copy of 64 MiB, 8.7-11.5 GB/s here",
                         "node.cores": "os.cpu_count() of this machine unless given",
-                        "fabric.latency_us": "assumption: veth + bridge + TCP per message; realrun calibrate fits it"}}
+                        "fabric.latency_us": "assumption: one veth + bridge hop; the TCP stack per message "
+                                             "is the tcp protocol step (fitted)"}}
 
 
 def _int_arg(args: dict, key: str, default: int, low: int, high: int) -> int:

@@ -76,9 +76,10 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables)
     inter = _link("inter", view.inter, ring, tables)
     if view.ring.bottleneck_tier is not None and view.hosts > 1:
-        # NCCL uses the network protocols for any ring that leaves the host.
+        # NCCL uses the network protocols for any ring that leaves the host (gloo has only tcp).
+        cls = "tcp" if tier_class(ring.tier) == "tcp" else "net"
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
-                    latency_s=ring.latency_s, protocols=tables("net"), traversals=ring.traversals)
+                    latency_s=ring.latency_s, protocols=tables(cls), traversals=ring.traversals)
     dev = calib.device(device(cluster.gpu_model)) if calib else device(cluster.gpu_model)
     share = cpu_share(cluster, view.ranks * (1 + len(concurrent)))
     if share < 1.0:

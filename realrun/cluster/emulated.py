@@ -71,12 +71,15 @@ class EmulatedSpec:
     def group_of(self, host: int) -> int:
         return host // (self.hosts // self.groups)
 
-    def topology(self) -> str:
-        """The topologies cluster name that models this cluster."""
-        parts = [f"hosts={self.hosts}", f"bandwidth={format_rate(self.bandwidth)}"]
+    def topology(self, hosts: int | None = None) -> str:
+        """The topologies cluster name that models this cluster (or its first ``hosts`` hosts)."""
+        hosts = hosts or self.hosts
+        if hosts != self.hosts and self.groups > 1:
+            raise InputError("hosts", hosts, f"all {self.hosts} hosts of a cluster with groups")
+        parts = [f"hosts={hosts}", f"bandwidth={format_rate(self.bandwidth)}"]
         if self.groups > 1:
             parts += [f"groups={self.groups}", f"trunk={format_rate(self.trunk_bandwidth)}"]
-        if self.slow_host is not None:
+        if self.slow_host is not None and self.slow_host < hosts:
             parts += [f"slow_host={self.slow_host}", f"slow_bandwidth={format_rate(self.slow_bandwidth)}"]
         return "emulated:" + ",".join(parts)
 

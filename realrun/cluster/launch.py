@@ -21,27 +21,32 @@ import contextlib
 MASTER_PORT = 29511
 
 
-def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int) -> dict:
+def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int, world: int | None = None) -> dict:
     env = dict(os.environ)
-    env.update(RANK=str(rank), WORLD_SIZE=str(spec.hosts), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+    env.update(RANK=str(rank), WORLD_SIZE=str(world or spec.hosts), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                MASTER_ADDR=emulated.address(0), MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="eth0",
-               OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads), COMMPRESS_EMULATED="1")
+               OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads), COMMPRESS_EMULATED="1",
+               TORCH_CPP_LOG_LEVEL=os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))
     return env
 
 
 def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, port: int = MASTER_PORT,
-        quiet_ranks: bool = True) -> None:
-    """Run ``argv`` as one rank per host of cluster ``name``; raise naming the first failed rank.
-    Rank 0's output goes to this process's; the others' stdout is dropped when ``quiet_ranks``."""
+        quiet_ranks: bool = True, hosts: int | None = None) -> None:
+    """Run ``argv`` as one rank per host of cluster ``name`` (the first ``hosts`` hosts, default
+    all); raise naming the first failed rank. Rank 0's output goes to this process's; the
+    others' stdout is dropped when ``quiet_ranks``."""
     spec = emulated.load(name)
     if not argv:
         raise InputError("command", "", "a command to run on every host (after --)")
+    world = spec.hosts if hosts is None else hosts
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= spec.hosts:
+        raise InputError("hosts", hosts, f"an integer from 1 to {spec.hosts} (the cluster's hosts)")
     procs = []
     try:
-        for r in range(spec.hosts):
+        for r in range(world):
             out = None if r == 0 or not quiet_ranks else subprocess.DEVNULL
             procs.append(subprocess.Popen(["ip", "netns", "exec", emulated.host_ns(name, r), *argv],
-                                          env=rank_env(spec, r, threads, port), stdout=out,
+                                          env=rank_env(spec, r, threads, port, world), stdout=out,
                                           stderr=None if r == 0 else subprocess.PIPE, start_new_session=True))
         _wait(procs, timeout_s)
     finally:

@@ -198,7 +198,11 @@ if AVAILABLE:
                 out[i] = sign | ((113 - k) << 23) | ((m & 0x3FF) << 13)
 
 
-CHUNKS = 64   # work items of the top-k passes (a few per core, so threads stay busy)
+def _chunks() -> int:
+    """Work items of the top-k passes: two per thread (each has its own 512 KiB histogram)."""
+    from numba import get_num_threads
+
+    return 2 * get_num_threads()
 
 
 def _empty(n, dtype, out):
@@ -227,9 +231,10 @@ def fp16_decode(h: np.ndarray, out=None) -> np.ndarray:
 def topk_threshold(bits: np.ndarray, k: int) -> tuple[int, int]:
     """Radix select on |x|'s float bits (NaN ranks as Inf): the k-th largest key ``t`` and how
     many of the keys equal to ``t`` are kept (the lowest indices first)."""
-    hist = _histogram(bits, CHUNKS, -1, 16, 0xFFFF)
+    chunks = _chunks()
+    hist = _histogram(bits, chunks, -1, 16, 0xFFFF)
     high, _ = _bin_of_rank(hist, k)
-    low_hist = _histogram(bits, CHUNKS, high, 0, 0xFFFF)
+    low_hist = _histogram(bits, chunks, high, 0, 0xFFFF)
     above_high = int(hist[high + 1:].sum())
     low, above_low = _bin_of_rank(low_hist, k - above_high)
     t = (int(high) << 16) | int(low)
@@ -241,5 +246,5 @@ def topk(x: np.ndarray, k: int, idx=None, values=None) -> tuple[np.ndarray, np.n
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     t, ties = topk_threshold(bits, k)
     idx, values = _empty(k, np.int64, idx), _empty(k, np.float32, values)
-    _collect(x, bits, t, ties, CHUNKS, idx, values)
+    _collect(x, bits, t, ties, _chunks(), idx, values)
     return idx, values

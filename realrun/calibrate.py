@@ -1,0 +1,52 @@
+"""``realrun calibrate``: run the microbenchmarks the model needs and fit a profile.
+
+1. Compressors alone (one process, one thread: what one rank gets), every spec at
+   ``KERNEL_SIZES`` -> kernel throughput, launch cost, ratios of data-dependent specs.
+2. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
+   cluster, at ``BANDWIDTHS`` -> base, alpha and beta of the tier (perfmodel.fit).
+
+The bandwidths and sizes are deliberately not those ``realrun validate`` uses (100 Mbit/s,
+1 Gbit/s; 2, 8, 32 MiB), so validation predicts runs the model was not fitted on.
+"""
+from __future__ import annotations
+
+import sys
+
+from perfmodel.fit import fit_profile
+
+KIB, MIB = 2**10, 2**20
+SIZES = (64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
+QUICK_SIZES = (64 * KIB, 1 * MIB, 4 * MIB)
+BANDWIDTHS = (200 * 10**6, 500 * 10**6)
+KERNEL_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
+COMPRESSORS = ("fp16", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
+               "sz3(abs=1e-3)")
+
+
+def _say(text: str) -> None:
+    print(f"calibrate: {text}", file=sys.stderr, flush=True)
+
+
+def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3) -> list[dict]:
+    """Every record calibration fits, measured on ``runner`` (realrun.measure)."""
+    _say(f"compressors alone: {len(compressors)} specs x {len(KERNEL_SIZES)} sizes")
+    records = runner.kernels(KERNEL_SIZES[:3] if quick else KERNEL_SIZES, list(compressors), iters)
+    sizes = QUICK_SIZES if quick else SIZES
+    bandwidths = BANDWIDTHS if hasattr(runner, "spec") else (None,)
+    try:
+        for bw in bandwidths:
+            if bw is not None:
+                runner.set_bandwidth(bw)
+            _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes")
+            config = dict(op="allreduce", sizes=list(sizes), compressors=["none"], algorithms=["auto"],
+                          iters=iters, warmup=1)
+            records += runner.collectives(config)
+    finally:
+        runner.restore()
+    return records
+
+
+def calibrate(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3, sources=()) -> tuple:
+    """(profile, records): measured on ``runner`` and fitted for its cluster."""
+    records = measure(runner, compressors, quick, iters)
+    return fit_profile(records, runner.topology(), sources=list(sources) or ["realrun calibrate"]), records

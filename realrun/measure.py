@@ -1,0 +1,112 @@
+"""Where calibrate and validate measure: a running emulated cluster, or the ranks of a torchrun.
+
+A runner answers four questions: which topologies cluster models a run (``topology``), how to
+change the link rate (``set_bandwidth``; only the emulated cluster can), how to time
+collectives (``collectives``: records from ``realrun.bench``) and how to time compressors
+alone (``kernels``: one process, ``threads`` threads, as one rank of a run computes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+
+from realrun import bench
+from realrun.cluster import emulated, launch
+from topologies.errors import InputError
+
+
+def _read(path: str) -> list[dict]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def kernels_alone(sizes, specs, iters: int, threads: int = 1) -> list[dict]:
+    """Compressor records measured in a separate process limited to ``threads`` threads."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "kernels.jsonl")
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
+        cmd = [sys.executable, "-m", "realrun.cli", "bench", "kernels", "--sizes", ",".join(map(str, sizes)),
+               "--compressors", ",".join(specs), "--iters", str(iters), "--json", out]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0:
+            why = proc.stderr.strip()[-300:]
+            raise InputError("kernels", " ".join(cmd[3:]), f"a kernel benchmark that runs ({why})")
+        return _read(out)
+
+
+class EmulatedRunner:
+    """Measure on the emulated cluster ``name`` (``realrun cluster up``); ranks are its hosts."""
+
+    def __init__(self, name: str, threads: int = 1):
+        self.name, self.threads = name, threads
+        self.spec = emulated.load(name)
+        self.original = self.spec.bandwidth
+
+    @property
+    def hosts(self) -> int:
+        return self.spec.hosts
+
+    def topology(self, hosts: int | None = None, bandwidth: int | None = None) -> str:
+        spec = self.spec if bandwidth is None else replace(self.spec, bandwidth=bandwidth)
+        return spec.topology(hosts)
+
+    def set_bandwidth(self, bits_per_s: int) -> None:
+        if bits_per_s != self.spec.bandwidth:
+            self.spec = emulated.shape(self.name, bits_per_s)
+
+    def restore(self) -> None:
+        self.set_bandwidth(self.original)
+
+    def collectives(self, config: dict, hosts: int | None = None) -> list[dict]:
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg, out = os.path.join(tmp, "config.json"), os.path.join(tmp, "records.jsonl")
+            with open(cfg, "w") as handle:
+                json.dump(config, handle)
+            launch.run(self.name, [sys.executable, "-m", "realrun.bench", "--env", cfg, out],
+                       timeout_s=config.get("timeout_s", 1800), threads=self.threads, hosts=hosts)
+            records = _read(out)
+        for r in records:
+            r["cluster"] = self.topology(hosts)
+        return records
+
+    def kernels(self, sizes, specs, iters: int) -> list[dict]:
+        return kernels_alone(sizes, specs, iters, self.threads)
+
+
+class TorchrunRunner:
+    """Measure in place, as one rank of a torchrun launch on a real cluster (NCCL or gloo)."""
+
+    def __init__(self, cluster: str, backend: str = "gloo"):
+        if not bench.under_torchrun():
+            raise InputError("cluster", cluster, "an emulated cluster name, or a run under torchrun")
+        self.cluster, self.backend = cluster, backend
+        self.hosts = int(os.environ["WORLD_SIZE"])
+
+    def topology(self, hosts: int | None = None, bandwidth: int | None = None) -> str:
+        return self.cluster
+
+    def set_bandwidth(self, bits_per_s: int) -> None:
+        raise InputError("bandwidths", bits_per_s, "the cluster's own links under torchrun")
+
+    def restore(self) -> None:
+        pass
+
+    def collectives(self, config: dict, hosts: int | None = None) -> list[dict]:
+        records = bench.run_here(dict(config, backend=self.backend))
+        for r in records:
+            r["cluster"] = self.cluster
+        return records
+
+    def kernels(self, sizes, specs, iters: int) -> list[dict]:
+        return bench.run_kernels(sizes, specs, iters)
+
+
+def runner_for(cluster: str, threads: int = 1):
+    """An emulated cluster by name (``emu``), else a torchrun launch on a topologies cluster."""
+    if emulated.NAME_RE.match(cluster):
+        return EmulatedRunner(cluster, threads)
+    return TorchrunRunner(cluster)

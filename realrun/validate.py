@@ -1,0 +1,207 @@
+"""``realrun validate``: predict a grid of runs the model was not fitted on, run them, compare.
+
+Every case is predicted first (perfmodel with the calibration profile, the algorithm realrun
+runs, no chunking), then measured (median over iterations of the slowest rank). The grid
+is disjoint from calibration: other sizes (2, 8, 32 MiB against 64 KiB-16 MiB), other
+bandwidths (100 Mbit/s and 1 Gbit/s against 200 and 500 Mbit/s), compressed collectives
+(calibration times compressors alone and uncompressed all-reduce only).
+
+Outputs in ``DIR``: ``results.csv`` (a row per case), ``report.md`` (tables and summary),
+``predicted_vs_measured.png`` (log-log, y = x, +-10% band).
+
+Summary numbers: MAPE and worst case over cases of 1 MiB and more; how often the predicted
+fastest compressor (each with its best algorithm) is the measured fastest per (hosts,
+bandwidth, size); the bandwidth where ``int8`` stops paying off against ``none``, predicted
+and measured (log-linear interpolation of the speedup over the bandwidths measured).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+from perfmodel import collective_time
+from perfmodel.fit import model_algorithm
+from topologies.clikit import atomic_write
+from topologies.units import format_rate, format_size
+
+MIB = 2**20
+MBIT, GBIT = 10**6, 10**9
+TARGET_MAPE = 0.10
+TARGET_FASTEST = 0.90
+# (compressor, algorithms realrun runs it with): 5 compressors, 4 algorithms
+PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))", ("allgather",)),
+         ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase", "recursive_doubling")))
+QUICK_PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))", ("allgather",)),
+               ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase",)))
+CROSSOVER_SIZE = 8 * MIB
+CROSSOVER_BANDWIDTHS = (100 * MBIT, 1 * GBIT, 3 * GBIT, 10 * GBIT)
+
+
+@dataclass(frozen=True)
+class Case:
+    hosts: int
+    bandwidth: int
+    size_bytes: int
+    compressor: str
+    algorithm: str
+
+
+def grid(hosts: int, quick: bool) -> list[Case]:
+    """Held-out cases: 4 (or the cluster's) hosts at 100 Mbit/s and 1 Gbit/s; the full grid
+    adds 2 hosts and 32 MiB."""
+    sizes = (2 * MIB, 8 * MIB) if quick else (2 * MIB, 8 * MIB, 32 * MIB)
+    host_counts = (hosts,) if quick or hosts <= 2 else (hosts, 2)
+    pairs = QUICK_PAIRS if quick else PAIRS
+    return [Case(h, bw, s, c, a) for h in host_counts for bw in (100 * MBIT, GBIT) for s in sizes
+            for c, algs in pairs for a in algs]
+
+
+def crossover_cases(hosts: int, quick: bool) -> list[Case]:
+    bws = CROSSOVER_BANDWIDTHS[1:3] if quick else CROSSOVER_BANDWIDTHS
+    return [Case(hosts, bw, CROSSOVER_SIZE, c, "auto" if c == "none" else "two_phase")
+            for bw in bws for c in ("none", "int8")]
+
+
+def predict(case: Case, runner, calibration: str | None) -> float:
+    cluster = runner.topology(case.hosts, case.bandwidth)
+    alg = model_algorithm("allreduce", case.compressor, case.algorithm)
+    return collective_time("allreduce", case.size_bytes, cluster=cluster, compressor=case.compressor,
+                           algorithm=alg, chunks=1, calibration=calibration).time_s
+
+
+def measure(cases: list[Case], runner, iters: int) -> dict:
+    """{case: measured seconds}, one launch per (hosts, bandwidth)."""
+    out = {}
+    groups: dict = {}
+    for c in cases:
+        groups.setdefault((c.hosts, c.bandwidth), []).append(c)
+    try:
+        for i, ((hosts, bw), members) in enumerate(sorted(groups.items())):
+            runner.set_bandwidth(bw)
+            print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {format_rate(bw)}: {len(members)} cases",
+                  file=sys.stderr, flush=True)
+            config = dict(op="allreduce", cases=[[c.size_bytes, c.compressor, c.algorithm] for c in members],
+                          sizes=[], compressors=[], algorithms=[], iters=iters, warmup=1)
+            for c, r in zip(members, runner.collectives(config, hosts)):
+                out[c] = r["time_s"]
+    finally:
+        runner.restore()
+    return out
+
+
+def _fastest_agreement(rows) -> tuple[int, int, list]:
+    """(agreeing, total, disagreements) over (hosts, bandwidth, size) of the fastest compressor."""
+    best: dict = {}
+    for r in rows:
+        key = (r["hosts"], r["bandwidth"], r["size_bytes"])
+        for side in ("predicted_s", "measured_s"):
+            slot = best.setdefault(key, {}).setdefault(side, {})
+            slot[r["compressor"]] = min(slot.get(r["compressor"], math.inf), r[side])
+    agree, wrong = 0, []
+    for key, sides in best.items():
+        p = min(sides["predicted_s"], key=sides["predicted_s"].get)
+        m = min(sides["measured_s"], key=sides["measured_s"].get)
+        agree += p == m
+        if p != m:
+            wrong.append((key, p, m))
+    return agree, len(best), wrong
+
+
+def crossover(bandwidths, speedups) -> float | None:
+    """Bandwidth where speedup crosses 1 (log-linear interpolation), None if it never does."""
+    pts = sorted(zip(bandwidths, speedups))
+    for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
+        if (s0 - 1) * (s1 - 1) <= 0 and s0 != s1:
+            w = (s0 - 1) / (s0 - s1)
+            return math.exp(math.log(b0) + w * (math.log(b1) - math.log(b0)))
+    return None
+
+
+def predicted_crossover(runner, hosts: int, calibration) -> float | None:
+    """int8 (two-phase) against none over 10 Mbit/s - 100 Gbit/s, 48 points per decade... on the model."""
+    bws = [10 * MBIT * 10 ** (k / 24) for k in range(24 * 4 + 1)]
+    speed = []
+    for bw in bws:
+        none = predict(Case(hosts, int(bw), CROSSOVER_SIZE, "none", "auto"), runner, calibration)
+        int8 = predict(Case(hosts, int(bw), CROSSOVER_SIZE, "int8", "two_phase"), runner, calibration)
+        speed.append(none / int8)
+    return crossover(bws, speed)
+
+
+def summarize(rows: list[dict], cross: dict) -> dict:
+    big = [r for r in rows if r["size_bytes"] >= MIB and not r.get("crossover")]
+    errors = [abs(r["error"]) for r in big]
+    worst = max(big, key=lambda r: abs(r["error"])) if big else None
+    agree, total, wrong = _fastest_agreement(big)
+    compressors = sorted({r["compressor"] for r in big})
+    algorithms = sorted({model_algorithm("allreduce", r["compressor"], r["algorithm"]) for r in big})
+    ratio = None
+    if cross.get("predicted") and cross.get("measured"):
+        ratio = max(cross["predicted"], cross["measured"]) / min(cross["predicted"], cross["measured"])
+    return {"cases": len(big), "compressors": compressors, "algorithms": algorithms,
+            "mape": sum(errors) / len(errors) if errors else math.nan,
+            "worst": worst, "fastest_agree": agree, "fastest_total": total, "fastest_wrong": wrong,
+            "crossover": cross, "crossover_ratio": ratio}
+
+
+def validate(runner, calibration: str | None, out_dir: str, quick: bool = False, iters: int = 3) -> dict:
+    """Predict, measure, compare; write the three outputs into ``out_dir``; return the summary."""
+    os.makedirs(out_dir, exist_ok=True)
+    cases = grid(runner.hosts, quick)
+    cross_cases = crossover_cases(runner.hosts, quick) if hasattr(runner, "spec") else []
+    predicted = {c: predict(c, runner, calibration) for c in cases + cross_cases}
+    measured = measure(cases + cross_cases, runner, iters)
+    rows = [dict(asdict(c), crossover=c in cross_cases and c not in cases, predicted_s=predicted[c],
+                 measured_s=measured[c], error=(predicted[c] - measured[c]) / measured[c])
+            for c in cases + [c for c in cross_cases if c not in cases]]
+    cross = {}
+    if cross_cases:
+        by = {(r["bandwidth"], r["compressor"]): r["measured_s"] for r in rows if r["size_bytes"] == CROSSOVER_SIZE
+              and r["hosts"] == runner.hosts and r["algorithm"] in ("auto", "two_phase")}
+        bws = sorted({bw for bw, _ in by if (bw, "none") in by and (bw, "int8") in by})
+        cross = {"measured": crossover(bws, [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]),
+                 "predicted": predicted_crossover(runner, runner.hosts, calibration),
+                 "bandwidths": bws, "speedups": [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]}
+    summary = summarize(rows, cross)
+    write_outputs(out_dir, rows, summary)
+    return summary
+
+
+def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
+    from realrun.report import plot, report_md
+
+    fields = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s",
+              "measured_s", "error")
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: r[k] for k in fields} for r in rows)
+    atomic_write(os.path.join(out_dir, "results.csv"), lambda h: h.write(text.getvalue().encode()))
+    atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(rows, summary).encode()))
+    plot(rows, os.path.join(out_dir, "predicted_vs_measured.png"))
+
+
+def summary_lines(summary: dict) -> list[str]:
+    worst = summary["worst"]
+    cross = summary["crossover"]
+    lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
+             f"algorithms: {', '.join(summary['algorithms'])}",
+             f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%)"]
+    if worst:
+        lines.append(f"worst: {100 * worst['error']:+.1f}% ({worst['compressor']} {worst['algorithm']} "
+                     f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {format_rate(worst['bandwidth'])})")
+    if summary["fastest_total"]:
+        share = summary["fastest_agree"] / summary["fastest_total"]
+        lines.append(f"predicted fastest compressor = measured fastest: {summary['fastest_agree']}/"
+                     f"{summary['fastest_total']} ({100 * share:.0f}%, target >= {100 * TARGET_FASTEST:.0f}%)")
+    if cross:
+        def fmt(v):
+            return format_rate(v) if v else "no crossing in range"
+        lines.append(f"int8 stops paying off at: predicted {fmt(cross['predicted'])}, measured "
+                     f"{fmt(cross['measured'])}" + (f" (factor {summary['crossover_ratio']:.2f}, target <= 2)"
+                                                    if summary["crossover_ratio"] else ""))
+    return lines
