@@ -22,7 +22,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from realrun.comm.exchange import _gather, _u8, all_gather_bytes, all_to_all_bytes, sendrecv_bytes, to_numpy, world
+from realrun.comm.exchange import (_gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, sendrecv_bytes, to_numpy,
+                                   world)
 from realrun.compressors import Compressor
 from topologies.errors import InputError
 
@@ -43,17 +44,30 @@ class Wire:
         self.prefix = ""
         self.stats = {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0, "decompress_s": 0.0}
 
-    def pack(self, x: np.ndarray, key: str = "") -> bytes:
+    def expected(self, n: int, dtype) -> int | None:
+        """Payload bytes of ``n`` values where known in advance (none, fixed-size specs)."""
+        itemsize = np.dtype(dtype).itemsize
+        if self.none:
+            return n * itemsize
+        return self.c.codec.wire_bytes(n, itemsize) if self.c.codec.exact else None
+
+    def sizes(self, counts: list[int], dtype) -> list[int] | None:
+        known = [self.expected(n, dtype) for n in counts]
+        return None if None in known else known
+
+    def pack(self, x: np.ndarray, key: str = ""):
+        """Payload bytes (a uint8 view of ``x`` for none: no copy)."""
         start = time.perf_counter()
-        data = np.ascontiguousarray(x).tobytes() if self.none else self.c.compress(x, key=self.prefix + key).data
+        data = as_u8(x) if self.none else self.c.compress(x, key=self.prefix + key).data
         self.stats["compress_s"] += time.perf_counter() - start
         self.stats["bytes_in"] += x.nbytes
         self.stats["bytes_out"] += len(data)
         return data
 
-    def unpack(self, data: bytes, dtype) -> np.ndarray:
+    def unpack(self, data, dtype) -> np.ndarray:
+        """Values back (a view of the received bytes for none: read, don't keep)."""
         start = time.perf_counter()
-        out = np.frombuffer(data, dtype).copy() if self.none else self.c.decompress(data).reshape(-1)
+        out = as_u8(data).view(dtype) if self.none else self.c.decompress(data).reshape(-1)
         self.stats["decompress_s"] += time.perf_counter() - start
         return out
 
@@ -83,13 +97,14 @@ def ring_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
     for step in range(p - 1):   # reduce-scatter: decompress, reduce, recompress at every hop
         send_i, recv_i = (rank - step) % p, (rank - step - 1) % p
         data = c.pack(acc[send_i].astype(x.dtype), f"ring{send_i}")
-        acc[recv_i] += c.unpack(sendrecv_bytes(data, nxt, prv, group), x.dtype)
+        got = sendrecv_bytes(data, nxt, prv, group, c.expected(len(acc[recv_i]), x.dtype))
+        acc[recv_i] += c.unpack(got, x.dtype)
     own = (rank + 1) % p
     data, mine = _roundtrip(c, acc[own].astype(x.dtype), f"ring{own}")
     acc[own] = mine.astype(np.float64)
     for step in range(p - 1):   # all-gather: compress once, forward payloads
         recv_i = (own - step - 1) % p
-        data = sendrecv_bytes(data, nxt, prv, group)
+        data = sendrecv_bytes(data, nxt, prv, group, c.expected(len(acc[recv_i]), x.dtype))
         acc[recv_i] = c.unpack(data, x.dtype).astype(np.float64)
     return np.concatenate(acc).astype(x.dtype) if acc else x.copy()
 
@@ -111,7 +126,8 @@ def recursive_doubling_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarr
         while bit < low:
             partner = rank ^ bit
             data, mine = _roundtrip(c, value.astype(x.dtype), f"rd{bit}")
-            theirs = c.unpack(sendrecv_bytes(data, partner, partner, group), x.dtype).astype(np.float64)
+            got = sendrecv_bytes(data, partner, partner, group, c.expected(len(x), x.dtype))
+            theirs = c.unpack(got, x.dtype).astype(np.float64)
             a, b = (mine.astype(np.float64), theirs) if rank < partner else (theirs, mine.astype(np.float64))
             value = a + b
             bit <<= 1
@@ -123,7 +139,7 @@ def recursive_doubling_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarr
 
 
 def allgather_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
-    payloads = all_gather_bytes(c.pack(x, "ag"), group)
+    payloads = all_gather_bytes(c.pack(x, "ag"), group, c.sizes([len(x)] * world(group)[1], x.dtype))
     total = np.zeros(len(x), np.float64)
     for data in payloads:
         total += c.unpack(data, x.dtype)
@@ -144,7 +160,7 @@ def pipelined_allgather_allreduce(x: np.ndarray, c: Wire, group=None, chunks: in
     total = np.zeros(len(x), np.float64)
     for work, out, size, s in pending:
         work.wait()
-        raw = out.numpy().tobytes()
+        raw = out.numpy()
         for r in range(p):
             total[s] += c.unpack(raw[r * size:(r + 1) * size], x.dtype)
     return total.astype(x.dtype)
@@ -153,11 +169,14 @@ def pipelined_allgather_allreduce(x: np.ndarray, c: Wire, group=None, chunks: in
 def two_phase_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
     rank, p = world(group)
     parts = _split(len(x), p)
-    mine = all_to_all_bytes([c.pack(x[s], f"tp{i}") for i, s in enumerate(parts)], group)
-    reduced = np.zeros(parts[rank].stop - parts[rank].start)
+    counts = [s.stop - s.start for s in parts]
+    known = c.sizes(counts, x.dtype)
+    mine = all_to_all_bytes([c.pack(x[s], f"tp{i}") for i, s in enumerate(parts)], group,
+                            None if known is None else [known] * p)
+    reduced = np.zeros(counts[rank])
     for d in mine:
         reduced += c.unpack(d, x.dtype)
-    gathered = all_gather_bytes(c.pack(reduced.astype(x.dtype), "tp_out"), group)
+    gathered = all_gather_bytes(c.pack(reduced.astype(x.dtype), "tp_out"), group, known)
     return np.concatenate([c.unpack(d, x.dtype) for d in gathered]).astype(x.dtype)
 
 
@@ -202,7 +221,9 @@ def _reduce_scatter(x: np.ndarray, c: Wire, group) -> np.ndarray:
     rank, p = world(group)
     parts = _split(len(x), p)
     total = np.zeros(parts[rank].stop - parts[rank].start)
-    for d in all_to_all_bytes([c.pack(x[s], f"rs{i}") for i, s in enumerate(parts)], group):
+    known = c.sizes([s.stop - s.start for s in parts], x.dtype)
+    for d in all_to_all_bytes([c.pack(x[s], f"rs{i}") for i, s in enumerate(parts)], group,
+                              None if known is None else [known] * p):
         total += c.unpack(d, x.dtype)
     return total
 
@@ -268,9 +289,9 @@ def broadcast(tensor: torch.Tensor, spec: str = "none", src: int = 0, group=None
 
 def send(tensor: torch.Tensor, spec: str, dst: int, group=None) -> None:
     """Compress and send to ``dst`` (global rank; pair with ``recv`` there)."""
-    data = wire(spec).pack(to_numpy(tensor), f"p2p{dst}")
+    data = as_u8(wire(spec).pack(to_numpy(tensor), f"p2p{dst}"))
     dist.send(torch.tensor([len(data)], dtype=torch.int64), dst, group=group)
-    dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), dst, group=group)
+    dist.send(_u8(data, len(data)), dst, group=group)
 
 
 def recv(like: torch.Tensor, spec: str, src: int, group=None) -> torch.Tensor:
@@ -279,5 +300,5 @@ def recv(like: torch.Tensor, spec: str, src: int, group=None) -> torch.Tensor:
     dist.recv(size, src, group=group)
     buf = torch.empty(int(size), dtype=torch.uint8)
     dist.recv(buf, src, group=group)
-    out = wire(spec).unpack(buf.numpy().tobytes(), to_numpy(like).dtype)
-    return torch.from_numpy(out).reshape(like.shape)
+    out = wire(spec).unpack(buf.numpy(), to_numpy(like).dtype)
+    return torch.from_numpy(np.array(out)).reshape(like.shape)

@@ -1,7 +1,11 @@
 """Moving payloads (variable-size bytes) with torch.distributed primitives.
 
 gloo cannot all-gather tensors of unequal size, so sizes are exchanged first and every
-payload is padded to the largest (DESIGN section 8). Payloads travel as uint8 tensors.
+payload is padded to the largest (DESIGN section 8). Where every size is known in advance
+(fixed-size specs: the payload length is perfmodel's wire size, a contract test checks it)
+callers pass ``sizes`` and the size round is skipped. Payloads go out as uint8 tensors made
+over the caller's buffer without a copy (numpy arrays, bytearrays); what comes back are
+numpy uint8 views of the receive buffer, also without a copy.
 """
 from __future__ import annotations
 
@@ -16,53 +20,73 @@ def world(group=None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _u8(data: bytes, size: int) -> torch.Tensor:
+def as_u8(data) -> np.ndarray:
+    """A flat uint8 numpy view of a payload (ndarray, bytearray, memoryview or bytes)."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _u8(data, size: int) -> torch.Tensor:
+    """A uint8 tensor of ``size`` bytes holding ``data`` (no copy when the sizes match and the
+    buffer is writable; zero padding otherwise)."""
+    arr = as_u8(data)
+    if len(arr) == size and size and arr.flags.writeable:
+        return torch.from_numpy(arr)
     buf = torch.zeros(size, dtype=torch.uint8)
-    if data:
-        buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    if len(arr):
+        buf[: len(arr)] = torch.from_numpy(arr.copy() if not arr.flags.writeable else arr)
     return buf
 
 
-def all_gather_bytes(data: bytes, group=None) -> list[bytes]:
-    """Every rank's ``data``, in rank order."""
+def all_gather_bytes(data, group=None, sizes: list[int] | None = None) -> list[np.ndarray]:
+    """Every rank's ``data``, in rank order; ``sizes`` (every rank's length) skips the size round."""
     _, p = world(group)
-    sizes = torch.zeros(p, dtype=torch.int64)
-    _gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=group)
-    top = int(sizes.max())
+    if sizes is None:
+        gathered = torch.zeros(p, dtype=torch.int64)
+        _gather(gathered, torch.tensor([len(as_u8(data))], dtype=torch.int64), group=group)
+        sizes = gathered.tolist()
+    top = max(sizes)
     out = torch.empty(p * top, dtype=torch.uint8)
     _gather(out, _u8(data, top), group=group)
-    raw = out.numpy().tobytes()
-    return [raw[i * top: i * top + int(sizes[i])] for i in range(p)]
+    raw = out.numpy()
+    return [raw[i * top: i * top + sizes[i]] for i in range(p)]
 
 
-def all_to_all_bytes(pieces: list[bytes], group=None) -> list[bytes]:
-    """``pieces[j]`` goes to rank j; returns what each rank sent here, in rank order."""
+def all_to_all_bytes(pieces: list, group=None, sizes: list[list[int]] | None = None) -> list[np.ndarray]:
+    """``pieces[j]`` goes to rank j; returns what each rank sent here, in rank order.
+    ``sizes[i][j]`` (rank i's piece for rank j), where known, skips the size round."""
     rank, p = world(group)
-    sizes = torch.tensor([len(x) for x in pieces], dtype=torch.int64)
-    all_sizes = torch.empty(p * p, dtype=torch.int64)
-    _gather(all_sizes, sizes, group=group)
-    top = int(all_sizes.max())
-    send = torch.cat([_u8(x, top) for x in pieces])
+    arrays = [as_u8(x) for x in pieces]
+    if sizes is None:
+        all_sizes = torch.zeros(p * p, dtype=torch.int64)
+        _gather(all_sizes, torch.tensor([len(a) for a in arrays], dtype=torch.int64), group=group)
+        sizes = all_sizes.view(p, p).tolist()
+    top = max(max(row) for row in sizes)
+    send = torch.from_numpy(np.concatenate([np.pad(a, (0, top - len(a))) for a in arrays]))
     recv = torch.empty(p * top, dtype=torch.uint8)
     dist.all_to_all_single(recv, send, group=group)
-    raw = recv.numpy().tobytes()
-    mine = all_sizes.view(p, p)[:, rank]
-    return [raw[i * top: i * top + int(mine[i])] for i in range(p)]
+    raw = recv.numpy()
+    return [raw[i * top: i * top + sizes[i][rank]] for i in range(p)]
 
 
-def sendrecv_bytes(data: bytes, dst: int, src: int, group=None) -> bytes:
-    """Send ``data`` to ``dst`` while receiving from ``src`` (group ranks); sizes first."""
+def sendrecv_bytes(data, dst: int, src: int, group=None, size: int | None = None) -> np.ndarray:
+    """Send ``data`` to ``dst`` while receiving from ``src`` (group ranks); ``size`` (what ``src``
+    sends), where known, skips the size round."""
     to, frm = _global(dst, group), _global(src, group)
-    size_in = torch.zeros(1, dtype=torch.int64)
-    reqs = [dist.isend(torch.tensor([len(data)], dtype=torch.int64), to, group=group),
-            dist.irecv(size_in, frm, group=group)]
+    arr = as_u8(data)
+    if size is None:
+        size_in = torch.zeros(1, dtype=torch.int64)
+        reqs = [dist.isend(torch.tensor([len(arr)], dtype=torch.int64), to, group=group),
+                dist.irecv(size_in, frm, group=group)]
+        for r in reqs:
+            r.wait()
+        size = int(size_in)
+    buf = torch.empty(size, dtype=torch.uint8)
+    reqs = [dist.isend(_u8(arr, len(arr)), to, group=group), dist.irecv(buf, frm, group=group)]
     for r in reqs:
         r.wait()
-    buf = torch.empty(int(size_in), dtype=torch.uint8)
-    reqs = [dist.isend(_u8(data, len(data)), to, group=group), dist.irecv(buf, frm, group=group)]
-    for r in reqs:
-        r.wait()
-    return buf.numpy().tobytes()
+    return buf.numpy()
 
 
 def _global(rank: int, group) -> int:
