@@ -10,12 +10,16 @@ optional and overrides only what it names:
                                     "gemm_efficiency": {"1024": 0.4, "8192": 0.8}}},
       "protocols": {"net": {"Simple": {"base_us": 9.0, "step_us": 11.0, "bw_fraction": 0.92}}},
       "compressors": {"sz3": {"ratio": 5.2}, "lossless": {"ratio": 1.08}},
-      "kernels": {"int8": {"compress_GBps": 2.1, "decompress_GBps": 4.8}},
+      "kernels": {"int8": {"compress_GBps": 2.1, "decompress_GBps": 4.8,
+                           "shared": {"4": {"compress_GBps": 0.9, "decompress_GBps": 1.3}}}},
       "overlap_slowdown": 0.07
     }
 
 ``kernels`` gives a spec's measured throughput on the profile's device, per direction (GB/s
-of uncompressed bytes, one rank alone); it replaces the traffic model of that spec.
+of uncompressed bytes, one rank alone); it replaces the traffic model of that spec. Where
+ranks share a machine's cores (emulated clusters), ``shared`` gives what each of N ranks
+computing at once measured; other rank counts use the explicit core share (perfmodel
+``cpu_share``) of the alone numbers.
 
 Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
 clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
@@ -28,6 +32,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, protocol_table
+from perfmodel.collectives.phases import PRIMITIVES
 from perfmodel.compression.codec import compile_spec
 from perfmodel.compression.families import DEFAULT_RATIO
 from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
@@ -35,7 +40,8 @@ from topologies.errors import InputError
 from topologies.units import TBps_to_Bps, us_to_s
 
 SCHEMA = "commpress.calibration/1"
-TOP = ("schema", "provenance", "devices", "protocols", "compressors", "kernels", "fits", "overlap_slowdown")
+TOP = ("schema", "provenance", "devices", "protocols", "primitives", "compressors", "kernels", "fits",
+       "overlap_slowdown")
 KERNEL_KEYS = ("compress_GBps", "decompress_GBps")
 DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency")
 PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
@@ -49,11 +55,16 @@ class Calibration:
     protocols: dict
     ratios: dict
     overlap_slowdown: float | None
-    kernels: dict = None   # {canonical spec (profile ratios applied): (compress_Bps, decompress_Bps)}
+    primitives: dict = None  # {tier class: {primitive: {"step_us", "bw_fraction"}}}
+    kernels: dict = None   # {canonical spec (profile ratios applied): {ranks: (compress_Bps, decompress_Bps)}}
 
-    def kernel(self, spec_text: str):
-        """(compress_Bps, decompress_Bps) measured for a canonical spec, or None."""
-        return (self.kernels or {}).get(spec_text)
+    def kernel(self, spec_text: str, ranks: int = 1):
+        """((compress_Bps, decompress_Bps), measured with ``ranks`` sharing the machine?) for a
+        canonical spec, or None: the numbers for ``ranks`` where measured, else alone."""
+        table = (self.kernels or {}).get(spec_text)
+        if not table:
+            return None
+        return (table[ranks], True) if ranks in table else (table[1], False)
 
     def device(self, dev: Device) -> Device:
         return _calibrated_device(self, dev)
@@ -82,6 +93,10 @@ class Calibration:
                                    bw_fraction=over.get("bw_fraction", p.bw_fraction))
         return table
 
+    def primitive_table(self, tier_class: str) -> dict:
+        """{primitive: Protocol} measured for a runtime's primitives on a tier class (may be empty)."""
+        return _primitive_table(self, tier_class)
+
     def spec(self, text: str) -> str:
         """``text`` with the profile's ratio on every data-dependent stage that has none."""
         if not self.ratios:
@@ -92,6 +107,12 @@ class Calibration:
 @lru_cache(maxsize=64)
 def _calibrated_device(calib: Calibration, dev: Device) -> Device:
     return calib._device(dev)
+
+
+@lru_cache(maxsize=64)
+def _primitive_table(calib: Calibration, tier_class: str) -> dict:
+    return {name: Protocol(name=name, base_s=0.0, step_s=us_to_s(v["step_us"]), bw_fraction=v["bw_fraction"])
+            for name, v in calib.primitives.get(tier_class, {}).items()}
 
 
 def _with_ratios(node, ratios):
@@ -113,6 +134,14 @@ def _number(key, value, low=0.0, high=float("inf")):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
         _fail(key, value, f"a number in ({low}, {high}]")
     return float(value)
+
+
+def _check_kernel(key: str, over, optional: set) -> None:
+    if not isinstance(over, dict) or not set(KERNEL_KEYS) <= set(over) <= set(KERNEL_KEYS) | optional:
+        _fail(key, over, "{" + ", ".join(f'"{k}": GB/s' for k in KERNEL_KEYS)
+              + (", \"shared\": {RANKS: {...}}" if optional else "") + "}")
+    for k in KERNEL_KEYS:
+        _number(f"{key}.{k}", over[k])
 
 
 def _check(raw: dict) -> None:
@@ -145,11 +174,21 @@ def _check(raw: dict) -> None:
         if family not in DEFAULT_RATIO or set(over) != {"ratio"}:
             _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(DEFAULT_RATIO))
         _number(f"compressors.{family}.ratio", over["ratio"], 0.999999)
+    for cls, prims in raw.get("primitives", {}).items():
+        if cls not in protocol_table():
+            _fail(f"primitives.{cls}", prims, "one of " + ", ".join(protocol_table()))
+        for name, over in prims.items():
+            if name not in PRIMITIVES or not isinstance(over, dict) or set(over) != {"step_us", "bw_fraction"}:
+                _fail(f"primitives.{cls}.{name}", over, "{\"step_us\": us, \"bw_fraction\": f} for one of "
+                      + ", ".join(PRIMITIVES))
+            _number(f"primitives.{cls}.{name}.step_us", over["step_us"], -1e-12)
+            _number(f"primitives.{cls}.{name}.bw_fraction", over["bw_fraction"], 0.0, 1.0)
     for spec, over in raw.get("kernels", {}).items():
-        if not isinstance(over, dict) or set(over) != set(KERNEL_KEYS):
-            _fail(f"kernels.{spec}", over, "{" + ", ".join(f'"{k}": GB/s' for k in KERNEL_KEYS) + "}")
-        for k in KERNEL_KEYS:
-            _number(f"kernels.{spec}.{k}", over[k])
+        _check_kernel(f"kernels.{spec}", over, {"shared"})
+        for ranks, shared in over.get("shared", {}).items():
+            if not ranks.isdigit() or int(ranks) < 2:
+                _fail(f"kernels.{spec}.shared.{ranks}", shared, "a rank count >= 2 as the key")
+            _check_kernel(f"kernels.{spec}.shared.{ranks}", shared, set())
     if "overlap_slowdown" in raw:
         _number("overlap_slowdown", raw["overlap_slowdown"], -1e-12, 0.999)
 
@@ -171,9 +210,10 @@ def _load(path: str, mtime: float) -> Calibration:
             text = compile_spec(str(_with_ratios(parse_spec(spec), ratios))).text
         except InputError as err:
             raise InputError(f"calibration.kernels.{spec}", spec, f"a compressor spec ({err})") from None
-        kernels[text] = (over["compress_GBps"] * 1e9, over["decompress_GBps"] * 1e9)
+        kernels[text] = {int(r): (v["compress_GBps"] * 1e9, v["decompress_GBps"] * 1e9)
+                         for r, v in [("1", over)] + sorted(over.get("shared", {}).items())}
     return Calibration(path=path, provenance=raw.get("provenance", {}), devices=raw.get("devices", {}),
-                       protocols=raw.get("protocols", {}), ratios=ratios,
+                       protocols=raw.get("protocols", {}), ratios=ratios, primitives=raw.get("primitives", {}),
                        overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels)
 
 

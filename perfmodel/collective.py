@@ -46,8 +46,6 @@ def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
         table = dict(COMPRESSED[op])
     elif op in REDUCTIONS:
         table = {a: partial(reducible, op, a) for a in PLAIN[op]}
-        if not nccl_only:   # asked for by name: the compressed algorithms work for any codec
-            table.update({a: f for a, f in COMPRESSED[op].items() if a not in table})
     else:
         table = {a: partial(movement, op, a) for a in PLAIN[op]}
     if ctx.hosts == 1 or ctx.ranks_per_host == 1:

@@ -195,8 +195,10 @@ def _record(cfg, size, spec, alg, worst, err, world) -> dict:
                        busbw_factor=busbw_factor(cfg["op"], world))
 
 
-def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu") -> list[dict]:
-    """Compressor throughput alone: median compress and decompress seconds, ratio, error."""
+def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumulate: bool = False) -> list[dict]:
+    """Compressor throughput alone: median compress and decompress seconds, ratio, error.
+    ``accumulate``: decompression also adds the values into a float64 sum, as every realrun
+    reduction does with what it decodes (what calibration wants to know)."""
     from realrun.compressors import Compressor
 
     if device != "cpu":
@@ -204,6 +206,7 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu") -> list
     out = []
     for size in sizes:
         x = np.random.default_rng(0).standard_normal(size // 4).astype(np.float32)
+        total = np.zeros(x.size) if accumulate else None
         for spec in compressors:
             c = Compressor(spec)
             comp, decomp = [], []
@@ -213,11 +216,69 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu") -> list
                 comp.append(time.perf_counter() - start)
                 start = time.perf_counter()
                 y = c.decompress(p, like=x)
+                if accumulate:
+                    total += y
                 decomp.append(time.perf_counter() - start)
             err = float(np.linalg.norm(y - x) / max(float(np.linalg.norm(x)), 1e-30)) if x.size else 0.0
             out.append(make_record("kernel", compressor=spec, device=device, size_bytes=size, wire_bytes=len(p),
                                    compress_s=statistics.median(comp), decompress_s=statistics.median(decomp),
-                                   max_rel_error=err, iters=iters))
+                                   max_rel_error=err, iters=iters, accumulate=accumulate))
+    return out
+
+
+def _shared_worker(barrier, queue, sizes, compressors, iters):
+    from realrun.compressors import Compressor
+
+    out = []
+    for size in sizes:
+        x = np.random.default_rng(0).standard_normal(size // 4).astype(np.float32)
+        total = np.zeros(x.size)
+        for spec in compressors:
+            c = Compressor(spec)
+            p = c.compress(x)   # warm: numba caches, workspaces
+            comp, decomp = [], []
+            barrier.wait()
+            for _ in range(iters):
+                start = time.perf_counter()
+                p = c.compress(x)
+                comp.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                total += c.decompress(p, like=x)
+                decomp.append(time.perf_counter() - start)
+            out.append((size, spec, len(p), statistics.median(comp), statistics.median(decomp)))
+    queue.put(out)
+
+
+def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1) -> list[dict]:
+    """Compressor throughput with ``ranks`` processes (``threads`` threads each) computing at once,
+    in step (a barrier before every case), as the ranks of an emulated cluster share this
+    machine; decompression accumulates (as in a reduction). The median process's times,
+    records marked ``concurrent = ranks``."""
+    import multiprocessing as mp
+
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
+    os.environ.update(OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(ranks, timeout=600), ctx.Queue()
+    procs = [ctx.Process(target=_shared_worker, args=(barrier, queue, list(sizes), list(compressors), iters))
+             for _ in range(ranks)]
+    try:
+        for proc in procs:
+            proc.start()
+        results = [queue.get(timeout=3600) for _ in procs]
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    out = []
+    for rows in zip(*results):
+        size, spec, wire, comp, decomp = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]
+        out.append(make_record("kernel", compressor=spec, device="cpu", size_bytes=size, wire_bytes=wire,
+                               compress_s=comp, decompress_s=decomp, max_rel_error=0.0, iters=iters,
+                               accumulate=True, concurrent=ranks))
     return out
 
 

@@ -15,6 +15,9 @@ import sys
 from perfmodel.fit import fit_profile
 
 KIB, MIB = 2**10, 2**20
+# uncompressed runs of each primitive realrun's algorithms use: torch's all-reduce (auto),
+# send/recv (ring), all-gather (allgather), all-to-all + all-gather (two_phase)
+ALGORITHMS = ("auto", "ring", "allgather", "two_phase")
 SIZES = (64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 QUICK_SIZES = (64 * KIB, 1 * MIB, 4 * MIB)
 BANDWIDTHS = (200 * 10**6, 500 * 10**6)
@@ -37,8 +40,8 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
         for bw in bandwidths:
             if bw is not None:
                 runner.set_bandwidth(bw)
-            _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes")
-            config = dict(op="allreduce", sizes=list(sizes), compressors=["none"], algorithms=["auto"],
+            _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes x {len(ALGORITHMS)} algorithms")
+            config = dict(op="allreduce", sizes=list(sizes), compressors=["none"], algorithms=list(ALGORITHMS),
                           iters=iters, warmup=1)
             records += runner.collectives(config)
     finally:

@@ -41,6 +41,8 @@ def _parser() -> Parser:
     b.add_argument("--iters", type=int, default=5)
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--device", default="cpu", help="kernels: cpu")
+    b.add_argument("--accumulate", action="store_true", help="kernels: decompression also adds into a float64 "
+                   "sum, as realrun's reductions do")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
     _cluster_parser(sub)
     _loop_parsers(sub)
@@ -162,7 +164,7 @@ def _bench(args) -> None:
     for spec in specs:
         Compressor(spec)   # one clear error for a bad spec, before any rank starts
     if args.op == "kernels":
-        records = run_kernels(sizes, specs, args.iters, args.device)
+        records = run_kernels(sizes, specs, args.iters, args.device, args.accumulate)
         print(table(("size", "compressor", "device", "compress_GBps", "decompress_GBps", "ratio", "max_rel_err"),
                     [_kernel_row(r) for r in records]))
     else:

@@ -25,12 +25,13 @@ def _read(path: str) -> list[dict]:
 
 
 def kernels_alone(sizes, specs, iters: int, threads: int = 1) -> list[dict]:
-    """Compressor records measured in a separate process limited to ``threads`` threads."""
+    """Compressor records (decompression accumulating, as in a reduction) from one process
+    limited to ``threads`` threads: what one rank computes alone."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "kernels.jsonl")
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
         cmd = [sys.executable, "-m", "realrun.cli", "bench", "kernels", "--sizes", ",".join(map(str, sizes)),
-               "--compressors", ",".join(specs), "--iters", str(iters), "--json", out]
+               "--compressors", ",".join(specs), "--iters", str(iters), "--accumulate", "--json", out]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
             why = proc.stderr.strip()[-300:]
@@ -74,7 +75,9 @@ class EmulatedRunner:
         return records
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
-        return kernels_alone(sizes, specs, iters, self.threads)
+        """Alone, and with every host's rank computing at once (they share this machine)."""
+        return (kernels_alone(sizes, specs, iters, self.threads)
+                + bench.run_kernels_shared(sizes, specs, iters, ranks=self.hosts, threads=self.threads))
 
 
 class TorchrunRunner:

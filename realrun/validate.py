@@ -23,8 +23,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from perfmodel import collective_time
-from perfmodel.fit import model_algorithm
+from perfmodel.runtime import runtime_algorithm, runtime_time
 from topologies.clikit import atomic_write
 from topologies.units import format_rate, format_size
 
@@ -68,9 +67,8 @@ def crossover_cases(hosts: int, quick: bool) -> list[Case]:
 
 def predict(case: Case, runner, calibration: str | None) -> float:
     cluster = runner.topology(case.hosts, case.bandwidth)
-    alg = model_algorithm("allreduce", case.compressor, case.algorithm)
-    return collective_time("allreduce", case.size_bytes, cluster=cluster, compressor=case.compressor,
-                           algorithm=alg, chunks=1, calibration=calibration).time_s
+    return runtime_time("allreduce", case.size_bytes, cluster=cluster, compressor=case.compressor,
+                        algorithm=case.algorithm, calibration=calibration).time_s
 
 
 def measure(cases: list[Case], runner, iters: int) -> dict:
@@ -138,7 +136,7 @@ def summarize(rows: list[dict], cross: dict) -> dict:
     worst = max(big, key=lambda r: abs(r["error"])) if big else None
     agree, total, wrong = _fastest_agreement(big)
     compressors = sorted({r["compressor"] for r in big})
-    algorithms = sorted({model_algorithm("allreduce", r["compressor"], r["algorithm"]) for r in big})
+    algorithms = sorted({runtime_algorithm("allreduce", r["compressor"], r["algorithm"]) for r in big})
     ratio = None
     if cross.get("predicted") and cross.get("measured"):
         ratio = max(cross["predicted"], cross["measured"]) / min(cross["predicted"], cross["measured"])

@@ -6,7 +6,7 @@ latency of one step, the tier it is bottlenecked on, and that tier's protocols.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 
 from perfmodel.catalogs import Device, Protocol, device, protocol_table, tier_class
@@ -21,6 +21,7 @@ class Link:
     latency_s: float
     protocols: dict
     traversals: tuple = ()   # ((tier, link crossings per byte sent), ...)
+    primitives: dict = field(default_factory=dict)   # {primitive: Protocol} measured (calibration)
 
     def protocol(self, name: str) -> Protocol:
         return self.protocols[name]
@@ -30,6 +31,12 @@ class Link:
         """{protocol: (base_s, step_s, s_per_byte)}: the per-phase cost terms on this link."""
         return {n: (p.base_s, max(self.latency_s, p.step_s), 1.0 / (self.bandwidth_Bps * p.bw_fraction))
                 for n, p in self.protocols.items()}
+
+    @cached_property
+    def primitive_terms(self) -> dict:
+        """{primitive: (step_s, s_per_byte)} where a runtime's primitive was measured on this tier."""
+        return {n: (max(self.latency_s, p.step_s), 1.0 / (self.bandwidth_Bps * p.bw_fraction))
+                for n, p in self.primitives.items()}
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -46,23 +53,27 @@ class Ctx:
     nvls: bool
     kernels: object = None   # Calibration.kernel: spec text -> (compress_Bps, decompress_Bps) alone, or None
     share: float = 1.0       # fraction of one core a rank gets where hosts share CPU cores
+    active: int = 1          # ranks computing at once (this group and the concurrent ones)
 
     def kernel_scale(self, spec_text: str):
-        """Equivalent traffic per input byte (compress, decompress) of a calibrated spec, or None:
-        time = bytes x scale / stream_Bps = bytes / measured throughput."""
-        measured = self.kernels(spec_text) if self.kernels else None
-        if measured is None:
+        """Equivalent traffic per input byte (compress, decompress) of a calibrated spec, or None,
+        so that bytes x scale / device.stream_Bps = bytes / the throughput a rank gets: measured
+        with ``active`` ranks sharing the machine where the profile has it, else measured alone
+        times the core share (``self.device`` is already the shared device)."""
+        found = self.kernels(spec_text, self.active) if self.kernels else None
+        if found is None:
             return None
-        alone = self.device.stream_Bps / self.share   # self.device is already the shared one
-        return (alone / measured[0], alone / measured[1])
+        (comp, decomp), shared = found
+        per_rank = 1.0 if shared else self.share
+        return (self.device.stream_Bps / (comp * per_rank), self.device.stream_Bps / (decomp * per_rank))
 
 
-def _link(name, pattern, fallback, tables) -> Link:
+def _link(name, pattern, fallback, tables, prims) -> Link:
     if pattern is None or pattern.bottleneck_tier is None:
         return fallback
     tier = pattern.bottleneck_tier
     return Link(name=name, tier=tier, bandwidth_Bps=pattern.bandwidth_Bps, latency_s=pattern.latency_s,
-                protocols=tables(tier_class(tier)), traversals=pattern.traversals)
+                protocols=tables(tier_class(tier)), traversals=pattern.traversals, primitives=prims(tier_class(tier)))
 
 
 @lru_cache(maxsize=256)
@@ -71,23 +82,26 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     ``calib`` (a Calibration) replaces device and protocol numbers it measured."""
     view = fabric_view(cluster, group, concurrent)
     tables = calib.protocol_table if calib else (lambda cls: protocol_table()[cls])
+    prims = calib.primitive_table if calib else (lambda cls: {})
     idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0, protocols=tables("nvlink"))
-    ring = _link("ring", view.ring, idle, tables)
-    intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables)
-    inter = _link("inter", view.inter, ring, tables)
+    ring = _link("ring", view.ring, idle, tables, prims)
+    intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables, prims)
+    inter = _link("inter", view.inter, ring, tables, prims)
     if view.ring.bottleneck_tier is not None and view.hosts > 1:
         # NCCL uses the network protocols for any ring that leaves the host (gloo has only tcp).
         cls = "tcp" if tier_class(ring.tier) == "tcp" else "net"
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
-                    latency_s=ring.latency_s, protocols=tables(cls), traversals=ring.traversals)
+                    latency_s=ring.latency_s, protocols=tables(cls), traversals=ring.traversals,
+                    primitives=ring.primitives)
     dev = calib.device(device(cluster.gpu_model)) if calib else device(cluster.gpu_model)
-    share = cpu_share(cluster, view.ranks * (1 + len(concurrent)))
+    active = view.ranks * (1 + len(concurrent))
+    share = cpu_share(cluster, active)
     if share < 1.0:
         dev = replace(dev, stream_Bps=dev.stream_Bps * share, launch_s=dev.launch_s / share)
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
                ring=ring, intra=intra, inter=inter, device=dev,
                nvls=cluster.supports_nvls and view.hosts == 1 and view.ranks > 1,
-               kernels=calib.kernel if calib else None, share=share)
+               kernels=calib.kernel if calib else None, share=share, active=active)
 
 
 def cpu_share(cluster: Cluster, active_ranks: int) -> float:

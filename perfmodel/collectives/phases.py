@@ -30,11 +30,18 @@ from perfmodel.collectives.fabric import Link
 MAX_CHUNKS = 64
 
 
+PRIMITIVES = ("allreduce", "allgather", "alltoall", "p2p", "broadcast", "reduce_scatter", "sendrecv")
+
+
 @dataclass(frozen=True)
 class Phase:
+    """``steps`` sequential messages carrying ``nbytes`` over ``link``; ``primitive`` names the
+    torch.distributed call that moves them where a runtime measured it (``Link.primitives``)."""
+
     link: Link
     steps: int
     nbytes: float
+    primitive: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +75,8 @@ def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:
         worst_lat = worst_bw = -1.0
         for ph in phases:
             b, step, per_byte = ph.link.terms[proto]
+            if ph.primitive in ph.link.primitives:   # measured for this primitive on this tier
+                step, per_byte = ph.link.primitive_terms[ph.primitive]
             base = b if b > base else base
             lat, bw = ph.steps * step, ph.nbytes * per_byte
             if lat + bw > worst_lat + worst_bw:
@@ -120,3 +129,8 @@ def wire_bytes_by_tier(cost: AlgoCost) -> dict:
             for tier, crossings in ph.link.traversals:
                 out[tier] = out.get(tier, 0.0) + ph.nbytes * crossings
     return {k: v for k, v in out.items() if v > 0}
+
+
+def tagged(stages: tuple, primitive: str) -> tuple:
+    """``stages`` with every phase marked as moved by ``primitive``."""
+    return tuple(tuple(Phase(ph.link, ph.steps, ph.nbytes, primitive) for ph in st) for st in stages)

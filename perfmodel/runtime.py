@@ -1,0 +1,76 @@
+"""What realrun runs, predicted: its algorithms on torch.distributed primitives.
+
+``collective_time`` answers for NCCL (its algorithms and protocols). realrun runs its own
+algorithms (DESIGN section 6) on torch.distributed calls, so a prediction of a realrun
+measurement uses the same cost structures with realrun's choices:
+
+* ``auto`` runs ``torch.distributed.all_reduce`` for ``none`` and the casts (fp16, bf16):
+  the ring all-reduce carried by the ``allreduce`` primitive;
+* ``auto`` otherwise: ``allgather`` for sparse specs, ``two_phase`` for the rest;
+* a named algorithm runs realrun's implementation for any spec, ``none`` included;
+* no chunking (realrun pipelines only when asked with ``chunks``).
+
+Phases are tagged with the primitive that moves them, so a profile's per-primitive
+measurements (``primitives``, fitted by ``perfmodel calibrate``) apply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.calibration import load_calibration
+from perfmodel.collective import DTYPES, _resolve
+from perfmodel.collectives.compressed import COMPRESSED, Msg, reducible
+from perfmodel.collectives.phases import AlgoCost, Timed, evaluate
+from perfmodel.compression import compile_spec
+from topologies import build_cluster
+from topologies.errors import InputError
+
+SPARSE = ("topk", "randk")
+CASTS = ("fp16", "bf16")
+OPS = tuple(COMPRESSED)
+
+
+def runtime_algorithm(op: str, compressor: str, algorithm: str) -> str:
+    """realrun's algorithm for ``algorithm`` ('auto' resolved as realrun resolves it)."""
+    if algorithm != "auto":
+        return algorithm
+    names = [f.NAME for f in compile_spec(compressor).families]
+    if names in ([], ["none"]) or (len(names) == 1 and names[0] in CASTS):
+        return "torch"
+    return "allgather" if set(names) & set(SPARSE) else "two_phase"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimePrediction:
+    algorithm: str       # realrun's algorithm ('torch' = torch.distributed's own call)
+    cost: AlgoCost
+    timed: Timed
+
+    @property
+    def time_s(self) -> float:
+        return self.timed.time_s
+
+
+def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx, calib=None) -> tuple:
+    """(realrun algorithm, AlgoCost) of one realrun collective on a prepared context."""
+    if op not in OPS:
+        raise InputError("op", op, "one of " + ", ".join(OPS) + " (realrun's compressed reductions)")
+    codec = compile_spec(calib.spec(compressor) if calib else compressor)
+    msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES["fp32"], codec=codec,
+              kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text))
+    alg = runtime_algorithm(op, compressor, algorithm)
+    if alg == "torch":
+        return alg, reducible(op, "ring", ctx, msg)
+    if alg not in COMPRESSED[op]:
+        raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(COMPRESSED[op]))
+    return alg, COMPRESSED[op][alg](ctx, msg)
+
+
+def runtime_time(op: str, size_bytes: int, *, cluster: str, ranks: int | None = None, compressor: str = "none",
+                 algorithm: str = "auto", calibration: str | None = None) -> RuntimePrediction:
+    """Predict one realrun collective (``realrun bench`` would measure it) on ``cluster``."""
+    calib = load_calibration(calibration)
+    built = build_cluster(cluster)
+    ctx = _resolve(built, ranks or built.gpus, "packed", (), calib)
+    alg, cost = runtime_cost(op, size_bytes, compressor, algorithm, ctx, calib)
+    return RuntimePrediction(algorithm=alg, cost=cost, timed=evaluate(cost, ctx.device, chunks=1))
