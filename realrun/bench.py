@@ -226,6 +226,9 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumul
     return out
 
 
+SHARED_MIN_S = 0.25
+
+
 def _shared_worker(barrier, queue, sizes, compressors, iters):
     from realrun.compressors import Compressor
 
@@ -238,21 +241,24 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
             p = c.compress(x)   # warm: numba caches, workspaces
             comp, decomp = [], []
             barrier.wait()
-            for _ in range(iters):
+            begin = time.perf_counter()
+            # long enough for the scheduler to interleave the processes (a few 4 ms slices each)
+            while len(comp) < iters or time.perf_counter() - begin < SHARED_MIN_S:
                 start = time.perf_counter()
                 p = c.compress(x)
                 comp.append(time.perf_counter() - start)
                 start = time.perf_counter()
                 total += c.decompress(p, like=x)
                 decomp.append(time.perf_counter() - start)
-            out.append((size, spec, len(p), statistics.median(comp), statistics.median(decomp)))
+            out.append((size, spec, len(p), sum(comp) / len(comp), sum(decomp) / len(decomp)))
     queue.put(out)
 
 
 def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1) -> list[dict]:
     """Compressor throughput with ``ranks`` processes (``threads`` threads each) computing at once,
-    in step (a barrier before every case), as the ranks of an emulated cluster share this
-    machine; decompression accumulates (as in a reduction). The median process's times,
+    in step (a barrier before every case, each case run for at least ``SHARED_MIN_S`` so the
+    scheduler interleaves them), as the ranks of an emulated cluster share this machine;
+    decompression accumulates (as in a reduction). Mean times of the median process,
     records marked ``concurrent = ranks``."""
     import multiprocessing as mp
 
@@ -270,9 +276,10 @@ def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threa
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
         for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
+            if proc.pid is not None:
+                proc.join(timeout=10)
+                if proc.is_alive():
+                    proc.kill()
     out = []
     for rows in zip(*results):
         size, spec, wire, comp, decomp = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]

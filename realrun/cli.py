@@ -83,7 +83,7 @@ def _loop_parsers(sub) -> None:
     val.add_argument("--cluster", default="emu", help="as for calibrate")
     val.add_argument("--out", required=True, help="output folder (created)")
     val.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes here)")
-    val.add_argument("--iters", type=int, default=3)
+    val.add_argument("--iters", type=int, default=5, help="measured iterations per case (median; default 5)")
     val.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -101,7 +101,8 @@ def _cluster_parser(sub) -> None:
     c = sub.add_parser("cluster", help="an emulated multi-host cluster: namespaces with rate-limited links",
                        description="Hosts are Linux network namespaces on one bridge (or groups of bridges "
                        "joined by rate-limited trunks), each link limited with tc tbf in both directions. "
-                       "Needs root and iproute2. Names start with cmp-NAME-, so clusters coexist.",
+                       "Needs root and iproute2. Names start with cmp-NAME-, so clusters coexist. "
+                       "run: realrun cluster run [options] -- CMD ARGS... starts CMD once per host.",
                        epilog=CLUSTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("action", choices=("up", "down", "status", "run", "shape"))
     c.add_argument("--name", default="emu", help="cluster name: 1-8 lowercase letters or digits (default emu)")
@@ -115,7 +116,6 @@ def _cluster_parser(sub) -> None:
     c.add_argument("--threads", type=int, default=1, help="run: OMP/numba threads per rank (default 1)")
     c.add_argument("--timeout", type=float, default=3600.0, help="run: seconds before every rank is stopped")
     c.add_argument("--json", action="store_true", help="status/up: print JSON")
-    c.add_argument("cmd", nargs=argparse.REMAINDER, help="run: -- CMD ARGS... (one rank per host)")
 
 
 def _sizes(text: str) -> list[int]:
@@ -194,7 +194,7 @@ def _cluster(args) -> None:
         print(f"cluster {args.name}: removed {len(removed)} namespaces" if removed else f"cluster {args.name}: not up")
         return
     if args.action == "run":
-        argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        argv = args.cmd
         cluster.run(args.name, argv, timeout_s=args.timeout, threads=_positive("threads", args.threads))
         return
     if args.action == "up":
@@ -260,7 +260,10 @@ def _validate(args) -> None:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd = argv[argv.index("--") + 1:] if "--" in argv else []   # cluster run -- CMD ARGS...
+    args = _parser().parse_args(argv[: len(argv) - len(cmd) - (1 if "--" in argv else 0)])
+    args.cmd = cmd
     {"bench": _bench, "cluster": _cluster, "calibrate": _calibrate, "validate": _validate}[args.command](args)
     return 0
 

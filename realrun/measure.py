@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -22,21 +21,6 @@ from topologies.errors import InputError
 def _read(path: str) -> list[dict]:
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]
-
-
-def kernels_alone(sizes, specs, iters: int, threads: int = 1) -> list[dict]:
-    """Compressor records (decompression accumulating, as in a reduction) from one process
-    limited to ``threads`` threads: what one rank computes alone."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "kernels.jsonl")
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
-        cmd = [sys.executable, "-m", "realrun.cli", "bench", "kernels", "--sizes", ",".join(map(str, sizes)),
-               "--compressors", ",".join(specs), "--iters", str(iters), "--accumulate", "--json", out]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-        if proc.returncode != 0:
-            why = proc.stderr.strip()[-300:]
-            raise InputError("kernels", " ".join(cmd[3:]), f"a kernel benchmark that runs ({why})")
-        return _read(out)
 
 
 class EmulatedRunner:
@@ -76,7 +60,7 @@ class EmulatedRunner:
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
         """Alone, and with every host's rank computing at once (they share this machine)."""
-        return (kernels_alone(sizes, specs, iters, self.threads)
+        return (bench.run_kernels_shared(sizes, specs, iters, ranks=1, threads=self.threads)
                 + bench.run_kernels_shared(sizes, specs, iters, ranks=self.hosts, threads=self.threads))
 
 

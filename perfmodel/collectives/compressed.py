@@ -15,6 +15,9 @@ algorithm on the payload. Reduction with a non-reducible codec needs one of:
   shard, uncompressed in-host all-gather: only the slow hop is compressed.
 
 ``Msg`` gives a piece's payload size and kernel traffic; builders return an AlgoCost.
+Where the sum must be the same bits on every rank, a rank decodes its own payload too (it
+sums what the others sum): the ring's own chunk, all p payloads of ``allgather``, all p
+slices in both phases of ``two_phase`` (realrun does exactly this).
 """
 from __future__ import annotations
 
@@ -68,7 +71,7 @@ def ring_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     n = S / p
     return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * (p - 1), 2 * (p - 1) * m.w(n), "p2p")),),
-                    kernel_bytes=(p - 1) * (m.c(n) + m.d(n)) + m.c(n) + (p - 1) * m.d(n),
+                    kernel_bytes=(p - 1) * (m.c(n) + m.d(n)) + m.c(n) + p * m.d(n),
                     launches=2 * (p - 1) + 2, hops=p)
 
 
@@ -86,7 +89,7 @@ def recursive_doubling_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
 def allgather_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     gather = PLAIN["allgather"]["ring"](ctx, p * m.w(S))
-    return AlgoCost(stages=tagged(gather.stages, "allgather"), kernel_bytes=m.c(S) + (p - 1) * m.d(S),
+    return AlgoCost(stages=tagged(gather.stages, "allgather"), kernel_bytes=m.c(S) + p * m.d(S),
                     launches=2, hops=1)
 
 
@@ -99,7 +102,7 @@ def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     n = S / p
     gather = PLAIN["allgather"]["ring"](ctx, p * m.w(n))
     return AlgoCost(stages=_alltoall(ctx, m.w(n)) + tagged(gather.stages, "allgather"),
-                    kernel_bytes=m.c(S) + (p - 1) * m.d(n) + m.c(n) + (p - 1) * m.d(n),
+                    kernel_bytes=m.c(S) + p * m.d(n) + m.c(n) + p * m.d(n),
                     launches=4, hops=2)
 
 

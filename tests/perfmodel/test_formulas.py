@@ -71,13 +71,14 @@ def test_compressed_ring_with_identity_codec_equals_plain_ring():
     assert t(compressed, c) == pytest.approx(t(PLAIN["allreduce"]["ring"](c, S), c))
 
 
-def test_allgather_allreduce_moves_p_payloads_and_decodes_p_minus_1():
+def test_allgather_allreduce_moves_p_payloads_and_decodes_all_p():
+    """Every rank decodes all p payloads, its own too, so every rank sums the same values."""
     c = ctx(8)
     m = Msg(size_bytes=int(S), dtype_bytes=4, codec=compile_spec("topk(0.01)"))
     cost = COMPRESSED["allreduce"]["allgather"](c, m)
     w = m.w(S)
     assert cost.hops == 1
-    assert cost.kernel_bytes == pytest.approx(m.c(S) + 7 * m.d(S))
+    assert cost.kernel_bytes == pytest.approx(m.c(S) + 8 * m.d(S))
     assert sum(ph.nbytes for st in cost.stages for ph in st) == pytest.approx(7 / 8 * 8 * w)
 
 
