@@ -197,7 +197,7 @@ def _record(cfg, size, spec, alg, worst, err, world) -> dict:
 
 def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumulate: bool = False) -> list[dict]:
     """Compressor throughput alone: median compress and decompress seconds, ratio, error.
-    ``accumulate``: decompression also adds the values into a float64 sum, as every realrun
+    ``accumulate``: decompression also adds the values into a float32 sum, as every realrun
     reduction does with what it decodes (what calibration wants to know)."""
     from realrun.compressors import Compressor
 
@@ -206,7 +206,7 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumul
     out = []
     for size in sizes:
         x = np.random.default_rng(0).standard_normal(size // 4).astype(np.float32)
-        total = np.zeros(x.size) if accumulate else None
+        total = np.zeros(x.size, np.float32) if accumulate else None
         for spec in compressors:
             c = Compressor(spec)
             comp, decomp = [], []
@@ -235,7 +235,7 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
     out = []
     for size in sizes:
         x = np.random.default_rng(0).standard_normal(size // 4).astype(np.float32)
-        total = np.zeros(x.size)
+        total = np.zeros(x.size, np.float32)
         for spec in compressors:
             c = Compressor(spec)
             p = c.compress(x)   # warm: numba caches, workspaces

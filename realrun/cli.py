@@ -41,7 +41,7 @@ def _parser() -> Parser:
     b.add_argument("--iters", type=int, default=5)
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--device", default="cpu", help="kernels: cpu")
-    b.add_argument("--accumulate", action="store_true", help="kernels: decompression also adds into a float64 "
+    b.add_argument("--accumulate", action="store_true", help="kernels: decompression also adds into a float32 "
                    "sum, as realrun's reductions do")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
     _cluster_parser(sub)
