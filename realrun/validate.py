@@ -110,11 +110,12 @@ def _fastest_agreement(rows) -> tuple[int, int, list]:
 
 
 def crossover(bandwidths, speedups) -> float | None:
-    """Bandwidth where speedup crosses 1 (log-linear interpolation), None if it never does."""
+    """Bandwidth where speedup crosses 1 (log speedup linear in log bandwidth between the two
+    points around the crossing), None if it never does."""
     pts = sorted(zip(bandwidths, speedups))
     for (b0, s0), (b1, s1) in zip(pts, pts[1:]):
         if (s0 - 1) * (s1 - 1) <= 0 and s0 != s1:
-            w = (s0 - 1) / (s0 - s1)
+            w = math.log(s0) / (math.log(s0) - math.log(s1))
             return math.exp(math.log(b0) + w * (math.log(b1) - math.log(b0)))
     return None
 
@@ -146,11 +147,13 @@ def summarize(rows: list[dict], cross: dict) -> dict:
             "crossover": cross, "crossover_ratio": ratio}
 
 
-def validate(runner, calibration: str | None, out_dir: str, quick: bool = False, iters: int = 3) -> dict:
-    """Predict, measure, compare; write the three outputs into ``out_dir``; return the summary."""
+def validate(runner, calibration: str | None, out_dir: str, quick: bool = False, iters: int = 5,
+             cases: list[Case] | None = None) -> dict:
+    """Predict, measure, compare; write the three outputs into ``out_dir``; return the summary.
+    ``cases`` replaces the grid (and skips the crossover sweep)."""
     os.makedirs(out_dir, exist_ok=True)
-    cases = grid(runner.hosts, quick)
-    cross_cases = crossover_cases(runner.hosts, quick) if hasattr(runner, "spec") else []
+    cross_cases = crossover_cases(runner.hosts, quick) if hasattr(runner, "spec") and cases is None else []
+    cases = cases or grid(runner.hosts, quick)
     predicted = {c: predict(c, runner, calibration) for c in cases + cross_cases}
     measured = measure(cases + cross_cases, runner, iters)
     rows = [dict(asdict(c), crossover=c in cross_cases and c not in cases, predicted_s=predicted[c],

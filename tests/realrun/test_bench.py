@@ -73,3 +73,22 @@ def test_bench_runs_under_torchrun(tmp_path):
     assert "under torchrun" in proc.stdout
     records = read_records(str(out))
     assert len(records) == 1 and records[0]["world"] == 2
+
+
+def test_kernels_shared_by_ranks_are_marked_and_accumulate():
+    from realrun.bench import run_kernels_shared
+
+    records = run_kernels_shared([2**18], ["int8"], iters=2, ranks=2)
+    assert len(records) == 1 and records[0]["concurrent"] == 2 and records[0]["accumulate"]
+    assert records[0]["compress_s"] > 0 and records[0]["wire_bytes"] < 2**18
+
+
+def test_loop_commands_refuse_bad_input_in_one_line(cli, tmp_path):
+    for args in (["cluster", "run"], ["cluster", "up", "--hosts", "12"], ["cluster", "up", "--bandwidth", "fast"],
+                 ["cluster", "down", "--name", "Bad Name"],
+                 ["validate", "--calibration", str(tmp_path / "missing.json"), "--out", str(tmp_path / "v")],
+                 ["calibrate", "--cluster", "dgx-h100", "-o", str(tmp_path / "p.json")],
+                 ["calibrate", "--cluster", "emu", "-o", str(tmp_path / "no" / "p.json")]):
+        proc = cli("realrun", *args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -1,0 +1,137 @@
+"""Calibration fits (perfmodel.fit, perfmodel calibrate): known numbers come back from
+synthetic records, profiles round-trip, and the runtime model applies what was fitted."""
+import json
+
+import pytest
+
+from perfmodel.calibration import load_calibration
+from perfmodel.cli import main
+from perfmodel.fit import fit_kernels, fit_profile
+from perfmodel.records import make_record
+from perfmodel.runtime import runtime_algorithm, runtime_time
+from topologies.clikit import run
+from topologies.errors import InputError
+
+KNOWN = {"allreduce": (300.0, 0.95), "p2p": (450.0, 0.85), "allgather": (250.0, 0.80), "alltoall": (600.0, 0.70)}
+BASE_US = 200.0
+RUNS = [("auto", "none"), ("ring", "none"), ("allgather", "none"), ("two_phase", "none")]
+
+
+def _profile(tmp_path, primitives=KNOWN, base=BASE_US):
+    prof = {"schema": "commpress.calibration/1",
+            "protocols": {"tcp": {n: {"base_us": base, "step_us": primitives["allreduce"][0],
+                                      "bw_fraction": primitives["allreduce"][1]} for n in ("LL", "LL128", "Simple")}},
+            "primitives": {"tcp": {k: {"step_us": a, "bw_fraction": f} for k, (a, f) in primitives.items()}}}
+    path = tmp_path / "known.json"
+    path.write_text(json.dumps(prof))
+    return str(path)
+
+
+def _synthetic(known_path):
+    """Uncompressed records the model itself predicts under a known profile."""
+    records = []
+    for bw in ("100mbit", "300mbit", "1gbit"):
+        for hosts in (2, 4):
+            cluster = f"emulated:hosts={hosts},bandwidth={bw},cores=64"
+            for size in (2**14, 2**18, 2**22):
+                for alg, spec in RUNS:
+                    t = runtime_time("allreduce", size, cluster=cluster, compressor=spec, algorithm=alg,
+                                     calibration=known_path).time_s
+                    records.append(make_record("collective", op="allreduce", compressor=spec, algorithm=alg,
+                                               world=hosts, backend="gloo", size_bytes=size, wire_bytes=0, time_s=t,
+                                               compress_s=0, decompress_s=0, max_rel_error=0, cluster=cluster))
+    return records
+
+
+def test_fitting_recovers_known_alpha_and_beta_within_2_percent(tmp_path):
+    profile = fit_profile(_synthetic(_profile(tmp_path)), "emulated:hosts=4,bandwidth=1gbit,cores=64")
+    assert profile["protocols"]["tcp"]["Simple"]["base_us"] == pytest.approx(BASE_US, rel=0.02)
+    for prim, (alpha, frac) in KNOWN.items():
+        got = profile["primitives"]["tcp"][prim]
+        assert got["step_us"] == pytest.approx(alpha, rel=0.02), prim
+        assert got["bw_fraction"] == pytest.approx(frac, rel=0.02), prim
+    assert profile["fits"]["tiers"]["r2"] > 0.9999
+
+
+def test_kernel_fit_recovers_throughput_and_launch():
+    records = []
+    for size in (2**18, 2**20, 2**22, 2**24):
+        for conc, (tc, td) in ((1, (2e9, 3e9)), (4, (1e9, 1.2e9))):
+            records.append(make_record("kernel", compressor="int8", device="cpu", size_bytes=size,
+                                       wire_bytes=size // 4 + 40, compress_s=5e-5 + size / tc,
+                                       decompress_s=5e-5 + size / td, max_rel_error=0.0, concurrent=conc))
+        records.append(make_record("kernel", compressor="sz3(abs=1e-3)", device="cpu", size_bytes=size,
+                                   wire_bytes=size // 5, compress_s=5e-5 + size / 2e8, decompress_s=5e-5 + size / 4e8,
+                                   max_rel_error=0.0))
+    kernels, launch, ratios, _ = fit_kernels(records)
+    assert kernels["int8"]["compress_GBps"] == pytest.approx(2.0, rel=0.02)
+    assert kernels["int8"]["decompress_GBps"] == pytest.approx(3.0, rel=0.02)
+    assert kernels["int8"]["shared"]["4"]["compress_GBps"] == pytest.approx(1.0, rel=0.02)
+    assert launch == pytest.approx(5e-5, rel=0.05)
+    assert ratios == {"sz3": {"ratio": pytest.approx(5.0)}}
+
+
+def test_profile_round_trip_through_the_cli(tmp_path, capsys):
+    records = _synthetic(_profile(tmp_path))
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "profile.json"
+    assert main(["calibrate", str(path), "-o", str(out)]) == 0
+    assert "tcp" in capsys.readouterr().out
+    calib = load_calibration(str(out))
+    assert set(calib.primitives["tcp"]) == set(KNOWN)
+    raw = json.loads(out.read_text())
+    assert raw["provenance"]["packages"]["numpy"] and raw["provenance"]["date"]
+    cluster = "emulated:hosts=4,bandwidth=1gbit,cores=64"
+    fitted = runtime_time("allreduce", 2**22, cluster=cluster, algorithm="two_phase", calibration=str(out)).time_s
+    known = runtime_time("allreduce", 2**22, cluster=cluster, algorithm="two_phase",
+                         calibration=_profile(tmp_path)).time_s
+    assert fitted == pytest.approx(known, rel=0.01)
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"primitives": {"tcp": {"gossip": {"step_us": 1, "bw_fraction": 0.5}}}}, "primitives.tcp.gossip"),
+    ({"primitives": {"tcp": {"p2p": {"step_us": 1, "bw_fraction": 1.5}}}}, "bw_fraction"),
+    ({"kernels": {"int8": {"compress_GBps": 1.0}}}, "kernels.int8"),
+    ({"kernels": {"int8": {"compress_GBps": 1, "decompress_GBps": 1, "shared": {"x": {}}}}}, "shared"),
+    ({"kernels": {"int8(": {"compress_GBps": 1, "decompress_GBps": 1}}}, "kernels"),
+])
+def test_bad_profiles_are_refused_naming_the_field(tmp_path, bad, field):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"schema": "commpress.calibration/1", **bad}))
+    with pytest.raises(InputError, match=field.replace("(", r"\(")):
+        load_calibration(str(path))
+
+
+def test_calibrate_without_usable_records_is_one_clear_error(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    assert run(main, ["calibrate", str(path), "-o", str(tmp_path / "p.json"), "--cluster", "emulated:hosts=2"]) == 2
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_runtime_algorithm_follows_realrun():
+    assert runtime_algorithm("allreduce", "none", "auto") == "torch"
+    assert runtime_algorithm("allreduce", "fp16", "auto") == "torch"
+    assert runtime_algorithm("allreduce", "ef(topk(0.01))", "auto") == "allgather"
+    assert runtime_algorithm("allreduce", "int8", "auto") == "two_phase"
+    assert runtime_algorithm("allreduce", "none", "ring") == "ring"
+    with pytest.raises(InputError, match="algorithm"):
+        runtime_time("allreduce", 2**20, cluster="emulated:hosts=2", algorithm="tree")
+
+
+def test_shared_kernels_are_used_at_their_rank_count_and_core_share_elsewhere(tmp_path):
+    prof = {"schema": "commpress.calibration/1",
+            "kernels": {"int8": {"compress_GBps": 2.0, "decompress_GBps": 2.0,
+                                 "shared": {"4": {"compress_GBps": 0.25, "decompress_GBps": 0.25}}}}}
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(prof))
+
+    def kernel_s(hosts, cores):
+        return runtime_time("allreduce", 2**24, cluster=f"emulated:hosts={hosts},cores={cores}", compressor="int8",
+                            algorithm="allgather", calibration=str(path)).timed.kernel_s
+
+    # 4 ranks: the measured shared numbers (8x slower than alone), whatever the cores
+    assert kernel_s(4, 2) == pytest.approx(kernel_s(4, 64), rel=0.05)
+    # 2 ranks on 1 core: alone numbers at half a core each; on 2 cores: alone numbers
+    assert kernel_s(2, 1) == pytest.approx(2 * kernel_s(2, 2), rel=0.1)

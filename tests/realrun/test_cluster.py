@@ -1,0 +1,130 @@
+"""The emulated cluster (marker netns: root and iproute2). Every test removes what it made,
+also when it fails, and checks that nothing of ours is left."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from realrun.cluster import EmulatedSpec, down, emulated, netns, run, shape, status, up
+from topologies.errors import InputError
+
+NAME = f"t{os.getpid() % 100000}"
+HAVE_NETNS = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+netns_only = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
+
+
+def _leftovers(name: str) -> list[str]:
+    """Our namespaces, and any interface of the machine's own namespace named after ours."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return netns.ours(name) + [line for line in links.splitlines() if f"{netns.PREFIX}{name}" in line]
+
+
+@pytest.fixture
+def cluster_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(emulated, "STATE_DIR", str(tmp_path / "state"))
+    try:
+        yield NAME
+    finally:
+        down(NAME)
+        assert _leftovers(NAME) == []
+
+
+WORKER = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    from realrun.comm import allreduce
+    dist.init_process_group("gloo")
+    r = dist.get_rank()
+    x = torch.arange(4096, dtype=torch.float32) * (r + 1)
+    y = allreduce(x, "int8", "two_phase")
+    exact = torch.arange(4096, dtype=torch.float32) * 3
+    assert float((y - exact).norm() / exact.norm()) < 0.02, "int8 all-reduce across hosts is off"
+    if r == 0:
+        print("OK", os.environ["MASTER_ADDR"], os.environ["GLOO_SOCKET_IFNAME"], flush=True)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.netns
+@netns_only
+def test_two_hosts_at_100mbit_run_a_compressed_allreduce_and_tear_down(cluster_name, tmp_path, capfd):
+    state = up(EmulatedSpec(hosts=2, bandwidth="100mbit"), cluster_name)[cluster_name]
+    assert state["up"] and state["topology"] == "emulated:hosts=2,bandwidth=100mbit"
+    assert state["qdiscs"][f"cmp-{cluster_name}-h0"] == {"eth0": "100Mbit"}
+    assert state["qdiscs"][f"cmp-{cluster_name}-sw"] == {"h0": "100Mbit", "h1": "100Mbit"}
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    run(cluster_name, [sys.executable, str(script)], timeout_s=120)
+    assert "OK 10.231.0.1 eth0" in capfd.readouterr().out
+    assert shape(cluster_name, "1gbit").bandwidth == 10**9
+    assert status(cluster_name)[cluster_name]["qdiscs"][f"cmp-{cluster_name}-h1"] == {"eth0": "1Gbit"}
+    assert len(down(cluster_name)) == 3
+    assert _leftovers(cluster_name) == [] and down(cluster_name) == []   # idempotent
+
+
+@pytest.mark.netns
+@netns_only
+def test_a_failing_rank_ends_the_run_and_down_still_cleans_up(cluster_name, tmp_path):
+    up(EmulatedSpec(hosts=2, bandwidth="100mbit", groups=2, trunk_bandwidth="50mbit"), cluster_name)
+    assert status(cluster_name)[cluster_name]["qdiscs"][f"cmp-{cluster_name}-sw"]["t0"] == "50Mbit"
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(60)\n")
+    with pytest.raises(InputError, match="rank=1"):
+        run(cluster_name, [sys.executable, str(script)], timeout_s=30)
+    os.remove(emulated._state_path(cluster_name))   # as if a crash lost the state
+    assert len(down(cluster_name)) == 3
+
+
+@pytest.mark.netns
+@netns_only
+def test_a_failure_while_building_removes_everything(cluster_name, monkeypatch):
+    def broken(*args, **kwargs):
+        raise InputError("cluster", "tc", "a command that succeeds (forced failure)")
+
+    monkeypatch.setattr(netns, "limit", broken)
+    with pytest.raises(InputError, match="forced failure"):
+        up(EmulatedSpec(hosts=3, bandwidth="1gbit"), cluster_name)
+    assert _leftovers(cluster_name) == []
+
+
+@pytest.mark.netns
+@netns_only
+def test_two_clusters_coexist_and_a_second_up_is_refused(cluster_name):
+    other = cluster_name + "b"
+    try:
+        up(EmulatedSpec(hosts=2), cluster_name)
+        up(EmulatedSpec(hosts=2), other)
+        with pytest.raises(InputError, match="not up already"):
+            up(EmulatedSpec(hosts=2), cluster_name)
+        assert set(status()) >= {cluster_name, other}
+    finally:
+        down(other)
+        assert _leftovers(other) == []
+
+
+def test_without_root_up_refuses_with_a_clear_message(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(InputError, match="root"):
+        up(EmulatedSpec(hosts=2), "nobody")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(hosts=9), "hosts"), (dict(hosts=1), "hosts"), (dict(bandwidth="fast"), "bandwidth"),
+    (dict(hosts=4, groups=3), "groups"), (dict(groups=2), "trunk_bandwidth"),
+    (dict(slow_host=1), "slow_host"), (dict(slow_host=7, slow_bandwidth="1mbit"), "slow_host"),
+])
+def test_bad_specs_name_the_field(kwargs, field):
+    with pytest.raises(InputError, match=field):
+        EmulatedSpec(**kwargs)
+
+
+def test_spec_names_the_topology_perfmodel_predicts():
+    spec = EmulatedSpec(hosts=4, bandwidth="1gbit", groups=2, trunk_bandwidth="200mbit", slow_host=3,
+                        slow_bandwidth="100mbit")
+    assert spec.topology() == ("emulated:hosts=4,bandwidth=1gbit,groups=2,trunk=200mbit,slow_host=3,"
+                               "slow_bandwidth=100mbit")
+    assert EmulatedSpec(hosts=4).topology(hosts=2) == "emulated:hosts=2,bandwidth=1gbit"
+    with pytest.raises(InputError, match="name"):
+        down("Bad-Name")
