@@ -98,13 +98,12 @@ def _case(op, spec, alg, x, exact, iters, warmup):
         elapsed = time.perf_counter() - start
         if i >= warmup:
             times.append([elapsed] + [w.stats[k] - before[k] for k in ("compress_s", "decompress_s", "bytes_out")])
-    local = torch.tensor(times, dtype=torch.float64)
-    worst = local.clone()
+    worst = torch.tensor(times, dtype=torch.float64, device=x.device)   # NCCL reduces device tensors only
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))
-    err_t = torch.tensor([err], dtype=torch.float64)
+    err_t = torch.tensor([err], dtype=torch.float64, device=x.device)
     dist.all_reduce(err_t, op=dist.ReduceOp.MAX)
-    return worst.numpy(), float(err_t)
+    return worst.cpu().numpy(), float(err_t.item())
 
 
 def _exact(op, x, world, rank):
@@ -166,8 +165,12 @@ def worker(rank: int, world: int, port, config, out: str, keep_group: bool = Fal
     records = []
     cases = cfg.get("cases") or [(s, c, a) for s in cfg["sizes"] for c in cfg["compressors"]
                                  for a in (cfg["algorithms"] if cfg["op"] == "allreduce" else ["auto"])]
+    if cfg.get("backend") == "nccl":   # one GPU per rank: the launcher's local rank, else the rank
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     for i, (size, spec, alg) in enumerate(cases):
         x = torch.from_numpy(np.random.default_rng(rank + 17 * i).standard_normal(size // 4).astype(np.float32))
+        if cfg.get("backend") == "nccl":
+            x = x.cuda()
         exact = _exact(cfg["op"], x, world, rank)
         worst, err = _case(cfg["op"], spec, alg, x, exact, cfg["iters"], cfg["warmup"])
         if rank == 0:

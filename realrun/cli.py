@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 import json
 import os
 import sys
@@ -21,6 +22,12 @@ EPILOG = """examples:
 """
 
 
+def _command(sub, name: str, summary: str, description: str, epilog: str):
+    """A subcommand parser whose examples keep their layout (the description is wrapped)."""
+    return sub.add_parser(name, help=summary, description=textwrap.fill(description, 100), epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def _parser() -> Parser:
     p = Parser(prog="realrun", description="Compress real tensors and run compressed collectives on "
                "torch.distributed (gloo on CPU); measure them the nccl-tests way.", epilog=EPILOG,
@@ -34,7 +41,8 @@ def _parser() -> Parser:
     b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels")
     b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "
                    "torchrun, which starts the ranks)")
-    b.add_argument("--backend", choices=("gloo",), default="gloo", help="gloo (the NCCL path is not in this release)")
+    b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo (CPU tensors, numpy "
+                   "compressors) or nccl (CUDA tensors, one GPU per rank, CuPy compressors)")
     b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE, MIN:MAX (doubling) or SIZE,SIZE,...")
     b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
     b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(ALGORITHMS))
@@ -60,12 +68,11 @@ on a real cluster (one rank per GPU, the cluster as topologies knows it):
 
 
 def _loop_parsers(sub) -> None:
-    cal = sub.add_parser("calibrate", help="measure what the model needs and fit a calibration profile",
-                         description="Time every compressor alone (one thread: what one rank gets) and the "
-                         "uncompressed all-reduce at several sizes and, on an emulated cluster, at 200 and 500 "
-                         "Mbit/s; fit them with perfmodel calibrate. The profile works with --calibration in "
-                         "every perfmodel command.", epilog=LOOP_EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    cal = _command(sub, "calibrate", "measure what the model needs and fit a calibration profile",
+                   "Time every compressor alone and with every host's rank computing at once (one thread each), "
+                   "and the uncompressed runs of each algorithm at several sizes and, on an emulated cluster, at "
+                   "200 and 500 Mbit/s; fit them with perfmodel calibrate. The profile works with --calibration "
+                   "in every perfmodel command.", LOOP_EPILOG)
     cal.add_argument("--cluster", default="emu", help="an emulated cluster that is up (its name), or under "
                      "torchrun the topologies cluster the ranks run on")
     cal.add_argument("-o", "--output", required=True, help="the profile (JSON, written atomically)")
@@ -73,12 +80,11 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("--compressors", default=None, help="specs to calibrate (default: those validate uses)")
     cal.add_argument("--quick", action="store_true", help="fewer sizes (about a minute)")
     cal.add_argument("--iters", type=int, default=3)
-    val = sub.add_parser("validate", help="predict held-out runs, run them, report how close the model came",
-                         description="A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, "
-                         "compressed collectives): each case predicted first, then measured. Writes "
-                         "DIR/results.csv, DIR/report.md and DIR/predicted_vs_measured.png and prints the "
-                         "summary: MAPE, worst case, fastest-compressor agreement, int8 crossover bandwidth.",
-                         epilog=LOOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
+                   "A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, compressed "
+                   "collectives): each case predicted first, then measured. Writes DIR/results.csv, DIR/report.md "
+                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE, worst case, fastest-compressor "
+                   "agreement, int8 crossover bandwidth.", LOOP_EPILOG)
     val.add_argument("--calibration", help="profile from realrun calibrate (default: catalog numbers)")
     val.add_argument("--cluster", default="emu", help="as for calibrate")
     val.add_argument("--out", required=True, help="output folder (created)")
@@ -98,12 +104,11 @@ CLUSTER_EPILOG = """examples (as root):
 
 
 def _cluster_parser(sub) -> None:
-    c = sub.add_parser("cluster", help="an emulated multi-host cluster: namespaces with rate-limited links",
-                       description="Hosts are Linux network namespaces on one bridge (or groups of bridges "
-                       "joined by rate-limited trunks), each link limited with tc tbf in both directions. "
-                       "Needs root and iproute2. Names start with cmp-NAME-, so clusters coexist. "
-                       "run: realrun cluster run [options] -- CMD ARGS... starts CMD once per host.",
-                       epilog=CLUSTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = _command(sub, "cluster", "an emulated multi-host cluster: namespaces with rate-limited links",
+                 "Hosts are Linux network namespaces on one bridge (or groups of bridges joined by rate-limited "
+                 "trunks), each link limited with tc tbf in both directions. Needs root and iproute2. Names start "
+                 "with cmp-NAME-, so clusters coexist. run: realrun cluster run [options] -- CMD ARGS... starts "
+                 "CMD once per host.", CLUSTER_EPILOG)
     c.add_argument("action", choices=("up", "down", "status", "run", "shape"))
     c.add_argument("--name", default="emu", help="cluster name: 1-8 lowercase letters or digits (default emu)")
     c.add_argument("--hosts", type=int, default=4, help="up: hosts, 2-8 (default 4)")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every GPU check in one go on a machine with a CUDA GPU and CuPy (e.g. the H200 device):
 #   the `gpu`-marked tests (payloads byte-identical to the numpy reference, NaN/Inf behaviour),
-#   then a kernel-throughput benchmark; writes $OUT/gpu_check.json (OUT defaults to ./gpu_check_out).
+#   the NCCL device path of realrun.comm, then a kernel-throughput benchmark and a one-rank NCCL
+#   realrun bench; writes $OUT/gpu_check.json (OUT defaults to ./gpu_check_out).
 # Budget: well under 8 minutes on an H200. Usage: bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,12 @@ for spec in ("fp16", "fp8", "int8", "int4", "sign", "topk(0.01)"):
 json.dump({"kernels": rows}, open(f"{out}/kernel_throughput.json", "w"), indent=1)
 PY
 bench_rc=$?
+# compressed collectives on NCCL: one GPU allows one rank (the device path runs end to end)
+timeout 120 python3 -m realrun.cli bench allreduce --world 1 --backend nccl --sizes 64MiB \
+    --compressors "none,int8,topk(0.01)" --algorithms auto,ring,two_phase --json "$OUT/nccl_bench.jsonl" \
+    2>&1 | tee "$OUT/nccl_bench.log"
+nccl_rc=${PIPESTATUS[0]}
+bench_rc=$(( bench_rc || nccl_rc ))
 python3 - "$OUT" "$tests_rc" "$bench_rc" <<'PY'
 import json, sys
 out, tests_rc, bench_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -1,5 +1,5 @@
-"""Compressed collectives on torch.distributed (CPU tensors on gloo; device tensors are refused
-with a clear error until the NCCL path lands).
+"""Compressed collectives on torch.distributed: CPU tensors on gloo (numpy compressors), CUDA
+tensors on NCCL (realrun.gpu's CuPy kernels; specs without a GPU path are refused).
 
 Every algorithm of DESIGN section 6, written so that **every rank ends with the same bits**:
 a rank decodes its own payload too wherever the others see only the decoded version, and
@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from realrun.comm.exchange import (_gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, sendrecv_bytes, to_numpy,
-                                   world)
+from realrun.comm.exchange import (_array, _gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, on_gpu,
+                                   sendrecv_bytes, to_array, world)
 from realrun.compressors import Compressor
 from topologies.errors import InputError
 
@@ -32,11 +32,19 @@ _wires: dict = {}
 
 
 class Wire:
-    """Bytes for an array under one spec (raw bytes for ``none``), and back. One per spec per
-    process: the compressor holds error-feedback and warm-start state."""
+    """Bytes for an array under one spec (raw bytes for ``none``), and back. One per spec and
+    device per process: the compressor holds error-feedback and warm-start state. On
+    ``device='cuda'`` the compressor is realrun.gpu's (CuPy kernels; a spec without a GPU path
+    is refused, never run on the host)."""
 
-    def __init__(self, spec: str):
-        self.c = Compressor(spec, seed=0)
+    def __init__(self, spec: str, device: str = "cpu"):
+        self.gpu = device == "cuda"
+        if self.gpu:
+            from realrun.gpu import GpuCompressor
+
+            self.c = GpuCompressor(spec)
+        else:
+            self.c = Compressor(spec, seed=0)
         self.none = self.c.codec.is_none
         names = [f.NAME for f in self.c.codec.families]
         self.sparse = bool(set(names) & {"topk", "randk"})
@@ -58,7 +66,11 @@ class Wire:
     def pack(self, x: np.ndarray, key: str = ""):
         """Payload bytes (a uint8 view of ``x`` for none: no copy)."""
         start = time.perf_counter()
-        data = as_u8(x) if self.none else self.c.compress(x, key=self.prefix + key).data
+        if self.none:
+            data = as_u8(x)
+        else:
+            data = self.c.compress(x) if self.gpu else self.c.compress(x, key=self.prefix + key).data
+        self._sync()
         self.stats["compress_s"] += time.perf_counter() - start
         self.stats["bytes_in"] += x.nbytes
         self.stats["bytes_out"] += len(data)
@@ -68,14 +80,31 @@ class Wire:
         """Values back (a view of the received bytes for none: read, don't keep)."""
         start = time.perf_counter()
         out = as_u8(data).view(dtype) if self.none else self.c.decompress(data).reshape(-1)
+        self._sync()
         self.stats["decompress_s"] += time.perf_counter() - start
         return out
 
+    def _sync(self) -> None:
+        """GPU kernels run asynchronously: wait, so the statistics time them."""
+        if self.gpu:
+            import cupy
 
-def wire(spec: str) -> Wire:
-    if spec not in _wires:
-        _wires[spec] = Wire(spec)
-    return _wires[spec]
+            cupy.cuda.get_current_stream().synchronize()
+
+
+def wire(spec: str, device: str = "cpu") -> Wire:
+    if (spec, device) not in _wires:
+        _wires[(spec, device)] = Wire(spec, device)
+    return _wires[(spec, device)]
+
+
+def _xp(x):
+    """The array module of ``x``: numpy, or CuPy for device arrays."""
+    if on_gpu(x):
+        import cupy
+
+        return cupy
+    return np
 
 
 def _roundtrip(c: Wire, x: np.ndarray, key: str) -> tuple[bytes, np.ndarray]:
@@ -125,7 +154,7 @@ def recursive_doubling_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarr
     if rank >= low:
         sendrecv_bytes(c.pack(x, "rd"), rank - low, rank - low, group)
     elif rank + low < p:
-        theirs = sendrecv_bytes(b"", rank + low, rank + low, group)
+        theirs = sendrecv_bytes(b"", rank + low, rank + low, group, like=x)
         _, mine = _roundtrip(c, x, "rd")
         value = mine.astype(_acc(x)) + c.unpack(theirs, x.dtype)
     if rank < low:
@@ -139,15 +168,16 @@ def recursive_doubling_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarr
             value = a + b
             bit <<= 1
     if rank >= low:
-        return np.frombuffer(sendrecv_bytes(b"", rank - low, rank - low, group), dtype=x.dtype).copy()
+        return as_u8(sendrecv_bytes(b"", rank - low, rank - low, group, len(x) * x.itemsize, like=x)).view(
+            x.dtype).copy()
     if rank + low < p:
-        sendrecv_bytes(value.astype(x.dtype).tobytes(), rank + low, rank + low, group)
+        sendrecv_bytes(as_u8(value.astype(x.dtype)), rank + low, rank + low, group, 0)
     return value.astype(x.dtype)
 
 
 def allgather_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
     payloads = all_gather_bytes(c.pack(x, "ag"), group, c.sizes([len(x)] * world(group)[1], x.dtype))
-    total = np.zeros(len(x), _acc(x))
+    total = _xp(x).zeros(len(x), _acc(x))
     for data in payloads:
         total += c.unpack(data, x.dtype)
     return total.astype(x.dtype)
@@ -160,14 +190,15 @@ def pipelined_allgather_allreduce(x: np.ndarray, c: Wire, group=None, chunks: in
     rank, p = world(group)
     pending = []
     for i, s in enumerate(_split(len(x), chunks)):
-        data = c.pack(x[s], f"pg{i}")
-        out = torch.empty(p * len(data), dtype=torch.uint8)
-        work = _gather(out, _u8(data, len(data)), group=group, async_op=True)
+        data = as_u8(c.pack(x[s], f"pg{i}"))
+        mine = _u8(data, len(data))
+        out = torch.empty(p * len(data), dtype=torch.uint8, device=mine.device)
+        work = _gather(out, mine, group=group, async_op=True)
         pending.append((work, out, len(data), s))
-    total = np.zeros(len(x), _acc(x))
+    total = _xp(x).zeros(len(x), _acc(x))
     for work, out, size, s in pending:
         work.wait()
-        raw = out.numpy()
+        raw = _array(out)
         for r in range(p):
             total[s] += c.unpack(raw[r * size:(r + 1) * size], x.dtype)
     return total.astype(x.dtype)
@@ -180,11 +211,11 @@ def two_phase_allreduce(x: np.ndarray, c: Wire, group=None) -> np.ndarray:
     known = c.sizes(counts, x.dtype)
     mine = all_to_all_bytes([c.pack(x[s], f"tp{i}") for i, s in enumerate(parts)], group,
                             None if known is None else [known] * p)
-    reduced = np.zeros(counts[rank], _acc(x))
+    reduced = _xp(x).zeros(counts[rank], _acc(x))
     for d in mine:
         reduced += c.unpack(d, x.dtype)
     gathered = all_gather_bytes(c.pack(reduced.astype(x.dtype), "tp_out"), group, known)
-    return np.concatenate([c.unpack(d, x.dtype) for d in gathered]).astype(x.dtype)
+    return _xp(x).concatenate([c.unpack(d, x.dtype) for d in gathered]).astype(x.dtype)
 
 
 _subgroups: dict = {}
@@ -212,10 +243,10 @@ def hierarchical_allreduce(x: np.ndarray, c: Wire, group=None, local_size: int |
     rank, p = world(group)
     local = local_size or int(os.environ.get("LOCAL_WORLD_SIZE", p))
     intra, inter = _node_groups(local, group)
-    raw = wire("none")
+    raw = wire("none", "cuda" if c.gpu else "cpu")
     shard = _reduce_scatter(x, raw, intra) if local > 1 else x.astype(_acc(x))
     reduced = two_phase_allreduce(shard.astype(x.dtype), c, inter) if p > local else shard.astype(x.dtype)
-    return np.concatenate([np.frombuffer(d, x.dtype) for d in all_gather_bytes(reduced.tobytes(), intra)])
+    return _xp(x).concatenate([as_u8(d).view(x.dtype) for d in all_gather_bytes(as_u8(reduced), intra)])
 
 
 IMPLEMENTATIONS = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
@@ -227,7 +258,7 @@ def _reduce_scatter(x: np.ndarray, c: Wire, group) -> np.ndarray:
     """This rank's part of the sum (accumulated as ``_acc``), one compression per value."""
     rank, p = world(group)
     parts = _split(len(x), p)
-    total = np.zeros(parts[rank].stop - parts[rank].start, _acc(x))
+    total = _xp(x).zeros(parts[rank].stop - parts[rank].start, _acc(x))
     known = c.sizes([s.stop - s.start for s in parts], x.dtype)
     for d in all_to_all_bytes([c.pack(x[s], f"rs{i}") for i, s in enumerate(parts)], group,
                               None if known is None else [known] * p):
@@ -242,9 +273,7 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
     pipelines compression with communication (the all-gather algorithm, fixed-size specs)."""
     if algorithm != "auto" and algorithm not in IMPLEMENTATIONS:
         raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
-    if tensor.device.type != "cpu":
-        raise InputError("device", str(tensor.device), "cpu (GPU tensors: realrun.gpu)")
-    c = wire(spec)
+    c = wire(spec, _device(tensor, group))
     alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
     kwargs = {"local_size": local_size} if alg == "hierarchical" else {}
     if chunks != 1:
@@ -264,48 +293,69 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
         out = tensor.detach().to(cast)
         dist.all_reduce(out, group=group)
         return out.to(tensor.dtype)
-    x = to_numpy(tensor)
+    x = to_array(tensor)
     c.prefix = f"{key}/"
     try:
         result = IMPLEMENTATIONS[alg](x, c, group, **kwargs)
     finally:
         c.prefix = ""
-    return torch.from_numpy(np.ascontiguousarray(result)).reshape(tensor.shape)
+    return _tensor(result, tensor)
+
+
+def _device(tensor: torch.Tensor, group) -> str:
+    """'cpu' (gloo) or 'cuda' (NCCL moves only CUDA tensors; compression runs on the GPU)."""
+    kind = tensor.device.type
+    if kind == "cuda" and dist.get_backend(group) == "nccl":
+        return "cuda"
+    if kind == "cpu" and dist.get_backend(group) != "nccl":
+        return "cpu"
+    raise InputError("device", str(tensor.device), "CPU tensors on gloo, CUDA tensors on nccl "
+                     f"(this group runs {dist.get_backend(group)})")
+
+
+def _tensor(arr, like: torch.Tensor) -> torch.Tensor:
+    """A torch tensor over a result array (numpy or CuPy), shaped like ``like``."""
+    if on_gpu(arr):
+        return torch.from_dlpack(_xp(arr).ascontiguousarray(arr)).reshape(like.shape)
+    return torch.from_numpy(np.ascontiguousarray(arr)).reshape(like.shape)
 
 
 def allgather(tensor: torch.Tensor, spec: str = "none", group=None) -> torch.Tensor:
     """Every rank's tensor, concatenated in rank order (compressed once at each source)."""
-    c, x = wire(spec), to_numpy(tensor)
-    return torch.from_numpy(np.concatenate([c.unpack(d, x.dtype) for d in all_gather_bytes(c.pack(x, "ag"), group)]))
+    c, x = wire(spec, _device(tensor, group)), to_array(tensor)
+    parts = [c.unpack(d, x.dtype) for d in all_gather_bytes(c.pack(x, "ag"), group)]
+    out = _xp(x).concatenate(parts)
+    return _tensor(out, out)
 
 
 def reduce_scatter(tensor: torch.Tensor, spec: str = "none", group=None) -> torch.Tensor:
     """This rank's part (split as evenly as possible, earlier ranks one longer) of the sum:
     the first phase of two-phase, one compression per value."""
-    x = to_numpy(tensor)
-    return torch.from_numpy(_reduce_scatter(x, wire(spec), group).astype(x.dtype))
+    x = to_array(tensor)
+    part = _reduce_scatter(x, wire(spec, _device(tensor, group)), group).astype(x.dtype)
+    return _tensor(part, part)
 
 
 def broadcast(tensor: torch.Tensor, spec: str = "none", src: int = 0, group=None) -> torch.Tensor:
     """``src``'s tensor on every rank; the source keeps the decoded version too (same bits)."""
-    c, x = wire(spec), to_numpy(tensor)
+    c, x = wire(spec, _device(tensor, group)), to_array(tensor)
     rank, _ = world(group)
-    data = all_gather_bytes(c.pack(x, "bcast") if rank == src else b"", group)[src]
-    return torch.from_numpy(c.unpack(data, x.dtype)).reshape(tensor.shape)
+    data = all_gather_bytes(c.pack(x, "bcast") if rank == src else x[:0].view("uint8"), group)[src]
+    return _tensor(c.unpack(data, x.dtype).copy(), tensor)
 
 
 def send(tensor: torch.Tensor, spec: str, dst: int, group=None) -> None:
     """Compress and send to ``dst`` (global rank; pair with ``recv`` there)."""
-    data = as_u8(wire(spec).pack(to_numpy(tensor), f"p2p{dst}"))
-    dist.send(torch.tensor([len(data)], dtype=torch.int64), dst, group=group)
+    data = as_u8(wire(spec, _device(tensor, group)).pack(to_array(tensor), f"p2p{dst}"))
+    dist.send(torch.tensor([len(data)], dtype=torch.int64, device=tensor.device), dst, group=group)
     dist.send(_u8(data, len(data)), dst, group=group)
 
 
 def recv(like: torch.Tensor, spec: str, src: int, group=None) -> torch.Tensor:
     """Receive from ``src`` (global rank) and decompress into a tensor shaped like ``like``."""
-    size = torch.zeros(1, dtype=torch.int64)
+    size = torch.zeros(1, dtype=torch.int64, device=like.device)
     dist.recv(size, src, group=group)
-    buf = torch.empty(int(size), dtype=torch.uint8)
+    buf = torch.empty(int(size.item()), dtype=torch.uint8, device=like.device)
     dist.recv(buf, src, group=group)
-    out = wire(spec).unpack(buf.numpy(), to_numpy(like).dtype)
-    return torch.from_numpy(np.array(out)).reshape(like.shape)
+    out = wire(spec, _device(like, group)).unpack(_array(buf), to_array(like).dtype)
+    return _tensor(out.copy(), like)

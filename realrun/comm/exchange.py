@@ -3,9 +3,11 @@
 gloo cannot all-gather tensors of unequal size, so sizes are exchanged first and every
 payload is padded to the largest (DESIGN section 8). Where every size is known in advance
 (fixed-size specs: the payload length is perfmodel's wire size, a contract test checks it)
-callers pass ``sizes`` and the size round is skipped. Payloads go out as uint8 tensors made
-over the caller's buffer without a copy (numpy arrays, bytearrays); what comes back are
-numpy uint8 views of the receive buffer, also without a copy.
+callers pass ``sizes`` and the size round is skipped.
+
+Payloads are numpy arrays on the CPU (gloo) or CuPy arrays on the GPU (NCCL, which moves only
+CUDA tensors); they become uint8 tensors without a copy (``torch.from_numpy``, DLPack) and
+what comes back are uint8 views of the receive buffer in the caller's array module.
 """
 from __future__ import annotations
 
@@ -20,73 +22,107 @@ def world(group=None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def as_u8(data) -> np.ndarray:
-    """A flat uint8 numpy view of a payload (ndarray, bytearray, memoryview or bytes)."""
+def on_gpu(arr) -> bool:
+    return type(arr).__module__.split(".")[0] == "cupy"
+
+
+def as_u8(data):
+    """A flat uint8 view of a payload: numpy for ndarray, bytearray, memoryview or bytes; CuPy
+    stays CuPy."""
+    if on_gpu(data):
+        return data.reshape(-1).view("uint8")
     if isinstance(data, np.ndarray):
         return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _u8(data, size: int) -> torch.Tensor:
-    """A uint8 tensor of ``size`` bytes holding ``data`` (no copy when the sizes match and the
-    buffer is writable; zero padding otherwise)."""
+def _device(arr) -> torch.device:
+    return torch.device("cuda", arr.device.id) if on_gpu(arr) else torch.device("cpu")
+
+
+def _tensor(arr) -> torch.Tensor:
+    """A uint8 tensor over ``arr`` (no copy where the buffer is writable)."""
+    if on_gpu(arr):
+        return torch.from_dlpack(arr)
+    return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+
+
+def _array(t: torch.Tensor):
+    """The caller's array view of a received tensor: numpy on the CPU, CuPy on the GPU."""
+    if t.device.type == "cpu":
+        return t.numpy()
+    import cupy
+
+    return cupy.from_dlpack(t)
+
+
+def _u8(data, size: int, device=None) -> torch.Tensor:
+    """A uint8 tensor of ``size`` bytes holding ``data`` (zero padding where shorter)."""
     arr = as_u8(data)
-    if len(arr) == size and size and arr.flags.writeable:
-        return torch.from_numpy(arr)
-    buf = torch.zeros(size, dtype=torch.uint8)
+    if len(arr) == size and size:
+        return _tensor(arr)
+    buf = torch.zeros(size, dtype=torch.uint8, device=device or _device(arr))
     if len(arr):
-        buf[: len(arr)] = torch.from_numpy(arr.copy() if not arr.flags.writeable else arr)
+        buf[: len(arr)] = _tensor(arr)
     return buf
 
 
-def all_gather_bytes(data, group=None, sizes: list[int] | None = None) -> list[np.ndarray]:
+def _ints(values, device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+def all_gather_bytes(data, group=None, sizes: list[int] | None = None) -> list:
     """Every rank's ``data``, in rank order; ``sizes`` (every rank's length) skips the size round."""
     _, p = world(group)
+    arr = as_u8(data)
+    dev = _device(arr)
     if sizes is None:
-        gathered = torch.zeros(p, dtype=torch.int64)
-        _gather(gathered, torch.tensor([len(as_u8(data))], dtype=torch.int64), group=group)
+        gathered = torch.zeros(p, dtype=torch.int64, device=dev)
+        _gather(gathered, _ints([len(arr)], dev), group=group)
         sizes = gathered.tolist()
     top = max(sizes)
-    out = torch.empty(p * top, dtype=torch.uint8)
-    _gather(out, _u8(data, top), group=group)
-    raw = out.numpy()
+    out = torch.empty(p * top, dtype=torch.uint8, device=dev)
+    _gather(out, _u8(arr, top, dev), group=group)
+    raw = _array(out)
     return [raw[i * top: i * top + sizes[i]] for i in range(p)]
 
 
-def all_to_all_bytes(pieces: list, group=None, sizes: list[list[int]] | None = None) -> list[np.ndarray]:
+def all_to_all_bytes(pieces: list, group=None, sizes: list[list[int]] | None = None) -> list:
     """``pieces[j]`` goes to rank j; returns what each rank sent here, in rank order.
     ``sizes[i][j]`` (rank i's piece for rank j), where known, skips the size round."""
     rank, p = world(group)
     arrays = [as_u8(x) for x in pieces]
+    dev = _device(arrays[0])
     if sizes is None:
-        all_sizes = torch.zeros(p * p, dtype=torch.int64)
-        _gather(all_sizes, torch.tensor([len(a) for a in arrays], dtype=torch.int64), group=group)
+        all_sizes = torch.zeros(p * p, dtype=torch.int64, device=dev)
+        _gather(all_sizes, _ints([len(a) for a in arrays], dev), group=group)
         sizes = all_sizes.view(p, p).tolist()
     top = max(max(row) for row in sizes)
-    send = torch.from_numpy(np.concatenate([np.pad(a, (0, top - len(a))) for a in arrays]))
-    recv = torch.empty(p * top, dtype=torch.uint8)
+    send = torch.cat([_u8(a, top, dev) for a in arrays])
+    recv = torch.empty(p * top, dtype=torch.uint8, device=dev)
     dist.all_to_all_single(recv, send, group=group)
-    raw = recv.numpy()
+    raw = _array(recv)
     return [raw[i * top: i * top + sizes[i][rank]] for i in range(p)]
 
 
-def sendrecv_bytes(data, dst: int, src: int, group=None, size: int | None = None) -> np.ndarray:
+def sendrecv_bytes(data, dst: int, src: int, group=None, size: int | None = None, like=None):
     """Send ``data`` to ``dst`` while receiving from ``src`` (group ranks); ``size`` (what ``src``
-    sends), where known, skips the size round."""
+    sends), where known, skips the size round. ``like``: an array on the device to receive on
+    when ``data`` is empty bytes."""
     to, frm = _global(dst, group), _global(src, group)
     arr = as_u8(data)
+    dev = _device(like if like is not None and len(arr) == 0 else arr)
     if size is None:
-        size_in = torch.zeros(1, dtype=torch.int64)
-        reqs = [dist.isend(torch.tensor([len(arr)], dtype=torch.int64), to, group=group),
-                dist.irecv(size_in, frm, group=group)]
+        size_in = torch.zeros(1, dtype=torch.int64, device=dev)
+        reqs = [dist.isend(_ints([len(arr)], dev), to, group=group), dist.irecv(size_in, frm, group=group)]
         for r in reqs:
             r.wait()
-        size = int(size_in)
-    buf = torch.empty(size, dtype=torch.uint8)
-    reqs = [dist.isend(_u8(arr, len(arr)), to, group=group), dist.irecv(buf, frm, group=group)]
+        size = int(size_in.item())
+    buf = torch.empty(size, dtype=torch.uint8, device=dev)
+    reqs = [dist.isend(_u8(arr, len(arr), dev), to, group=group), dist.irecv(buf, frm, group=group)]
     for r in reqs:
         r.wait()
-    return buf.numpy()
+    return _array(buf)
 
 
 def _global(rank: int, group) -> int:
@@ -95,3 +131,8 @@ def _global(rank: int, group) -> int:
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().reshape(-1).numpy()
+
+
+def to_array(t: torch.Tensor):
+    """A flat view of a tensor in its array module: numpy (CPU) or CuPy (CUDA, via DLPack)."""
+    return _array(t.detach().reshape(-1)) if t.device.type == "cuda" else to_numpy(t)

@@ -76,3 +76,42 @@ def test_gpu_nonfinite_follows_the_reference():
 
 def test_gpu_family_list_is_documented():
     assert set(GPU_FAMILIES) == {"none", "fp16", "fp8", "int8", "int4", "sign", "topk"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["none", "int8", "topk(0.01)", "fp16"])
+def test_device_collectives_run_on_nccl_with_gpu_payloads(spec, tmp_path):
+    """One GPU allows one NCCL rank: every algorithm's device path (CuPy payloads, DLPack
+    tensors, NCCL primitives) runs at world size 1 and agrees with the CPU result."""
+    cp = _cupy_with_gpu()
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from realrun.comm import collectives as C
+
+    if not dist.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
+    try:
+        x = np.random.default_rng(3).standard_normal(40_000).astype(np.float32)
+        for alg in ("ring", "recursive_doubling", "allgather", "two_phase"):
+            got = C.IMPLEMENTATIONS[alg](cp.asarray(x), C.wire(spec, "cuda"), None)
+            ref = C.IMPLEMENTATIONS[alg](x, C.wire(spec, "cpu"), dist.new_group([0], backend="gloo"))
+            np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-6, atol=1e-6)
+        t = torch.from_numpy(x).cuda()
+        assert C.allreduce(t, spec, "auto").device.type == "cuda"
+        assert C.broadcast(t, spec).device.type == "cuda"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_cuda_tensors_on_gloo_are_refused(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from realrun.comm import collectives as C
+
+    class FakeCuda:
+        device = torch.device("cuda", 0)
+
+    monkeypatch.setattr(C.dist, "get_backend", lambda group=None: "gloo")
+    with pytest.raises(InputError, match="CUDA tensors on nccl"):
+        C._device(FakeCuda(), None)
