@@ -110,7 +110,8 @@ def _cluster_parser(sub) -> None:
                  "with cmp-NAME-, so clusters coexist. run: realrun cluster run [options] -- CMD ARGS... starts "
                  "CMD once per host.", CLUSTER_EPILOG)
     c.add_argument("action", choices=("up", "down", "status", "run", "shape"))
-    c.add_argument("--name", default="emu", help="cluster name: 1-8 lowercase letters or digits (default emu)")
+    c.add_argument("--name", default=None, help="cluster name: 1-8 lowercase letters or digits (default emu; "
+                   "status without it lists every cluster of ours)")
     c.add_argument("--hosts", type=int, default=4, help="up: hosts, 2-8 (default 4)")
     c.add_argument("--bandwidth", default=None, help="up/shape: every host link, e.g. 100mbit, 1gbit (default 1gbit)")
     c.add_argument("--slow-host", type=int, default=None, help="up: index of one slower host")
@@ -194,6 +195,8 @@ def _bench(args) -> None:
 def _cluster(args) -> None:
     from realrun import cluster
 
+    if args.action != "status":
+        args.name = args.name or "emu"
     if args.action == "down":
         removed = cluster.down(args.name)
         print(f"cluster {args.name}: removed {len(removed)} namespaces" if removed else f"cluster {args.name}: not up")
@@ -211,12 +214,18 @@ def _cluster(args) -> None:
         cluster.shape(args.name, args.bandwidth, args.trunk)
         state = cluster.status(args.name)
     else:
-        state = cluster.status(args.name if args.name != "emu" or not args.json else None)
+        state = cluster.status(args.name)
+        if not state:
+            print("no emulated cluster is up")
+            return
     if args.json:
         print(json.dumps(state, indent=2))
         return
     for name, info in state.items():
-        print(f"cluster {name}: {'up' if info['up'] else 'down'}  topology {info['topology']}")
+        if not info["up"]:
+            print(f"cluster {name}: not up")
+            continue
+        print(f"cluster {name}: up  topology {info['topology']}")
         for ns, links in info["qdiscs"].items():
             print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())))
 
