@@ -87,8 +87,8 @@ def parse_rate(text, field: str = "bandwidth") -> int:
 
 
 def format_rate(bits_per_s: float) -> str:
-    """Short tc-style label: 1e9 -> '1gbit', 1e8 -> '100mbit'."""
+    """Short tc-style label (4 significant digits): 1e9 -> '1gbit', 1.96372e9 -> '1.964gbit'."""
     for unit, factor in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
         if bits_per_s >= factor:
-            return f"{bits_per_s / factor:g}{unit}"
-    return f"{bits_per_s:g}bit"
+            return f"{float(f'{bits_per_s / factor:.4g}'):g}{unit}"
+    return f"{bits_per_s:.4g}bit"
