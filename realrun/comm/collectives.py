@@ -87,9 +87,9 @@ class Wire:
     def _sync(self) -> None:
         """GPU kernels run asynchronously: wait, so the statistics time them."""
         if self.gpu:
-            import cupy
+            from realrun.gpu import synchronize
 
-            cupy.cuda.get_current_stream().synchronize()
+            synchronize()
 
 
 def wire(spec: str, device: str = "cpu") -> Wire:
@@ -101,9 +101,9 @@ def wire(spec: str, device: str = "cpu") -> Wire:
 def _xp(x):
     """The array module of ``x``: numpy, or CuPy for device arrays."""
     if on_gpu(x):
-        import cupy
+        from realrun.gpu import array_module
 
-        return cupy
+        return array_module(x)
     return np
 
 

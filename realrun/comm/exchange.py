@@ -51,9 +51,9 @@ def _array(t: torch.Tensor):
     """The caller's array view of a received tensor: numpy on the CPU, CuPy on the GPU."""
     if t.device.type == "cpu":
         return t.numpy()
-    import cupy
+    from realrun.gpu import from_tensor
 
-    return cupy.from_dlpack(t)
+    return from_tensor(t)
 
 
 def _u8(data, size: int, device=None) -> torch.Tensor:

@@ -42,6 +42,21 @@ def module():
     return _cupy().RawModule(code=kernel_source(), options=("--std=c++17",))
 
 
+def array_module(x):
+    """numpy, or CuPy for a CuPy array (so the collectives are written once for both)."""
+    return _cupy() if type(x).__module__.split(".")[0] == "cupy" else np
+
+
+def from_tensor(t):
+    """A CuPy view of a CUDA tensor (DLPack, no copy)."""
+    return _cupy().from_dlpack(t)
+
+
+def synchronize() -> None:
+    """Wait for the current stream (GPU kernels run asynchronously)."""
+    _cupy().cuda.get_current_stream().synchronize()
+
+
 def as_device_array(x):
     cp = _cupy()
     if type(x).__module__.split(".")[0] == "torch":
