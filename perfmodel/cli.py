@@ -241,7 +241,7 @@ def _collective(args) -> None:
 def _calibrate(args) -> None:
     import json
 
-    from perfmodel.fit import fit_profile, summary
+    from perfmodel.fit import fit_profile, summary, worst_residuals
     from perfmodel.records import read_records
 
     check_writable(args.output, "output")
@@ -256,6 +256,9 @@ def _calibrate(args) -> None:
         return
     print(f"# perfmodel calibrate: {len(records)} records -> {args.output} (cluster {cluster})")
     print(table(("fitted", "value", "fit"), summary(profile)))
+    print()
+    print(table(("cluster", "algorithm", "size", "measured_s", "fitted_s", "residual"), worst_residuals(profile),
+                title="# largest residuals of the tier fit (all are in the profile under fits)"))
 
 
 COMMANDS = {"calibrate": _calibrate, "predict": _predict, "compare": _compare, "sweep": _sweep,

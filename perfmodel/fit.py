@@ -203,3 +203,12 @@ def summary(profile: dict) -> list[tuple]:
     for family, r in profile.get("compressors", {}).items():
         rows.append((f"ratio {family}", f"{r['ratio']:.2f}x", "median"))
     return rows
+
+
+def worst_residuals(profile: dict, count: int = 5) -> list[tuple]:
+    """Rows (cluster, algorithm, size, measured, fitted, relative residual) of the tier fit's
+    largest relative residuals."""
+    rows = profile.get("fits", {}).get("tiers", {}).get("residuals", [])
+    rows = sorted(rows, key=lambda r: -abs(r["fitted_s"] - r["measured_s"]) / r["measured_s"])[:count]
+    return [(r["cluster"], r.get("algorithm", ""), r["size_bytes"], r["measured_s"], r["fitted_s"],
+             f"{100 * (r['fitted_s'] - r['measured_s']) / r['measured_s']:+.1f}%") for r in rows]
