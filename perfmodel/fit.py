@@ -106,12 +106,18 @@ def fit_tiers(records: list[dict], cluster: str) -> tuple[dict, dict, dict]:
 
 
 def _line(sizes, times) -> tuple[float, float]:
-    """(intercept s, throughput B/s) of t = a + size / T, robustly; one size: a = 0."""
+    """(intercept s, throughput B/s) of t = a + size / T, robustly; one size, or a fit that noise
+    made meaningless (a above the fastest time, T 10x the largest sizes' rate): a = 0 and the
+    largest sizes' rate."""
     sizes, times = np.asarray(sizes, float), np.asarray(times, float)
+    naive = float(np.median((sizes / times)[sizes >= np.sort(sizes)[-min(2, len(sizes))]]))
     if len(set(sizes)) == 1:
-        return 0.0, float(np.median(sizes / times))
+        return 0.0, naive
     sol = _robust(lambda x: (x[0] + sizes * x[1] - times) / times, np.array([1e-5, 1e-9]), [0.0, 1e-15])
-    return float(sol.x[0]), 1.0 / float(sol.x[1])
+    a, t = float(sol.x[0]), 1.0 / float(sol.x[1])
+    if a > times.min() or t > 10 * naive:   # noise made the line meaningless: the large sizes alone
+        return 0.0, naive
+    return a, t
 
 
 def fit_kernels(records: list[dict]) -> tuple[dict, float | None, dict, dict]:

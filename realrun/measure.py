@@ -40,7 +40,7 @@ class EmulatedRunner:
         return spec.topology(hosts)
 
     def set_bandwidth(self, bits_per_s: int) -> None:
-        if bits_per_s != self.spec.bandwidth:
+        if bits_per_s and bits_per_s != self.spec.bandwidth:
             self.spec = emulated.shape(self.name, bits_per_s)
 
     def restore(self) -> None:
@@ -71,13 +71,14 @@ class TorchrunRunner:
         if not bench.under_torchrun():
             raise InputError("cluster", cluster, "an emulated cluster name, or a run under torchrun")
         self.cluster, self.backend = cluster, backend
-        self.hosts = int(os.environ["WORLD_SIZE"])
+        self.hosts, self.rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
 
     def topology(self, hosts: int | None = None, bandwidth: int | None = None) -> str:
         return self.cluster
 
     def set_bandwidth(self, bits_per_s: int) -> None:
-        raise InputError("bandwidths", bits_per_s, "the cluster's own links under torchrun")
+        if bits_per_s:   # 0: the cluster's own links, the only rate a real cluster has
+            raise InputError("bandwidths", bits_per_s, "the cluster's own links under torchrun")
 
     def restore(self) -> None:
         pass

@@ -7,7 +7,7 @@ from topologies.units import format_rate, format_size
 
 
 def report_md(rows: list[dict], summary: dict) -> str:
-    from realrun.validate import summary_lines
+    from realrun.validate import rate_label, summary_lines
 
     out = ["# realrun validate: predicted vs measured", "",
            "Each case was predicted (perfmodel, the calibration profile, the algorithm realrun ran) before it "
@@ -16,7 +16,7 @@ def report_md(rows: list[dict], summary: dict) -> str:
     out += [f"- {line}" for line in summary_lines(summary)]
     for key, p, m in summary.get("fastest_wrong", []):
         hosts, bw, size = key
-        out.append(f"- fastest differs at {hosts} hosts, {format_rate(bw)}, {format_size(size)}: predicted {p}, "
+        out.append(f"- fastest differs at {hosts} hosts, {rate_label(bw)}, {format_size(size)}: predicted {p}, "
                    f"measured {m}")
     cross = summary.get("crossover") or {}
     if cross.get("bandwidths"):
@@ -26,7 +26,7 @@ def report_md(rows: list[dict], summary: dict) -> str:
             "| hosts | bandwidth | size | compressor | algorithm | predicted s | measured s | error |",
             "|---:|---:|---:|---|---|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['hosts']} | {format_rate(r['bandwidth'])} | {format_size(r['size_bytes'])} | "
+        out.append(f"| {r['hosts']} | {rate_label(r['bandwidth'])} | {format_size(r['size_bytes'])} | "
                    f"`{r['compressor']}` | {r['algorithm']} | {r['predicted_s']:.4f} | {r['measured_s']:.4f} | "
                    f"{100 * r['error']:+.1f}% |")
     return "\n".join(out) + "\n"

@@ -49,14 +49,21 @@ class Case:
     algorithm: str
 
 
-def grid(hosts: int, quick: bool) -> list[Case]:
+OWN_LINKS = 0   # a bandwidth of 0: the cluster's own links (a real cluster under torchrun)
+
+
+def grid(hosts: int, quick: bool, bandwidths=(100 * MBIT, GBIT), subsets: bool = True) -> list[Case]:
     """Held-out cases: 4 (or the cluster's) hosts at 100 Mbit/s and 1 Gbit/s; the full grid
-    adds 2 hosts and 32 MiB."""
+    adds 2 hosts (where the runner can run a subset) and 32 MiB."""
     sizes = (2 * MIB, 8 * MIB) if quick else (2 * MIB, 8 * MIB, 32 * MIB)
-    host_counts = (hosts,) if quick or hosts <= 2 else (hosts, 2)
+    host_counts = (hosts,) if quick or hosts <= 2 or not subsets else (hosts, 2)
     pairs = QUICK_PAIRS if quick else PAIRS
-    return [Case(h, bw, s, c, a) for h in host_counts for bw in (100 * MBIT, GBIT) for s in sizes
+    return [Case(h, bw, s, c, a) for h in host_counts for bw in bandwidths for s in sizes
             for c, algs in pairs for a in algs]
+
+
+def rate_label(bw: int) -> str:
+    return "own links" if bw == OWN_LINKS else format_rate(bw)
 
 
 def crossover_cases(hosts: int, quick: bool) -> list[Case]:
@@ -66,7 +73,7 @@ def crossover_cases(hosts: int, quick: bool) -> list[Case]:
 
 
 def predict(case: Case, runner, calibration: str | None) -> float:
-    cluster = runner.topology(case.hosts, case.bandwidth)
+    cluster = runner.topology(case.hosts, case.bandwidth or None)
     return runtime_time("allreduce", case.size_bytes, cluster=cluster, compressor=case.compressor,
                         algorithm=case.algorithm, calibration=calibration).time_s
 
@@ -80,8 +87,9 @@ def measure(cases: list[Case], runner, iters: int) -> dict:
     try:
         for i, ((hosts, bw), members) in enumerate(sorted(groups.items())):
             runner.set_bandwidth(bw)
-            print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {format_rate(bw)}: {len(members)} cases",
-                  file=sys.stderr, flush=True)
+            if getattr(runner, "rank", 0) == 0:
+                print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {rate_label(bw)}: {len(members)} cases",
+                      file=sys.stderr, flush=True)
             config = dict(op="allreduce", cases=[[c.size_bytes, c.compressor, c.algorithm] for c in members],
                           sizes=[], compressors=[], algorithms=[], iters=iters, warmup=1)
             for c, r in zip(members, runner.collectives(config, hosts)):
@@ -152,8 +160,9 @@ def validate(runner, calibration: str | None, out_dir: str, quick: bool = False,
     """Predict, measure, compare; write the three outputs into ``out_dir``; return the summary.
     ``cases`` replaces the grid (and skips the crossover sweep)."""
     os.makedirs(out_dir, exist_ok=True)
-    cross_cases = crossover_cases(runner.hosts, quick) if hasattr(runner, "spec") and cases is None else []
-    cases = cases or grid(runner.hosts, quick)
+    emulated = hasattr(runner, "spec")
+    cross_cases = crossover_cases(runner.hosts, quick) if emulated and cases is None else []
+    cases = cases or grid(runner.hosts, quick, (100 * MBIT, GBIT) if emulated else (OWN_LINKS,), subsets=emulated)
     predicted = {c: predict(c, runner, calibration) for c in cases + cross_cases}
     measured = measure(cases + cross_cases, runner, iters)
     rows = [dict(asdict(c), crossover=c in cross_cases and c not in cases, predicted_s=predicted[c],
@@ -168,7 +177,8 @@ def validate(runner, calibration: str | None, out_dir: str, quick: bool = False,
                  "predicted": predicted_crossover(runner, runner.hosts, calibration),
                  "bandwidths": bws, "speedups": [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]}
     summary = summarize(rows, cross)
-    write_outputs(out_dir, rows, summary)
+    if getattr(runner, "rank", 0) == 0:
+        write_outputs(out_dir, rows, summary)
     return summary
 
 
@@ -194,7 +204,7 @@ def summary_lines(summary: dict) -> list[str]:
              f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%)"]
     if worst:
         lines.append(f"worst: {100 * worst['error']:+.1f}% ({worst['compressor']} {worst['algorithm']} "
-                     f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {format_rate(worst['bandwidth'])})")
+                     f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {rate_label(worst['bandwidth'])})")
     if summary["fastest_total"]:
         share = summary["fastest_agree"] / summary["fastest_total"]
         lines.append(f"predicted fastest compressor = measured fastest: {summary['fastest_agree']}/"

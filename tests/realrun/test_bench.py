@@ -92,3 +92,28 @@ def test_loop_commands_refuse_bad_input_in_one_line(cli, tmp_path):
         proc = cli("realrun", *args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_calibrate_and_validate_run_under_torchrun(tmp_path):
+    """On a real cluster the loop runs under torchrun with a topologies cluster name: here two
+    local ranks stand in for it (the numbers mean nothing; the path must work end to end)."""
+    import subprocess
+    import sys
+
+    def torchrun(*args):
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                               "2", "-m", "realrun.cli", *args], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    profile = tmp_path / "p.json"
+    out = torchrun("calibrate", "--cluster", "emulated:hosts=2", "-o", str(profile), "--quick",
+                   "--compressors", "int8", "--iters", "1")
+    assert "kernel int8" in out and profile.exists()
+    out = torchrun("validate", "--calibration", str(profile), "--cluster", "emulated:hosts=2", "--quick",
+                   "--iters", "1", "--out", str(tmp_path / "val"))
+    assert "MAPE" in out and out.count("# realrun validate") == 1
+    rows = (tmp_path / "val" / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 12 and ",0," in rows[1]   # bandwidth 0: the cluster's own links
