@@ -199,7 +199,8 @@ def _record(cfg, size, spec, alg, worst, err, world) -> dict:
 
 
 def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumulate: bool = False) -> list[dict]:
-    """Compressor throughput alone: median compress and decompress seconds, ratio, error.
+    """Compressor throughput alone: median compress and decompress seconds, ratio, error; each
+    iteration takes the next of ``cold_inputs`` (new data, as in a run, not a cache-hot array).
     ``accumulate``: decompression also adds the values into a float32 sum, as every realrun
     reduction does with what it decodes (what calibration wants to know)."""
     from realrun.compressors import Compressor
@@ -208,12 +209,13 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumul
         raise InputError("device", device, "cpu here (cuda kernels run through scripts/gpu_check.sh)")
     out = []
     for size in sizes:
-        x = np.random.default_rng(0).standard_normal(size // 4).astype(np.float32)
-        total = np.zeros(x.size, np.float32) if accumulate else None
+        xs = cold_inputs(size)
+        total = np.zeros(xs[0].size, np.float32) if accumulate else None
         for spec in compressors:
             c = Compressor(spec)
             comp, decomp = [], []
-            for _ in range(iters):
+            for i in range(iters):
+                x = xs[i % len(xs)]
                 start = time.perf_counter()
                 p = c.compress(x)
                 comp.append(time.perf_counter() - start)
