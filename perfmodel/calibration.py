@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, protocol_table
@@ -55,13 +55,14 @@ class Calibration:
     protocols: dict
     ratios: dict
     overlap_slowdown: float | None
-    primitives: dict = None  # {tier class: {primitive: {"step_us", "bw_fraction"}}}
-    kernels: dict = None   # {canonical spec (profile ratios applied): {ranks: (compress_Bps, decompress_Bps)}}
+    primitives: dict = field(default_factory=dict)  # {tier class: {primitive: {"step_us", "bw_fraction"}}}
+    # {canonical spec (profile ratios applied): {ranks: (compress_Bps, decompress_Bps)}}
+    kernels: dict = field(default_factory=dict)
 
     def kernel(self, spec_text: str, ranks: int = 1):
         """((compress_Bps, decompress_Bps), measured with ``ranks`` sharing the machine?) for a
         canonical spec, or None: the numbers for ``ranks`` where measured, else alone."""
-        table = (self.kernels or {}).get(spec_text)
+        table = self.kernels.get(spec_text)
         if not table:
             return None
         return (table[ranks], True) if ranks in table else (table[1], False)

@@ -109,7 +109,7 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
         raise InputError("chunks", chunks, "an integer >= 1 or auto")
     calib = load_calibration(calibration)
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
-    ctx = _resolve(built, ranks, placement if isinstance(placement, str) else tuple(placement),
+    ctx = resolve_context(built, ranks, placement if isinstance(placement, str) else tuple(placement),
                    tuple(tuple(g) for g in concurrent), calib)
     codec = compile_spec(calib.spec(compressor) if calib else compressor)
     if op == "reduce_scatter" and any(f.NAME == "powersgd" for f in codec.families):
@@ -127,8 +127,9 @@ def collective_on(built, ctx: Ctx, op: str, size_bytes: int, compressor: str = "
 
 
 @lru_cache(maxsize=256)
-def _resolve(built, ranks, placement, concurrent, calib) -> Ctx:
-    """Place the ranks and build their context; cached so repeated calls skip both."""
+def resolve_context(built, ranks, placement, concurrent, calib) -> Ctx:
+    """Place the ranks and build their context (also what perfmodel.runtime and perfmodel.fit
+    predict on); cached so repeated calls skip both."""
     return make_ctx(built, place(built, ranks or built.gpus, placement), concurrent, calib)
 
 

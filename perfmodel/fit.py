@@ -29,7 +29,7 @@ from scipy.optimize import least_squares
 
 from perfmodel.calibration import SCHEMA
 from perfmodel.catalogs import PROTOCOL_NAMES, tier_class
-from perfmodel.collective import _resolve
+from perfmodel.collective import resolve_context
 from perfmodel.runtime import runtime_cost
 from perfmodel.compression import compile_spec
 from topologies import build_cluster
@@ -41,7 +41,7 @@ def phases_of(record: dict, cluster: str, calibration=None):
     built = build_cluster(cluster)
     if record["world"] > built.gpus:
         raise InputError("world", record["world"], f"at most the {built.gpus} ranks of {cluster}")
-    ctx = _resolve(built, record["world"], "packed", (), calibration)
+    ctx = resolve_context(built, record["world"], "packed", (), calibration)
     return runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx,
                         calibration)[1]
 
@@ -61,6 +61,8 @@ def _features(cost) -> dict:
 
 
 def _robust(fun, x0, lower):
+    """soft_l1 with f_scale 0.05: relative residuals up to ~5% count as squares, larger ones
+    linearly (a run disturbed by another process on a shared machine does not steer the fit)."""
     return least_squares(fun, x0, bounds=(lower, np.inf), loss="soft_l1", f_scale=0.05, x_scale="jac")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.calibration import load_calibration
-from perfmodel.collective import DTYPES, _resolve
+from perfmodel.collective import DTYPES, resolve_context
 from perfmodel.collectives.compressed import COMPRESSED, Msg, reducible
 from perfmodel.collectives.phases import AlgoCost, Timed, evaluate
 from perfmodel.compression import compile_spec
@@ -71,6 +71,6 @@ def runtime_time(op: str, size_bytes: int, *, cluster: str, ranks: int | None = 
     """Predict one realrun collective (``realrun bench`` would measure it) on ``cluster``."""
     calib = load_calibration(calibration)
     built = build_cluster(cluster)
-    ctx = _resolve(built, ranks or built.gpus, "packed", (), calib)
+    ctx = resolve_context(built, ranks or built.gpus, "packed", (), calib)
     alg, cost = runtime_cost(op, size_bytes, compressor, algorithm, ctx, calib)
     return RuntimePrediction(algorithm=alg, cost=cost, timed=evaluate(cost, ctx.device, chunks=1))

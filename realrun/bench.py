@@ -210,20 +210,9 @@ def run_kernels(sizes, compressors, iters: int = 5, device: str = "cpu", accumul
     out = []
     for size in sizes:
         xs = cold_inputs(size)
-        total = np.zeros(xs[0].size, np.float32) if accumulate else None
+        totals = [np.zeros(xs[0].size, np.float32)] if accumulate else None
         for spec in compressors:
-            c = Compressor(spec)
-            comp, decomp = [], []
-            for i in range(iters):
-                x = xs[i % len(xs)]
-                start = time.perf_counter()
-                p = c.compress(x)
-                comp.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                y = c.decompress(p, like=x)
-                if accumulate:
-                    total += y
-                decomp.append(time.perf_counter() - start)
+            comp, decomp, x, p, y = _timed_calls(Compressor(spec), xs, iters, totals)
             err = float(np.linalg.norm(y - x) / max(float(np.linalg.norm(x)), 1e-30)) if x.size else 0.0
             out.append(make_record("kernel", compressor=spec, device=device, size_bytes=size, wire_bytes=len(p),
                                    compress_s=statistics.median(comp), decompress_s=statistics.median(decomp),
@@ -243,6 +232,26 @@ def cold_inputs(size: int) -> list[np.ndarray]:
     return [rng.standard_normal(size // 4).astype(np.float32) for _ in range(copies)]
 
 
+def _timed_calls(c, xs, iters: int, totals=None, min_s: float = 0.0):
+    """Compress and decompress the inputs in turn, at least ``iters`` times and ``min_s``
+    seconds; decoded values are added into ``totals`` (cycled) when given. Returns the compress
+    and decompress seconds of every call and the last input, payload and output."""
+    comp, decomp = [], []
+    begin = time.perf_counter()
+    while len(comp) < iters or time.perf_counter() - begin < min_s:
+        k = len(comp)
+        x = xs[k % len(xs)]
+        start = time.perf_counter()
+        p = c.compress(x)
+        comp.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        y = c.decompress(p, like=x)
+        if totals is not None:
+            totals[k % len(totals)] += y
+        decomp.append(time.perf_counter() - start)
+    return comp, decomp, x, p, y
+
+
 def _shared_worker(barrier, queue, sizes, compressors, iters):
     from realrun.compressors import Compressor
 
@@ -252,19 +261,10 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
         totals = [np.zeros(x.size, np.float32) for x in xs]
         for spec in compressors:
             c = Compressor(spec)
-            p = c.compress(xs[0])   # warm: numba caches, workspaces
-            comp, decomp = [], []
+            c.compress(xs[0])   # warm: numba caches, workspaces
             barrier.wait()
-            begin = time.perf_counter()
             # long enough for the scheduler to interleave the processes (a few 4 ms slices each)
-            while len(comp) < iters or time.perf_counter() - begin < SHARED_MIN_S:
-                k = len(comp) % len(xs)
-                start = time.perf_counter()
-                p = c.compress(xs[k])
-                comp.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                totals[k] += c.decompress(p, like=xs[k])
-                decomp.append(time.perf_counter() - start)
+            comp, decomp, _, p, _ = _timed_calls(c, xs, iters, totals, SHARED_MIN_S)
             out.append((size, spec, len(p), sum(comp) / len(comp), sum(decomp) / len(decomp)))
     queue.put(out)
 

@@ -35,11 +35,9 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
     _say(f"compressors alone: {len(compressors)} specs x {len(KERNEL_SIZES)} sizes")
     records = runner.kernels(KERNEL_SIZES[:3] if quick else KERNEL_SIZES, list(compressors), iters)
     sizes = QUICK_SIZES if quick else SIZES
-    bandwidths = BANDWIDTHS if hasattr(runner, "spec") else (None,)
     try:
-        for bw in bandwidths:
-            if bw is not None:
-                runner.set_bandwidth(bw)
+        for bw in BANDWIDTHS if runner.emulated else (0,):
+            runner.set_bandwidth(bw)
             _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes x {len(ALGORITHMS)} algorithms")
             config = dict(op="allreduce", sizes=list(sizes), compressors=["none"], algorithms=list(ALGORITHMS),
                           iters=iters, warmup=1)

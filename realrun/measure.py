@@ -24,7 +24,10 @@ def _read(path: str) -> list[dict]:
 
 
 class EmulatedRunner:
-    """Measure on the emulated cluster ``name`` (``realrun cluster up``); ranks are its hosts."""
+    """Measure on the emulated cluster ``name`` (``realrun cluster up``); ranks are its hosts.
+    It can change its link rate and run on a subset of its hosts."""
+
+    emulated = True
 
     def __init__(self, name: str, threads: int = 1):
         self.name, self.threads = name, threads
@@ -65,7 +68,10 @@ class EmulatedRunner:
 
 
 class TorchrunRunner:
-    """Measure in place, as one rank of a torchrun launch on a real cluster (NCCL or gloo)."""
+    """Measure in place, as one rank of a torchrun launch on a real cluster (NCCL or gloo): its
+    own links only (bandwidth 0 means them), all ranks of the launch."""
+
+    emulated = False
 
     def __init__(self, cluster: str, backend: str = "gloo"):
         if not bench.under_torchrun():
@@ -90,7 +96,7 @@ class TorchrunRunner:
         return records
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
-        return bench.run_kernels(sizes, specs, iters)
+        return bench.run_kernels(sizes, specs, iters, accumulate=True)
 
 
 def runner_for(cluster: str, threads: int = 1):

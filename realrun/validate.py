@@ -129,7 +129,7 @@ def crossover(bandwidths, speedups) -> float | None:
 
 
 def predicted_crossover(runner, hosts: int, calibration) -> float | None:
-    """int8 (two-phase) against none over 10 Mbit/s - 100 Gbit/s, 48 points per decade... on the model."""
+    """Where int8 (two-phase) stops beating none on the model: 10 Mbit/s - 100 Gbit/s, 24 points per decade."""
     bws = [10 * MBIT * 10 ** (k / 24) for k in range(24 * 4 + 1)]
     speed = []
     for bw in bws:
@@ -160,7 +160,7 @@ def validate(runner, calibration: str | None, out_dir: str, quick: bool = False,
     """Predict, measure, compare; write the three outputs into ``out_dir``; return the summary.
     ``cases`` replaces the grid (and skips the crossover sweep)."""
     os.makedirs(out_dir, exist_ok=True)
-    emulated = hasattr(runner, "spec")
+    emulated = runner.emulated
     cross_cases = crossover_cases(runner.hosts, quick) if emulated and cases is None else []
     cases = cases or grid(runner.hosts, quick, (100 * MBIT, GBIT) if emulated else (OWN_LINKS,), subsets=emulated)
     predicted = {c: predict(c, runner, calibration) for c in cases + cross_cases}

@@ -54,7 +54,7 @@ def emulated_spec(text: str) -> dict:
     if "slow_host" in args:
         node.update(slow_host=_int_arg(args, "slow_host", 0, 0, hosts - 1),
                     slow_nic_Gbps=parse_rate(args.get("slow_bandwidth", "100mbit"), "slow_bandwidth") / 1e9)
-    latency = float(args.get("latency_us", 5.0))
+    latency = _float_arg(args, "latency_us", 5.0)
     fabric = {"builder": "single_switch", "latency_us": latency, "tier_prefix": "tcp"}
     if groups > 1:
         fabric = {"builder": "two_tier", "hosts_per_group": hosts // groups, "latency_us": latency,
@@ -66,6 +66,16 @@ def emulated_spec(text: str) -> dict:
                         "node.cores": "os.cpu_count() of this machine unless given",
                         "fabric.latency_us": "assumption: one veth + bridge hop; the TCP stack per message "
                                              "is the tcp protocol step (fitted)"}}
+
+
+def _float_arg(args: dict, key: str, default: float) -> float:
+    try:
+        value = float(args.get(key, default))
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1e6:
+        raise InputError(f"cluster.{key}", args.get(key), "a number of microseconds >= 0")
+    return value
 
 
 def _int_arg(args: dict, key: str, default: int, low: int, high: int) -> int:

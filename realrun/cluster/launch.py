@@ -18,7 +18,7 @@ from realrun.cluster import emulated
 from topologies.errors import InputError
 import contextlib
 
-MASTER_PORT = 29511
+MASTER_PORT = 29511   # torchrun's 29500 + 11; free inside our namespaces, which have their own ports
 
 
 def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int, world: int | None = None) -> dict:

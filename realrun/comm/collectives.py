@@ -9,9 +9,10 @@ partial sums are formed in rank order. ``none`` runs the plain torch collective.
     allgather(t, "fp16") -> tensor of p * t.numel();  reduce_scatter(t, "int8") -> this rank's part
     broadcast(t, "topk(0.1)", src=0);  send(t, "int8", dst) / recv(like, "int8", src)
 
-``algorithm="auto"``: fp16 and bf16 run the ordinary all-reduce on the cast tensor (reducible,
-as perfmodel models them); sparse specs (top-k, rand-k) use ``allgather`` (one compression
-per value), others ``two_phase`` (two), as perfmodel's error budget would.
+``algorithm="auto"`` is ``perfmodel.runtime.runtime_algorithm`` (one place decides, so the
+model predicts what runs): none, fp16 and bf16 run the ordinary all-reduce on the (cast)
+tensor; sparse specs (top-k, rand-k) use ``allgather`` (one compression per value), others
+``two_phase`` (two), as perfmodel's error budget would.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import torch.distributed as dist
 
 from realrun.comm.exchange import (_array, _gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, on_gpu,
                                    sendrecv_bytes, to_array, world)
+from perfmodel.runtime import CASTS, runtime_algorithm
 from realrun.compressors import Compressor
 from topologies.errors import InputError
 
@@ -47,8 +49,7 @@ class Wire:
             self.c = Compressor(spec, seed=0)
         self.none = self.c.codec.is_none
         names = [f.NAME for f in self.c.codec.families]
-        self.sparse = bool(set(names) & {"topk", "randk"})
-        self.cast = names[0] if len(names) == 1 and names[0] in ("fp16", "bf16") else None
+        self.cast = names[0] if len(names) == 1 and names[0] in CASTS else None
         self.prefix = ""
         self.stats = {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0, "decompress_s": 0.0}
 
@@ -274,7 +275,7 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
     if algorithm != "auto" and algorithm not in IMPLEMENTATIONS:
         raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
     c = wire(spec, _device(tensor, group))
-    alg = algorithm if algorithm != "auto" else ("allgather" if c.sparse else "two_phase")
+    alg = runtime_algorithm("allreduce", c.c.codec.text, algorithm)   # the choice perfmodel.runtime predicts
     kwargs = {"local_size": local_size} if alg == "hierarchical" else {}
     if chunks != 1:
         if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
@@ -284,13 +285,9 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
         alg, kwargs = "pipelined", {"chunks": min(chunks, max(1, tensor.numel()))}
     if world(group)[1] == 1:
         return tensor.clone()
-    if c.none and algorithm == "auto" and chunks == 1:
-        out = tensor.detach().clone()
-        dist.all_reduce(out, group=group)
-        return out
-    cast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(c.cast)
-    if cast is not None and algorithm == "auto":   # reducible: the ordinary all-reduce on the payload
-        out = tensor.detach().to(cast)
+    if alg == "torch":   # none, or a reducible cast: the ordinary all-reduce on the (cast) tensor
+        cast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(c.cast)
+        out = tensor.detach().to(cast) if cast else tensor.detach().clone()
         dist.all_reduce(out, group=group)
         return out.to(tensor.dtype)
     x = to_array(tensor)

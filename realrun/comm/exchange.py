@@ -129,10 +129,6 @@ def _global(rank: int, group) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().reshape(-1).numpy()
-
-
 def to_array(t: torch.Tensor):
     """A flat view of a tensor in its array module: numpy (CPU) or CuPy (CUDA, via DLPack)."""
-    return _array(t.detach().reshape(-1)) if t.device.type == "cuda" else to_numpy(t)
+    return _array(t.detach().reshape(-1))

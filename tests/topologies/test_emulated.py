@@ -39,7 +39,8 @@ def test_ranks_share_the_cores_explicitly():
 
 @pytest.mark.parametrize("name, field", [("emulated:hosts=0", "hosts"), ("emulated:hosts=x", "hosts"),
                                          ("emulated:speed=1gbit", "cluster"), ("emulated:bandwidth=1gb", "bandwidth"),
-                                         ("emulated:hosts=4,groups=9", "groups")])
+                                         ("emulated:hosts=4,groups=9", "groups"),
+                                         ("emulated:latency_us=abc", "latency_us")])
 def test_bad_emulated_names_name_the_field(name, field):
     with pytest.raises(InputError, match=field):
         build_cluster(name)
