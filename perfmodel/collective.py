@@ -112,7 +112,7 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     ctx = resolve_context(built, ranks, placement if isinstance(placement, str) else tuple(placement),
                    tuple(tuple(g) for g in concurrent), calib)
     codec = compile_spec(calib.spec(compressor) if calib else compressor)
-    if op == "reduce_scatter" and any(f.NAME == "powersgd" for f in codec.families):
+    if op == "reduce_scatter" and codec.factored:
         raise InputError("compressor", compressor, "powersgd compresses all-reduce only")
     return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, chunks)
 

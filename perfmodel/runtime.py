@@ -25,8 +25,6 @@ from perfmodel.compression import compile_spec
 from topologies import build_cluster
 from topologies.errors import InputError
 
-SPARSE = ("topk", "randk")
-CASTS = ("fp16", "bf16")
 OPS = tuple(COMPRESSED)
 
 
@@ -34,10 +32,10 @@ def runtime_algorithm(op: str, compressor: str, algorithm: str) -> str:
     """realrun's algorithm for ``algorithm`` ('auto' resolved as realrun resolves it)."""
     if algorithm != "auto":
         return algorithm
-    names = [f.NAME for f in compile_spec(compressor).families]
-    if names in ([], ["none"]) or (len(names) == 1 and names[0] in CASTS):
+    codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
+    if codec.is_none or codec.cast_to:
         return "torch"
-    return "allgather" if set(names) & set(SPARSE) else "two_phase"
+    return "allgather" if codec.sparse else "two_phase"
 
 
 @dataclass(frozen=True, kw_only=True)

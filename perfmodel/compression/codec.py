@@ -14,16 +14,16 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from perfmodel.compression.families import Family, Stream, make_family
+from perfmodel.compression.families import FLOAT_DTYPES, Family, Stream, make_family, message_dtype
 from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
 
 EF_TRAFFIC = 4.0   # read residual, write x + e; read x', write new residual (bytes per input byte)
-HEADER_FIXED_BYTES = 24   # payload header: magic, version, dtype, ndim, count, spec digest
+HEADER_FIXED_BYTES = 32   # payload header: magic, version, dtype, ndim, count, spec digest, body checksum
 LENGTH_BYTES = 8          # length prefix of a data-dependent stage's output inside a payload
 
 
 def header_bytes(ndim: int = 1) -> int:
-    """Bytes of a payload header (realrun.compressors.payload): 24 fixed + 8 per dim of shape."""
+    """Bytes of a payload header (realrun.compressors.payload): 32 fixed + 8 per dim of shape."""
     return HEADER_FIXED_BYTES + 8 * ndim
 
 
@@ -37,6 +37,7 @@ class Applied:
 
 def _apply(node, stream: Stream) -> Applied:
     if isinstance(node, Family):
+        node.accepts(stream.dtype)
         out, meta = node.transform(stream)
         return Applied(values=out, meta_bytes=meta,
                        compress_bytes=node.compress_traffic(stream) * stream.nbytes,
@@ -101,13 +102,29 @@ class Codec:
 
     @cached_property
     def is_none(self) -> bool:
-        return all(f.NAME == "none" for f in self.families)
+        return all(f.IDENTITY for f in self.families)
 
     @cached_property
     def reducible(self) -> bool:
         """Payloads can be summed as they are (none, fp16, bf16, powersgd factors)."""
         return all(f.reducible for f in self.families) and sum(
-            f.NAME == "powersgd" for f in self.families) <= 1
+            f.reduce_parts(Stream(1, 4.0, FLOAT_DTYPES[4])) is not None for f in self.families) <= 1
+
+    @cached_property
+    def sparse(self) -> bool:
+        """Some stage keeps a subset of the values (top-k, rand-k)."""
+        return any(f.SPARSE for f in self.families)
+
+    @cached_property
+    def factored(self) -> bool:
+        """Some stage sends factors that an ordinary all-reduce sums (PowerSGD)."""
+        return any(f.reduce_parts(Stream(1, 4.0, FLOAT_DTYPES[4])) is not None for f in self.families)
+
+    @cached_property
+    def cast_to(self) -> str | None:
+        """torch dtype name when the spec is one reducible cast (fp16, bf16), else None."""
+        fams = self.families
+        return fams[0].CAST_TO if len(fams) == 1 else None
 
     @property
     def lossless(self) -> bool:
@@ -123,7 +140,7 @@ class Codec:
         return "ef(" in self.text
 
     def apply(self, count: int, dtype_bytes: int) -> Applied:
-        return _apply(self.root, Stream(count, float(count * dtype_bytes)))
+        return _apply(self.root, Stream(count, float(count * dtype_bytes), message_dtype(dtype_bytes)))
 
     def wire_bytes(self, count: int, dtype_bytes: int, ndim: int = 1) -> int:
         """Bytes of the payload for ``count`` values: header plus body, exact for exact specs
@@ -140,10 +157,11 @@ class Codec:
 
     def reduce_parts(self, count: int, dtype_bytes: int) -> list[int]:
         """Sizes of the all-reduces that carry a reducible payload (PowerSGD: P, then Q)."""
+        stream = Stream(count, float(count * dtype_bytes), message_dtype(dtype_bytes))
         for f in self.families:
-            if f.NAME == "powersgd":
-                p, q = f.factor_bytes(Stream(count, float(count * dtype_bytes)))
-                return [int(math.ceil(p)), int(math.ceil(q))]
+            parts = f.reduce_parts(stream)
+            if parts is not None:
+                return parts
         return [self.wire_bytes(count, dtype_bytes)]
 
     @cached_property
@@ -159,4 +177,6 @@ class Codec:
 def compile_spec(text: str) -> Codec:
     """Parse, validate and compile one compressor spec string. Cached."""
     root = _build(parse_spec(text))
-    return Codec(text=_text(root), root=root)
+    codec = Codec(text=_text(root), root=root)
+    codec.apply(4, 4)   # the chain's input types: each stage accepts what the one before makes
+    return codec

@@ -14,12 +14,23 @@ lossless) carry an equivalent traffic that is an assumption until calibrated.
 
 ``error`` is the relative RMS error of one application, ``||x' - x|| / ||x||``, for
 i.i.d. unit-Gaussian data (the convention stated in docs/design.md).
+
+**One contract per compressor.** A family is the single definition both sides use: its
+parameters and their validation, its ``layout`` (values out, their dtype, metadata bytes:
+realrun's payloads are laid out from it, so the model's wire size *is* the payload size),
+what it accepts as input, its traits (``IDENTITY``, ``SPARSE``, ``CAST_TO``, factored
+``reduce_parts``), error and traffic. Implementations register against the class, per
+backend (``numpy``: realrun's reference; ``cupy``: realrun.gpu's kernels), with
+``Family.implements(backend)``; ``register`` adds a family to ``FAMILIES`` (the grammar's
+names). A new compressor is its contract here plus its implementation class; nothing keys
+on name strings.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from scipy.stats import norm
 
 from perfmodel.compression.grammar import _fmt
@@ -41,10 +52,56 @@ DEFAULT_RATIO = {
 }
 
 
+BYTES = np.dtype(np.uint8)
+FLOAT_DTYPES = {2: np.dtype(np.float16), 4: np.dtype(np.float32), 8: np.dtype(np.float64)}
+
+
+def message_dtype(dtype_bytes: int) -> np.dtype:
+    """The float type the model stands in for a message of ``dtype_bytes`` per value (bf16 as fp16)."""
+    return FLOAT_DTYPES.get(dtype_bytes, BYTES)
+
+
 @dataclass(frozen=True)
 class Stream:
+    """A value stream: ``count`` values, ``nbytes`` bytes, of ``dtype`` (None: an opaque blob
+    whose size the model only estimates)."""
+
     count: int
     nbytes: float
+    dtype: np.dtype | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a family makes of ``count`` values of one dtype: ``count`` output values of
+    ``dtype`` (None: an opaque blob of data-dependent length, always last in a chain) and
+    ``meta_bytes`` of metadata (scales, indices), both known from the input size alone."""
+
+    count: int
+    dtype: np.dtype | None
+    meta_bytes: int = 0
+
+    @property
+    def value_bytes(self) -> int:
+        return self.count * self.dtype.itemsize if self.dtype is not None else 0
+
+
+FAMILIES: dict[str, type[Family]] = {}
+
+
+def register(cls):
+    """Add a family to the grammar (``FAMILIES[cls.NAME]``) with its own implementation table."""
+    if not cls.NAME or cls.NAME in ("ef",):
+        raise ValueError(f"family {cls.__name__} needs a NAME other than ef")
+    cls.IMPLEMENTATIONS = {}
+    FAMILIES[cls.NAME] = cls
+    return cls
+
+
+def unregister(cls) -> None:
+    """Remove a family added with ``register`` (tests that define one)."""
+    if FAMILIES.get(cls.NAME) is cls:
+        del FAMILIES[cls.NAME]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +111,7 @@ class Param:
     default: object = None
     check: object = None      # value -> bool
     allowed: str = ""
+    required: bool = False
 
 
 def _positive_int(v):
@@ -72,22 +130,53 @@ def _ratio(v):
     return _positive(v) and v >= 1
 
 
+def _float_input(name: str, dtype) -> None:
+    if dtype is None or np.dtype(dtype).kind != "f":
+        raise InputError("compressor", name, "a floating-point input (quantized or opaque values cannot be "
+                         "compressed again; only lossless may follow them)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Family:
-    """Base of every family. Subclasses set NAME, PARAMS and the flags."""
+    """Base of every family. Subclasses set NAME, PARAMS, the flags and ``layout``."""
 
     params: dict = field(default_factory=dict)
     NAME = ""
     PARAMS = ()
+    EXAMPLES = ()              # spec strings the contract tests run (default: the bare name)
     REDUCIBLE = False
     LOSSLESS = False
     EXACT = True
+    IDENTITY = False           # `none`: the raw buffer, no header
+    SPARSE = False             # a subset of the values: all-gather them rather than re-compress partial sums
+    CAST_TO = None             # torch dtype name of a reducible cast (the ordinary all-reduce runs on it)
+    IMPLEMENTATIONS = {}       # backend -> implementation class (set per family by register)
 
     def __getattr__(self, key):
         params = object.__getattribute__(self, "params")
         if key in params:
             return params[key]
         raise AttributeError(key)
+
+    @classmethod
+    def implements(cls, backend: str):
+        """Class decorator: register an implementation of this family for ``backend``."""
+        def deco(impl):
+            cls.IMPLEMENTATIONS[backend] = impl
+            return impl
+        return deco
+
+    def implementation(self, backend: str):
+        """The implementation class for ``backend``; a clear error when there is none."""
+        impl = type(self).IMPLEMENTATIONS.get(backend)
+        if impl is None:
+            have = [name for name, cls in FAMILIES.items() if backend in cls.IMPLEMENTATIONS]
+            raise InputError("compressor", self.NAME, f"a family with a {backend} implementation: " + ", ".join(have))
+        return impl
+
+    @classmethod
+    def examples(cls) -> tuple:
+        return cls.EXAMPLES or (cls.NAME,)
 
     @property
     def reducible(self) -> bool:
@@ -101,8 +190,28 @@ class Family:
     def exact(self) -> bool:
         return self.EXACT
 
-    def transform(self, stream: Stream) -> tuple[Stream, float]:
+    def accepts(self, dtype) -> None:
+        """Refuse an input type this family cannot encode (InputError)."""
+        _float_input(self.NAME, dtype)
+
+    def layout(self, count: int, dtype) -> Layout:
         raise NotImplementedError
+
+    def ratio_estimate(self) -> float:
+        """Compression ratio assumed for a data-dependent output (``ratio`` or the default)."""
+        return self.params.get("ratio") or DEFAULT_RATIO[self.NAME]
+
+    def transform(self, stream: Stream) -> tuple[Stream, float]:
+        """The model's view of ``layout``: the output stream and metadata bytes."""
+        lay = self.layout(stream.count, stream.dtype)
+        if lay.dtype is None:
+            nbytes = stream.nbytes / self.ratio_estimate()
+            return Stream(math.ceil(nbytes), nbytes, None), float(lay.meta_bytes)
+        return Stream(lay.count, float(lay.value_bytes), lay.dtype), float(lay.meta_bytes)
+
+    def reduce_parts(self, stream: Stream) -> list[int] | None:
+        """Sizes of the ordinary all-reduces that carry a factored payload (None: not factored)."""
+        return None
 
     def compress_traffic(self, stream: Stream) -> float:
         out, meta = self.transform(stream)
@@ -120,11 +229,15 @@ class Family:
         return self.NAME + (f"({','.join(shown)})" if shown else "")
 
 
+@register
 class NoneFamily(Family):
-    NAME, REDUCIBLE, LOSSLESS = "none", True, True
+    NAME, REDUCIBLE, LOSSLESS, IDENTITY = "none", True, True, True
 
-    def transform(self, stream):
-        return stream, 0.0
+    def accepts(self, dtype):
+        pass
+
+    def layout(self, count, dtype):
+        return Layout(count, dtype)
 
     def compress_traffic(self, stream):
         return 0.0
@@ -134,34 +247,36 @@ class NoneFamily(Family):
 
 
 class Cast(Family):
-    """fp16 / bf16 / fp8: round to nearest; relative error 2^-(m+1)/sqrt(3) for m mantissa bits."""
+    """fp16 / bf16 / fp8: round to nearest; relative error 2^-(m+1)/sqrt(3) for m mantissa bits.
+    A narrower input passes through unchanged (a cast never widens)."""
 
-    BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
-
-    def _bytes(self):
-        return self.BYTES[self.NAME]
+    CODE = np.dtype(np.float16)
 
     def _mantissa(self):
         return FP_MANTISSA_BITS[self.params.get("format", self.NAME)]
 
-    def transform(self, stream):
-        per = min(self._bytes(), stream.nbytes / max(stream.count, 1))
-        return Stream(stream.count, stream.count * per), 0.0
+    def layout(self, count, dtype):
+        dtype = np.dtype(dtype)
+        return Layout(count, self.CODE if dtype.itemsize > self.CODE.itemsize else dtype)
 
     def error(self):
         return 2.0 ** -(self._mantissa() + 1) / math.sqrt(3.0)
 
 
+@register
 class Fp16(Cast):
-    NAME, REDUCIBLE = "fp16", True
+    NAME, REDUCIBLE, CAST_TO = "fp16", True, "float16"
 
 
+@register
 class Bf16(Cast):
-    NAME, REDUCIBLE = "bf16", True
+    NAME, REDUCIBLE, CAST_TO, CODE = "bf16", True, "bfloat16", np.dtype(np.uint16)
 
 
+@register
 class Fp8(Cast):
-    NAME = "fp8"
+    NAME, CODE = "fp8", BYTES
+    EXAMPLES = ("fp8", "fp8(format=e5m2)")
     PARAMS = (Param(name="format", kind=str, default="e4m3", check=lambda v: v in ("e4m3", "e5m2"),
                     allowed="e4m3 or e5m2"),)
 
@@ -171,23 +286,28 @@ def _expected_absmax(block: int) -> float:
     return math.sqrt(2.0 * math.log(max(2 * block, 2)))
 
 
+MAX_BLOCK = 1 << 24   # values per block: beyond it a scale per block saves nothing and buffers grow unbounded
+
+
 class BlockQuant(Family):
-    """Blockwise absmax quantization to ``bits`` (sign included) with one fp32 scale per block.
+    """Blockwise absmax quantization to ``bits`` (sign included) with one fp32 scale per block:
+    packed codes (ceil(n bits / 8) bytes), then one scale per block as metadata.
 
     Compress reads the input twice (absmax, then quantize); error is uniform over half
     a step: step = absmax / (2^(bits-1) - 1), RMS = step / sqrt(12).
     """
 
     BITS = 8
-    PARAMS = (Param(name="block", kind=int, default=DEFAULT_BLOCK, check=_positive_int,
-                    allowed="an integer >= 1"),)
+    PARAMS = (Param(name="block", kind=int, default=DEFAULT_BLOCK, check=lambda v: _positive_int(v) and v <= MAX_BLOCK,
+                    allowed=f"an integer from 1 to {MAX_BLOCK}"),)
 
-    def _bits(self):
-        return self.BITS
+    @property
+    def bits(self) -> int:
+        return self.params.get("bits", self.BITS)
 
-    def transform(self, stream):
-        blocks = math.ceil(stream.count / self.block) if stream.count else 0
-        return Stream(stream.count, math.ceil(stream.count * self._bits() / 8)), blocks * SCALE_BYTES
+    def layout(self, count, dtype):
+        blocks = math.ceil(count / self.block) if count else 0
+        return Layout(math.ceil(count * self.bits / 8), BYTES, blocks * SCALE_BYTES)
 
     def compress_traffic(self, stream):
         return 1.0 + super().compress_traffic(stream)
@@ -196,67 +316,75 @@ class BlockQuant(Family):
         return super().compress_traffic(stream)
 
     def _levels(self):
-        return 2 ** (self._bits() - 1) - 1
+        return 2 ** (self.bits - 1) - 1
 
     def error(self):
         return _expected_absmax(self.block) / self._levels() / math.sqrt(12.0)
 
 
+@register
 class Int8(BlockQuant):
     NAME, BITS = "int8", 8
+    EXAMPLES = ("int8", "int8(block=100)")
 
 
+@register
 class Int4(BlockQuant):
     NAME, BITS = "int4", 4
+    EXAMPLES = ("int4", "int4(block=7)")
 
 
+@register
 class Qsgd(BlockQuant):
     """QSGD (Alistarh et al., NeurIPS 2017) per block: ``bits`` per value including sign,
     stochastic rounding (unbiased, error variance step^2/6 on average) or nearest."""
 
     NAME = "qsgd"
+    EXAMPLES = ("qsgd(bits=4)", "qsgd(bits=3,stochastic=false)")
     PARAMS = (Param(name="bits", kind=int, default=4, check=lambda v: _positive_int(v) and 2 <= v <= 8,
                     allowed="an integer from 2 to 8"),
               Param(name="stochastic", kind=bool, default=True, check=lambda v: isinstance(v, bool),
                     allowed="true or false"),
-              Param(name="block", kind=int, default=DEFAULT_BLOCK, check=_positive_int,
-                    allowed="an integer >= 1"))
-
-    def _bits(self):
-        return self.bits
+              BlockQuant.PARAMS[0])
 
     def error(self):
         spread = math.sqrt(6.0) if self.stochastic else math.sqrt(12.0)
         return _expected_absmax(self.block) / self._levels() / spread
 
 
+@register
 class Sign(BlockQuant):
     """signSGD with a per-block scale (mean |x|, as in EF-signSGD): 1 bit per value.
     Relative error for Gaussian data: sqrt(1 - (E|x|)^2 / E[x^2]) = sqrt(1 - 2/pi)."""
 
     NAME, BITS = "sign", 1
+    EXAMPLES = ("sign", "sign(block=64)")
 
     def error(self):
         return math.sqrt(1.0 - 2.0 / math.pi)
 
 
+@register
 class TopK(Family):
     """Keep the ``density`` fraction of largest magnitudes: values plus int32 indices, or a
     bitmap when that is smaller (density > 1/32). Selection is a radix select, 4 passes
     over float32 (Alabi et al., 'Fast k-selection algorithms for GPUs', JEA 2012)."""
 
-    NAME = "topk"
+    NAME, SPARSE = "topk", True
+    EXAMPLES = ("topk(0.01)", "topk(0.5)")
     SELECT_PASSES = 4.0
-    PARAMS = (Param(name="density", kind=float, check=_density, allowed="a fraction in (0, 1]"),)
+    PARAMS = (Param(name="density", kind=float, check=_density, allowed="a fraction in (0, 1]", required=True),)
 
     def kept(self, count: int) -> int:
         return min(count, math.ceil(self.density * count)) if count else 0
 
-    def transform(self, stream):
-        k = self.kept(stream.count)
-        per = stream.nbytes / max(stream.count, 1)
-        index = min(k * INDEX_BYTES, math.ceil(stream.count / 8))
-        return Stream(k, k * per), index
+    def index_bitmap(self, count: int) -> bool:
+        """Positions travel as a bitmap (ceil(n/8) bytes) rather than int32 indices."""
+        return INDEX_BYTES * self.kept(count) > math.ceil(count / 8)
+
+    def layout(self, count, dtype):
+        k = self.kept(count)
+        return Layout(k, np.dtype(dtype), min(k * INDEX_BYTES, math.ceil(count / 8)))
 
     def compress_traffic(self, stream):
         return self.SELECT_PASSES + super().compress_traffic(stream) - 1.0
@@ -273,16 +401,17 @@ class TopK(Family):
         return math.sqrt(max(0.0, 1.0 - kept_energy))
 
 
+@register
 class RandK(TopK):
     """Random ``density`` fraction from a seed shared by all ranks: no indices on the wire,
     only the 8-byte step number that, with the seed, draws them."""
 
     NAME = "randk"
+    EXAMPLES = ("randk(0.01)",)
     STEP_BYTES = 8
 
-    def transform(self, stream):
-        k = self.kept(stream.count)
-        return Stream(k, k * stream.nbytes / max(stream.count, 1)), float(self.STEP_BYTES)
+    def layout(self, count, dtype):
+        return Layout(self.kept(count), np.dtype(dtype), self.STEP_BYTES)
 
     def compress_traffic(self, stream):
         return Family.compress_traffic(self, stream) - 1.0 + self.density
@@ -291,6 +420,10 @@ class RandK(TopK):
         return math.sqrt(1.0 - self.density)
 
 
+MAX_RANK = 4096
+
+
+@register
 class PowerSgd(Family):
     """PowerSGD (Vogels et al., NeurIPS 2019): the buffer as an m x n matrix (m = ceil(sqrt N)
     unless ``rows`` is given), sent as P (m x rank) and Q (n x rank); the factors are summed
@@ -300,25 +433,31 @@ class PowerSgd(Family):
     (sqrt m + sqrt n)^2 (Marchenko-Pastur edge)."""
 
     NAME, REDUCIBLE = "powersgd", True
-    PARAMS = (Param(name="rank", kind=int, default=4, check=_positive_int, allowed="an integer >= 1"),
-              Param(name="rows", kind=int, default=None, check=_positive_int, allowed="an integer >= 1"))
+    EXAMPLES = ("powersgd(4)", "powersgd(rank=2,rows=10)")
+    PARAMS = (Param(name="rank", kind=int, default=4, check=lambda v: _positive_int(v) and v <= MAX_RANK,
+                    allowed=f"an integer from 1 to {MAX_RANK}"),
+              Param(name="rows", kind=int, default=None, check=lambda v: _positive_int(v) and v <= 1 << 31,
+                    allowed="an integer from 1 to 2^31"))
 
     def shape(self, count: int) -> tuple[int, int]:
         rows = self.rows or max(1, math.ceil(math.sqrt(count)))
         return rows, max(1, math.ceil(count / rows))
 
-    def factor_bytes(self, stream: Stream) -> tuple[float, float]:
+    def factor_rank(self, count: int) -> int:
+        m, n = self.shape(count)
+        return min(self.rank, m, n)
+
+    def layout(self, count, dtype):
+        if not count:
+            return Layout(0, np.dtype(dtype))
+        m, n = self.shape(count)
+        return Layout((m + n) * self.factor_rank(count), np.dtype(dtype))
+
+    def reduce_parts(self, stream):
         per = stream.nbytes / max(stream.count, 1)
         m, n = self.shape(stream.count)
-        r = min(self.rank, m, n)
-        return m * r * per, n * r * per
-
-    def transform(self, stream):
-        if not stream.count:
-            return Stream(0, 0.0), 0.0
-        p, q = self.factor_bytes(stream)
-        per = stream.nbytes / stream.count
-        return Stream(round((p + q) / per), p + q), 0.0
+        r = self.factor_rank(stream.count)
+        return [int(math.ceil(m * r * per)), int(math.ceil(n * r * per))]
 
     def compress_traffic(self, stream):
         return 2.0
@@ -340,14 +479,16 @@ def _one_of(params: dict, keys: tuple, family: str) -> str:
     return given[0]
 
 
+@register
 class Zfp(Family):
     """zfp (Lindstrom 2014). ``rate`` is fixed-rate: exactly ``rate`` bits per value in 1-D
     blocks of 4, padded to 64-bit words. ``tolerance`` / ``precision`` are data-dependent
     (``ratio`` or the default). Equivalent traffic of 8 bytes per input byte is an
     assumption to calibrate. rate <= 2 is refused: zfpy crashes on 1-D input there
-    (DESIGN.md section 8)."""
+    (docs/design.md, measured facts)."""
 
     NAME = "zfp"
+    EXAMPLES = ("zfp(rate=8)", "zfp(rate=3)", "zfp(tolerance=1e-3)", "zfp(precision=12)")
     TRAFFIC = 8.0
     PARAMS = (Param(name="rate", kind=float, check=lambda v: _positive(v) and 2 < v <= 32,
                     allowed="bits per value in (2, 32]"),
@@ -364,11 +505,11 @@ class Zfp(Family):
     def exact(self) -> bool:
         return self.mode == "rate"
 
-    def transform(self, stream):
-        if self.mode == "rate":
-            bits = math.ceil(stream.count / 4) * 4 * self.rate
-            return Stream(stream.count, math.ceil(bits / 64) * 8), 0.0
-        return Stream(stream.count, stream.nbytes / (self.ratio or DEFAULT_RATIO["zfp"])), 0.0
+    def layout(self, count, dtype):
+        if self.mode != "rate":
+            return Layout(0, None)
+        bits = math.ceil(count / 4) * 4 * self.rate
+        return Layout(math.ceil(bits / 64) * 8, BYTES)
 
     def compress_traffic(self, stream):
         return self.TRAFFIC
@@ -389,12 +530,14 @@ class Zfp(Family):
         return min(1.0, self.PRECISION_C * 2.0 ** -self.precision)
 
 
+@register
 class Sz3(Family):
     """SZ3 error-bounded (Liang et al., ICDE 2023): ``abs`` or ``rel`` (to the value range)
     bound; size is data-dependent (``ratio`` or the default, measured at abs 1e-4).
     Equivalent traffic of 10 bytes per input byte is an assumption to calibrate."""
 
-    NAME = "sz3"
+    NAME, EXACT = "sz3", False
+    EXAMPLES = ("sz3(abs=1e-3)", "sz3(rel=1e-3)")
     TRAFFIC = 10.0
     RANGE_SIGMAS = 10.0   # value range of ~16 M unit Gaussians is about +-5 sigma
     PARAMS = (Param(name="abs", kind=float, check=_positive, allowed="an absolute error bound > 0"),
@@ -403,12 +546,12 @@ class Sz3(Family):
               Param(name="ratio", kind=float, check=_ratio, allowed="a compression ratio >= 1"))
 
     @property
-    def exact(self) -> bool:
-        return False
+    def mode(self) -> str:
+        return _one_of(self.params, ("abs", "rel"), "sz3")
 
-    def transform(self, stream):
-        _one_of(self.params, ("abs", "rel"), "sz3")
-        return Stream(stream.count, stream.nbytes / (self.ratio or DEFAULT_RATIO["sz3"])), 0.0
+    def layout(self, count, dtype):
+        self.mode   # exactly one bound
+        return Layout(0, None)
 
     def compress_traffic(self, stream):
         return self.TRAFFIC
@@ -417,16 +560,18 @@ class Sz3(Family):
         return self.TRAFFIC
 
     def error(self):
-        mode = _one_of(self.params, ("abs", "rel"), "sz3")
-        bound = self.abs if mode == "abs" else self.rel * self.RANGE_SIGMAS
+        bound = self.abs if self.mode == "abs" else self.rel * self.RANGE_SIGMAS
         return bound / math.sqrt(3.0)
 
 
+@register
 class Lossless(Family):
     """A lossless byte codec after an optional byte/bit shuffle (stands in for MPC and
-    nvCOMP). Data-dependent ratio; equivalent traffic 6 bytes per input byte (assumption)."""
+    nvCOMP). Data-dependent ratio; equivalent traffic 6 bytes per input byte (assumption).
+    Takes any typed input: floats, or the bytes of a quantizer."""
 
     NAME, LOSSLESS, EXACT = "lossless", True, False
+    EXAMPLES = ("lossless", "lossless(codec=lz4,shuffle=bit)", "lossless(shuffle=none)")
     TRAFFIC = 6.0
     PARAMS = (Param(name="codec", kind=str, default="zstd", check=lambda v: v in ("zstd", "lz4"),
                     allowed="zstd or lz4"),
@@ -434,18 +579,19 @@ class Lossless(Family):
                     allowed="byte, bit or none"),
               Param(name="ratio", kind=float, check=_ratio, allowed="a compression ratio >= 1"))
 
-    def transform(self, stream):
-        return Stream(stream.count, stream.nbytes / (self.ratio or DEFAULT_RATIO["lossless"])), 0.0
+    def accepts(self, dtype):
+        if dtype is None:
+            raise InputError("compressor", self.NAME, "a typed input (an opaque blob of data-dependent length "
+                             "cannot be compressed again: zfp accuracy modes and sz3 come last in a chain)")
+
+    def layout(self, count, dtype):
+        return Layout(0, None)
 
     def compress_traffic(self, stream):
         return self.TRAFFIC
 
     def decompress_traffic(self, stream):
         return self.TRAFFIC
-
-
-FAMILIES: dict[str, type[Family]] = {cls.NAME: cls for cls in (
-    NoneFamily, Fp16, Bf16, Fp8, Int8, Int4, Qsgd, Sign, TopK, RandK, PowerSgd, Zfp, Sz3, Lossless)}
 
 
 def make_family(name: str, args: tuple, kwargs: tuple) -> Family:
@@ -475,10 +621,9 @@ def make_family(name: str, args: tuple, kwargs: tuple) -> Family:
             if not p.check(value):
                 raise InputError(f"{name}.{p.name}", value, p.allowed)
         params[p.name] = value
-    required = [p.name for p in cls.PARAMS if p.default is None and p.name not in given
-                and name in ("topk", "randk")]
-    if required:
-        raise InputError(f"{name}.{required[0]}", None, "required: " + cls.PARAMS[0].allowed)
+    for p in cls.PARAMS:
+        if p.required and params[p.name] is None:
+            raise InputError(f"{name}.{p.name}", None, "required: " + p.allowed)
     family = cls(params=params)
-    family.transform(Stream(4, 16.0))  # mode checks (zfp/sz3 need exactly one bound)
+    family.layout(4, FLOAT_DTYPES[4])  # mode checks (zfp/sz3 need exactly one bound)
     return family

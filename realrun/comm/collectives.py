@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from realrun.comm.exchange import (_array, _gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, on_gpu,
                                    sendrecv_bytes, to_array, world)
-from perfmodel.runtime import CASTS, runtime_algorithm
+from perfmodel.runtime import runtime_algorithm
 from realrun.compressors import Compressor
 from topologies.errors import InputError
 
@@ -48,8 +48,7 @@ class Wire:
         else:
             self.c = Compressor(spec, seed=0)
         self.none = self.c.codec.is_none
-        names = [f.NAME for f in self.c.codec.families]
-        self.cast = names[0] if len(names) == 1 and names[0] in CASTS else None
+        self.cast = self.c.codec.cast_to
         self.prefix = ""
         self.stats = {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0, "decompress_s": 0.0}
 
@@ -286,7 +285,7 @@ def allreduce(tensor: torch.Tensor, spec: str = "none", algorithm: str = "auto",
     if world(group)[1] == 1:
         return tensor.clone()
     if alg == "torch":   # none, or a reducible cast: the ordinary all-reduce on the (cast) tensor
-        cast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(c.cast)
+        cast = getattr(torch, c.cast) if c.cast else None
         out = tensor.detach().to(cast) if cast else tensor.detach().clone()
         dist.all_reduce(out, group=group)
         return out.to(tensor.dtype)

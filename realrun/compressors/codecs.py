@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from perfmodel.compression import families
 from realrun.compressors.stages import Stage
 from topologies.errors import InputError
 
@@ -22,27 +23,18 @@ def _finite(name: str, x: np.ndarray) -> None:
         raise InputError("compressor", name, "finite input: zfp and sz3 cannot encode NaN or Inf")
 
 
+@families.PowerSgd.implements("numpy")
 class PowerSgd(Stage):
     """Rank-r approximation by one power iteration with warm start (Vogels et al. 2019): the
     buffer as an m x n matrix (zero padded), P = M Q, orthogonalized, Q = M^T P; payload P, Q
     with columns balanced so that neither factor overflows. Q starts from (seed) random and
     is kept per key between calls."""
 
-    name = "powersgd"
-
     def shape(self, count):
-        rows = self.params.get("rows") or max(1, math.ceil(math.sqrt(count)))
-        return rows, max(1, math.ceil(count / rows))
+        return self.family.shape(count)
 
     def rank(self, count):
-        m, n = self.shape(count)
-        return min(self.params["rank"], m, n)
-
-    def out_count(self, count):
-        if not count:
-            return 0
-        m, n = self.shape(count)
-        return (m + n) * self.rank(count)
+        return self.family.factor_rank(count)
 
     def encode(self, x, ctx):
         if not len(x):
@@ -74,31 +66,20 @@ class PowerSgd(Stage):
         return (P @ Q.T).ravel()[:count].astype(dtype)
 
 
+@families.Zfp.implements("numpy")
 class Zfp(Stage):
     """zfp through zfpy, headerless: fixed rate is exact (``rate`` bits per value, 64-bit
     words); tolerance and precision produce a blob of data-dependent length."""
 
-    name = "zfp"
-
-    def mode(self):
-        return next(k for k in ("rate", "tolerance", "precision") if self.params.get(k) is not None)
-
-    def out_dtype(self, dtype):
-        return np.dtype(np.uint8) if self.mode() == "rate" else None
-
-    def out_count(self, n):
-        if self.mode() != "rate":
-            return 0
-        return math.ceil(math.ceil(n / 4) * 4 * self.params["rate"] / 64) * 8
-
     def _kw(self):
-        return {self.mode(): self.params[self.mode()]}
+        mode = self.family.mode
+        return {mode: self.params[mode]}
 
     def encode(self, x, ctx):
         zfpy = _need("zfpy")
         _finite("zfp", x)
         if not len(x):
-            return np.zeros(self.out_count(0), np.uint8), b""
+            return np.zeros(self.layout(0, x.dtype).count, np.uint8), b""
         blob = zfpy.compress_numpy(np.ascontiguousarray(x), write_header=False, **self._kw())
         return np.frombuffer(blob, np.uint8), b""
 
@@ -111,13 +92,9 @@ class Zfp(Stage):
         return np.clip(np.asarray(out, dtype=dtype).reshape(-1)[:n], -top, top)
 
 
+@families.Sz3.implements("numpy")
 class Sz3(Stage):
     """SZ3 through pysz with an absolute or value-range-relative error bound."""
-
-    name = "sz3"
-
-    def out_dtype(self, dtype):
-        return None
 
     def encode(self, x, ctx):
         pysz = _need("pysz")
@@ -140,16 +117,9 @@ class Sz3(Stage):
         return np.asarray(out).reshape(-1)
 
 
+@families.Lossless.implements("numpy")
 class Lossless(Stage):
     """A byte shuffle (or Blosc bit shuffle) and zstd or lz4 from numcodecs; bit-exact."""
-
-    name = "lossless"
-
-    def check(self, dtype):
-        pass
-
-    def out_dtype(self, dtype):
-        return None
 
     def _codec(self, itemsize):
         numcodecs = _need("numcodecs")

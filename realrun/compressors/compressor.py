@@ -14,47 +14,45 @@ import struct
 
 import numpy as np
 
+from perfmodel.compression import families
 from perfmodel.compression.codec import EF as EFNode
-from perfmodel.compression.codec import compile_spec
+from perfmodel.compression.codec import Codec, compile_spec
 from perfmodel.compression.families import Family
-from realrun.compressors import codecs, stages
-from realrun.compressors.payload import DTYPES, Header, Payload, spec_digest
+from realrun.compressors import codecs, stages  # noqa: F401  (codecs registers its implementations)
+from realrun.compressors.payload import DTYPES, Header, Payload, seal, spec_digest
 from topologies.errors import InputError
 
-STAGES = {cls.name: cls for cls in (stages.NoneStage, stages.Fp16, stages.Bf16, stages.Fp8, stages.Int8, stages.Int4,
-                                    stages.Qsgd, stages.Sign, stages.TopK, stages.RandK, codecs.PowerSgd, codecs.Zfp,
-                                    codecs.Sz3, codecs.Lossless)}
 LENGTH = struct.Struct("<Q")
+MAX_DEPTH = 64   # stages in one spec: deeper trees are refused by the grammar first
 
 
 class Chain(stages.Stage):
-    name = "chain"
+    """Stages applied in order; each stage's values feed the next, metadata in order."""
 
     def __init__(self, parts):
-        super().__init__({})
         self.parts = parts
 
+    @property
+    def name(self) -> str:
+        return "+".join(p.name for p in self.parts)
+
     def _walk(self, n, dtype):
+        """(stage, its input count, its input dtype) for every stage."""
         for part in self.parts:
             yield part, n, dtype
-            n, dtype = part.out_count(n), part.out_dtype(dtype)
-            dtype = np.dtype(np.uint8) if dtype is None and part is not self.parts[-1] else dtype
+            lay = part.layout(n, dtype)
+            n, dtype = lay.count, lay.dtype
 
     def check(self, dtype):
         for part, _, d in self._walk(0, dtype):
             part.check(d)
 
-    def out_count(self, n):
-        for part in self.parts:
-            n = part.out_count(n)
-        return n
-
-    def out_dtype(self, dtype):
-        last, _, last_dtype = list(self._walk(0, dtype))[-1]
-        return last.out_dtype(last_dtype)
-
-    def meta_size(self, n, dtype):
-        return sum(part.meta_size(m, d) for part, m, d in self._walk(n, dtype))
+    def layout(self, n, dtype):
+        meta, lay = 0, None
+        for part, m, d in self._walk(n, dtype):
+            lay = part.layout(m, d)
+            meta += lay.meta_bytes
+        return families.Layout(lay.count, lay.dtype, meta)
 
     def encode(self, x, ctx):
         metas = []
@@ -65,7 +63,7 @@ class Chain(stages.Stage):
 
     def decode(self, values, meta, n, dtype, ctx):
         steps = list(self._walk(n, dtype))
-        offsets = np.cumsum([0] + [p.meta_size(m, d) for p, m, d in steps])
+        offsets = np.cumsum([0] + [p.layout(m, d).meta_bytes for p, m, d in steps])
         out, ctx.out = ctx.out, None   # only the first stage writes the final values
         for i in range(len(steps) - 1, -1, -1):
             part, m, d = steps[i]
@@ -78,23 +76,18 @@ class ErrorFeedback(stages.Stage):
     """Adds the residual of the previous call (per key and size) before compressing, and keeps
     the new residual: what compression dropped is sent later instead of lost."""
 
-    name = "ef"
-
     def __init__(self, inner):
-        super().__init__({})
         self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return f"ef({self.inner.name})"
 
     def check(self, dtype):
         self.inner.check(dtype)
 
-    def out_count(self, n):
-        return self.inner.out_count(n)
-
-    def out_dtype(self, dtype):
-        return self.inner.out_dtype(dtype)
-
-    def meta_size(self, n, dtype):
-        return self.inner.meta_size(n, dtype)
+    def layout(self, n, dtype):
+        return self.inner.layout(n, dtype)
 
     def encode(self, x, ctx):
         key = ("ef", id(self), ctx.key, x.shape, x.dtype.str)
@@ -107,12 +100,13 @@ class ErrorFeedback(stages.Stage):
         return self.inner.decode(values, meta, n, dtype, ctx)
 
 
-def _build(node):
+def build_stage(node, backend: str = "numpy"):
+    """The implementation tree of a compiled spec's root (perfmodel's Codec.root)."""
     if isinstance(node, Family):
-        return STAGES[node.NAME](node.params)
+        return node.implementation(backend)(node)
     if isinstance(node, EFNode):
-        return ErrorFeedback(_build(node.inner))
-    return Chain([_build(p) for p in node])
+        return ErrorFeedback(build_stage(node.inner, backend))
+    return Chain([build_stage(p, backend) for p in node])
 
 
 def as_array(x) -> np.ndarray:
@@ -160,13 +154,14 @@ def _check_out(out, shape, dtype) -> np.ndarray:
 
 
 class Compressor:
-    """Compress and decompress with one spec; stateful parts (error feedback residuals,
-    PowerSGD warm start, random draws) live in ``self.ctx``."""
+    """Compress and decompress with one spec (a string, parsed once here, or a compiled
+    ``Codec``); stateful parts (error feedback residuals, PowerSGD warm start, random draws)
+    live in ``self.ctx``. Every payload is checked whole before it is decoded (``Header``)."""
 
-    def __init__(self, spec: str, seed: int = 0):
-        codec = compile_spec(spec)
+    def __init__(self, spec: str | Codec, seed: int = 0):
+        codec = spec if isinstance(spec, Codec) else compile_spec(spec)
         self.spec, self.codec = codec.text, codec
-        self.root = _build(codec.root)
+        self.root = build_stage(codec.root)
         self.ctx = stages.Ctx(seed=seed)
         self.digest = spec_digest(self.spec)
 
@@ -184,37 +179,59 @@ class Compressor:
         values, meta = self.root.encode(flat, self.ctx)
         self.ctx.step += 1
         header = Header(dtype=flat.dtype, shape=tuple(arr.shape) or (1,), digest=self.digest).pack()
-        prefix = LENGTH.pack(values.nbytes) if self.root.out_dtype(flat.dtype) is None else b""
-        return Payload(_assemble([header, meta, prefix], values, out))
+        prefix = LENGTH.pack(values.nbytes) if self.root.layout(0, flat.dtype).dtype is None else b""
+        buf = _assemble([header, meta, prefix], values, out)
+        seal(buf)
+        return Payload(buf)
 
     def decompress(self, payload: Payload, like=None, out=None) -> np.ndarray:
         """The array back; for ``none`` (raw bytes, no header) pass ``like`` (shape and dtype).
-        With ``out`` (an array of the original shape and dtype) the values are written there."""
+        With ``out`` (an array of the original shape and dtype) the values are written there.
+        A malformed or corrupted payload is an InputError, before any value is decoded."""
         data = memoryview(payload.data if isinstance(payload, Payload) else payload).cast("B")
         if self.codec.is_none:
-            if like is None:
-                raise InputError("like", None, "an array of the original shape and dtype for spec none")
-            raw = np.frombuffer(data, dtype=like.dtype).reshape(like.shape)
-            if out is None:
-                return raw.copy()
-            _check_out(out, like.shape, like.dtype)[:] = raw.reshape(-1)
-            return out
+            return self._raw(data, like, out)
         header, offset = Header.unpack(data)
         if header.digest != self.digest:
             raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
         n, dtype = header.count, header.dtype
+        values, meta = self._split(data, offset, n, dtype)
         self.ctx.out = None if out is None else _check_out(out, header.shape, dtype)
-        meta_end = offset + self.root.meta_size(n, dtype)
-        meta, rest = bytes(data[offset:meta_end]), data[meta_end:]
-        out_dtype = self.root.out_dtype(dtype)
-        if out_dtype is None:
-            (length,) = LENGTH.unpack_from(rest, 0)
-            values = np.frombuffer(rest[8:8 + length], np.uint8)
-        else:
-            values = np.frombuffer(rest, out_dtype, count=self.root.out_count(n))
-        result = np.asarray(self.root.decode(values, meta, n, dtype, self.ctx), dtype=dtype).reshape(header.shape)
-        self.ctx.out = None
+        try:
+            decoded = self.root.decode(values, meta, n, dtype, self.ctx)
+        finally:
+            self.ctx.out = None
+        if np.size(decoded) != n:
+            raise InputError("payload", f"{np.size(decoded)} decoded values", f"{n} values (header)")
+        result = np.asarray(decoded, dtype=dtype).reshape(header.shape)
         if out is not None and not np.shares_memory(result, out):
             out[...] = result
             return out
         return result if out is None else out
+
+    def _raw(self, data, like, out):
+        if like is None:
+            raise InputError("like", None, "an array of the original shape and dtype for spec none")
+        if len(data) != like.nbytes:
+            raise InputError("payload", f"{len(data)} bytes", f"{like.nbytes} bytes of raw values (spec none)")
+        raw = np.frombuffer(data, dtype=like.dtype).reshape(like.shape)
+        if out is None:
+            return raw.copy()
+        _check_out(out, like.shape, like.dtype)[:] = raw.reshape(-1)
+        return out
+
+    def _split(self, data, offset: int, n: int, dtype) -> tuple[np.ndarray, bytes]:
+        """(values, metadata) of a payload body, its length checked against the layout."""
+        lay = self.root.layout(n, dtype)
+        body = len(data) - offset
+        meta = bytes(data[offset:offset + lay.meta_bytes])
+        if lay.dtype is not None:
+            if body != lay.meta_bytes + lay.value_bytes:
+                raise InputError("payload", f"{body} body bytes", f"{lay.meta_bytes + lay.value_bytes} bytes "
+                                 f"for {n} values under {self.spec}")
+            return np.frombuffer(data, lay.dtype, count=lay.count, offset=offset + lay.meta_bytes), meta
+        start = offset + lay.meta_bytes + LENGTH.size
+        if body < lay.meta_bytes + LENGTH.size or LENGTH.unpack_from(data, start - LENGTH.size)[0] != len(data) - start:
+            raise InputError("payload", f"{body} body bytes", f"{lay.meta_bytes} metadata bytes, an 8-byte length "
+                             "and that many bytes of encoded values")
+        return np.frombuffer(data, np.uint8, offset=start), meta

@@ -133,6 +133,14 @@ if AVAILABLE:
                     p += 1
 
     @njit(parallel=True, cache=True)
+    def weighted_sum(words):
+        """sum (2i+1) * words[i] mod 2^64 (the payload checksum's reduction, one pass)."""
+        total = np.uint64(0)
+        for i in prange(words.size):
+            total += np.uint64(words[i]) * np.uint64(2 * i + 1)
+        return total
+
+    @njit(parallel=True, cache=True)
     def scatter(values, idx, out):
         out[:] = 0
         for j in prange(idx.size):

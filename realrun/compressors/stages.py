@@ -1,9 +1,10 @@
 """One class per compressor family, written against numpy; the reference implementation.
 
-A stage maps ``n`` input values to output values (``out_dtype``; None means an opaque byte
-blob) plus metadata bytes of a size known from ``n`` alone. Sizes agree with perfmodel's
-families exactly (the contract test). Stateful stages (randk, qsgd, powersgd) read a
-``Ctx``: seed, step number and the tensor's key.
+A stage is the numpy implementation of one perfmodel family (its contract), registered
+against the family class with ``@Family.implements("numpy")``. Its layout (output values,
+their dtype, metadata bytes) is the family's ``layout``, so payload sizes are the model's
+wire sizes by construction. Stateful stages (randk, qsgd, powersgd) read a ``Ctx``: seed,
+step number and the tensor's key.
 
 Non-finite input (documented, tested): block quantizers and sign decode a block holding a
 NaN or Inf as all NaN; top-k and rand-k keep what they select as it is; PowerSGD spreads
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfmodel.compression import families
 from realrun.compressors import casts, fast
 from topologies.errors import InputError
 
@@ -56,37 +58,27 @@ class Ctx:
         return out if out is not None else np.empty(n, dtype)
 
 
-def _float_input(name: str, dtype) -> None:
-    if dtype is None or dtype.kind != "f":
-        raise InputError("compressor", name, "a floating-point input (quantized or opaque values cannot be "
-                         "compressed again; only lossless may follow them)")
-
-
 class Stage:
-    name = ""
+    """One family's numpy implementation: ``encode(x, ctx) -> (values, meta)`` and
+    ``decode(values, meta, n, dtype, ctx) -> array``, laid out as ``family.layout`` says."""
 
-    def __init__(self, params: dict):
-        self.params = params
+    def __init__(self, family: families.Family):
+        self.family = family
+        self.params = family.params
 
-    def out_count(self, n: int) -> int:
-        return n
+    @property
+    def name(self) -> str:
+        return self.family.NAME
 
-    def out_dtype(self, dtype):
-        return dtype
-
-    def meta_size(self, n: int, dtype) -> int:
-        return 0
+    def layout(self, n: int, dtype) -> families.Layout:
+        return self.family.layout(n, dtype)
 
     def check(self, dtype) -> None:
-        _float_input(self.name, dtype)
+        self.family.accepts(dtype)
 
 
+@families.NoneFamily.implements("numpy")
 class NoneStage(Stage):
-    name = "none"
-
-    def check(self, dtype) -> None:
-        pass
-
     def encode(self, x, ctx):
         return x, b""
 
@@ -95,22 +87,22 @@ class NoneStage(Stage):
 
 
 class Cast(Stage):
-    def out_dtype(self, dtype):
-        return np.dtype(self.code_dtype) if dtype.itemsize > np.dtype(self.code_dtype).itemsize else dtype
+    def _passes(self, dtype) -> bool:
+        return self.layout(1, dtype).dtype == dtype   # a narrower input is not cast
 
     def encode(self, x, ctx):
-        if self.out_dtype(x.dtype) == x.dtype:
+        if self._passes(x.dtype):
             return x, b""
         return self.to_codes(x), b""
 
     def decode(self, values, meta, n, dtype, ctx):
-        if self.out_dtype(dtype) == dtype:
+        if self._passes(dtype):
             return values
         return self.from_codes(values).astype(dtype)
 
 
+@families.Fp16.implements("numpy")
 class Fp16(Cast):
-    name, code_dtype = "fp16", np.float16
 
     def encode(self, x, ctx):
         if fast.AVAILABLE and x.dtype == np.float32:
@@ -130,8 +122,8 @@ class Fp16(Cast):
         return c.astype(np.float32)
 
 
+@families.Bf16.implements("numpy")
 class Bf16(Cast):
-    name, code_dtype = "bf16", np.uint16
 
     def to_codes(self, x):
         return casts.to_bf16(x.astype(np.float32))
@@ -140,8 +132,8 @@ class Bf16(Cast):
         return casts.from_bf16(c)
 
 
+@families.Fp8.implements("numpy")
 class Fp8(Cast):
-    name, code_dtype = "fp8", np.uint8
 
     def to_codes(self, x):
         return casts.to_fp8(x.astype(np.float32), self.params["format"])
@@ -184,27 +176,15 @@ class BlockQuant(Stage):
     does for subnormal blocks), codes = round(x / scale); |x - x'| <= scale / 2. A block with
     a non-finite value gets a NaN scale."""
 
-    bits = 8
-
     @property
     def block(self) -> int:
         return self.params["block"]
 
     def n_bits(self) -> int:
-        return self.bits
+        return self.family.bits
 
     def levels(self) -> int:
         return 2 ** (self.n_bits() - 1) - 1
-
-    def out_count(self, n):
-        """Bytes of packed codes (the output is a uint8 stream)."""
-        return math.ceil(n * self.n_bits() / 8)
-
-    def out_dtype(self, dtype):
-        return np.dtype(np.uint8)
-
-    def meta_size(self, n, dtype):
-        return math.ceil(n / self.block) * 4
 
     def scales(self, b: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
@@ -221,7 +201,7 @@ class BlockQuant(Stage):
 
     def encode(self, x, ctx):
         if fast.AVAILABLE and type(self) in (Int8, Int4) and x.dtype == np.float32:
-            codes = ctx.buffer(self, "codes", len(x), np.int8 if self.bits == 8 else np.int64)
+            codes = ctx.buffer(self, "codes", len(x), np.int8 if self.n_bits() == 8 else np.int64)
             scales = ctx.buffer(self, "scales", math.ceil(len(x) / self.block), np.float32)
             q, scale = fast.quantize(x, self.block, self.levels(), codes, scales)
             return self.pack(q, len(x)), scale.tobytes()
@@ -249,21 +229,19 @@ class BlockQuant(Stage):
         return np.clip(q * per, -top, top).astype(dtype)
 
 
+@families.Int8.implements("numpy")
 class Int8(BlockQuant):
-    name, bits = "int8", 8
+    pass
 
 
+@families.Int4.implements("numpy")
 class Int4(BlockQuant):
-    name, bits = "int4", 4
+    pass
 
 
+@families.Qsgd.implements("numpy")
 class Qsgd(BlockQuant):
     """QSGD per block: ``bits`` including sign; stochastic rounding draws from (seed, step)."""
-
-    name = "qsgd"
-
-    def n_bits(self):
-        return self.params["bits"]
 
     def quantize(self, b, scale, ctx):
         if not self.params["stochastic"]:
@@ -274,13 +252,9 @@ class Qsgd(BlockQuant):
         return np.floor(y + rng.random(y.shape))
 
 
+@families.Sign.implements("numpy")
 class Sign(BlockQuant):
     """1 bit per value (1 = non-negative) and the block's mean |x| as its scale."""
-
-    name = "sign"
-
-    def n_bits(self):
-        return 1
 
     def scales(self, b):
         """Mean |x| per block, summed in index order in float64 (a cumulative sum, so the
@@ -314,21 +288,14 @@ class Sign(BlockQuant):
         return np.clip(sign * scale, -top, top).astype(dtype)
 
 
+@families.TopK.implements("numpy")
 class TopK(Stage):
     """The ``density`` fraction of largest |x|: values, then int32 indices or a bitmap
     (whichever is smaller), in index order. NaN and Inf rank as largest and are kept."""
 
-    name = "topk"
-
-    def out_count(self, n):
-        return min(n, math.ceil(self.params["density"] * n)) if n else 0
-
-    def meta_size(self, n, dtype):
-        return min(4 * self.out_count(n), math.ceil(n / 8))
-
     def select(self, x, ctx):
         """Every |x| above the k-th largest, then the ties at it in index order; ascending."""
-        n, k = len(x), self.out_count(len(x))
+        n, k = len(x), self.family.kept(len(x))
         if k == n:
             return np.arange(n)
         mag = np.abs(x)
@@ -338,7 +305,7 @@ class TopK(Stage):
         return np.union1d(above, np.flatnonzero(mag == t)[: k - len(above)])
 
     def encode(self, x, ctx):
-        k = self.out_count(len(x))
+        k = self.family.kept(len(x))
         if fast.AVAILABLE and x.dtype == np.float32 and 0 < k < len(x):
             idx, values = fast.topk(x, k, ctx.buffer(self, "idx", k, np.int64), ctx.buffer(self, "values", k, x.dtype))
             return values, self._index_bytes(idx, len(x))
@@ -346,17 +313,25 @@ class TopK(Stage):
         return x[idx], self._index_bytes(idx, len(x))
 
     def _index_bytes(self, idx, n):
-        if 4 * len(idx) <= math.ceil(n / 8):
+        if not self.family.index_bitmap(n):
             return idx.astype(np.int32).tobytes()
         mask = np.zeros(n, dtype=bool)
         mask[idx] = True
         return np.packbits(mask, bitorder="little").tobytes()
 
     def indices(self, meta, n):
-        k = self.out_count(n)
-        if 4 * k <= math.ceil(n / 8):
-            return np.frombuffer(meta, dtype=np.int32)
-        return np.flatnonzero(np.unpackbits(np.frombuffer(meta, np.uint8), bitorder="little")[:n])
+        """The kept positions, checked: k of them, strictly increasing, inside [0, n)."""
+        k = self.family.kept(n)
+        if not self.family.index_bitmap(n):
+            idx = np.frombuffer(meta, dtype=np.int32)
+            if len(idx) != k or (k and (idx[0] < 0 or idx[-1] >= n or np.any(np.diff(idx) <= 0))):
+                raise InputError("payload.indices", f"{len(idx)} indices", f"{k} increasing indices in [0, {n})")
+            return idx
+        bits = np.unpackbits(np.frombuffer(meta, np.uint8), bitorder="little")
+        idx = np.flatnonzero(bits[:n])
+        if len(idx) != k or bits[n:].any():
+            raise InputError("payload.indices", f"a bitmap of {int(bits.sum())} positions", f"{k} positions below {n}")
+        return idx
 
     def decode(self, values, meta, n, dtype, ctx):
         out = ctx.output(n, dtype)
@@ -368,17 +343,13 @@ class TopK(Stage):
         return out
 
 
+@families.RandK.implements("numpy")
 class RandK(TopK):
     """``density`` of the positions drawn from (seed, step); the payload carries the step."""
 
-    name = "randk"
-
-    def meta_size(self, n, dtype):
-        return 8
-
     def _draw(self, n, seed, step):
         rng = np.random.default_rng([seed, step, 0x52414E44])
-        return np.sort(rng.choice(n, self.out_count(n), replace=False))
+        return np.sort(rng.choice(n, self.family.kept(n), replace=False))
 
     def encode(self, x, ctx):
         idx = self._draw(len(x), ctx.seed, ctx.step)

@@ -2,8 +2,9 @@
 
 ``GpuCompressor(spec)`` takes CuPy arrays or CUDA torch tensors (through DLPack, no copy) and
 produces the same payload bytes as the numpy reference (``realrun.compressors``), on the
-device. Specs with a GPU path: none, fp16, fp8 (e4m3, e5m2), int8, int4, sign, topk; any
-other spec is a clear error, never a silent copy to the host. CuPy is imported on first use
+device. Specs with a GPU path are the families with a ``cupy`` implementation registered
+here (``gpu_families()``: none, fp16, fp8, int8, int4, sign, topk); any other spec is a
+clear error, never a silent copy to the host. CuPy is imported on first use
 (the ``gpu`` extra); on machines without it the CUDA source still compiles under nvcc in a
 test, and ``scripts/gpu_check.sh`` runs everything on a GPU.
 """
@@ -15,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.compression.codec import compile_spec
-from realrun.compressors.payload import Header, spec_digest
+from perfmodel.compression import families
+from perfmodel.compression.codec import Codec, compile_spec, header_bytes
+from realrun.compressors.payload import MAX_NDIM, Header, checksum, spec_digest
 from topologies.errors import InputError
 
 SOURCE = Path(__file__).with_name("kernels.cu")
 THREADS = 256
-GPU_FAMILIES = ("none", "fp16", "fp8", "int8", "int4", "sign", "topk")
 
 
 def kernel_source() -> str:
@@ -67,17 +68,17 @@ def as_device_array(x):
 
 
 class GpuCompressor:
-    def __init__(self, spec: str):
-        codec = compile_spec(spec)
+    """One spec on the GPU: a single family with a ``cupy`` implementation (registered
+    below against its perfmodel family); anything else is refused, never run on the host."""
+
+    def __init__(self, spec):
+        codec = spec if isinstance(spec, Codec) else compile_spec(spec)
         self.spec, self.codec = codec.text, codec
-        if len(codec.families) != 1 or codec.families[0].NAME not in GPU_FAMILIES or codec.error_feedback:
-            raise InputError("compressor", spec, "one of " + ", ".join(GPU_FAMILIES) + " on the GPU")
+        if len(codec.families) != 1 or codec.error_feedback:
+            raise InputError("compressor", self.spec, "one of " + ", ".join(gpu_families()) + " on the GPU")
         self.family = codec.families[0]
+        self.kernels = self.family.implementation("cupy")(self.family)
         self.digest = spec_digest(self.spec)
-        block = self.family.params.get("block")
-        if self.family.NAME in ("sign", "int4") and block % (8 if self.family.NAME == "sign" else 2):
-            raise InputError(f"{self.family.NAME}.block", block,
-                             "a multiple of 8 (sign) or 2 (int4) on the GPU: a byte never spans two blocks")
 
     def compress(self, x):
         """A device uint8 array holding the payload (``cupy.asnumpy(...)`` gives its bytes)."""
@@ -86,128 +87,183 @@ class GpuCompressor:
         if arr.dtype != cp.float32:
             raise InputError("dtype", str(arr.dtype), "float32 on the GPU")
         flat = cp.ascontiguousarray(arr).reshape(-1)
-        if self.family.NAME == "none":
+        if self.family.IDENTITY:
             return flat.view(cp.uint8)
-        header = Header(dtype=np.dtype(np.float32), shape=tuple(arr.shape) or (1,), digest=self.digest).pack()
-        parts = getattr(self, f"_enc_{self.family.NAME}")(flat)
-        return cp.concatenate([cp.asarray(np.frombuffer(header, np.uint8))] + [p.view(cp.uint8) for p in parts])
+        parts = self.kernels.encode(flat)
+        body = cp.concatenate([p.view(cp.uint8) for p in parts]) if parts else cp.zeros(0, cp.uint8)
+        header = Header(dtype=np.dtype(np.float32), shape=tuple(arr.shape) or (1,), digest=self.digest,
+                        checksum=checksum(body, cp)).pack()
+        return cp.concatenate([cp.asarray(np.frombuffer(header, np.uint8)), body])
 
     def decompress(self, payload, like=None):
         cp = _cupy()
         data = cp.asarray(payload).view(cp.uint8)
-        if self.family.NAME == "none":
+        if self.family.IDENTITY:
             return data.view(cp.float32).reshape(like.shape if like is not None else (-1,))
-        host = cp.asnumpy(data[:64]).tobytes()
-        header, offset = Header.unpack(host)
+        host = cp.asnumpy(data[:header_bytes(MAX_NDIM)]).tobytes()
+        header, offset = Header.unpack(host, verify=False)
         if header.digest != self.digest:
             raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
-        out = getattr(self, f"_dec_{self.family.NAME}")(data[offset:], header.count)
-        return out.reshape(header.shape)
+        body = data[offset:]
+        if checksum(body, cp) != header.checksum:
+            raise InputError("payload.checksum", f"{header.checksum:#010x}", "the checksum of the body")
+        lay = self.family.layout(header.count, np.dtype(np.float32))
+        if body.size != lay.meta_bytes + lay.value_bytes:
+            raise InputError("payload", f"{body.size} body bytes", f"{lay.meta_bytes + lay.value_bytes} bytes")
+        return self.kernels.decode(body, header.count).reshape(header.shape)
 
-    def _grid(self, n):
-        return (max(1, math.ceil(n / THREADS)),), (THREADS,)
 
-    def _enc_fp16(self, x):
+def gpu_families() -> tuple[str, ...]:
+    """Names of the families with a GPU implementation."""
+    return tuple(name for name, cls in families.FAMILIES.items() if "cupy" in cls.IMPLEMENTATIONS)
+
+
+def _grid(n):
+    return (max(1, math.ceil(n / THREADS)),), (THREADS,)
+
+
+class _Kernels:
+    """A family's CuPy kernels: ``encode(x) -> [device arrays of the body, in order]`` and
+    ``decode(body, n) -> float32 array``, laid out as the family's ``layout``."""
+
+    def __init__(self, family):
+        self.family = family
+        self.params = family.params
+
+
+@families.Fp16.implements("cupy")
+class _Fp16(_Kernels):
+    def encode(self, x):
         return [x.astype(_cupy().float16)]
 
-    def _dec_fp16(self, body, n):
+    def decode(self, body, n):
         return body.view(_cupy().float16)[:n].astype(_cupy().float32)
 
-    def _e5m2(self):
-        return 1 if self.family.params["format"] == "e5m2" else 0
 
-    def _enc_fp8(self, x):
+@families.Fp8.implements("cupy")
+class _Fp8(_Kernels):
+    def _e5m2(self):
+        return 1 if self.params["format"] == "e5m2" else 0
+
+    def encode(self, x):
         cp = _cupy()
         out = cp.empty(len(x), cp.uint8)
-        module().get_function("to_fp8")(*self._grid(len(x)), (x, out, np.int64(len(x)), np.int32(self._e5m2())))
+        module().get_function("to_fp8")(*_grid(len(x)), (x, out, np.int64(len(x)), np.int32(self._e5m2())))
         return [out]
 
-    def _dec_fp8(self, body, n):
+    def decode(self, body, n):
         cp = _cupy()
         y = cp.empty(n, cp.float32)
-        module().get_function("from_fp8")(*self._grid(n), (body[:n], y, np.int64(n), np.int32(self._e5m2())))
+        module().get_function("from_fp8")(*_grid(n), (body[:n], y, np.int64(n), np.int32(self._e5m2())))
         return y
 
-    def _bits(self):
-        return {"int8": 8, "int4": 4, "sign": 1}[self.family.NAME]
 
-    def _enc_int8(self, x):
+class _BlockQuant(_Kernels):
+    """int8 / int4 codes and fp32 scales; a block never shares a byte with the next (int4: even blocks)."""
+
+    MULTIPLE = 1
+
+    def __init__(self, family):
+        super().__init__(family)
+        if family.params["block"] % self.MULTIPLE:
+            raise InputError(f"{family.NAME}.block", family.params["block"],
+                             f"a multiple of {self.MULTIPLE} on the GPU: a byte never spans two blocks")
+
+    def encode(self, x):
         cp = _cupy()
-        n, block, bits = len(x), self.family.params["block"], self._bits()
-        blocks = math.ceil(n / block)
-        codes = cp.zeros(math.ceil(n * bits / 8), cp.uint8)
-        scales = cp.empty(blocks, cp.float32)
+        n, block, bits = len(x), self.params["block"], self.family.bits
+        lay = self.family.layout(n, np.float32)
+        codes, scales = cp.zeros(lay.count, cp.uint8), cp.empty(lay.meta_bytes // 4, cp.float32)
         if n:
-            module().get_function("quantize_absmax")((blocks,), (THREADS,), (x, codes, scales, np.int64(n),
-                                                                            np.int32(block), np.int32(bits)))
+            module().get_function("quantize_absmax")((len(scales),), (THREADS,), (x, codes, scales, np.int64(n),
+                                                                                  np.int32(block), np.int32(bits)))
         return [scales, codes]
 
-    _enc_int4 = _enc_int8
-
-    def _dec_int8(self, body, n):
+    def decode(self, body, n):
         cp = _cupy()
-        block, bits = self.family.params["block"], self._bits()
-        blocks = math.ceil(n / block)
-        scales = body[: blocks * 4].view(cp.float32)
-        codes = body[blocks * 4: blocks * 4 + math.ceil(n * bits / 8)]
+        lay = self.family.layout(n, np.float32)
+        scales = body[: lay.meta_bytes].view(cp.float32)
+        codes = body[lay.meta_bytes: lay.meta_bytes + lay.count]
         y = cp.empty(n, cp.float32)
         if n:
-            module().get_function("dequantize_absmax")(*self._grid(n), (codes, scales, y, np.int64(n),
-                                                                         np.int32(block), np.int32(bits)))
+            module().get_function("dequantize_absmax")(*_grid(n), (codes, scales, y, np.int64(n),
+                                                                    np.int32(self.params["block"]),
+                                                                    np.int32(self.family.bits)))
         return y
 
-    _dec_int4 = _dec_int8
 
-    def _enc_sign(self, x):
+@families.Int8.implements("cupy")
+class _Int8(_BlockQuant):
+    pass
+
+
+@families.Int4.implements("cupy")
+class _Int4(_BlockQuant):
+    MULTIPLE = 2
+
+
+@families.Sign.implements("cupy")
+class _Sign(_BlockQuant):
+    MULTIPLE = 8
+
+    def encode(self, x):
         cp = _cupy()
-        n, block = len(x), self.family.params["block"]
-        blocks = math.ceil(n / block)
-        bits = cp.zeros(math.ceil(n / 8), cp.uint8)
-        scales = cp.empty(blocks, cp.float32)
+        n, block = len(x), self.params["block"]
+        lay = self.family.layout(n, np.float32)
+        bits, scales = cp.zeros(lay.count, cp.uint8), cp.empty(lay.meta_bytes // 4, cp.float32)
         if n:
-            module().get_function("sign_pack")((blocks,), (THREADS,), (x, bits, scales, np.int64(n), np.int32(block)))
+            module().get_function("sign_pack")((len(scales),), (THREADS,), (x, bits, scales, np.int64(n),
+                                                                            np.int32(block)))
         return [scales, bits]
 
-    def _dec_sign(self, body, n):
+    def decode(self, body, n):
         cp = _cupy()
-        block = self.family.params["block"]
-        blocks = math.ceil(n / block)
+        lay = self.family.layout(n, np.float32)
         y = cp.empty(n, cp.float32)
         if n:
-            scales = body[: blocks * 4].view(cp.float32)
-            module().get_function("sign_unpack")(*self._grid(n), (body[blocks * 4:], scales, y, np.int64(n),
-                                                                  np.int32(block)))
+            scales = body[: lay.meta_bytes].view(cp.float32)
+            module().get_function("sign_unpack")(*_grid(n), (body[lay.meta_bytes:], scales, y, np.int64(n),
+                                                              np.int32(self.params["block"])))
         return y
 
-    def _kept(self, n):
-        return min(n, math.ceil(self.family.params["density"] * n)) if n else 0
 
-    def _enc_topk(self, x):
+@families.TopK.implements("cupy")
+class _TopK(_Kernels):
+    def encode(self, x):
         cp = _cupy()
-        n, k = len(x), self._kept(len(x))
+        n, k = len(x), self.family.kept(len(x))
         mag = cp.abs(x)
         mag = cp.where(cp.isnan(mag), cp.inf, mag)
         idx = cp.arange(n) if k == n else cp.sort(cp.argpartition(mag, n - k)[n - k:])
         idx = idx.astype(cp.int32)
         values = cp.empty(k, cp.float32)
         if k:
-            module().get_function("gather_f32")(*self._grid(k), (x, idx, values, np.int64(k)))
-        if 4 * k <= math.ceil(n / 8):
+            module().get_function("gather_f32")(*_grid(k), (x, idx, values, np.int64(k)))
+        if not self.family.index_bitmap(n):
             return [idx, values]
         mask = cp.zeros(n, cp.bool_)
         mask[idx] = True
         return [cp.packbits(mask, bitorder="little"), values]
 
-    def _dec_topk(self, body, n):
+    def decode(self, body, n):
         cp = _cupy()
-        k = self._kept(n)
-        meta = min(4 * k, math.ceil(n / 8))
-        if 4 * k <= math.ceil(n / 8):
+        k, meta = self.family.kept(n), self.family.layout(n, np.float32).meta_bytes
+        if not self.family.index_bitmap(n):
             idx = body[:meta].view(cp.int32)
+            if k and bool(((idx[0] < 0) | (idx[-1] >= n) | cp.any(cp.diff(idx) <= 0)).get()):
+                raise InputError("payload.indices", f"{k} indices", f"increasing indices in [0, {n})")
         else:
-            idx = cp.flatnonzero(cp.unpackbits(body[:meta], bitorder="little")[:n]).astype(cp.int32)
+            bits = cp.unpackbits(body[:meta], bitorder="little")
+            idx = cp.flatnonzero(bits[:n]).astype(cp.int32)
+            if int(idx.size) != k or bool(bits[n:].any().get()):
+                raise InputError("payload.indices", f"a bitmap of {int(idx.size)} positions", f"{k} below {n}")
         values = body[meta: meta + 4 * k].view(cp.float32)
         y = cp.zeros(n, cp.float32)
         if k:
-            module().get_function("scatter_f32")(*self._grid(k), (values, idx, y, np.int64(k)))
+            module().get_function("scatter_f32")(*_grid(k), (values, idx, y, np.int64(k)))
         return y
+
+
+@families.NoneFamily.implements("cupy")
+class _None(_Kernels):
+    pass

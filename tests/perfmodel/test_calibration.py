@@ -27,7 +27,7 @@ def test_profile_round_trip(tmp_path):
     calib = load_calibration(_write(tmp_path, PROFILE))
     assert calib.ratios == {"sz3": 20.0} and calib.overlap_slowdown == 0.3
     assert calib.provenance["machine"] == "test"
-    assert calib.spec("ef(sz3(abs=1e-4))+int8") == "ef(sz3(abs=0.0001,ratio=20))+int8(block=256)"
+    assert calib.spec("ef(topk(0.01))+sz3(abs=1e-4)") == "ef(topk(density=0.01))+sz3(abs=0.0001,ratio=20)"
     assert calib.spec("sz3(abs=1e-4,ratio=3)") == "sz3(abs=0.0001,ratio=3)"
 
 
