@@ -18,6 +18,14 @@ def _need(module: str):
         raise InputError("compressor", module, "installed: pip install 'commpress[real]'") from None
 
 
+def _external(name: str, decode, *args):
+    """Run an external codec's decoder; its own errors on a malformed stream become InputError."""
+    try:
+        return decode(*args)
+    except (ValueError, RuntimeError, IndexError, OverflowError) as e:
+        raise InputError("payload", name, f"a valid {name} stream ({str(e)[:80]})") from None
+
+
 def _finite(name: str, x: np.ndarray) -> None:
     if not np.all(np.isfinite(x)):
         raise InputError("compressor", name, "finite input: zfp and sz3 cannot encode NaN or Inf")
@@ -87,7 +95,8 @@ class Zfp(Stage):
         zfpy = _need("zfpy")
         if not n:
             return np.zeros(0, dtype)
-        out = zfpy._decompress(bytes(values), zfpy.dtype_to_ztype(np.dtype(dtype)), [n], **self._kw())
+        ztype = zfpy.dtype_to_ztype(np.dtype(dtype))
+        out = _external("zfp", lambda: zfpy._decompress(bytes(values), ztype, [n], **self._kw()))
         top = np.finfo(dtype).max   # input was finite: at low rates zfp can round the largest values past it
         return np.clip(np.asarray(out, dtype=dtype).reshape(-1)[:n], -top, top)
 
@@ -113,7 +122,7 @@ class Sz3(Stage):
         pysz = _need("pysz")
         if not n:
             return np.zeros(0, dtype)
-        out, _ = pysz.sz.decompress(np.ascontiguousarray(values), np.dtype(dtype), (n,))
+        out, _ = _external("sz3", pysz.sz.decompress, np.ascontiguousarray(values), np.dtype(dtype), (n,))
         return np.asarray(out).reshape(-1)
 
 
@@ -142,5 +151,7 @@ class Lossless(Stage):
             return np.zeros(0, dtype)
         data = bytes(values)
         for c in reversed(self._codec(np.dtype(dtype).itemsize)):
-            data = bytes(c.decode(data))
-        return np.frombuffer(data, dtype=dtype)[:n].copy()
+            data = bytes(_external("lossless", c.decode, data))
+        if len(data) != n * np.dtype(dtype).itemsize:
+            raise InputError("payload", f"{len(data)} decoded bytes", f"{n * np.dtype(dtype).itemsize} (header)")
+        return np.frombuffer(data, dtype=dtype).copy()

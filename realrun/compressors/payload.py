@@ -30,7 +30,8 @@ from realrun.compressors import fast
 from topologies.errors import InputError
 
 MAGIC, VERSION = b"CP", 2
-_FIXED = struct.Struct("<2sBBB3xQ8sI4x")
+_FIXED = struct.Struct("<2sBBB3sQ8sI4s")
+PAD = (b"\0" * 3, b"\0" * 4)
 assert _FIXED.size == HEADER_FIXED_BYTES
 DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16), 3: np.dtype(np.float64)}
 CODES = {v: k for k, v in DTYPES.items()}
@@ -79,8 +80,8 @@ class Header:
         return header_bytes(len(self.shape))
 
     def pack(self) -> bytes:
-        fixed = _FIXED.pack(MAGIC, VERSION, CODES[self.dtype], len(self.shape), self.count, self.digest,
-                            self.checksum)
+        fixed = _FIXED.pack(MAGIC, VERSION, CODES[self.dtype], len(self.shape), PAD[0], self.count, self.digest,
+                            self.checksum, PAD[1])
         return fixed + struct.pack(f"<{len(self.shape)}Q", *self.shape)
 
     @classmethod
@@ -89,8 +90,8 @@ class Header:
         (with ``verify``, also a body that does not match its checksum)."""
         if len(data) < _FIXED.size:
             raise InputError("payload", f"{len(data)} bytes", "a commpress payload (too short for a header)")
-        magic, version, code, ndim, count, digest, check = _FIXED.unpack_from(data, 0)
-        if magic != MAGIC or version != VERSION:
+        magic, version, code, ndim, pad, count, digest, check, pad2 = _FIXED.unpack_from(data, 0)
+        if magic != MAGIC or version != VERSION or (pad, pad2) != PAD:
             raise InputError("payload", bytes(data[:4]), f"a commpress payload of format version {VERSION}")
         if code not in DTYPES:
             raise InputError("payload.dtype", code, "a dtype code of " + ", ".join(map(str, DTYPES)))

@@ -8,17 +8,18 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from perfmodel import compile_spec
+from perfmodel.compression.families import FAMILIES
 from realrun.compressors import Compressor, Payload
 from topologies.errors import InputError
 
 pytest.importorskip("zfpy", reason="the real extra (zfpy, pysz, numcodecs) is not installed")
 
-FIXED = ["fp16", "bf16", "fp8", "fp8(format=e5m2)", "int8", "int8(block=100)", "int4", "qsgd(bits=4)",
-         "qsgd(bits=3,stochastic=false)", "sign", "topk(0.01)", "topk(0.5)", "randk(0.01)", "powersgd(4)",
-         "powersgd(rank=2,rows=10)", "zfp(rate=8)", "zfp(rate=3)", "ef(int8)", "ef(topk(0.01))+int8", "topk(0.1)+int4",
-         "topk(0.05)+fp16"]
-DATA_DEPENDENT = ["zfp(tolerance=1e-3)", "zfp(precision=12)", "sz3(abs=1e-3)", "sz3(rel=1e-3)", "lossless",
-                  "lossless(codec=lz4,shuffle=bit)", "int8+lossless"]
+# Every family's examples (from the registry: a new family is covered without editing this file),
+# plus the grammar's compositions: error feedback and chains.
+CHAINS = ["ef(int8)", "ef(topk(0.01))+int8", "topk(0.1)+int4", "topk(0.05)+fp16", "int8+lossless", "ef(int4)+lossless"]
+EXAMPLES = [s for cls in FAMILIES.values() for s in cls.examples()] + CHAINS
+FIXED = [s for s in EXAMPLES if compile_spec(s).exact and not compile_spec(s).is_none]
+DATA_DEPENDENT = [s for s in EXAMPLES if not compile_spec(s).exact]
 
 
 def gaussian(n, seed=0, dtype=np.float32):
