@@ -27,11 +27,12 @@ clear error. Compressor ratios apply to specs that do not give their own ``ratio
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, protocol_table
+from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, gpu_catalog, protocol_table
 from perfmodel.collectives.phases import PRIMITIVES
 from perfmodel.compression.codec import compile_spec
 from perfmodel.compression.families import DEFAULT_RATIO
@@ -132,9 +133,23 @@ def _fail(key, value, allowed):
 
 
 def _number(key, value, low=0.0, high=float("inf")):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
-        _fail(key, value, f"a number in ({low}, {high}]")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low < value <= high:
+        _fail(key, value, f"a finite number in ({low}, {high}]")
     return float(value)
+
+
+def _section(raw: dict, key: str, depth: int = 1) -> dict:
+    """``raw[key]`` (default empty), refused unless it is a JSON object, as are its values
+    ``depth`` levels down."""
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        _fail(key, value, "a JSON object")
+    if depth > 1:
+        for sub, inner in value.items():
+            if not isinstance(inner, dict):
+                _fail(f"{key}.{sub}", inner, "a JSON object")
+    return value
 
 
 def _check_kernel(key: str, over, optional: set) -> None:
@@ -151,11 +166,19 @@ def _check(raw: dict) -> None:
     for key in raw:
         if key not in TOP:
             _fail(key, raw[key], "not a profile key; allowed: " + ", ".join(TOP))
+    for key in ("devices", "protocols", "compressors", "primitives", "kernels"):
+        _section(raw, key, depth=2)
+    _section(raw, "provenance")
+    gpus = gpu_catalog()
     for gpu, over in raw.get("devices", {}).items():
+        if gpu not in gpus:
+            _fail(f"devices.{gpu}", over, "a GPU of the catalog: " + ", ".join(gpus))
         for k, v in over.items():
             if k not in DEVICE_KEYS:
                 _fail(f"devices.{gpu}.{k}", v, "one of " + ", ".join(DEVICE_KEYS))
             if k == "gemm_efficiency":
+                if not isinstance(v, dict):
+                    _fail(f"devices.{gpu}.gemm_efficiency", v, "a JSON object of GEMM size: efficiency")
                 for size, eff in v.items():
                     _number(f"devices.{gpu}.gemm_efficiency.{size}", eff, 0.0, 1.0)
             else:
@@ -164,8 +187,8 @@ def _check(raw: dict) -> None:
         if cls not in protocol_table():
             _fail(f"protocols.{cls}", protos, "one of " + ", ".join(protocol_table()))
         for name, over in protos.items():
-            if name not in PROTOCOL_NAMES:
-                _fail(f"protocols.{cls}.{name}", over, "one of " + ", ".join(PROTOCOL_NAMES))
+            if name not in PROTOCOL_NAMES or not isinstance(over, dict):
+                _fail(f"protocols.{cls}.{name}", over, "an object for one of " + ", ".join(PROTOCOL_NAMES))
             for k, v in over.items():
                 if k not in PROTOCOL_KEYS:
                     _fail(f"protocols.{cls}.{name}.{k}", v, "one of " + ", ".join(PROTOCOL_KEYS))
@@ -186,7 +209,7 @@ def _check(raw: dict) -> None:
             _number(f"primitives.{cls}.{name}.bw_fraction", over["bw_fraction"], 0.0, 1.0)
     for spec, over in raw.get("kernels", {}).items():
         _check_kernel(f"kernels.{spec}", over, {"shared"})
-        for ranks, shared in over.get("shared", {}).items():
+        for ranks, shared in _section(over, "shared").items():
             if not ranks.isdigit() or int(ranks) < 2:
                 _fail(f"kernels.{spec}.shared.{ranks}", shared, "a rank count >= 2 as the key")
             _check_kernel(f"kernels.{spec}.shared.{ranks}", shared, set())
@@ -203,6 +226,10 @@ def _load(path: str, mtime: float) -> Calibration:
         raise InputError("calibration", path, f"a readable profile file ({err.strerror})") from None
     except json.JSONDecodeError as err:
         raise InputError("calibration", path, f"a JSON calibration profile ({err.msg} at line {err.lineno})") from None
+    except UnicodeDecodeError:
+        raise InputError("calibration", path, "a UTF-8 JSON calibration profile") from None
+    except RecursionError:
+        raise InputError("calibration", path, "a JSON profile nested at most a few levels") from None
     _check(raw)
     ratios = {k: v["ratio"] for k, v in raw.get("compressors", {}).items()}
     kernels = {}

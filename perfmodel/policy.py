@@ -95,6 +95,8 @@ def split_policies(text: str) -> list[str]:
     anywhere, policies are split on ';' only: 'none;dp=int8;hybrid'."""
     if ";" in (text or ""):
         out = [p.strip() for p in split_top_level(text, ";")]
+        if not out:
+            raise InputError("policies", text, "one or more policies separated by semicolons")
         for p in out:
             parse_policy(p)
         return out

@@ -13,9 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,15 +23,13 @@ import numpy as np
 
 from perfmodel.records import make_record
 from perfmodel.record import busbw_factor
+from realrun import procs
 from topologies.errors import InputError
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+OP_TIMEOUT_S = 60   # a collective that waits longer on a peer ends the run (a stalled or stopped rank)
 
 
 def run_collectives(config: dict, progress=None) -> list[dict]:
@@ -47,34 +43,20 @@ def run_collectives(config: dict, progress=None) -> list[dict]:
         cfg = os.path.join(tmp, "config.json")
         with open(cfg, "w") as handle:
             json.dump(config, handle)
-        port, out = _free_port(), os.path.join(tmp, "records.jsonl")
-        procs = [subprocess.Popen([sys.executable, "-m", "realrun.bench", str(r), str(world), str(port), cfg, out],
-                                  stdout=subprocess.DEVNULL, stderr=None if r == 0 else subprocess.PIPE)
-                 for r in range(world)]
-        _wait(procs, config.get("timeout_s", 1800))
+        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "records.jsonl")
+        # Rendezvous through a file (no listening socket), gloo pairs on loopback, one thread a rank.
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": str(config.get("threads", 1)),
+               "NUMBA_NUM_THREADS": str(config.get("threads", 1))}
+        ranks = []
+        try:
+            for r in range(world):
+                ranks.append(procs.start(procs.python_argv("realrun.bench", str(r), str(world), store, cfg, out),
+                                         quiet=r > 0, env=env))
+            procs.wait_all(ranks, config.get("timeout_s", 1800))
+        finally:
+            procs.stop_all(ranks)
         with open(out) as handle:
             return [json.loads(line) for line in handle]
-
-
-def _wait(procs, timeout_s: float) -> None:
-    """Wait for every rank; one failing ends the run with its error, never a hang."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        while any(p.poll() is None for p in procs):
-            failed = [p for p in procs if p.poll() not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        bad = [(i, p) for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if bad or any(p.poll() is None for p in procs):
-            i, p = bad[0] if bad else (None, None)
-            tail = (p.stderr.read().decode()[-400:] if p and p.stderr else "").strip().splitlines()
-            raise InputError("bench", f"rank {i}" if bad else "timeout",
-                             f"a run where every rank finishes ({tail[-1] if tail else 'see stderr'})")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
 
 
 def _case(op, spec, alg, x, exact, iters, warmup):
@@ -151,7 +133,8 @@ def run_here(config: dict) -> list[dict]:
     return [json.loads(line) for line in lines[0].splitlines()]
 
 
-def worker(rank: int, world: int, port, config, out: str, keep_group: bool = False) -> None:
+def worker(rank: int, world: int, store, config, out: str, keep_group: bool = False) -> None:
+    """One rank: ``store`` is a FileStore path (local ranks) or None (env://, torchrun)."""
     import torch
     import torch.distributed as dist
 
@@ -159,9 +142,9 @@ def worker(rank: int, world: int, port, config, out: str, keep_group: bool = Fal
         with open(config) as handle:
             config = json.load(handle)
     cfg = config
-    init = "env://" if port is None else f"tcp://127.0.0.1:{port}"
+    init = "env://" if store is None else f"file://{store}"
     dist.init_process_group(cfg.get("backend", "gloo"), init_method=init, rank=rank,
-                            world_size=world, timeout=timedelta(seconds=cfg.get("op_timeout_s", 300)))
+                            world_size=world, timeout=timedelta(seconds=cfg.get("op_timeout_s", OP_TIMEOUT_S)))
     records = []
     cases = cfg.get("cases") or [(s, c, a) for s in cfg["sizes"] for c in cfg["compressors"]
                                  for a in (cfg["algorithms"] if cfg["op"] == "allreduce" else ["auto"])]
@@ -304,8 +287,8 @@ def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threa
     return out
 
 
-if __name__ == "__main__":   # RANK WORLD PORT CONFIG OUT, or --env CONFIG OUT (env:// launch)
+if __name__ == "__main__":   # RANK WORLD STORE CONFIG OUT, or --env CONFIG OUT (env:// launch)
     if sys.argv[1] == "--env":
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, sys.argv[2], sys.argv[3])
     else:
-        worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+        worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+
 import tempfile
 from dataclasses import replace
 
-from realrun import bench
+from realrun import bench, procs
 from realrun.cluster import emulated, launch
 from topologies.errors import InputError
 
@@ -54,7 +54,7 @@ class EmulatedRunner:
             cfg, out = os.path.join(tmp, "config.json"), os.path.join(tmp, "records.jsonl")
             with open(cfg, "w") as handle:
                 json.dump(config, handle)
-            launch.run(self.name, [sys.executable, "-m", "realrun.bench", "--env", cfg, out],
+            launch.run(self.name, procs.python_argv("realrun.bench", "--env", cfg, out),
                        timeout_s=config.get("timeout_s", 1800), threads=self.threads, hosts=hosts)
             records = _read(out)
         for r in records:

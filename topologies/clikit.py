@@ -5,13 +5,25 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 
 from topologies.attrs import GraphError
 from topologies.errors import InputError
 
 EXIT_USAGE = 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143   # 128 + signal number, as shells report them
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks (stopping ranks, removing
+    temporary files, rolling a cluster back) run before the command exits."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 class Parser(argparse.ArgumentParser):
@@ -22,15 +34,39 @@ class Parser(argparse.ArgumentParser):
 
 
 def run(main, argv=None) -> int:
-    """Call ``main(argv)``; bad input becomes one line on stderr and exit code 2."""
+    """Call ``main(argv)``; bad input becomes one line on stderr and exit code 2, SIGINT and
+    SIGTERM one line and 130 / 143 (after the command's own clean-up has run). The last-resort
+    cases (nesting too deep, a file that is not UTF-8, an OS error, memory) are one line too;
+    they back up the checks each command makes, they do not replace them."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return main(argv) or 0
     except (InputError, GraphError) as err:
-        prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "commpress"
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(str(err))
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_SIGINT)
+    except Terminated:
+        return _fail("terminated", EXIT_SIGTERM)
+    except RecursionError:
+        return _fail("input nested too deeply to read")
+    except UnicodeDecodeError as err:
+        return _fail(f"input is not UTF-8 text ({err.reason} at byte {err.start})")
+    except MemoryError:
+        return _fail("not enough memory for this input: choose smaller sizes")
+    except OSError as err:
+        return _fail(f"{err.filename or 'file'}: {err.strerror or err}")
+    finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "commpress"
+    print(f"{prog}: error: {message}" if code == EXIT_USAGE else f"{prog}: {message}", file=sys.stderr)
+    return code
 
 
 def table(headers, rows, title: str | None = None) -> str:

@@ -72,9 +72,14 @@ def _tokens(text: str) -> list[tuple[str, object]]:
     return out
 
 
+MAX_SPEC_CHARS = 1000   # a spec is a handful of stages; longer text is refused before tokenizing
+MAX_DEPTH = 8           # nested ef(...) levels
+MAX_STAGES = 16         # stages in one chain
+
+
 class _Parser:
     def __init__(self, text: str):
-        self.text, self.toks, self.i = text, _tokens(text), 0
+        self.text, self.toks, self.i, self.depth = text, _tokens(text), 0, 0
 
     def fail(self, what: str):
         raise InputError("compressor", self.text, what)
@@ -96,14 +101,20 @@ class _Parser:
         while self.peek("sym", "+"):
             self.i += 1
             parts.append(self.term())
+            if len(parts) > MAX_STAGES:
+                self.fail(f"at most {MAX_STAGES} stages in a chain")
         return parts[0] if len(parts) == 1 else Chain(parts=tuple(parts))
 
     def term(self):
         name = self.take("word").lower()
         if name == "ef":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                self.fail(f"at most {MAX_DEPTH} nested ef(...)")
             self.take("sym", "(")
             inner = self.spec()
             self.take("sym", ")")
+            self.depth -= 1
             return ErrorFeedback(inner=inner)
         args, kwargs = [], []
         if self.peek("sym", "("):
@@ -136,6 +147,8 @@ def parse_spec(text: str):
     """Parse one compressor spec string into a Call / Chain / ErrorFeedback tree."""
     if not isinstance(text, str) or not text.strip():
         raise InputError("compressor", text, "a spec such as none, int8, topk(0.01), ef(topk(0.01))+int8")
+    if len(text) > MAX_SPEC_CHARS:
+        raise InputError("compressor", text[:40] + "...", f"a spec of at most {MAX_SPEC_CHARS} characters")
     parser = _Parser(text)
     tree = parser.spec()
     if parser.i != len(parser.toks):

@@ -10,13 +10,10 @@ ends the run: the others are stopped and the error names the rank.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 
+from realrun import procs as procs_
 from realrun.cluster import emulated
 from topologies.errors import InputError
-import contextlib
 
 MASTER_PORT = 29511   # torchrun's 29500 + 11; free inside our namespaces, which have their own ports
 
@@ -44,44 +41,8 @@ def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, p
     procs = []
     try:
         for r in range(world):
-            out = None if r == 0 or not quiet_ranks else subprocess.DEVNULL
-            procs.append(subprocess.Popen(["ip", "netns", "exec", emulated.host_ns(name, r), *argv],
-                                          env=rank_env(spec, r, threads, port, world), stdout=out,
-                                          stderr=None if r == 0 else subprocess.PIPE, start_new_session=True))
-        _wait(procs, timeout_s)
+            procs.append(procs_.start(["ip", "netns", "exec", emulated.host_ns(name, r), *argv],
+                                      quiet=r > 0 and quiet_ranks, env=rank_env(spec, r, threads, port, world)))
+        procs_.wait_all(procs, timeout_s)
     finally:
-        _stop(procs)
-
-
-def _wait(procs, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while any(p.poll() is None for p in procs):
-        for r, p in enumerate(procs):
-            if p.poll() not in (None, 0):
-                raise InputError("rank", r, f"a rank that succeeds (exit {p.returncode}: {_tail(p)})")
-        if time.monotonic() > deadline:
-            raise InputError("timeout_s", timeout_s, "enough time for every rank to finish")
-        time.sleep(0.05)
-    for r, p in enumerate(procs):
-        if p.returncode != 0:
-            raise InputError("rank", r, f"a rank that succeeds (exit {p.returncode}: {_tail(p)})")
-
-
-def _tail(p) -> str:
-    if p.stderr is None:
-        return "see its output above"
-    lines = p.stderr.read().decode(errors="replace").strip().splitlines()
-    return lines[-1] if lines else "no error output"
-
-
-def _stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        procs_.stop_all(procs)
