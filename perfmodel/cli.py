@@ -11,7 +11,7 @@ from perfmodel.report import catalog_report, compare_report, step_report, sweep_
 from perfmodel.search import sweep as sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
 from perfmodel.sweep import parse_compressors, parse_sweep, sweep
-from topologies.clikit import Parser, Progress, atomic_write, check_writable, dump_json, run, table
+from topologies.clikit import Parser, Progress, atomic_write, check_writable, dump_json, positive_int, run, table
 from topologies.errors import InputError
 from topologies.units import format_size, parse_size
 
@@ -90,8 +90,8 @@ def _parser() -> Parser:
     _plan_args(sw, sweep=True)
     sw.add_argument("--policies", default="none,hybrid", help="policies separated by commas or semicolons "
                     "(as in compare)")
-    sw.add_argument("--max-mbs", type=int, default=8, help="largest microbatch size tried")
-    sw.add_argument("--top", type=int, default=10, help="rows in the table")
+    sw.add_argument("--max-mbs", type=positive_int, default=8, help="largest microbatch size tried (>= 1)")
+    sw.add_argument("--top", type=positive_int, default=10, help="rows in the table (>= 1)")
     sw.add_argument("--csv", help="write every evaluated (plan, policy) to this CSV")
     ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
     ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "all"))

@@ -21,6 +21,7 @@ from topologies import InputError, build_cluster, place
 
 OPS = tuple(PLAIN)
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+MAX_CHUNKS = 4096   # pipelining chunks: past a few hundred, per-chunk launch cost dominates any message
 REDUCTIONS = ("allreduce", "reduce_scatter")
 # What NCCL itself can run. 'auto' stays within these whenever the ordinary algorithm carries
 # the data (uncompressed, reducible payloads, data movement), so the uncompressed baseline is
@@ -105,8 +106,8 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     CollectiveRecord (``.to_dict()`` for JSON).
     """
     _check(op, size_bytes, dtype)
-    if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
-        raise InputError("chunks", chunks, "an integer >= 1 or auto")
+    if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS):
+        raise InputError("chunks", chunks, f"an integer from 1 to {MAX_CHUNKS}, or auto")
     calib = load_calibration(calibration)
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
     ctx = resolve_context(built, ranks, placement if isinstance(placement, str) else tuple(placement),

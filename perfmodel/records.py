@@ -39,9 +39,9 @@ def validate_record(record: dict, where: str = "record") -> dict:
             raise InputError(f"{where}.{key}", None, f"required in a {kind} record")
     for key in NUMBERS:
         value = record.get(key)
-        if key in record and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
-                              or (math.isinf(value) and key != "max_rel_error")):
-            raise InputError(f"{where}.{key}", value, "a non-negative number")
+        if key in record and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+                              or value < 0 or (math.isinf(value) and key != "max_rel_error")):
+            raise InputError(f"{where}.{key}", value, "a finite non-negative number")
     return record
 
 
@@ -58,4 +58,8 @@ def read_records(path: str) -> list[dict]:
                         raise InputError(f"{path}:{i}", line[:40], f"a JSON record ({err.msg})") from None
     except OSError as err:
         raise InputError("records", path, f"a readable file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError("records", path, "a UTF-8 JSON Lines file") from None
+    except RecursionError:
+        raise InputError("records", path, "JSON records nested at most a few levels") from None
     return out

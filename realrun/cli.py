@@ -51,6 +51,11 @@ def _parser() -> Parser:
     b.add_argument("--device", default="cpu", help="kernels: cpu")
     b.add_argument("--accumulate", action="store_true", help="kernels: decompression also adds into a float32 "
                    "sum, as realrun's reductions do")
+    b.add_argument("--op-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a collective waits on a peer before the run ends with an error (a stalled or "
+                   "stopped rank; default 60)")
+    b.add_argument("--threads", type=int, default=1, help="CPU threads per local rank (default 1: ranks share "
+                   "the cores the way the model of an emulated host assumes)")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
     _cluster_parser(sub)
     _loop_parsers(sub)
@@ -124,11 +129,19 @@ def _cluster_parser(sub) -> None:
     c.add_argument("--json", action="store_true", help="status/up: print JSON")
 
 
+MAX_SIZE_BYTES = 1 << 31   # per message: a benchmark keeps several buffers of it per rank on a 24 GiB machine
+MAX_SIZES = 64
+
+
 def _sizes(text: str) -> list[int]:
-    """SIZE, MIN:MAX (doubling) or a comma-separated list of sizes."""
+    """SIZE, MIN:MAX (doubling) or a comma-separated list of sizes, each at most 2 GiB."""
     if "," in text:
-        return [parse_size(t.strip(), "sizes") for t in text.split(",") if t.strip()]
-    return parse_sweep(text if ":" in text else f"{text}:{text}")
+        sizes = [parse_size(t.strip(), "sizes") for t in text.split(",") if t.strip()]
+    else:
+        sizes = parse_sweep(text if ":" in text else f"{text}:{text}")
+    if not sizes or len(sizes) > MAX_SIZES or max(sizes) > MAX_SIZE_BYTES or min(sizes) < 4:
+        raise InputError("sizes", text, f"1 to {MAX_SIZES} sizes from 4 B to 2 GiB")
+    return sizes
 
 
 def _positive(field: str, value: int, low: int = 1) -> int:
@@ -178,8 +191,11 @@ def _bench(args) -> None:
         for alg in algorithms:
             if alg != "auto" and alg not in ALGORITHMS:
                 raise InputError("algorithms", alg, "auto or one of " + ", ".join(ALGORITHMS))
+        if not 1 <= args.op_timeout <= 86400:
+            raise InputError("op-timeout", args.op_timeout, "seconds from 1 to 86400")
         config = dict(op=args.op, world=_positive("world", args.world), backend=args.backend, sizes=sizes,
-                      compressors=specs, algorithms=algorithms, iters=args.iters, warmup=args.warmup)
+                      compressors=specs, algorithms=algorithms, iters=args.iters, warmup=args.warmup,
+                      op_timeout_s=args.op_timeout, threads=_positive("threads", args.threads))
         torchrun = under_torchrun()
         records = run_here(config) if torchrun else run_collectives(config)
         if torchrun and os.environ["RANK"] != "0":
@@ -194,7 +210,10 @@ def _bench(args) -> None:
 
 def _cluster(args) -> None:
     from realrun import cluster
+    from realrun.cluster.emulated import check_name as emulated_check_name
 
+    if args.name is not None:
+        emulated_check_name(args.name)
     if args.action != "status":
         args.name = args.name or "emu"
     if args.action == "down":
@@ -222,6 +241,10 @@ def _cluster(args) -> None:
         print(json.dumps(state, indent=2))
         return
     for name, info in state.items():
+        if info["state"] == "half-built":
+            print(f"cluster {name}: half-built ({len(info['namespaces'])} namespaces; "
+                  f"realrun cluster down --name {name} removes them)")
+            continue
         if not info["up"]:
             print(f"cluster {name}: not up")
             continue
@@ -259,10 +282,11 @@ def _validate(args) -> None:
     from realrun.validate import summary_lines, validate
 
     load_calibration(args.calibration)   # a bad profile is refused before anything runs
+    iters = _positive("iters", args.iters)
+    runner = runner_for(args.cluster)    # a bad cluster too; only then is --out created
+    check_writable(os.path.join(args.out, "results.csv") if os.path.isdir(args.out) else args.out, "out")
     os.makedirs(args.out, exist_ok=True)
-    check_writable(os.path.join(args.out, "results.csv"), "out")
-    runner = runner_for(args.cluster)
-    result = validate(runner, args.calibration, args.out, args.quick, _positive("iters", args.iters))
+    result = validate(runner, args.calibration, args.out, args.quick, iters)
     if under_torchrun() and os.environ["RANK"] != "0":
         return
     if args.json:

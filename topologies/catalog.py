@@ -139,8 +139,9 @@ def validate_spec(spec: dict) -> dict:
             raise InputError(key, None, "required in a cluster file")
     _check_section(spec, "node", NODE_BUILDERS)
     _check_section(spec, "fabric", FABRIC_BUILDERS)
-    if not isinstance(spec["default_nodes"], int) or spec["default_nodes"] < 1:
-        raise InputError("default_nodes", spec["default_nodes"], "an integer >= 1")
+    if isinstance(spec["default_nodes"], bool) or not isinstance(spec["default_nodes"], int) \
+            or not 1 <= spec["default_nodes"] <= 16384:
+        raise InputError("default_nodes", spec["default_nodes"], "an integer from 1 to 16384 (MAX_NODES)")
     return spec
 
 

@@ -108,13 +108,33 @@ def _jsonable(obj):
 
 
 def check_writable(path: str, field: str = "output") -> str:
-    """Refuse, before any work is done, an output path whose folder is missing or read-only."""
+    """Refuse, before any work is done, an output path whose folder is missing or does not take
+    a new file (tried for real: permissions alone do not tell for /proc or a read-only mount)."""
+    if not isinstance(path, str) or not path.strip():
+        raise InputError(field, path, "a file path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(field, path, f"a file in an existing folder ({folder} does not exist)")
-    if not os.access(folder, os.W_OK) or os.path.isdir(path):
-        raise InputError(field, path, "a writable file path")
+    if os.path.isdir(path):
+        raise InputError(field, path, "a file path, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".tmp-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise InputError(field, path, f"a writable file path ({err.strerror})") from None
     return path
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: an integer >= 1")
+    return value
 
 
 def atomic_write(path: str, write) -> str:

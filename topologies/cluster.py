@@ -91,18 +91,23 @@ def build_cluster(name_or_path: str, nodes: int | None = None, gpus: int | None 
                    graph=graph, spec=spec)
 
 
+MAX_NODES = 16384   # hosts in one graph: the largest catalog systems have ~10k nodes; building takes seconds
+
+
 def _hosts(spec: dict, nodes: int | None, gpus: int | None) -> int:
     per_host = _gpus_per_host(spec)
     if nodes is not None and gpus is not None and nodes * per_host != gpus:
         raise InputError("gpus", gpus, f"equal to nodes x {per_host} when both are given")
     if gpus is not None:
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus % per_host:
-            raise InputError("gpus", gpus, f"a positive multiple of {per_host} (GPUs per node)")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1 or gpus % per_host \
+                or gpus // per_host > MAX_NODES:
+            raise InputError("gpus", gpus, f"a positive multiple of {per_host} (GPUs per node), "
+                             f"at most {MAX_NODES * per_host}")
         return gpus // per_host
     if nodes is None:
         return spec["default_nodes"]
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 16384:
-        raise InputError("nodes", nodes, "an integer from 1 to 16384")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+        raise InputError("nodes", nodes, f"an integer from 1 to {MAX_NODES}")
     return nodes
 
 

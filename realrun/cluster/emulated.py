@@ -13,6 +13,8 @@ egress on ``h{i}``; both trunk ends). Burst: ``DEFAULT_BURST``. State (the spec)
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -22,7 +24,6 @@ from realrun.cluster import netns
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 from topologies.units import format_rate, parse_rate
-import contextlib
 
 STATE_DIR = os.environ.get("COMMPRESS_STATE_DIR", "/run/commpress/clusters")
 SUBNET = "10.231.0."
@@ -111,19 +112,37 @@ def _state_path(name: str) -> str:
     return os.path.join(STATE_DIR, f"{name}.json")
 
 
+@contextlib.contextmanager
+def _locked(name: str):
+    """Hold the cluster's lock (one ``up`` or ``down`` of a name at a time, across processes)."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    with open(os.path.join(STATE_DIR, f"{name}.lock"), "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError("name", name, "a cluster no other command is building or removing now") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def up(spec: EmulatedSpec, name: str = "emu") -> dict:
-    """Create the cluster; on any failure remove what was made and raise. Returns its status."""
+    """Create the cluster, atomically: under the name's lock, with the state file written last
+    (a cluster without it is half-built); on any failure or signal what was made is removed
+    before the error goes on. Returns its status."""
     netns.require_root()
     check_name(name)
-    if netns.ours(name):
-        raise InputError("name", name, f"a cluster that is not up already (realrun cluster down --name {name})")
-    try:
-        _build(spec, name)
-        os.makedirs(STATE_DIR, exist_ok=True)
-        atomic_write(_state_path(name), lambda h: h.write(json.dumps(asdict(spec)).encode()))
-    except BaseException:
-        down(name)
-        raise
+    with _locked(name):
+        if netns.ours(name):
+            what = "up" if os.path.exists(_state_path(name)) else "half-built"
+            raise InputError("name", name, f"a cluster that is not {what} already (realrun cluster down --name {name})")
+        try:
+            _build(spec, name)
+            atomic_write(_state_path(name), lambda h: h.write(json.dumps(asdict(spec)).encode()))
+        except BaseException:
+            _remove(name)
+            raise
     return status(name)
 
 
@@ -195,7 +214,8 @@ def status(name: str | None = None) -> dict:
             spec = load(n)
         except InputError:
             spec = None
-        out[n] = {"up": bool(present), "namespaces": present,
+        state = "up" if present and spec else ("half-built" if present else "down")
+        out[n] = {"up": state == "up", "state": state, "namespaces": present,
                   "spec": asdict(spec) if spec else None, "topology": spec.topology() if spec else None,
                   "qdiscs": {ns: _tbf_rates(netns.qdiscs(ns)) for ns in present}}
     return out
@@ -213,8 +233,14 @@ def _tbf_rates(text: str) -> dict:
 
 def down(name: str) -> list[str]:
     """Remove every namespace of cluster ``name`` (and with them its links, bridges and qdiscs)
-    and its state file. Idempotent; works after a crash. Returns what was removed."""
+    and its state file, under the name's lock. Idempotent; works after a crash and on a
+    half-built cluster. Returns what was removed."""
     check_name(name)
+    with _locked(name):
+        return _remove(name)
+
+
+def _remove(name: str) -> list[str]:
     removed = netns.ours(name)
     for ns in removed:
         netns.delete_ns(ns)
