@@ -63,23 +63,22 @@ def _case(op, spec, alg, x, exact, iters, warmup):
     import torch
     import torch.distributed as dist
 
-    from realrun import comm
-    from realrun.comm.collectives import wire
+    from realrun.comm import Comm, CommStats
 
-    call = {"allreduce": lambda: comm.allreduce(x, spec, alg),
-            "allgather": lambda: comm.allgather(x, spec),
-            "reduce_scatter": lambda: comm.reduce_scatter(x, spec),
-            "broadcast": lambda: comm.broadcast(x, spec, src=0)}[op]
-    w = wire(spec)
+    comm = Comm()
+    call = {"allreduce": lambda st: comm.allreduce(x, spec, alg, stats=st),
+            "allgather": lambda st: comm.allgather(x, spec, stats=st),
+            "reduce_scatter": lambda st: comm.reduce_scatter(x, spec, stats=st),
+            "broadcast": lambda st: comm.broadcast(x, spec, src=0, stats=st)}[op]
     times, result = [], None
     for i in range(warmup + iters):
-        before = dict(w.stats)
+        st = CommStats()
         dist.barrier()
         start = time.perf_counter()
-        result = call()
+        result = call(st)
         elapsed = time.perf_counter() - start
         if i >= warmup:
-            times.append([elapsed] + [w.stats[k] - before[k] for k in ("compress_s", "decompress_s", "bytes_out")])
+            times.append([elapsed, st.compress_s, st.decompress_s, st.bytes_out])
     worst = torch.tensor(times, dtype=torch.float64, device=x.device)   # NCCL reduces device tensors only
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from perfmodel.compression import compile_spec
 from perfmodel.policy import parse_policy
-from realrun.comm import allreduce
-from realrun.comm.collectives import wire
+from realrun.comm import Comm, CommStats
 from topologies.errors import InputError
 
 
@@ -33,7 +33,12 @@ class CompressionState:
     stats: dict = field(default_factory=lambda: {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0,
                                                  "decompress_s": 0.0, "comm_s": 0.0, "buckets": 0})
     per_step: list = field(default_factory=list)
+    comm: Comm = None   # the collectives and their state (residuals per bucket); made for the group
     _mark: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.comm is None:
+            self.comm = Comm(self.process_group)
 
 
 def _spec(spec_or_policy: str) -> str:
@@ -42,7 +47,7 @@ def _spec(spec_or_policy: str) -> str:
     text = str(spec_or_policy)
     if text in ("hybrid", "none") or text.startswith("naive:") or "=" in text.split("(")[0]:
         return parse_policy(text).axis("dp").spec
-    wire(text)   # validates the spec (one clear error)
+    compile_spec(text)   # validates the spec (one clear error)
     return text
 
 
@@ -64,19 +69,17 @@ def _hook(state: CompressionState, bucket: dist.GradBucket) -> torch.futures.Fut
     if state.step < state.warmup_steps or tensor.numel() * tensor.element_size() < state.min_bucket_bytes:
         fut = dist.all_reduce(tensor, group=state.process_group, async_op=True).get_future()
         return fut.then(lambda f: f.value()[0].div_(world))
-    c = wire(state.spec)
-    before = dict(c.stats)
+    call = CommStats()
     start = time.perf_counter()
-    result = allreduce(tensor, state.spec, state.algorithm, group=state.process_group,
-                       key=f"bucket{bucket.index()}")
-    _account(state, c.stats, before, time.perf_counter() - start, bucket.is_last())
+    result = state.comm.allreduce(tensor, state.spec, state.algorithm, key=f"bucket{bucket.index()}", stats=call)
+    _account(state, call, time.perf_counter() - start, bucket.is_last())
     fut = torch.futures.Future()
     fut.set_result(result.to(tensor.dtype).div_(world))
     return fut
 
 
-def _account(state: CompressionState, now: dict, before: dict, elapsed: float, last: bool) -> None:
-    delta = {k: now[k] - before[k] for k in now}
+def _account(state: CompressionState, call: CommStats, elapsed: float, last: bool) -> None:
+    delta = call.to_dict()
     s = state.stats
     for k in ("bytes_in", "bytes_out", "compress_s", "decompress_s"):
         s[k] += delta[k]

@@ -95,8 +95,9 @@ def test_device_collectives_run_on_nccl_with_gpu_payloads(spec, tmp_path):
     try:
         x = np.random.default_rng(3).standard_normal(40_000).astype(np.float32)
         for alg in ("ring", "recursive_doubling", "allgather", "two_phase"):
-            got = C.IMPLEMENTATIONS[alg](cp.asarray(x), C.wire(spec, "cuda"), None)
-            ref = C.IMPLEMENTATIONS[alg](x, C.wire(spec, "cpu"), dist.new_group([0], backend="gloo"))
+            comm = C.Comm()
+            got = C.IMPLEMENTATIONS[alg](cp.asarray(x), comm.wire(spec, "cuda").bound(), None)
+            ref = C.IMPLEMENTATIONS[alg](x, comm.wire(spec, "cpu").bound(), dist.new_group([0], backend="gloo"))
             np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-6, atol=1e-6)
         t = torch.from_numpy(x).cuda()
         assert C.allreduce(t, spec, "auto").device.type == "cuda"
