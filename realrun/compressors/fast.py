@@ -22,16 +22,26 @@ MAGIC = np.float32(1.5 * 2**23)   # y + MAGIC - MAGIC == rint(y) in float32 for 
 if AVAILABLE:
     @njit(parallel=True, cache=True)
     def quantize_absmax(x, block, levels, codes, scales):
+        """Blockwise absmax codes (int8, or int4 values in int8) and scales. Inner loops run on
+        slices (numba vectorizes them; indexed s..e loops it does not, 3-4x slower); the absmax
+        is an integer max over |x|'s float bits (same order; NaN and Inf sort above every
+        finite value), then the float of that bit pattern."""
         n = x.size
+        bits = x.view(np.uint32)
         for b in prange((n + block - 1) // block):
-            s, e = b * block, min(b * block + block, n)
-            m, bad = np.float32(0.0), False
-            for i in range(s, e):
-                v = x[i]
-                if not np.isfinite(v):
-                    bad = True
-                elif abs(v) > m:
-                    m = abs(v)
+            s = b * block
+            e = min(s + block, n)
+            xs, bs, cs = x[s:e], bits[s:e], codes[s:e]
+            mb = np.uint32(0)
+            for i in range(bs.size):
+                a = bs[i] & np.uint32(0x7FFFFFFF)
+                mb = a if a > mb else mb
+            bad = mb >= np.uint32(0x7F800000)
+            m = np.float32(0.0)
+            for i in range(bs.size):
+                if (bs[i] & np.uint32(0x7FFFFFFF)) == mb:
+                    m = abs(xs[i])
+                    break
             scale = np.float32(np.nan) if bad else np.float32(m / np.float32(levels))
             if not bad and m > 0 and scale < TINY:
                 scale = TINY
@@ -40,38 +50,87 @@ if AVAILABLE:
             scales[b] = scale
             safe = scale if (scale > 0 and np.isfinite(scale)) else np.float32(1.0)
             if bad:
-                for i in range(s, e):
-                    v = x[i] if np.isfinite(x[i]) else np.float32(0.0)
-                    codes[i] = min(max(np.rint(v / safe), -levels), levels)
+                for i in range(xs.size):
+                    v = xs[i] if np.isfinite(xs[i]) else np.float32(0.0)
+                    cs[i] = min(max(np.rint(v / safe), -levels), levels)
             else:   # finite block: MAGIC rounds half to even (a subnormal scale may pass the levels)
-                for i in range(s, e):
-                    codes[i] = min(max((x[i] / safe + MAGIC) - MAGIC, -levels), levels)
+                for i in range(xs.size):
+                    cs[i] = min(max((xs[i] / safe + MAGIC) - MAGIC, -levels), levels)
+
+    @njit(parallel=True, cache=True)
+    def pack_nibbles(codes, out):
+        """Two's-complement 4-bit codes, two per byte, low nibble first (the reference layout)."""
+        n = codes.size
+        for j in prange(out.size):
+            lo = np.uint8(codes[2 * j] & 0xF)
+            hi = np.uint8(codes[2 * j + 1] & 0xF) if 2 * j + 1 < n else np.uint8(0)
+            out[j] = lo | (hi << 4)
+
+    @njit(cache=True)
+    def _lane_mean(xs):
+        """Mean |x| of a block in the reference's order: lane i mod 8, lanes combined pairwise."""
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+        full = xs.size // 8 * 8
+        for i in range(0, full, 8):
+            a0 += abs(np.float64(xs[i]))
+            a1 += abs(np.float64(xs[i + 1]))
+            a2 += abs(np.float64(xs[i + 2]))
+            a3 += abs(np.float64(xs[i + 3]))
+            a4 += abs(np.float64(xs[i + 4]))
+            a5 += abs(np.float64(xs[i + 5]))
+            a6 += abs(np.float64(xs[i + 6]))
+            a7 += abs(np.float64(xs[i + 7]))
+        t = xs.size - full
+        a0 += abs(np.float64(xs[full])) if t > 0 else 0.0
+        a1 += abs(np.float64(xs[full + 1])) if t > 1 else 0.0
+        a2 += abs(np.float64(xs[full + 2])) if t > 2 else 0.0
+        a3 += abs(np.float64(xs[full + 3])) if t > 3 else 0.0
+        a4 += abs(np.float64(xs[full + 4])) if t > 4 else 0.0
+        a5 += abs(np.float64(xs[full + 5])) if t > 5 else 0.0
+        a6 += abs(np.float64(xs[full + 6])) if t > 6 else 0.0
+        return np.float32((((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))) / xs.size)
+
+    @njit(cache=True)
+    def _pack_signs(xs, bs):
+        """Bit i of byte j is xs[8j + i] >= 0 (NaN counts as non-negative)."""
+        for j in range(bs.size):
+            byte = 0
+            lo = 8 * j
+            for i in range(lo, min(lo + 8, xs.size)):
+                if not xs[i] < 0:
+                    byte |= 1 << (i - lo)
+            bs[j] = byte
 
     @njit(parallel=True, cache=True)
     def sign_encode(x, block, bits, scales):
-        """Bit i of byte j is x[8j + i] >= 0 (NaN counts as non-negative); scale = mean |x| per
-        block, summed in index order in float64 (as the reference's cumulative sum)."""
+        """Sign bits and the mean |x| per block; one pass per block where bytes do not span
+        blocks (block a multiple of 8), else bits and means in separate passes."""
         n = x.size
-        for j in prange(bits.size):
-            byte = 0
-            for i in range(8 * j, min(8 * j + 8, n)):
-                if not x[i] < 0:
-                    byte |= 1 << (i - 8 * j)
-            bits[j] = byte
-        for b in prange(scales.size):
-            s, e = b * block, min(b * block + block, n)
-            total = 0.0
-            for i in range(s, e):
-                total += abs(np.float64(x[i]))
-            scales[b] = np.float32(total / (e - s))
+        if block % 8 == 0:
+            for b in prange(scales.size):
+                s = b * block
+                e = min(s + block, n)
+                scales[b] = _lane_mean(x[s:e])
+                _pack_signs(x[s:e], bits[s // 8:(e + 7) // 8])
+        else:
+            for c in prange(8):
+                lo = bits.size * c // 8
+                hi = bits.size * (c + 1) // 8
+                _pack_signs(x[8 * lo:min(8 * hi, n)], bits[lo:hi])
+            for b in prange(scales.size):
+                s = b * block
+                scales[b] = _lane_mean(x[s:min(s + block, n)])
 
     @njit(parallel=True, cache=True)
     def sign_decode(bits, scales, block, top, out):
         n = out.size
         for b in prange(scales.size):
             v = min(max(np.float64(scales[b]), -top), top)
-            for i in range(b * block, min(b * block + block, n)):
-                out[i] = v if (bits[i >> 3] >> (i & 7)) & 1 else -v
+            s = b * block
+            os_ = out[s:min(s + block, n)]
+            for i in range(os_.size):
+                k = s + i
+                os_[i] = v if (bits[k >> 3] >> (k & 7)) & 1 else -v
 
     @njit(cache=True)
     def _key(v):
@@ -81,15 +140,21 @@ if AVAILABLE:
     @njit(parallel=True, cache=True)
     def _histogram(bits, chunks, high, shift, mask):
         """Per-chunk counts of (key >> shift) & mask over the keys whose top bits equal ``high``
-        (high < 0: all keys)."""
+        (high < 0: all keys), and per chunk how many keys have top bits above ``high``."""
         n = bits.size
         hist = np.zeros((chunks, mask + 1), np.int64)
+        above = np.zeros(chunks, np.int64)
         for c in prange(chunks):
-            for i in range(c * n // chunks, (c + 1) * n // chunks):
-                k = _key(bits[i])
+            bs = bits[c * n // chunks:(c + 1) * n // chunks]
+            over = 0
+            for i in range(bs.size):
+                k = _key(bs[i])
                 if high < 0 or (k >> 16) == high:
                     hist[c, (k >> shift) & mask] += 1
-        return hist.sum(axis=0)
+                elif (k >> 16) > high:
+                    over += 1
+            above[c] = over
+        return hist, above
 
     @njit(cache=True)
     def _bin_of_rank(hist, k):
@@ -102,17 +167,10 @@ if AVAILABLE:
         return 0, above
 
     @njit(parallel=True, cache=True)
-    def _collect(x, bits, t, ties, chunks, idx, values):
+    def _collect(x, bits, t, more, same, ties, chunks, idx, values):
+        """Write the kept (index, value) pairs in index order; ``more[c]`` / ``same[c]`` are the
+        keys above / equal to the threshold in chunk c (from the histograms: no counting pass)."""
         n = x.size
-        more = np.zeros(chunks, np.int64)
-        same = np.zeros(chunks, np.int64)
-        for c in prange(chunks):
-            for i in range(c * n // chunks, (c + 1) * n // chunks):
-                k = _key(bits[i])
-                if k > t:
-                    more[c] += 1
-                elif k == t:
-                    same[c] += 1
         start = np.zeros(chunks, np.int64)
         allow = np.zeros(chunks, np.int64)
         pos, left = 0, ties
@@ -123,13 +181,15 @@ if AVAILABLE:
             pos += more[c] + allow[c]
         for c in prange(chunks):
             p, a = start[c], allow[c]
-            for i in range(c * n // chunks, (c + 1) * n // chunks):
-                k = _key(bits[i])
+            lo = c * n // chunks
+            bs = bits[lo:(c + 1) * n // chunks]
+            for i in range(bs.size):
+                k = _key(bs[i])
                 if k > t or (k == t and a > 0):
                     if k == t:
                         a -= 1
-                    idx[p] = i
-                    values[p] = x[i]
+                    idx[p] = lo + i
+                    values[p] = x[lo + i]
                     p += 1
 
     @njit(parallel=True, cache=True)
@@ -148,15 +208,45 @@ if AVAILABLE:
 
     @njit(parallel=True, cache=True)
     def dequantize(codes, scales, block, top, out):
+        """codes (int8 values) x scale per block, clipped to the finite range only where a
+        product could leave it."""
         n = out.size
         for b in prange(scales.size):
             scale = np.float64(scales[b])
+            s = b * block
+            e = min(s + block, n)
+            cs, os_ = codes[s:e], out[s:e]
             if abs(scale) * 127.0 <= top:   # no product can leave the finite range
-                for i in range(b * block, min(b * block + block, n)):
-                    out[i] = np.float64(codes[i]) * scale
+                for i in range(cs.size):
+                    os_[i] = np.float64(cs[i]) * scale
             else:
-                for i in range(b * block, min(b * block + block, n)):
-                    out[i] = min(max(np.float64(codes[i]) * scale, -top), top)
+                for i in range(cs.size):
+                    os_[i] = min(max(np.float64(cs[i]) * scale, -top), top)
+
+    @njit(parallel=True, cache=True)
+    def unpack_nibbles(packed, n, codes):
+        """Inverse of ``pack_nibbles``: sign-extended int8 codes."""
+        for j in prange((n + 1) // 2):
+            byte = packed[j]
+            lo, hi = np.int8(byte & 0xF), np.int8(byte >> 4)
+            codes[2 * j] = lo - 16 if lo >= 8 else lo
+            if 2 * j + 1 < n:
+                codes[2 * j + 1] = hi - 16 if hi >= 8 else hi
+
+    @njit(parallel=True, cache=True)
+    def to_bf16_bits(u, out):
+        """float32 bits -> bf16 bits, nearest even; NaN keeps its top bits, quiet (as casts.to_bf16)."""
+        for i in prange(u.size):
+            v = u[i]
+            if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                out[i] = np.uint16((v >> 16) | 0x40)
+            else:
+                out[i] = np.uint16((v + (((v >> 16) & 1) + 0x7FFF)) >> 16)
+
+    @njit(parallel=True, cache=True)
+    def from_bf16_bits(h, out):
+        for i in prange(h.size):
+            out[i] = np.uint32(h[i]) << 16
 
     @njit(cache=True)
     def _f2h(u):
@@ -218,10 +308,34 @@ def _empty(n, dtype, out):
 
 
 def quantize(x: np.ndarray, block: int, levels: int, codes=None, scales=None) -> tuple[np.ndarray, np.ndarray]:
-    codes = _empty(x.size, np.int8 if levels > 7 else np.int64, codes)
+    codes = _empty(x.size, np.int8, codes)
     scales = _empty((x.size + block - 1) // block, np.float32, scales)
     quantize_absmax(np.ascontiguousarray(x, dtype=np.float32), block, levels, codes, scales)
     return codes, scales
+
+
+def pack_int4(codes: np.ndarray, out=None) -> np.ndarray:
+    out = _empty((codes.size + 1) // 2, np.uint8, out)
+    pack_nibbles(codes, out)
+    return out
+
+
+def unpack_int4(packed: np.ndarray, n: int, codes=None) -> np.ndarray:
+    codes = _empty(n, np.int8, codes)
+    unpack_nibbles(packed, n, codes)
+    return codes
+
+
+def bf16_encode(x: np.ndarray, out=None) -> np.ndarray:
+    out = _empty(x.size, np.uint16, out)
+    to_bf16_bits(np.ascontiguousarray(x, dtype=np.float32).view(np.uint32), out)
+    return out
+
+
+def bf16_decode(h: np.ndarray, out=None) -> np.ndarray:
+    out = _empty(h.size, np.float32, out)
+    from_bf16_bits(np.ascontiguousarray(h).view(np.uint16), out.view(np.uint32))
+    return out
 
 
 def fp16_encode(x: np.ndarray, out=None) -> np.ndarray:
@@ -236,23 +350,26 @@ def fp16_decode(h: np.ndarray, out=None) -> np.ndarray:
     return out
 
 
-def topk_threshold(bits: np.ndarray, k: int) -> tuple[int, int]:
-    """Radix select on |x|'s float bits (NaN ranks as Inf): the k-th largest key ``t`` and how
-    many of the keys equal to ``t`` are kept (the lowest indices first)."""
+def topk_threshold(bits: np.ndarray, k: int):
+    """Radix select on |x|'s float bits (NaN ranks as Inf), two histogram passes: the k-th
+    largest key ``t``, how many of the keys equal to ``t`` are kept (the lowest indices first),
+    and per chunk the keys above and equal to ``t``."""
     chunks = _chunks()
-    hist = _histogram(bits, chunks, -1, 16, 0xFFFF)
-    high, _ = _bin_of_rank(hist, k)
-    low_hist = _histogram(bits, chunks, high, 0, 0xFFFF)
-    above_high = int(hist[high + 1:].sum())
-    low, above_low = _bin_of_rank(low_hist, k - above_high)
+    hist, _ = _histogram(bits, chunks, -1, 16, 0xFFFF)
+    total = hist.sum(axis=0)
+    high, _ = _bin_of_rank(total, k)
+    low_hist, above = _histogram(bits, chunks, high, 0, 0xFFFF)
+    above_high = int(total[high + 1:].sum())
+    low, above_low = _bin_of_rank(low_hist.sum(axis=0), k - above_high)
     t = (int(high) << 16) | int(low)
-    return t, k - above_high - int(above_low)
+    more = above + low_hist[:, low + 1:].sum(axis=1)
+    return t, k - above_high - int(above_low), more, low_hist[:, low].copy()
 
 
 def topk(x: np.ndarray, k: int, idx=None, values=None) -> tuple[np.ndarray, np.ndarray]:
     """Indices (ascending, int64) and values of the k largest |x| with the reference's tie rule."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    t, ties = topk_threshold(bits, k)
+    t, ties, more, same = topk_threshold(bits, k)
     idx, values = _empty(k, np.int64, idx), _empty(k, np.float32, values)
-    _collect(x, bits, t, ties, _chunks(), idx, values)
+    _collect(x, bits, t, more, same, ties, _chunks(), idx, values)
     return idx, values

@@ -124,6 +124,15 @@ class Fp16(Cast):
 
 @families.Bf16.implements("numpy")
 class Bf16(Cast):
+    def encode(self, x, ctx):
+        if fast.AVAILABLE and x.dtype == np.float32:
+            return fast.bf16_encode(x, ctx.buffer(self, "codes", len(x), np.uint16)), b""
+        return super().encode(x, ctx)
+
+    def decode(self, values, meta, n, dtype, ctx):
+        if fast.AVAILABLE and dtype == np.float32:
+            return fast.bf16_decode(values, ctx.output(n, np.float32))
+        return super().decode(values, meta, n, dtype, ctx)
 
     def to_codes(self, x):
         return casts.to_bf16(x.astype(np.float32))
@@ -201,10 +210,12 @@ class BlockQuant(Stage):
 
     def encode(self, x, ctx):
         if fast.AVAILABLE and type(self) in (Int8, Int4) and x.dtype == np.float32:
-            codes = ctx.buffer(self, "codes", len(x), np.int8 if self.n_bits() == 8 else np.int64)
+            codes = ctx.buffer(self, "codes", len(x), np.int8)
             scales = ctx.buffer(self, "scales", math.ceil(len(x) / self.block), np.float32)
             q, scale = fast.quantize(x, self.block, self.levels(), codes, scales)
-            return self.pack(q, len(x)), scale.tobytes()
+            if self.n_bits() == 4:
+                return fast.pack_int4(q, ctx.buffer(self, "packed", (len(x) + 1) // 2, np.uint8)), scale.tobytes()
+            return q.view(np.uint8), scale.tobytes()
         b = _blocks(x, self.block)
         scale = self.scales(b)
         q = np.clip(self.quantize(b, scale, ctx), -self.levels(), self.levels()).astype(np.int64).reshape(-1)
@@ -219,8 +230,9 @@ class BlockQuant(Stage):
     def decode(self, values, meta, n, dtype, ctx):
         scale = np.frombuffer(meta, dtype=np.float32)
         top = np.finfo(dtype).max   # levels x rounded scale may pass the largest finite value
-        if fast.AVAILABLE and dtype == np.float32 and n:
-            q = values.view(np.int8) if self.n_bits() == 8 else self.unpack(values, n)
+        if fast.AVAILABLE and dtype == np.float32 and n and self.n_bits() in (4, 8):
+            q = values.view(np.int8) if self.n_bits() == 8 else \
+                fast.unpack_int4(values, n, ctx.buffer(self, "unpacked", n, np.int8))
             out = ctx.output(n, dtype)
             fast.dequantize(np.ascontiguousarray(q), scale, self.block, top, out)
             return out
@@ -257,10 +269,18 @@ class Sign(BlockQuant):
     """1 bit per value (1 = non-negative) and the block's mean |x| as its scale."""
 
     def scales(self, b):
-        """Mean |x| per block, summed in index order in float64 (a cumulative sum, so the
-        compiled path can reproduce it bit for bit)."""
+        """Mean |x| per block in float64, in one fixed order that vectorizes: value i of a block
+        goes to lane i mod 8, each lane sums in index order, then the lanes combine as
+        ((0+1)+(2+3))+((4+5)+(6+7)). The compiled and CUDA paths sum the same way (same bits)."""
+        if not b.size:
+            return np.zeros(len(b), np.float32)
         with np.errstate(invalid="ignore", over="ignore"):
-            return (np.cumsum(np.abs(b), axis=1, dtype=np.float64)[:, -1] / b.shape[1]).astype(np.float32)
+            a = np.abs(b).astype(np.float64)
+            a = np.concatenate([a, np.zeros((len(a), (-a.shape[1]) % 8))], axis=1)
+            lanes = np.cumsum(a.reshape(len(a), -1, 8), axis=1)[:, -1, :]
+            pairs = lanes[:, 0::2] + lanes[:, 1::2]
+            quads = pairs[:, 0::2] + pairs[:, 1::2]
+            return ((quads[:, 0] + quads[:, 1]) / b.shape[1]).astype(np.float32)
 
     def encode(self, x, ctx):
         if fast.AVAILABLE and x.dtype == np.float32 and len(x):

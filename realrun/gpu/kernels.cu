@@ -29,18 +29,6 @@ __device__ float block_absmax(const float* x, long start, long end, float* share
     return shared[0];
 }
 
-__device__ float block_abssum(const float* x, long start, long end, double* shared) {
-    double s = 0.0;
-    for (long i = start + threadIdx.x; i < end; i += blockDim.x) s += fabs((double)x[i]);
-    shared[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k) shared[threadIdx.x] += shared[threadIdx.x + k];
-        __syncthreads();
-    }
-    return (float)shared[0];
-}
-
 // one CUDA block per quantization block; bits = 8 or 4
 extern "C" __global__ void quantize_absmax(const float* x, uint8_t* codes, float* scales, long n, int block,
                                            int bits) {
@@ -90,8 +78,17 @@ extern "C" __global__ void dequantize_absmax(const uint8_t* codes, const float* 
 extern "C" __global__ void sign_pack(const float* x, uint8_t* bits, float* scales, long n, int block) {
     __shared__ double shared[MAX_THREADS];
     long b = blockIdx.x, start = b * (long)block, end = min(start + block, n);
-    float sum = block_abssum(x, start, end, shared);
-    if (threadIdx.x == 0) scales[b] = sum / (float)(end - start);
+    // mean |x| in the CPU reference's order: value i to lane i mod 8, each lane in index order,
+    // lanes combined ((0+1)+(2+3))+((4+5)+(6+7)), divided in double: the same bits as numpy
+    if (threadIdx.x < 8) {
+        double s = 0.0;
+        for (long i = start + threadIdx.x; i < end; i += 8) s += fabs((double)x[i]);
+        shared[threadIdx.x] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        scales[b] = (float)((((shared[0] + shared[1]) + (shared[2] + shared[3])) +
+                             ((shared[4] + shared[5]) + (shared[6] + shared[7]))) / (double)(end - start));
     // block is a multiple of 8 here, so every byte belongs to one block
     for (long byte = start / 8 + threadIdx.x; byte * 8 < end; byte += blockDim.x) {
         uint8_t v = 0;
