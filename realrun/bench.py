@@ -63,16 +63,23 @@ def _case(op, spec, alg, x, exact, iters, warmup):
     import torch
     import torch.distributed as dist
 
+    from perfmodel.runtime import runtime_algorithm
     from realrun.comm import Comm, CommStats
 
     comm = Comm()
-    call = {"allreduce": lambda st: comm.allreduce(x, spec, alg, stats=st),
+    # torch's own all-reduce runs in place on a copy made before the timer (as nccl-tests'
+    # in-place mode): a new output tensor per call costs page faults, not communication
+    inplace = op == "allreduce" and runtime_algorithm(op, spec, alg) == "torch"
+    work = x.clone()
+    call = {"allreduce": lambda st: comm.allreduce(work if inplace else x, spec, alg, inplace=inplace, stats=st),
             "allgather": lambda st: comm.allgather(x, spec, stats=st),
             "reduce_scatter": lambda st: comm.reduce_scatter(x, spec, stats=st),
             "broadcast": lambda st: comm.broadcast(x, spec, src=0, stats=st)}[op]
     times, result = [], None
     for i in range(warmup + iters):
         st = CommStats()
+        if inplace:
+            work.copy_(x)
         dist.barrier()
         start = time.perf_counter()
         result = call(st)
