@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from perfmodel.fit import fit_profile
+from realrun.bench import BenchConfig
 
 KIB, MIB = 2**10, 2**20
 # uncompressed runs of each primitive realrun's algorithms use: torch's all-reduce (auto),
@@ -39,8 +40,8 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
         for bw in BANDWIDTHS if runner.emulated else (0,):
             runner.set_bandwidth(bw)
             _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes x {len(ALGORITHMS)} algorithms")
-            config = dict(op="allreduce", sizes=list(sizes), compressors=["none"], algorithms=list(ALGORITHMS),
-                          iters=iters, warmup=1)
+            config = BenchConfig.grid(op="allreduce", sizes=list(sizes), compressors=["none"],
+                                      algorithms=list(ALGORITHMS), iters=iters, warmup=1)
             records += runner.collectives(config)
     finally:
         runner.restore()

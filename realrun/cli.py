@@ -8,7 +8,7 @@ import os
 import sys
 
 from perfmodel.sweep import parse_compressors, parse_sweep
-from realrun.bench import OPS, run_collectives, run_here, run_kernels, under_torchrun
+from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS
 from realrun.compressors import Compressor
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
@@ -188,14 +188,9 @@ def _bench(args) -> None:
                     [_kernel_row(r) for r in records]))
     else:
         algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-        for alg in algorithms:
-            if alg != "auto" and alg not in ALGORITHMS:
-                raise InputError("algorithms", alg, "auto or one of " + ", ".join(ALGORITHMS))
-        if not 1 <= args.op_timeout <= 86400:
-            raise InputError("op-timeout", args.op_timeout, "seconds from 1 to 86400")
-        config = dict(op=args.op, world=_positive("world", args.world), backend=args.backend, sizes=sizes,
-                      compressors=specs, algorithms=algorithms, iters=args.iters, warmup=args.warmup,
-                      op_timeout_s=args.op_timeout, threads=_positive("threads", args.threads))
+        config = BenchConfig.grid(op=args.op, sizes=sizes, compressors=specs, algorithms=algorithms,
+                                  world=args.world, backend=args.backend, iters=args.iters, warmup=args.warmup,
+                                  op_timeout_s=args.op_timeout, threads=args.threads)
         torchrun = under_torchrun()
         records = run_here(config) if torchrun else run_collectives(config)
         if torchrun and os.environ["RANK"] != "0":

@@ -11,9 +11,11 @@ import json
 import os
 
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from realrun import bench, procs
+from realrun.bench import BenchConfig
+from realrun.bench.launch import WORKER
 from realrun.cluster import emulated, launch
 from topologies.errors import InputError
 
@@ -21,6 +23,22 @@ from topologies.errors import InputError
 def _read(path: str) -> list[dict]:
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerSettings:
+    """Where measurements run: an emulated cluster by name, or the cluster of a torchrun launch
+    (a topologies name); ``threads`` per rank (emulated), ``backend`` (torchrun)."""
+
+    cluster: str
+    threads: int = 1
+    backend: str = "gloo"
+
+    def __post_init__(self):
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= 256:
+            raise InputError("threads", self.threads, "an integer from 1 to 256")
+        if self.backend not in ("gloo", "nccl"):
+            raise InputError("backend", self.backend, "gloo or nccl")
 
 
 class EmulatedRunner:
@@ -49,13 +67,13 @@ class EmulatedRunner:
     def restore(self) -> None:
         self.set_bandwidth(self.original)
 
-    def collectives(self, config: dict, hosts: int | None = None) -> list[dict]:
+    def collectives(self, config: BenchConfig, hosts: int | None = None) -> list[dict]:
         with tempfile.TemporaryDirectory() as tmp:
             cfg, out = os.path.join(tmp, "config.json"), os.path.join(tmp, "records.jsonl")
             with open(cfg, "w") as handle:
-                json.dump(config, handle)
-            launch.run(self.name, procs.python_argv("realrun.bench", "--env", cfg, out),
-                       timeout_s=config.get("timeout_s", 1800), threads=self.threads, hosts=hosts)
+                handle.write(config.to_json())
+            launch.run(self.name, procs.python_argv(WORKER, "--env", cfg, out),
+                       timeout_s=config.timeout_s, threads=self.threads, hosts=hosts)
             records = _read(out)
         for r in records:
             r["cluster"] = self.topology(hosts)
@@ -89,8 +107,8 @@ class TorchrunRunner:
     def restore(self) -> None:
         pass
 
-    def collectives(self, config: dict, hosts: int | None = None) -> list[dict]:
-        records = bench.run_here(dict(config, backend=self.backend))
+    def collectives(self, config: BenchConfig, hosts: int | None = None) -> list[dict]:
+        records = bench.run_here(config.with_backend(self.backend))
         for r in records:
             r["cluster"] = self.cluster
         return records
@@ -99,8 +117,10 @@ class TorchrunRunner:
         return bench.run_kernels(sizes, specs, iters, accumulate=True)
 
 
-def runner_for(cluster: str, threads: int = 1):
+def runner_for(settings: RunnerSettings | str):
     """An emulated cluster by name (``emu``), else a torchrun launch on a topologies cluster."""
-    if emulated.NAME_RE.match(cluster):
-        return EmulatedRunner(cluster, threads)
-    return TorchrunRunner(cluster)
+    if isinstance(settings, str):
+        settings = RunnerSettings(cluster=settings)
+    if emulated.NAME_RE.match(settings.cluster):
+        return EmulatedRunner(settings.cluster, settings.threads)
+    return TorchrunRunner(settings.cluster, settings.backend)

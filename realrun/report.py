@@ -1,13 +1,41 @@
 """The validation report: a markdown table and summary, and the predicted-vs-measured picture."""
 from __future__ import annotations
 
-
 from topologies.units import format_rate, format_size
+
+TARGET_MAPE = 0.10      # the loop's targets (docs/design.md, validation)
+TARGET_FASTEST = 0.90
+OWN_LINKS = 0   # a bandwidth of 0: the cluster's own links (a real cluster under torchrun)
+
+
+def rate_label(bw: int) -> str:
+    return "own links" if bw == OWN_LINKS else format_rate(bw)
+
+
+
+def summary_lines(summary: dict) -> list[str]:
+    worst = summary["worst"]
+    cross = summary["crossover"]
+    lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
+             f"algorithms: {', '.join(summary['algorithms'])}",
+             f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%)"]
+    if worst:
+        lines.append(f"worst: {100 * worst['error']:+.1f}% ({worst['compressor']} {worst['algorithm']} "
+                     f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {rate_label(worst['bandwidth'])})")
+    if summary["fastest_total"]:
+        share = summary["fastest_agree"] / summary["fastest_total"]
+        lines.append(f"predicted fastest compressor = measured fastest: {summary['fastest_agree']}/"
+                     f"{summary['fastest_total']} ({100 * share:.0f}%, target >= {100 * TARGET_FASTEST:.0f}%)")
+    if cross:
+        def fmt(v):
+            return format_rate(v) if v else "no crossing in range"
+        lines.append(f"int8 stops paying off at: predicted {fmt(cross['predicted'])}, measured "
+                     f"{fmt(cross['measured'])}" + (f" (factor {summary['crossover_ratio']:.2f}, target <= 2)"
+                                                    if summary["crossover_ratio"] else ""))
+    return lines
 
 
 def report_md(rows: list[dict], summary: dict) -> str:
-    from realrun.validate import rate_label, summary_lines
-
     out = ["# realrun validate: predicted vs measured", "",
            "Each case was predicted (perfmodel, the calibration profile, the algorithm realrun ran) before it "
            "was measured (median of the iterations, slowest rank). error = (predicted - measured) / measured.", "",

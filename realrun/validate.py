@@ -24,13 +24,12 @@ import sys
 from dataclasses import asdict, dataclass
 
 from perfmodel.runtime import runtime_algorithm, runtime_time
+from realrun.bench import BenchCase, BenchConfig
+from realrun.report import OWN_LINKS, plot, rate_label, report_md, summary_lines  # noqa: F401  (summary_lines: API)
 from topologies.clikit import atomic_write
-from topologies.units import format_rate, format_size
 
 MIB = 2**20
 MBIT, GBIT = 10**6, 10**9
-TARGET_MAPE = 0.10
-TARGET_FASTEST = 0.90
 # (compressor, algorithms realrun runs it with): 5 compressors, 4 algorithms
 PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))", ("allgather",)),
          ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase", "recursive_doubling")))
@@ -49,7 +48,6 @@ class Case:
     algorithm: str
 
 
-OWN_LINKS = 0   # a bandwidth of 0: the cluster's own links (a real cluster under torchrun)
 
 
 def grid(hosts: int, quick: bool, bandwidths=(100 * MBIT, GBIT), subsets: bool = True) -> list[Case]:
@@ -60,10 +58,6 @@ def grid(hosts: int, quick: bool, bandwidths=(100 * MBIT, GBIT), subsets: bool =
     pairs = QUICK_PAIRS if quick else PAIRS
     return [Case(h, bw, s, c, a) for h in host_counts for bw in bandwidths for s in sizes
             for c, algs in pairs for a in algs]
-
-
-def rate_label(bw: int) -> str:
-    return "own links" if bw == OWN_LINKS else format_rate(bw)
 
 
 def crossover_cases(hosts: int, quick: bool) -> list[Case]:
@@ -90,8 +84,8 @@ def measure(cases: list[Case], runner, iters: int) -> dict:
             if getattr(runner, "rank", 0) == 0:
                 print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {rate_label(bw)}: {len(members)} cases",
                       file=sys.stderr, flush=True)
-            config = dict(op="allreduce", cases=[[c.size_bytes, c.compressor, c.algorithm] for c in members],
-                          sizes=[], compressors=[], algorithms=[], iters=iters, warmup=1)
+            config = BenchConfig(op="allreduce", iters=iters, warmup=1, cases=tuple(
+                BenchCase(size_bytes=c.size_bytes, compressor=c.compressor, algorithm=c.algorithm) for c in members))
             for c, r in zip(members, runner.collectives(config, hosts)):
                 out[c] = r["time_s"]
     finally:
@@ -183,7 +177,6 @@ def validate(runner, calibration: str | None, out_dir: str, quick: bool = False,
 
 
 def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
-    from realrun.report import plot, report_md
 
     fields = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s",
               "measured_s", "error")
@@ -194,25 +187,3 @@ def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
     atomic_write(os.path.join(out_dir, "results.csv"), lambda h: h.write(text.getvalue().encode()))
     atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(rows, summary).encode()))
     plot(rows, os.path.join(out_dir, "predicted_vs_measured.png"))
-
-
-def summary_lines(summary: dict) -> list[str]:
-    worst = summary["worst"]
-    cross = summary["crossover"]
-    lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
-             f"algorithms: {', '.join(summary['algorithms'])}",
-             f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%)"]
-    if worst:
-        lines.append(f"worst: {100 * worst['error']:+.1f}% ({worst['compressor']} {worst['algorithm']} "
-                     f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {rate_label(worst['bandwidth'])})")
-    if summary["fastest_total"]:
-        share = summary["fastest_agree"] / summary["fastest_total"]
-        lines.append(f"predicted fastest compressor = measured fastest: {summary['fastest_agree']}/"
-                     f"{summary['fastest_total']} ({100 * share:.0f}%, target >= {100 * TARGET_FASTEST:.0f}%)")
-    if cross:
-        def fmt(v):
-            return format_rate(v) if v else "no crossing in range"
-        lines.append(f"int8 stops paying off at: predicted {fmt(cross['predicted'])}, measured "
-                     f"{fmt(cross['measured'])}" + (f" (factor {summary['crossover_ratio']:.2f}, target <= 2)"
-                                                    if summary["crossover_ratio"] else ""))
-    return lines

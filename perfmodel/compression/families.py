@@ -550,7 +550,7 @@ class Sz3(Family):
         return _one_of(self.params, ("abs", "rel"), "sz3")
 
     def layout(self, count, dtype):
-        self.mode   # exactly one bound
+        _one_of(self.params, ("abs", "rel"), "sz3")   # exactly one bound
         return Layout(0, None)
 
     def compress_traffic(self, stream):

@@ -97,8 +97,10 @@ class BoundWire:
         start = time.perf_counter()
         if w.none:
             data = as_u8(x)
+        elif w.gpu:
+            data = w.c.compress(x)
         else:
-            data = w.c.compress(x) if w.gpu else w.c.compress(x, key=f"{self.key}/{part}").data
+            data = w.c.compress(x, key=f"{self.key}/{part}").data
         self._sync()
         self.stats.compress_s += time.perf_counter() - start
         self.stats.bytes_in += x.nbytes

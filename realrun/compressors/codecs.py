@@ -2,7 +2,6 @@
 lossless (numcodecs). zfp, SZ3 and numcodecs come with the ``real`` extra."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

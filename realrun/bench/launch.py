@@ -1,0 +1,65 @@
+"""Where a collective benchmark's ranks come from: started here, or a launcher's.
+
+``run_collectives`` starts ``config.world`` local ranks (``realrun.procs``: own process
+groups, the interpreter's path only, a FileStore rendezvous, gloo on loopback, ``threads``
+threads each) and returns rank 0's records; ``run_here`` runs this process as one rank of
+an env:// launch (torchrun, ``realrun cluster run``), every rank returning rank 0's records.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tempfile
+
+from realrun import procs
+from realrun.bench.config import BenchConfig
+from realrun.bench.worker import worker
+from topologies.errors import InputError
+
+WORKER = "realrun.bench"   # its __main__: one rank
+
+
+def run_collectives(config: BenchConfig) -> list[dict]:
+    """Start ``config.world`` local ranks and return their records (rank 0's view)."""
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("backend", config.backend, "torch installed: pip install 'commpress[real]'")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = os.path.join(tmp, "config.json")
+        with open(cfg, "w") as handle:
+            handle.write(config.to_json())
+        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "records.jsonl")
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": str(config.threads),
+               "NUMBA_NUM_THREADS": str(config.threads)}
+        ranks = []
+        try:
+            for r in range(config.world):
+                ranks.append(procs.start(procs.python_argv(WORKER, str(r), str(config.world), store, cfg, out),
+                                         quiet=r > 0, env=env))
+            procs.wait_all(ranks, config.timeout_s)
+        finally:
+            procs.stop_all(ranks)
+        with open(out) as handle:
+            return [json.loads(line) for line in handle]
+
+
+def under_torchrun() -> bool:
+    """True inside a torchrun (or any env:// launcher) process."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_here(config: BenchConfig) -> list[dict]:
+    """Run the benchmark in this process as one rank of an env:// launch (torchrun); every
+    rank returns rank 0's records."""
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "records.jsonl")
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, config, out, keep_group=True)
+        lines = [""]
+        if dist.get_rank() == 0:
+            with open(out) as handle:
+                lines = [handle.read()]
+        dist.broadcast_object_list(lines, src=0)
+        dist.destroy_process_group()
+    return [json.loads(line) for line in lines[0].splitlines()]

@@ -1,0 +1,122 @@
+"""One rank of a collective benchmark: times every case, rank 0 writes the records.
+
+Run as ``python -P -m realrun.bench RANK WORLD STORE CONFIG OUT`` (local ranks: a FileStore
+rendezvous, no listening socket) or ``... --env CONFIG OUT`` (an env:// launch: torchrun,
+``realrun cluster run``); see ``__main__.py``. CONFIG is a ``BenchConfig`` as JSON; OUT receives JSON
+Lines in ``perfmodel.records``' schema. Each iteration starts at a barrier and the slowest
+rank's time counts; ``time_s`` is the median over iterations.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+
+import numpy as np
+
+from perfmodel.record import busbw_factor
+from perfmodel.records import make_record
+from realrun.bench.config import BenchConfig
+
+def _case(op, spec, alg, x, exact, iters, warmup):
+    import torch
+    import torch.distributed as dist
+
+    from perfmodel.runtime import runtime_algorithm
+    from realrun.comm import Comm, CommStats
+
+    comm = Comm()
+    # torch's own all-reduce runs in place on a copy made before the timer (as nccl-tests'
+    # in-place mode): a new output tensor per call costs page faults, not communication
+    inplace = op == "allreduce" and runtime_algorithm(op, spec, alg) == "torch"
+    work = x.clone()
+    call = {"allreduce": lambda st: comm.allreduce(work if inplace else x, spec, alg, inplace=inplace, stats=st),
+            "allgather": lambda st: comm.allgather(x, spec, stats=st),
+            "reduce_scatter": lambda st: comm.reduce_scatter(x, spec, stats=st),
+            "broadcast": lambda st: comm.broadcast(x, spec, src=0, stats=st)}[op]
+    times, result = [], None
+    for i in range(warmup + iters):
+        st = CommStats()
+        if inplace:
+            work.copy_(x)
+        dist.barrier()
+        start = time.perf_counter()
+        result = call(st)
+        elapsed = time.perf_counter() - start
+        if i >= warmup:
+            times.append([elapsed, st.compress_s, st.decompress_s, st.bytes_out])
+    worst = torch.tensor(times, dtype=torch.float64, device=x.device)   # NCCL reduces device tensors only
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))
+    err_t = torch.tensor([err], dtype=torch.float64, device=x.device)
+    dist.all_reduce(err_t, op=dist.ReduceOp.MAX)
+    return worst.cpu().numpy(), float(err_t.item())
+
+
+def _exact(op, x, world, rank):
+    import torch
+    import torch.distributed as dist
+
+    if op == "allreduce":
+        out = x.clone()
+        dist.all_reduce(out)
+        return out
+    if op == "allgather":
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x)
+        return torch.cat(parts)
+    if op == "broadcast":
+        out = x.clone()
+        dist.broadcast(out, 0)
+        return out
+    total = x.clone()
+    dist.all_reduce(total)
+    base, extra = divmod(len(x), world)
+    start = rank * base + min(rank, extra)
+    return total[start:start + base + (1 if rank < extra else 0)]
+
+
+def worker(rank: int, world: int, store: str | None, cfg: BenchConfig, out: str, keep_group: bool = False) -> None:
+    """One rank: ``store`` is a FileStore path (local ranks) or None (env://, torchrun)."""
+    import torch
+    import torch.distributed as dist
+
+    init = "env://" if store is None else f"file://{store}"
+    dist.init_process_group(cfg.backend, init_method=init, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=cfg.op_timeout_s))
+    records = []
+    if cfg.backend == "nccl":   # one GPU per rank: the launcher's local rank, else the rank
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    for i, case in enumerate(cfg.cases):
+        size, spec, alg = case.size_bytes, case.compressor, case.algorithm
+        x = torch.from_numpy(np.random.default_rng(rank + 17 * i).standard_normal(size // 4).astype(np.float32))
+        if cfg.backend == "nccl":
+            x = x.cuda()
+        exact = _exact(cfg.op, x, world, rank)
+        worst, err = _case(cfg.op, spec, alg, x, exact, cfg.iters, cfg.warmup)
+        if rank == 0:
+            records.append(_record(cfg, size, spec, alg, worst, err, world))
+            print(f"bench {cfg.op}: {i + 1}/{len(cfg.cases)} {spec} {alg} {size} B", file=sys.stderr, flush=True)
+    if rank == 0:
+        with open(out, "w") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+    dist.barrier()
+    if not keep_group:
+        dist.destroy_process_group()
+
+
+def _record(cfg, size, spec, alg, worst, err, world) -> dict:
+    t = worst[:, 0]
+    payload = float(statistics.median(worst[:, 3]))
+    if payload == 0 and world > 1:   # the plain torch collective: what a ring rank sends
+        payload = size * busbw_factor(cfg.op, world)
+    return make_record("collective", op=cfg.op, compressor=spec, algorithm=alg, world=world,
+                       backend=cfg.backend, size_bytes=size,
+                       wire_bytes=payload, time_s=float(np.median(t)),
+                       time_min_s=float(t.min()), time_max_s=float(t.max()),
+                       compress_s=float(np.median(worst[:, 1])), decompress_s=float(np.median(worst[:, 2])),
+                       max_rel_error=err, iters=int(cfg.iters),
+                       busbw_factor=busbw_factor(cfg.op, world))
