@@ -14,7 +14,7 @@ import statistics
 import time
 
 from perfmodel.pipeline import predict
-from perfmodel.search import sweep
+from perfmodel.plan_sweep import sweep_plans
 
 POLICIES = "none;naive:int8;hybrid;naive:fp16;dp=ef(topk(0.01))+int8,zero=ef(topk(0.01))+int8"
 NEOX = dict(gpus=192, tp=4, pp=4, mbs=4, gbs=1056, zero=1, recompute="full")
@@ -41,7 +41,7 @@ def main() -> None:
     print(f"predict gpt-neox-20b on 192 GPUs of lassen, policy hybrid [target < 10 ms]: median "
           f"{statistics.median(runs):.2f} ms (min {min(runs):.2f}, max {max(runs):.2f})")
     start = time.perf_counter()
-    result = sweep("gpt3-175b", "dgx-a100", gpus=1024, gbs=1536, policies=POLICIES, recompute=args.recompute)
+    result = sweep_plans("gpt3-175b", "dgx-a100", gpus=1024, gbs=1536, policies=POLICIES, recompute=args.recompute)
     wall = time.perf_counter() - start
     print(f"sweep gpt3-175b on 1024 GPUs of dgx-a100, 5 policies, recompute={args.recompute} [target < 60 s]: "
           f"{wall:.1f} s for {result.plans} candidate plans ({result.skipped_oom} do not fit), "

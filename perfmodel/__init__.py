@@ -11,8 +11,8 @@ from perfmodel.collective import DTYPES, OPS, collective_time
 from perfmodel.compression import Codec, compile_spec, parse_spec
 from perfmodel.pipeline import StepRecord, compare, predict
 from perfmodel.record import CollectiveRecord, busbw_factor
-from perfmodel.search import SweepResult
-from perfmodel.search import sweep as sweep_plans
+from perfmodel.plan_sweep import SweepResult
+from perfmodel.plan_sweep import sweep_plans
 
 __all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "StepRecord", "SweepResult", "busbw_factor",
            "collective_time", "compare", "compile_spec", "parse_spec", "predict", "sweep_plans"]

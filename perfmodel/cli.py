@@ -8,9 +8,9 @@ from perfmodel.collective import DTYPES, OPS
 from perfmodel.pipeline import compare, predict
 from perfmodel.plan import DEFAULT_BUCKET_BYTES
 from perfmodel.report import catalog_report, compare_report, step_report, sweep_csv, sweep_table
-from perfmodel.search import sweep as sweep_plans
+from perfmodel.plan_sweep import sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
-from perfmodel.sweep import parse_compressors, parse_sweep, sweep
+from perfmodel.collective_sweep import parse_compressors, parse_sweep, sweep_collectives
 from topologies.clikit import Parser, Progress, atomic_write, check_writable, dump_json, positive_int, run, table
 from topologies.errors import InputError
 from topologies.units import format_size, parse_size
@@ -221,7 +221,7 @@ def _speedup_matrix(records, compressors) -> str:
 def _collective(args) -> None:
     sizes = parse_sweep(args.sweep) if args.sweep else [parse_size(args.size)]
     compressors = parse_compressors(args.compressor)
-    records = sweep(args.op, sizes, compressors, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
+    records = sweep_collectives(args.op, sizes, compressors, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
                     algorithm=args.algorithm, dtype=args.dtype, chunks=_chunks(args.chunks),
                     placement=args.placement, calibration=args.calibration)
     if args.json:
@@ -242,7 +242,7 @@ def _calibrate(args) -> None:
     import json
 
     from perfmodel.fit import fit_profile, summary, worst_residuals
-    from perfmodel.records import read_records
+    from perfmodel.measurements import read_records
 
     check_writable(args.output, "output")
     records = [r for path in args.records for r in read_records(path)]

@@ -1,4 +1,4 @@
-"""``predict``: the data flow of DESIGN section 2 in order.
+"""``predict``: the data flow of docs/design.md, Data flow in order.
 
 ModelSpec -> workload; ParallelPlan -> mesh; (workload, mesh) -> comm events; policy ->
 compressed collectives costed on the fabric -> stage times -> step timeline -> StepRecord.
@@ -77,12 +77,12 @@ def _cost_cached(built, calib, op, nbytes, label, dtype, group, concurrent):
     return collective_on(built, ctx, op, nbytes, label, dtype, spec=spec)
 
 
-def _stage(spec, plan, env, policy, mesh, s, layers, tally) -> StageTime:
+def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     first, last = s == 0, s == plan.pp - 1
-    sc = stage_compute(spec, plan, env.dev, layers, first, last)
+    sc = stage_compute(arch, plan, env.dev, layers, first, last)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, hardware_flops=sc.hardware_flops)
     m = plan.microbatches
-    for event in comm.tp_events(spec, plan, mesh, layers) + comm.pp_events(spec, plan, mesh):
+    for event in comm.tp_events(arch, plan, mesh, layers) + comm.pp_events(arch, plan, mesh):
         rec = _cost(env, event, policy)
         wire, kernel = split_kernel(rec)
         per_mb = event.count / m
@@ -93,13 +93,13 @@ def _stage(spec, plan, env, policy, mesh, s, layers, tally) -> StageTime:
         if s == 0:
             tally.add(event, rec, event.count)
     if plan.zero == 3 and plan.dp > 1:
-        st.zero3 = _zero3_exposed(spec, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
+        st.zero3 = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
     return st
 
 
-def _zero3_exposed(spec, plan, env, policy, mesh, layers, sc, tally) -> float:
+def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> float:
     """Per microbatch: gathers prefetched one layer ahead hide behind that layer's compute."""
-    events = comm.dp_events(spec.layer_params() / plan.tp * layers, spec.layer_params() / plan.tp,
+    events = comm.dp_events(arch.layer_params() / plan.tp * layers, arch.layer_params() / plan.tp,
                             plan, mesh, layers)
     t = {e.name: _cost(env, e, policy) for e in events}
     if tally is not None:
@@ -111,18 +111,18 @@ def _zero3_exposed(spec, plan, env, policy, mesh, layers, sc, tally) -> float:
     return ag_f + layers * (max(0.0, ag_f - fwd_layer) + max(0.0, ag_b + rs - bwd_layer))
 
 
-def _step(spec, plan, env, policy):
-    mesh, tally, layers = mesh_for(plan), Tally(), plan.stage_layers(spec.num_layers)
-    stages = [_stage(spec, plan, env, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
+def _step(arch, plan, env, policy):
+    mesh, tally, layers = mesh_for(plan), Tally(), plan.stage_layers(arch.num_layers)
+    stages = [_stage(arch, plan, env, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
     total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages)
     b, m = stages[worst], plan.microbatches
     out = Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.tp, pp_comm_s=m * b.pp,
                     compression_s=m * b.compression, dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
-    params0 = stage_params(spec, plan, layers[0], True, plan.pp == 1)
+    params0 = stage_params(arch, plan, layers[0], True, plan.pp == 1)
     if plan.zero < 3:
         events = comm.dp_events(params0, 0, plan, mesh, layers[0])
         _dp_overlap(events, env, policy, stages[0].bwd, out, tally)
-    for event in comm.tied_embedding_events(spec, plan, mesh):
+    for event in comm.tied_embedding_events(arch, plan, mesh):
         rec = _cost(env, event, policy)
         out.pp_comm_s += rec.time_s
         tally.add(event, rec, event.count)
@@ -147,9 +147,9 @@ def _dp_overlap(events, env, policy, window, out: Breakdown, tally: Tally) -> No
 
 
 @lru_cache(maxsize=4096)
-def _uncompressed_step(spec, plan, env_key) -> float:
+def _uncompressed_step(arch, plan, env_key) -> float:
     built, dev, calib, slowdown = env_key
-    return _step(spec, plan, Env(built, dev, calib, slowdown), parse_policy("none"))[0].total
+    return _step(arch, plan, Env(built, dev, calib, slowdown), parse_policy("none"))[0].total
 
 
 def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int | None = None,
@@ -166,7 +166,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     defaults to the profile's, else DEFAULT_OVERLAP_SLOWDOWN.
     """
     calib = load_calibration(calibration)
-    spec = load_model(model)
+    arch = load_model(model)
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
     dev = device(built.gpu_model)
     dev = calib.device(dev) if calib else dev
@@ -175,40 +175,40 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             else DEFAULT_OVERLAP_SLOWDOWN
     dtype = compute_dtype or ("bf16" if "bf16" in dev.peak_flops_per_s else "fp16")
     dev.peak(dtype)
-    plan = make_plan(spec, built.gpus, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
+    plan = make_plan(arch, built.gpus, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                      sequence_parallel=sequence_parallel, recompute=recompute, schedule=schedule,
                      compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order)
     if not 0 <= overlap_slowdown < 1:
         raise InputError("overlap_slowdown", overlap_slowdown, "a fraction in [0, 1)")
     pol = parse_policy(policy)
-    memory = peak_memory(spec, plan)
+    memory = peak_memory(arch, plan)
     fits = memory["total"] <= dev.hbm_bytes
     if not fits and not allow_oom:
         need, have = memory["total"] / 2**30, dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
                          "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
     env = Env(built, dev, calib, overlap_slowdown)
-    out, tally, stages = _step(spec, plan, env, pol)
-    base = out.total if pol.is_none else _uncompressed_step(spec, plan, (built, dev, calib, overlap_slowdown))
-    return _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base)
+    out, tally, stages = _step(arch, plan, env, pol)
+    base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, overlap_slowdown))
+    return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
 
 
-def _record(spec, built, dev, plan, pol, out, tally, stages, memory, fits, base) -> StepRecord:
+def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base) -> StepRecord:
     step = out.total
     tokens = plan.gbs * plan.seq
-    model_flops = spec.model_flops_per_token(plan.seq) * tokens
+    model_flops = arch.model_flops_per_token(plan.seq) * tokens
     hw_flops = sum(st.hardware_flops for st in stages)
     hw_per_gpu = hw_flops * plan.microbatches / plan.pp
     model_tflops = model_flops / step / plan.gpus / 1e12
     return StepRecord(
-        model=spec.name, cluster=built.name, gpu=dev.key, gpus=plan.gpus,
+        model=arch.name, cluster=built.name, gpu=dev.key, gpus=plan.gpus,
         plan={k: v for k, v in asdict(plan).items()} | {"microbatches": plan.microbatches},
         policy=pol.text, policy_axes=pol.describe(), step_time_s=step, samples_per_s=plan.gbs / step,
         tokens_per_s=tokens / step, model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=hw_per_gpu / step / 1e12,
         mfu=model_tflops * 1e12 / dev.peak(plan.compute_dtype), breakdown=vars(out).copy(),
         wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
-        stage_layers=plan.stage_layers(spec.num_layers), speedup_vs_uncompressed=base / step,
+        stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
         collectives=tally.algorithms)
 

@@ -5,7 +5,7 @@ import csv
 import io
 
 from perfmodel.catalogs import gpu_catalog
-from perfmodel.search import plan_row
+from perfmodel.plan_sweep import plan_row
 from perfmodel.workload import model_catalog
 from topologies import catalog_names, load_spec
 from topologies.clikit import table

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from perfmodel.sweep import parse_compressors, parse_sweep
+from perfmodel.collective_sweep import parse_compressors, parse_sweep
 from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS
 from realrun.compressors import Compressor
@@ -36,7 +36,7 @@ def _parser() -> Parser:
     b = sub.add_parser("bench", help="microbenchmarks: collectives across ranks, or kernels alone",
                        description="Time compressed collectives across --world local ranks (gloo), or "
                        "compressors alone (kernels); print nccl-tests-style tables and write JSON Lines "
-                       "records (perfmodel.records schema) with --json.", epilog=EPILOG,
+                       "records (perfmodel.measurements schema) with --json.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels")
     b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "

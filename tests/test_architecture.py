@@ -1,4 +1,4 @@
-"""DESIGN section 1: topologies <- perfmodel <- realrun; the model never imports torch or cupy."""
+"""docs/design.md, Layering: topologies <- perfmodel <- realrun; the model never imports torch or cupy."""
 import ast
 from pathlib import Path
 

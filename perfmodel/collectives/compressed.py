@@ -1,4 +1,4 @@
-"""Compressed collectives (DESIGN section 6): the two cost structures.
+"""Compressed collectives (docs/design.md, Compressed collectives: two cost structures): the two cost structures.
 
 *Data movement* (all-gather, broadcast, all-to-all, send/recv) compresses once at the
 source, moves payloads with the ordinary algorithm and decompresses at each receiver.

@@ -1,4 +1,4 @@
-"""The compressor grammar of DESIGN section 5, parsed into an immutable tree.
+"""The compressor grammar of docs/design.md, Compressor grammar and contract, parsed into an immutable tree.
 
     spec   := term ("+" term)*
     term   := "ef" "(" spec ")" | name [ "(" arg ("," arg)* ")" ]

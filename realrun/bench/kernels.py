@@ -2,7 +2,7 @@
 
 ``run_kernels``: median compress and decompress seconds per (size, spec) on inputs cycled out
 of the last-level cache (``cold_inputs``). ``run_kernels_shared``: ``ranks`` processes in step,
-as the ranks of an emulated cluster share this machine. Records follow ``perfmodel.records``.
+as the ranks of an emulated cluster share this machine. Records follow ``perfmodel.measurements``.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from perfmodel.records import make_record
+from perfmodel.measurements import make_record
 from topologies.errors import InputError
 
 

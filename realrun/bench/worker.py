@@ -3,7 +3,7 @@
 Run as ``python -P -m realrun.bench RANK WORLD STORE CONFIG OUT`` (local ranks: a FileStore
 rendezvous, no listening socket) or ``... --env CONFIG OUT`` (an env:// launch: torchrun,
 ``realrun cluster run``); see ``__main__.py``. CONFIG is a ``BenchConfig`` as JSON; OUT receives JSON
-Lines in ``perfmodel.records``' schema. Each iteration starts at a barrier and the slowest
+Lines in ``perfmodel.measurements``' schema. Each iteration starts at a barrier and the slowest
 rank's time counts; ``time_s`` is the median over iterations.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from datetime import timedelta
 import numpy as np
 
 from perfmodel.record import busbw_factor
-from perfmodel.records import make_record
+from perfmodel.measurements import make_record
 from realrun.bench.config import BenchConfig
 
 def _case(op, spec, alg, x, exact, iters, warmup):

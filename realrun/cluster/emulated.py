@@ -1,4 +1,4 @@
-"""Build, reshape, inspect and remove an emulated cluster (DESIGN section 8).
+"""Build, reshape, inspect and remove an emulated cluster (docs/design.md, Facts measured on the development machines).
 
 Layout of cluster ``NAME`` (every name starts with ``cmp-NAME-``, so clusters coexist):
 
@@ -30,7 +30,7 @@ SUBNET = "10.231.0."
 # 128 KiB: two 64 KiB GSO segments (the largest packet a veth hands to the qdisc), so a whole
 # segment always fits the bucket; at 1 Gbit/s that is a 1 ms burst, at 100 Mbit/s 10 ms,
 # short against the transfers we time. Measured here: a 4-host 64 MiB all-reduce at 1 Gbit/s
-# came within 3.7% of the ring formula (DESIGN section 8).
+# came within 3.7% of the ring formula (docs/design.md, Facts measured on the development machines).
 DEFAULT_BURST = 128 * 1024
 NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
 

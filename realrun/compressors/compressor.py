@@ -26,7 +26,7 @@ LENGTH = struct.Struct("<Q")
 MAX_DEPTH = 64   # stages in one spec: deeper trees are refused by the grammar first
 
 
-class Chain(stages.Stage):
+class ChainStage(stages.Stage):
     """Stages applied in order; each stage's values feed the next, metadata in order."""
 
     def __init__(self, parts):
@@ -72,7 +72,7 @@ class Chain(stages.Stage):
         return values
 
 
-class ErrorFeedback(stages.Stage):
+class ErrorFeedbackStage(stages.Stage):
     """Adds the residual of the previous call (per key and size) before compressing, and keeps
     the new residual: what compression dropped is sent later instead of lost."""
 
@@ -105,8 +105,8 @@ def build_stage(node, backend: str = "numpy"):
     if isinstance(node, Family):
         return node.implementation(backend)(node)
     if isinstance(node, EFNode):
-        return ErrorFeedback(build_stage(node.inner, backend))
-    return Chain([build_stage(p, backend) for p in node])
+        return ErrorFeedbackStage(build_stage(node.inner, backend))
+    return ChainStage([build_stage(p, backend) for p in node])
 
 
 def as_array(x) -> np.ndarray:
@@ -162,7 +162,7 @@ class Compressor:
         codec = spec if isinstance(spec, Codec) else compile_spec(spec)
         self.spec, self.codec = codec.text, codec
         self.root = build_stage(codec.root)
-        self.ctx = stages.Ctx(seed=seed)
+        self.ctx = stages.CompressorState(seed=seed)
         self.digest = spec_digest(self.spec)
 
     def compress(self, x, key: str = "", out=None) -> Payload:

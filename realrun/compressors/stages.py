@@ -3,7 +3,7 @@
 A stage is the numpy implementation of one perfmodel family (its contract), registered
 against the family class with ``@Family.implements("numpy")``. Its layout (output values,
 their dtype, metadata bytes) is the family's ``layout``, so payload sizes are the model's
-wire sizes by construction. Stateful stages (randk, qsgd, powersgd) read a ``Ctx``: seed,
+wire sizes by construction. Stateful stages (randk, qsgd, powersgd) read a ``CompressorState``: seed,
 step number and the tensor's key.
 
 Non-finite input (documented, tested): block quantizers and sign decode a block holding a
@@ -29,7 +29,7 @@ WORKSPACE_ENTRIES = 32   # scratch arrays kept per compressor (oldest dropped fi
 
 
 @dataclass
-class Ctx:
+class CompressorState:
     """Per-compressor state: seed, step, tensor key, persistent state (residuals, warm starts),
     a workspace of reused scratch arrays, and where the final decoded values go (``out``)."""
 

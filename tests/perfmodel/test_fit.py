@@ -7,7 +7,7 @@ import pytest
 from perfmodel.calibration import load_calibration
 from perfmodel.cli import main
 from perfmodel.fit import fit_kernels, fit_profile
-from perfmodel.records import make_record
+from perfmodel.measurements import make_record
 from perfmodel.runtime import runtime_algorithm, runtime_time
 from topologies.clikit import run
 from topologies.errors import InputError

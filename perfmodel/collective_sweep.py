@@ -33,6 +33,6 @@ def parse_compressors(text: str) -> list[str]:
     return items
 
 
-def sweep(op: str, sizes, compressors, **kwargs) -> list:
+def sweep_collectives(op: str, sizes, compressors, **kwargs) -> list:
     """Records for every (size, compressor), sizes outer; kwargs go to collective_time."""
     return [collective_time(op, size, compressor=c, **kwargs) for size in sizes for c in compressors]

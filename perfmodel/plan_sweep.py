@@ -44,7 +44,7 @@ def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | Non
     return out
 
 
-def sweep(model: str, cluster: str, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
+def sweep_plans(model: str, cluster: str, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
           policies: str = "none,hybrid", max_mbs: int = 8, recompute: str = "none", zero=(0, 1, 2, 3),
           progress=None, **fixed) -> SweepResult:
     """Predict every candidate plan under every policy; records sorted by step time.
