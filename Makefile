@@ -9,12 +9,14 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.core: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e .
+# constraints.txt pins what CI runs (torch 2.13.0 CPU from local disk, zfpy 1.0.1); the
+# package's own requirements are ranges.
+$(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.dev: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e ".[dev]"
+$(VENV)/.dev: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $@
 
 # The seed-paper scenario: GPT-NeoX-20B on 192 V100 of Lassen, uncompressed vs naive vs hybrid.
