@@ -70,7 +70,8 @@ class PowerSgd(Stage):
         r = self.rank(count)
         P = values[: m * r].astype(np.float64).reshape(m, r)
         Q = values[m * r:].astype(np.float64).reshape(n, r)
-        return (P @ Q.T).ravel()[:count].astype(dtype)
+        with np.errstate(over="ignore"):   # beyond the dtype's range: +-Inf, as a cast does
+            return (P @ Q.T).ravel()[:count].astype(dtype)
 
 
 @families.Zfp.implements("numpy")

@@ -87,32 +87,32 @@ class NoneStage(Stage):
 
 
 class Cast(Stage):
+    FAST = None   # (encode, decode) compiled for float32 input where numba is installed
+
     def _passes(self, dtype) -> bool:
         return self.layout(1, dtype).dtype == dtype   # a narrower input is not cast
+
+    def _fast(self, dtype) -> bool:
+        return fast.AVAILABLE and self.FAST is not None and dtype == np.float32
 
     def encode(self, x, ctx):
         if self._passes(x.dtype):
             return x, b""
+        if self._fast(x.dtype):
+            return self.FAST[0](x, ctx.buffer(self, "codes", len(x), np.uint16)), b""
         return self.to_codes(x), b""
 
     def decode(self, values, meta, n, dtype, ctx):
         if self._passes(dtype):
             return values
+        if self._fast(dtype):
+            return self.FAST[1](values, ctx.output(n, np.float32))
         return self.from_codes(values).astype(dtype)
 
 
 @families.Fp16.implements("numpy")
 class Fp16(Cast):
-
-    def encode(self, x, ctx):
-        if fast.AVAILABLE and x.dtype == np.float32:
-            return fast.fp16_encode(x, ctx.buffer(self, "codes", len(x), np.uint16)), b""
-        return super().encode(x, ctx)
-
-    def decode(self, values, meta, n, dtype, ctx):
-        if fast.AVAILABLE and dtype == np.float32:
-            return fast.fp16_decode(values, ctx.output(n, np.float32))
-        return super().decode(values, meta, n, dtype, ctx)
+    FAST = (fast.fp16_encode, fast.fp16_decode)
 
     def to_codes(self, x):
         with np.errstate(over="ignore"):
@@ -124,15 +124,7 @@ class Fp16(Cast):
 
 @families.Bf16.implements("numpy")
 class Bf16(Cast):
-    def encode(self, x, ctx):
-        if fast.AVAILABLE and x.dtype == np.float32:
-            return fast.bf16_encode(x, ctx.buffer(self, "codes", len(x), np.uint16)), b""
-        return super().encode(x, ctx)
-
-    def decode(self, values, meta, n, dtype, ctx):
-        if fast.AVAILABLE and dtype == np.float32:
-            return fast.bf16_decode(values, ctx.output(n, np.float32))
-        return super().decode(values, meta, n, dtype, ctx)
+    FAST = (fast.bf16_encode, fast.bf16_decode)
 
     def to_codes(self, x):
         return casts.to_bf16(x.astype(np.float32))

@@ -128,3 +128,45 @@ def test_spec_names_the_topology_perfmodel_predicts():
     assert EmulatedSpec(hosts=4).topology(hosts=2) == "emulated:hosts=2,bandwidth=1gbit"
     with pytest.raises(InputError, match="name"):
         down("Bad-Name")
+
+
+def test_one_up_or_down_of_a_name_at_a_time(tmp_path, monkeypatch):
+    """The per-name lock: a second command on the same name is refused while the first holds it."""
+    monkeypatch.setattr(emulated, "STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(netns, "require_root", lambda: None)
+    with emulated._locked("lk1"):
+        with pytest.raises(InputError, match="no other command"):
+            up(EmulatedSpec(hosts=2), "lk1")
+        with pytest.raises(InputError, match="no other command"):
+            down("lk1")
+        with emulated._locked("lk2"):   # another name is independent
+            pass
+
+
+@pytest.mark.netns
+@netns_only
+def test_a_cluster_without_its_state_is_half_built_and_down_removes_it(cluster_name):
+    up(EmulatedSpec(hosts=2), cluster_name)
+    os.remove(emulated._state_path(cluster_name))   # as if `up` was killed before its last step
+    info = status(cluster_name)[cluster_name]
+    assert info["state"] == "half-built" and not info["up"] and info["namespaces"]
+    with pytest.raises(InputError, match="half-built"):
+        up(EmulatedSpec(hosts=2), cluster_name)
+    assert down(cluster_name) and _leftovers(cluster_name) == []
+
+
+@pytest.mark.netns
+@netns_only
+def test_sigterm_during_up_rolls_the_cluster_back(cluster_name, monkeypatch):
+    from topologies import clikit
+
+    real_limit = netns.limit
+
+    def terminated(*args, **kwargs):
+        real_limit(*args, **kwargs)
+        raise clikit.Terminated()   # what SIGTERM raises inside `realrun cluster up`
+
+    monkeypatch.setattr(netns, "limit", terminated)
+    with pytest.raises(clikit.Terminated):
+        up(EmulatedSpec(hosts=2), cluster_name)
+    assert _leftovers(cluster_name) == []
