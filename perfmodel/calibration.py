@@ -34,7 +34,7 @@ from functools import lru_cache
 
 from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, gpu_catalog, protocol_table
 from perfmodel.collectives.phases import PRIMITIVES
-from perfmodel.compression.codec import compile_spec
+from perfmodel.compression.codec import Codec, compile_spec
 from perfmodel.compression.families import DEFAULT_RATIO
 from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
 from topologies.errors import InputError
@@ -104,6 +104,15 @@ class Calibration:
         if not self.ratios:
             return text
         return compile_spec(str(_with_ratios(parse_spec(text), self.ratios))).text
+
+    def codec(self, codec: Codec) -> Codec:
+        """``codec`` with the profile's ratios applied (the same object when there are none)."""
+        return codec if not self.ratios else _calibrated_codec(self, codec.text)
+
+
+@lru_cache(maxsize=4096)
+def _calibrated_codec(calib: Calibration, text: str) -> Codec:
+    return compile_spec(calib.spec(text))
 
 
 @lru_cache(maxsize=64)

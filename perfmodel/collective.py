@@ -15,7 +15,7 @@ from perfmodel.collectives.fabric import Ctx, make_ctx
 from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier
 from perfmodel.collectives.plain import PLAIN
 from perfmodel.calibration import load_calibration
-from perfmodel.compression import compile_spec
+from perfmodel.compression import Codec, compile_spec
 from perfmodel.record import CollectiveRecord, busbw_factor
 from topologies import InputError, build_cluster, place
 
@@ -112,19 +112,21 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     built = build_cluster(cluster, nodes=nodes, gpus=gpus)
     ctx = resolve_context(built, ranks, placement if isinstance(placement, str) else tuple(placement),
                    tuple(tuple(g) for g in concurrent), calib)
-    codec = compile_spec(calib.spec(compressor) if calib else compressor)
+    codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
+    codec = calib.codec(codec) if calib else codec
     if op == "reduce_scatter" and codec.factored:
         raise InputError("compressor", compressor, "powersgd compresses all-reduce only")
-    return _record(op, size_bytes, dtype, codec, compressor, ctx, built, algorithm, chunks)
+    return _record(op, size_bytes, dtype, codec, str(compressor), ctx, built, algorithm, chunks)
 
 
 @lru_cache(maxsize=65536)
-def collective_on(built, ctx: Ctx, op: str, size_bytes: int, compressor: str = "none", dtype: str = "fp32",
-                  algorithm: str = "auto", spec: str | None = None) -> CollectiveRecord:
-    """The record of one collective on a prepared context (what the step model calls); ``spec``
-    is the compressor with any calibrated ratios already applied. Cached."""
+def collective_on(built, ctx: Ctx, op: str, size_bytes: int, codec: Codec, dtype: str = "fp32",
+                  algorithm: str = "auto", label: str | None = None) -> CollectiveRecord:
+    """The record of one collective on a prepared context (what the step model calls): ``codec``
+    is the compiled spec with any calibrated ratios already applied, ``label`` how the user
+    wrote it (default its canonical text). Cached."""
     _check(op, size_bytes, dtype)
-    return _record(op, size_bytes, dtype, compile_spec(spec or compressor), compressor, ctx, built, algorithm, "auto")
+    return _record(op, size_bytes, dtype, codec, label or codec.text, ctx, built, algorithm, "auto")
 
 
 @lru_cache(maxsize=256)

@@ -65,16 +65,15 @@ class Env:
 
 def _cost(env, event, policy):
     """The collective record of one event under the policy (cached: buckets repeat sizes)."""
-    label = policy.axis(event.axis).spec_for(event.nbytes)
-    return _cost_cached(env.built, env.calib, event.op, event.nbytes, label, event.dtype, event.group,
-                        event.concurrent)
+    axis = policy.axis(event.axis)
+    return _cost_cached(env.built, env.calib, event.op, event.nbytes, axis.codec_for(event.nbytes),
+                        axis.spec_for(event.nbytes), event.dtype, event.group, event.concurrent)
 
 
 @lru_cache(maxsize=65536)
-def _cost_cached(built, calib, op, nbytes, label, dtype, group, concurrent):
+def _cost_cached(built, calib, op, nbytes, codec, label, dtype, group, concurrent):
     ctx = make_ctx(built, group, concurrent, calib)
-    spec = calib.spec(label) if calib else label
-    return collective_on(built, ctx, op, nbytes, label, dtype, spec=spec)
+    return collective_on(built, ctx, op, nbytes, calib.codec(codec) if calib else codec, dtype, label=label)
 
 
 def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from perfmodel.compression import compile_spec, split_top_level
+from perfmodel.compression import Codec, compile_spec, split_top_level
 from topologies.errors import InputError
 from topologies.units import parse_size
 
@@ -36,6 +36,10 @@ class AxisPolicy:
 
     def spec_for(self, nbytes: float) -> str:
         return self.spec if nbytes >= self.min_bytes else "none"
+
+    def codec_for(self, nbytes: float) -> Codec:
+        """The compiled spec for a message of ``nbytes`` (compiled once: ``compile_spec`` caches)."""
+        return compile_spec(self.spec_for(nbytes))
 
 
 @dataclass(frozen=True, kw_only=True)

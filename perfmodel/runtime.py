@@ -53,7 +53,8 @@ def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx,
     """(realrun algorithm, AlgoCost) of one realrun collective on a prepared context."""
     if op not in OPS:
         raise InputError("op", op, "one of " + ", ".join(OPS) + " (realrun's compressed reductions)")
-    codec = compile_spec(calib.spec(compressor) if calib else compressor)
+    codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
+    codec = calib.codec(codec) if calib else codec
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES["fp32"], codec=codec,
               kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text))
     alg = runtime_algorithm(op, compressor, algorithm)

@@ -89,12 +89,19 @@ def _text(node) -> str:
     return "+".join(_text(p) for p in node)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Codec:
-    """A compressor spec compiled for the cost model (see module doc)."""
+    """A compressor spec compiled for the cost model (see module doc). Parsed once at the edge
+    and carried as it is; equal (and hashed) by its canonical text, so it keys caches."""
 
     text: str
     root: object
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Codec) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
 
     @cached_property
     def families(self) -> tuple[Family, ...]:
