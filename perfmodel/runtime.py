@@ -1,8 +1,8 @@
 """What realrun runs, predicted: its algorithms on torch.distributed primitives.
 
 ``collective_time`` answers for NCCL (its algorithms and protocols). realrun runs its own
-algorithms (docs/design.md, Compressed collectives: two cost structures) on torch.distributed calls, so a prediction of a realrun
-measurement uses the same cost structures with realrun's choices:
+algorithms (docs/design.md, Compressed collectives) on torch.distributed calls, so a
+prediction of a realrun measurement uses the same cost structures with realrun's choices:
 
 * ``auto`` runs ``torch.distributed.all_reduce`` for ``none`` and the casts (fp16, bf16):
   the ring all-reduce carried by the ``allreduce`` primitive;

@@ -43,11 +43,11 @@ DEFAULT_BLOCK = 256        # values per quantization block: scale overhead 4/256
 
 # Ratios for data-dependent codecs when no calibration is given.
 DEFAULT_RATIO = {
-    # docs/design.md, Facts measured on the development machines: SZ3 abs 1e-4 on 16 M Gaussian float32 gave 6.8x.
+    # Measured (docs/design.md, Facts measured): SZ3 abs 1e-4 on 16 M Gaussian float32 gave 6.8x.
     "sz3": 6.8,
-    # Assumption, no measurement yet: zfp in accuracy mode near rate-8 quality (4x, docs/design.md, Facts measured on the development machines).
+    # Assumption, no measurement yet: zfp in accuracy mode near rate-8 quality (4x, docs/design.md).
     "zfp": 4.0,
-    # docs/design.md, Facts measured on the development machines: lossless codecs gave at most 1.15x on Gaussian float32.
+    # Measured (docs/design.md, Facts measured): lossless codecs gave at most 1.15x on Gaussian float32.
     "lossless": 1.15,
 }
 

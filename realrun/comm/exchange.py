@@ -1,7 +1,7 @@
 """Moving payloads (variable-size bytes) with torch.distributed primitives.
 
 gloo cannot all-gather tensors of unequal size, so sizes are exchanged first and every
-payload is padded to the largest (docs/design.md, Facts measured on the development machines). Where every size is known in advance
+payload is padded to the largest (docs/design.md, Facts measured). Where every size is known in advance
 (fixed-size specs: the payload length is perfmodel's wire size, a contract test checks it)
 callers pass ``sizes`` and the size round is skipped.
 
