@@ -87,28 +87,33 @@ class Comm:
         group = self.group
         c = self._bound(spec, tensor, key)
         alg = runtime_algorithm("allreduce", c.wire.codec, algorithm)   # the choice perfmodel.runtime predicts
-        kwargs = {}
-        if alg == "hierarchical":
-            local = local_size or int(os.environ.get("LOCAL_WORLD_SIZE", world(group)[1]))
-            intra, inter = self.node_groups(local)
-            kwargs = dict(local=local, intra=intra, inter=inter, raw=self.wire("none", "cuda" if c.gpu else "cpu")
-                          .bound(key, c.stats))
         if chunks != 1:
             if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
                 raise InputError("chunks", chunks, "an integer >= 1")
             if alg != "allgather" or not (c.none or c.wire.codec.exact):
                 raise InputError("chunks", chunks, "1, or more with the allgather algorithm and a fixed-size spec")
-            alg, kwargs = "pipelined", {"chunks": min(chunks, max(1, tensor.numel()))}
+            alg = "pipelined"
         try:
             if world(group)[1] == 1:
                 return tensor if inplace else tensor.clone()
             if alg == "torch":   # none, or a reducible cast: the ordinary all-reduce on the (cast) tensor
                 return _torch_allreduce(tensor, c.wire.cast, group, inplace)
+            kwargs = self._algorithm_kwargs(alg, c, tensor, local_size, chunks)
             result = _tensor(IMPLEMENTATIONS[alg](to_array(tensor), c, group, **kwargs), tensor)
             return tensor.copy_(result) if inplace else result
         finally:
             self._settle(c, stats)
 
+    def _algorithm_kwargs(self, alg: str, c: BoundWire, tensor, local_size, chunks) -> dict:
+        """What the hierarchical and pipelined algorithms take beyond (x, wire, group)."""
+        if alg == "pipelined":
+            return {"chunks": min(chunks, max(1, tensor.numel()))}
+        if alg != "hierarchical":
+            return {}
+        local = local_size or int(os.environ.get("LOCAL_WORLD_SIZE", world(self.group)[1]))
+        intra, inter = self.node_groups(local)
+        raw = self.wire("none", "cuda" if c.gpu else "cpu").bound(c.key, c.stats)
+        return dict(local=local, intra=intra, inter=inter, raw=raw)
 
     def allgather(self, tensor: torch.Tensor, spec: str | Codec = "none", key: str = "",
                   stats: CommStats | None = None) -> torch.Tensor:

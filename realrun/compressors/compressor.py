@@ -23,7 +23,6 @@ from realrun.compressors.payload import DTYPES, Header, Payload, seal, spec_dige
 from topologies.errors import InputError
 
 LENGTH = struct.Struct("<Q")
-MAX_DEPTH = 64   # stages in one spec: deeper trees are refused by the grammar first
 
 
 class ChainStage(stages.Stage):

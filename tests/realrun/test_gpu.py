@@ -116,3 +116,23 @@ def test_cuda_tensors_on_gloo_are_refused(monkeypatch):
     monkeypatch.setattr(C.dist, "get_backend", lambda group=None: "gloo")
     with pytest.raises(InputError, match="CUDA tensors on nccl"):
         C._device(FakeCuda(), None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", GPU_SPECS)
+def test_gpu_refuses_corrupted_payloads_and_reads_cpu_ones(spec):
+    """The device decoder checks the header, the checksum and the body length as the CPU one does,
+    and both backends read each other's payloads (the same bytes)."""
+    cp = _cupy_with_gpu()
+    x = np.random.default_rng(5).standard_normal(5000).astype(np.float32)
+    gpu = GpuCompressor(spec)
+    good = cp.asnumpy(gpu.compress(cp.asarray(x)))
+    assert np.array_equal(cp.asnumpy(gpu.decompress(cp.asarray(Compressor(spec).compress(x).data))),
+                          Compressor(spec).decompress(good.tobytes()), equal_nan=True)
+    for i in (4, 30, len(good) // 2, len(good) - 1):
+        bad = good.copy()
+        bad[i] ^= 0x41
+        with pytest.raises(InputError):
+            gpu.decompress(cp.asarray(bad))
+    with pytest.raises(InputError):
+        gpu.decompress(cp.asarray(good[:-3]))
