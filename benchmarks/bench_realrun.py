@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from realrun.bench import cold_inputs, run_collectives
+from realrun.bench import BenchConfig, cold_inputs, run_collectives
 from realrun.compressors import Compressor
 
 SIZES = (16 * 2**20, 64 * 2**20)
@@ -80,9 +80,9 @@ def kernels(iters: int, runs: int) -> None:
 
 
 def allreduce(iters: int) -> None:
-    config = dict(op="allreduce", world=4, backend="gloo", sizes=[64 * 2**20],
-                  compressors=["none", "fp16", "int8", "topk(0.01)"],
-                  algorithms=["auto", "ring", "allgather", "two_phase"], iters=iters, warmup=1)
+    config = BenchConfig.grid(op="allreduce", world=4, sizes=[64 * 2**20],
+                              compressors=["none", "fp16", "int8", "topk(0.01)"],
+                              algorithms=["auto", "ring", "allgather", "two_phase"], iters=iters, warmup=1)
     records = run_collectives(config)
     base = next(r["time_s"] for r in records if r["compressor"] == "none" and r["algorithm"] == "auto")
     print(f"4-rank gloo all-reduce of 64 MiB on loopback, median of {iters} (slowest rank):")
