@@ -10,6 +10,7 @@ import sys
 from perfmodel.collective_sweep import parse_compressors, parse_sweep
 from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS
+from realrun import train_cli
 from realrun.compressors import Compressor
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
 from topologies.errors import InputError
@@ -59,6 +60,7 @@ def _parser() -> Parser:
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
     _cluster_parser(sub)
     _loop_parsers(sub)
+    train_cli.add_parser(sub, _command)
     return p
 
 
@@ -297,7 +299,8 @@ def main(argv=None) -> int:
     cmd = argv[argv.index("--") + 1:] if "--" in argv else []   # cluster run -- CMD ARGS...
     args = _parser().parse_args(argv[: len(argv) - len(cmd) - (1 if "--" in argv else 0)])
     args.cmd = cmd
-    {"bench": _bench, "cluster": _cluster, "calibrate": _calibrate, "validate": _validate}[args.command](args)
+    {"bench": _bench, "cluster": _cluster, "calibrate": _calibrate, "validate": _validate,
+     "train": train_cli.run_train}[args.command](args)
     return 0
 
 

@@ -1,0 +1,10 @@
+"""Real compressed training of a small GPT: the model perfmodel describes, trained on
+torch.distributed with every data-parallel gradient reduction going through realrun.comm
+under a compression policy (``realrun train``).
+
+* ``model``: a decoder-only transformer built from a perfmodel ``ModelSpec`` (same parameter
+  count, tested);
+* ``data``: the Python standard library's own source, at byte level (no download);
+* ``trainer``: the training loop, its measurements per step, checkpoints;
+* ``launch``: local ranks or a launcher's (torchrun, ``realrun cluster run``).
+"""

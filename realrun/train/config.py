@@ -1,0 +1,88 @@
+"""The training run's configuration: typed, validated, serialised in one place (it crosses the
+process boundary to every rank as JSON)."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+
+from perfmodel.policy import POLICY_AXES, parse_policy
+from perfmodel.workload import load_model
+from topologies.errors import InputError
+
+BUCKET_BYTES = 25 * 2**20   # DDP's default bucket (bucket_cap_mb=25): the unit the dp policy sees
+MAX_STEPS = 1_000_000
+
+
+def _int(field: str, value, low: int, high: float = math.inf) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError(field, value, f"an integer from {low} to {high:g}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """One training run: ``dp`` ranks, each ``microbatches`` of ``mbs`` sequences per step
+    (``gbs = mbs x dp x microbatches``), ``policy`` compressing the dp axis (gradients)."""
+
+    model: str
+    dp: int = 1
+    mbs: int = 4
+    gbs: int | None = None
+    seq: int | None = None
+    steps: int = 50
+    policy: str = "none"
+    lr: float = 3e-3
+    seed: int = 0
+    eval_every: int = 10
+    error_every: int = 10
+    bucket_bytes: int = BUCKET_BYTES
+    metrics: str | None = None
+    op_timeout_s: float = 60.0
+    threads: int = 1
+
+    def __post_init__(self):
+        arch = load_model(self.model)
+        _int("dp", self.dp, 1, 64)
+        _int("mbs", self.mbs, 1, 4096)
+        _int("steps", self.steps, 1, MAX_STEPS)
+        _int("seed", self.seed, 0, 2**63 - 1)
+        _int("eval_every", self.eval_every, 0, MAX_STEPS)
+        _int("error_every", self.error_every, 0, MAX_STEPS)
+        _int("bucket_bytes", self.bucket_bytes, 1024, 2**32)
+        _int("threads", self.threads, 1, 256)
+        _int("seq", self.seq_len, 2, arch.seq_len)
+        if self.gbs is not None:
+            _int("gbs", self.gbs, 1, 2**31)
+            if self.gbs % (self.mbs * self.dp):
+                raise InputError("gbs", self.gbs, f"a multiple of mbs x dp = {self.mbs * self.dp}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < 10:
+            raise InputError("lr", self.lr, "a learning rate in (0, 10)")
+        if not 1 <= self.op_timeout_s <= 86400:
+            raise InputError("op_timeout_s", self.op_timeout_s, "seconds from 1 to 86400")
+        if arch.vocab_size < 256:
+            raise InputError("model.vocab_size", arch.vocab_size, "at least 256 (the corpus is bytes)")
+        parse_policy(self.policy)
+
+    @property
+    def seq_len(self) -> int:
+        return self.seq if self.seq is not None else load_model(self.model).seq_len
+
+    @property
+    def microbatches(self) -> int:
+        return (self.gbs // (self.mbs * self.dp)) if self.gbs is not None else 1
+
+    @property
+    def global_batch(self) -> int:
+        return self.mbs * self.dp * self.microbatches
+
+    def idle_axes(self) -> list[str]:
+        """Policy axes that compress something no collective of this plan carries (reported)."""
+        pol = parse_policy(self.policy)
+        return [a for a in POLICY_AXES if a != "dp" and not pol.axis(a).codec_for(math.inf).is_none]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        return cls(**json.loads(text))

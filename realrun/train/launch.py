@@ -1,0 +1,46 @@
+"""Where a training run's ranks come from: started here (``run_local``: ``dp`` local ranks in
+their own process groups, a FileStore rendezvous, gloo on loopback, ``threads`` threads each),
+or a launcher's (``run_here``: torchrun, ``realrun cluster run``)."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from realrun import procs
+from realrun.train.config import TrainConfig
+
+ENTRY = "realrun.train"   # its __main__: one rank
+
+
+def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
+    """Start ``cfg.dp`` local ranks; return rank 0's records (from ``cfg.metrics`` or a temp file)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = cfg.metrics or os.path.join(tmp, "metrics.jsonl")
+        run = TrainConfig(**{**cfg.__dict__, "metrics": metrics})
+        path, store = os.path.join(tmp, "config.json"), os.path.join(tmp, "store")
+        with open(path, "w") as handle:
+            handle.write(run.to_json())
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": str(cfg.threads),
+               "NUMBA_NUM_THREADS": str(cfg.threads)}
+        ranks = []
+        try:
+            for r in range(cfg.dp):
+                ranks.append(procs.start(procs.python_argv(ENTRY, str(r), str(cfg.dp), store, path), quiet=r > 0,
+                                         env=env))
+            procs.wait_all(ranks, timeout_s)
+        finally:
+            procs.stop_all(ranks)
+        with open(metrics) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+
+
+def under_launcher() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_here(cfg: TrainConfig) -> list[dict]:
+    """This process as one rank of an env:// launch; rank 0 returns the records."""
+    from realrun.train.trainer import train
+
+    return train(cfg, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))

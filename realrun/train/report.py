@@ -1,0 +1,54 @@
+"""What a training run shows: a summary table and the loss curve."""
+from __future__ import annotations
+
+import statistics
+
+from topologies.clikit import atomic_write, table
+
+WARMUP_STEPS = 2   # steps left out of the median step time (first-call allocations, numba compiles)
+
+
+def summary(records: list[dict]) -> dict:
+    steady = records[WARMUP_STEPS:] or records
+    vals = [r for r in records if r.get("val_loss") is not None]
+    out = {"steps": len(records), "first_loss": records[0]["loss"], "final_loss": records[-1]["loss"],
+           "final_val_loss": vals[-1]["val_loss"] if vals else None}
+    for key in ("step_s", "forward_s", "backward_s", "dp_comm_s", "compress_s", "optimizer_s"):
+        out[f"median_{key}"] = statistics.median(r[key] for r in steady)
+    out["dp_wire_bytes_per_step"] = statistics.median(r["dp_wire_bytes"] for r in steady)
+    errors = [r["dp_rel_error"] for r in records if r.get("dp_rel_error") is not None]
+    out["dp_rel_error"] = statistics.median(errors) if errors else None
+    return out
+
+
+def summary_table(s: dict) -> str:
+    rows = [("loss first -> final", f"{s['first_loss']:.4f} -> {s['final_loss']:.4f}"),
+            ("validation loss (last)", "-" if s["final_val_loss"] is None else f"{s['final_val_loss']:.4f}")]
+    rows += [(k.removeprefix("median_").removesuffix("_s") + " s (median)", f"{s[k]:.4f}")
+             for k in s if k.startswith("median_")]
+    rows.append(("dp payload bytes/step/rank", f"{s['dp_wire_bytes_per_step']:,.0f}"))
+    if s["dp_rel_error"] is not None:
+        rows.append(("dp relative error (measured)", f"{s['dp_rel_error']:.3g}"))
+    return table(("", "value"), rows)
+
+
+def plot_losses(runs: dict[str, list[dict]], path: str) -> str:
+    """Training loss (and validation points) per step, one curve per run label; PNG written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, records in runs.items():
+        line, = ax.plot([r["step"] for r in records], [r["loss"] for r in records], label=label, lw=1.2)
+        vals = [r for r in records if r.get("val_loss") is not None]
+        ax.plot([r["step"] for r in vals], [r["val_loss"] for r in vals], "o", color=line.get_color(), ms=4)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per byte); dots: validation")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    atomic_write(path, lambda h: fig.savefig(h, format="png", dpi=120))
+    plt.close(fig)
+    return path

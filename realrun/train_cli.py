@@ -1,0 +1,73 @@
+"""``realrun train``: the subcommand's parser and what it runs (kept apart from realrun.cli's
+measurement commands)."""
+from __future__ import annotations
+
+import json
+import os
+
+from topologies.clikit import check_writable, positive_int
+
+TRAIN_EPILOG = """examples:
+  realrun train --model gpt-tiny --dp 2 --mbs 8 --steps 100 --policy "dp=ef(topk(0.01))+int8" \\
+      --metrics train.jsonl --plot loss.png
+  torchrun --nproc_per_node 4 -m realrun.cli train --model gpt-tiny --dp 4 --policy naive:int8
+  realrun cluster run -- python -m realrun.cli train --model gpt-tiny --dp 4 --policy hybrid
+"""
+
+
+def add_parser(sub, command) -> None:
+    t = command(sub, "train", "train a small GPT with compressed gradients, for real",
+                "Data-parallel training of a GPT built from a perfmodel model description (catalog name "
+                "or TOML file) on the Python standard library's source (bytes), every gradient bucket "
+                "reduced through realrun.comm under the policy's dp spec. Starts --dp local ranks, or "
+                "runs as the ranks of torchrun / realrun cluster run. One JSON line per step (--metrics).",
+                TRAIN_EPILOG)
+    t.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
+    t.add_argument("--dp", type=positive_int, default=1, help="data-parallel ranks (default 1)")
+    t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
+    t.add_argument("--gbs", type=positive_int, help="global batch (a multiple of mbs x dp; default mbs x dp)")
+    t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")
+    t.add_argument("--steps", type=positive_int, default=50)
+    t.add_argument("--policy", default="none", help="compression policy, perfmodel's grammar (the dp axis: "
+                   "gradients)")
+    t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--eval-every", type=int, default=10, help="validation loss every N steps (0: never)")
+    t.add_argument("--error-every", type=int, default=10, help="measure the gradient-sum error every N steps")
+    t.add_argument("--threads", type=positive_int, default=1, help="CPU threads per local rank")
+    t.add_argument("--op-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
+    t.add_argument("--metrics", help="JSON Lines file, one record per step (rank 0 appends)")
+    t.add_argument("--plot", help="loss-curve PNG at the end")
+    t.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run_train(args) -> None:
+    import sys
+
+    from realrun.train.config import TrainConfig
+    from realrun.train.launch import run_here, run_local, under_launcher
+    from realrun.train.report import plot_losses, summary, summary_table
+
+    for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
+        if path:
+            check_writable(path, field)
+    cfg = TrainConfig(model=args.model, dp=args.dp, mbs=args.mbs, gbs=args.gbs, seq=args.seq, steps=args.steps,
+                      policy=args.policy, lr=args.lr, seed=args.seed, eval_every=args.eval_every,
+                      error_every=args.error_every, threads=args.threads, op_timeout_s=args.op_timeout,
+                      metrics=args.metrics)
+    for axis in cfg.idle_axes():
+        print(f"realrun train: policy axis {axis} has no traffic in this plan (data parallel only)", file=sys.stderr)
+    if args.metrics and (not under_launcher() or os.environ["RANK"] == "0"):
+        open(args.metrics, "w").close()   # a fresh file for this run; rank 0 appends
+    records = run_here(cfg) if under_launcher() else run_local(cfg)
+    if not records:   # ranks other than 0 of a launch
+        return
+    s = summary(records)
+    if args.plot:
+        plot_losses({cfg.policy: records}, args.plot)
+    if args.json:
+        print(json.dumps(s, indent=1))
+        return
+    print(f"# realrun train {cfg.model}: dp={cfg.dp} mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} "
+          f"steps={cfg.steps} policy={cfg.policy}")
+    print(summary_table(s))

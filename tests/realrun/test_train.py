@@ -1,0 +1,131 @@
+"""realrun train: the model matches perfmodel's description, data is deterministic, data
+parallelism through realrun.comm reproduces single-rank training, compressed runs still learn."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from perfmodel.workload import ModelSpec, load_model
+from topologies.errors import InputError
+
+torch = pytest.importorskip("torch")
+
+from realrun.train.config import TrainConfig  # noqa: E402
+from realrun.train.data import VAL_FRACTION, load_corpus, train_batch, val_batches  # noqa: E402
+from realrun.train.model import GPT  # noqa: E402
+from realrun.train.trainer import buckets  # noqa: E402
+
+
+def spec(**kw):
+    base = dict(name="t", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                vocab_size=256, seq_len=64, activation="gelu", norm="layernorm", tied_embeddings=True)
+    return ModelSpec(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw", [{}, dict(tied_embeddings=False), dict(activation="swiglu", norm="rmsnorm"),
+                                dict(num_heads=8, num_kv_heads=2, ffn_hidden_size=176, num_layers=3),
+                                dict(vocab_size=1000, hidden_size=96, num_heads=3, num_kv_heads=1)])
+def test_parameter_count_equals_perfmodels(kw):
+    s = spec(**kw)
+    assert GPT(s).num_params() == s.params
+    assert GPT(load_model("gpt-tiny")).num_params() == load_model("gpt-tiny").params
+
+
+def test_flops_per_step_agree_with_perfmodels_count():
+    """Matmul FLOPs counted by torch (forward + backward) against perfmodel's 6N + 12 L h s per
+    token; norms and biases are in N but are not matmuls, so a few percent apart at most."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    s = spec(seq_len=128)
+    model, tokens = GPT(s), torch.randint(0, 256, (2, 128))
+    # the math backend runs attention as matmuls the counter sees (the fused CPU kernel has no formula)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(tokens, tokens).backward()
+    predicted = s.model_flops_per_token(128) * tokens.numel()
+    assert counter.get_total_flops() == pytest.approx(predicted, rel=0.05)
+
+
+def test_corpus_split_and_batches_are_deterministic():
+    c = load_corpus()
+    assert c.files > 10 and len(c.val) == pytest.approx(VAL_FRACTION * (len(c.train) + len(c.val)), rel=0.01)
+    a = train_batch(c, seed=1, step=3, index=2, rows=4, seq=32)
+    b = train_batch(c, seed=1, step=3, index=2, rows=4, seq=32)
+    other = train_batch(c, seed=1, step=3, index=1, rows=4, seq=32)
+    assert np.array_equal(a[0], b[0]) and not np.array_equal(a[0], other[0])
+    assert np.array_equal(a[0][:, 1:], a[1][:, :-1]) and a[0].max() < 256
+    assert np.array_equal(val_batches(c, rows=2, seq=16, count=2)[1][0], val_batches(c, rows=2, seq=16, count=2)[1][0])
+
+
+def test_buckets_cover_every_parameter_last_first():
+    params = list(GPT(spec()).parameters())
+    groups = buckets(params, 64 * 1024)
+    assert [id(p) for g in groups for p in g] == [id(p) for p in reversed(params)] and len(groups) > 1
+
+
+@pytest.mark.parametrize("kw, field", [(dict(gbs=12, mbs=8, dp=1), "gbs"), (dict(seq=4096), "seq"),
+                                       (dict(policy="dp=nope"), "compressor"), (dict(lr=0), "lr"),
+                                       (dict(model="nosuch"), "model"), (dict(dp=0), "dp")])
+def test_bad_configs_name_the_field(kw, field):
+    with pytest.raises(InputError, match=field):
+        TrainConfig(**{"model": "gpt-tiny", **kw})
+
+
+def _train(tmp_path, name, *args):
+    exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
+    out = tmp_path / f"{name}.jsonl"
+    proc = subprocess.run([exe, "train", "--model", "gpt-tiny", "--seq", "64", "--metrics", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in out.read_text().splitlines()], proc
+
+
+@pytest.mark.distributed
+def test_data_parallel_through_realrun_comm_reproduces_one_rank(tmp_path):
+    """dp=2 (one microbatch each) and dp=1 (both microbatches) read the same global batch; with
+    policy none the losses agree to float rounding."""
+    two, proc = _train(tmp_path, "two", "--dp", "2", "--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
+    one, _ = _train(tmp_path, "one", "--dp", "1", "--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
+    for a, b in zip(two, one):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    assert "loss first -> final" in proc.stdout and two[0]["dp_rel_error"] == 0.0
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("policy", ["naive:int8", "dp=ef(topk(0.01))+int8"])
+def test_compressed_gradients_still_learn_and_the_error_is_what_perfmodel_says(tmp_path, policy):
+    from perfmodel import compile_spec
+    from perfmodel.policy import parse_policy
+
+    steps, _ = _train(tmp_path, "c", "--dp", "2", "--mbs", "4", "--steps", "30", "--policy", policy,
+                      "--eval-every", "10", "--error-every", "5")
+    first, last = np.mean([r["loss"] for r in steps[:3]]), np.mean([r["loss"] for r in steps[-3:]])
+    assert last < first - 1.0   # ln 256 = 5.5 at the start; bytes of Python source are far from random
+    measured = np.median([r["dp_rel_error"] for r in steps if r["dp_rel_error"] is not None])
+    codec = compile_spec(parse_policy(policy).axis("dp").spec)
+    hops = 1 if codec.sparse else 2   # realrun's auto: allgather (one compression) or two_phase (two)
+    assert 0.5 < measured / (codec.error * math.sqrt(hops)) < 2.0, measured   # EF adds last step's residual
+    assert all(r["dp_wire_bytes"] > 0 for r in steps)
+
+
+@pytest.mark.distributed
+def test_train_runs_under_torchrun(tmp_path):
+    out = tmp_path / "m.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "realrun.cli", "train", "--model", "gpt-tiny", "--dp", "2", "--seq", "32",
+                           "--steps", "3", "--policy", "naive:fp16", "--metrics", str(out)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(out.read_text().splitlines()) == 3 and "loss first -> final" in proc.stdout
+
+
+def test_train_bad_input_is_one_line(cli, tmp_path):
+    for args, field in ((("--gbs", "7", "--dp", "2"), "gbs"), (("--policy", "dp=int8+topk(0.1)"), "compressor"),
+                        (("--metrics", "/proc/x.jsonl"), "metrics")):
+        proc = cli("realrun", "train", *args)
+        assert proc.returncode == 2 and field in proc.stderr and "Traceback" not in proc.stderr
