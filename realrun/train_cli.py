@@ -17,13 +17,16 @@ TRAIN_EPILOG = """examples:
 
 def add_parser(sub, command) -> None:
     t = command(sub, "train", "train a small GPT with compressed gradients, for real",
-                "Data-parallel training of a GPT built from a perfmodel model description (catalog name "
-                "or TOML file) on the Python standard library's source (bytes), every gradient bucket "
-                "reduced through realrun.comm under the policy's dp spec. Starts --dp local ranks, or "
+                "Tensor- and data-parallel training of a GPT built from a perfmodel model description "
+                "(catalog name or TOML file) on the Python standard library's source (bytes): every TP "
+                "all-reduce and gradient bucket goes through realrun.comm under the policy's tp and dp specs. "
+                "Starts tp x dp local ranks, or "
                 "runs as the ranks of torchrun / realrun cluster run. One JSON line per step (--metrics).",
                 TRAIN_EPILOG)
     t.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
-    t.add_argument("--dp", type=positive_int, default=1, help="data-parallel ranks (default 1)")
+    t.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas (default 1)")
+    t.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel ranks per replica (default 1); "
+                   "tp x dp ranks in all")
     t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
     t.add_argument("--gbs", type=positive_int, help="global batch (a multiple of mbs x dp; default mbs x dp)")
     t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")
@@ -51,12 +54,13 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, mbs=args.mbs, gbs=args.gbs, seq=args.seq, steps=args.steps,
-                      policy=args.policy, lr=args.lr, seed=args.seed, eval_every=args.eval_every,
+    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, mbs=args.mbs, gbs=args.gbs, seq=args.seq,
+                      steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed, eval_every=args.eval_every,
                       error_every=args.error_every, threads=args.threads, op_timeout_s=args.op_timeout,
                       metrics=args.metrics)
     for axis in cfg.idle_axes():
-        print(f"realrun train: policy axis {axis} has no traffic in this plan (data parallel only)", file=sys.stderr)
+        print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, dp={cfg.dp})",
+              file=sys.stderr)
     if args.metrics and (not under_launcher() or os.environ["RANK"] == "0"):
         open(args.metrics, "w").close()   # a fresh file for this run; rank 0 appends
     records = run_here(cfg) if under_launcher() else run_local(cfg)
@@ -68,6 +72,6 @@ def run_train(args) -> None:
     if args.json:
         print(json.dumps(s, indent=1))
         return
-    print(f"# realrun train {cfg.model}: dp={cfg.dp} mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} "
-          f"steps={cfg.steps} policy={cfg.policy}")
+    print(f"# realrun train {cfg.model}: tp={cfg.tp} dp={cfg.dp} mbs={cfg.mbs} gbs={cfg.global_batch} "
+          f"seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))

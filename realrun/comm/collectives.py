@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from perfmodel.compression import Codec
+from perfmodel.record import busbw_factor
 from perfmodel.runtime import runtime_algorithm
 from realrun.comm.algorithms import IMPLEMENTATIONS, _reduce_scatter, _xp
 from realrun.comm.exchange import _array, _u8, all_gather_bytes, as_u8, on_gpu, to_array, world
@@ -97,6 +98,9 @@ class Comm:
             if world(group)[1] == 1:
                 return tensor if inplace else tensor.clone()
             if alg == "torch":   # none, or a reducible cast: the ordinary all-reduce on the (cast) tensor
+                width = 2 if c.wire.cast else tensor.element_size()   # what a ring rank sends (nccl-tests)
+                c.stats.bytes_in += tensor.numel() * tensor.element_size()
+                c.stats.bytes_out += int(tensor.numel() * width * busbw_factor("allreduce", world(group)[1]))
                 return _torch_allreduce(tensor, c.wire.cast, group, inplace)
             kwargs = self._algorithm_kwargs(alg, c, tensor, local_size, chunks)
             result = _tensor(IMPLEMENTATIONS[alg](to_array(tensor), c, group, **kwargs), tensor)

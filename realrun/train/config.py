@@ -21,11 +21,14 @@ def _int(field: str, value, low: int, high: float = math.inf) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """One training run: ``dp`` ranks, each ``microbatches`` of ``mbs`` sequences per step
-    (``gbs = mbs x dp x microbatches``), ``policy`` compressing the dp axis (gradients)."""
+    """One training run on ``tp x dp`` ranks (laid out as perfmodel.mesh lays them, tp
+    innermost): each data-parallel replica runs ``microbatches`` of ``mbs`` sequences per step
+    (``gbs = mbs x dp x microbatches``); ``policy`` compresses the dp axis (gradients) and the tp
+    axis (activations and their gradients)."""
 
     model: str
     dp: int = 1
+    tp: int = 1
     mbs: int = 4
     gbs: int | None = None
     seq: int | None = None
@@ -43,6 +46,10 @@ class TrainConfig:
     def __post_init__(self):
         arch = load_model(self.model)
         _int("dp", self.dp, 1, 64)
+        _int("tp", self.tp, 1, 64)
+        for key in ("num_heads", "num_kv_heads", "ffn_hidden_size"):
+            if getattr(arch, key) % self.tp:
+                raise InputError("tp", self.tp, f"a divisor of the model's {key} ({getattr(arch, key)})")
         _int("mbs", self.mbs, 1, 4096)
         _int("steps", self.steps, 1, MAX_STEPS)
         _int("seed", self.seed, 0, 2**63 - 1)
@@ -75,10 +82,15 @@ class TrainConfig:
     def global_batch(self) -> int:
         return self.mbs * self.dp * self.microbatches
 
+    @property
+    def world(self) -> int:
+        return self.tp * self.dp
+
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""
         pol = parse_policy(self.policy)
-        return [a for a in POLICY_AXES if a != "dp" and not pol.axis(a).codec_for(math.inf).is_none]
+        active = {"dp"} | ({"tp"} if self.tp > 1 else set())
+        return [a for a in POLICY_AXES if a not in active and not pol.axis(a).codec_for(math.inf).is_none]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,4 +1,4 @@
-"""Where a training run's ranks come from: started here (``run_local``: ``dp`` local ranks in
+"""Where a training run's ranks come from: started here (``run_local``: tp x dp local ranks in
 their own process groups, a FileStore rendezvous, gloo on loopback, ``threads`` threads each),
 or a launcher's (``run_here``: torchrun, ``realrun cluster run``)."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ ENTRY = "realrun.train"   # its __main__: one rank
 
 
 def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
-    """Start ``cfg.dp`` local ranks; return rank 0's records (from ``cfg.metrics`` or a temp file)."""
+    """Start ``cfg.world`` (tp x dp) local ranks; return rank 0's records (from ``cfg.metrics`` or a
+    temp file)."""
     with tempfile.TemporaryDirectory() as tmp:
         metrics = cfg.metrics or os.path.join(tmp, "metrics.jsonl")
         run = TrainConfig(**{**cfg.__dict__, "metrics": metrics})
@@ -25,9 +26,9 @@ def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
                "NUMBA_NUM_THREADS": str(cfg.threads)}
         ranks = []
         try:
-            for r in range(cfg.dp):
-                ranks.append(procs.start(procs.python_argv(ENTRY, str(r), str(cfg.dp), store, path), quiet=r > 0,
-                                         env=env))
+            for r in range(cfg.world):
+                ranks.append(procs.start(procs.python_argv(ENTRY, str(r), str(cfg.world), store, path),
+                                         quiet=r > 0, env=env))
             procs.wait_all(ranks, timeout_s)
         finally:
             procs.stop_all(ranks)

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from perfmodel.workload import ModelSpec
+from realrun.train.tensor_parallel import (TensorParallel, copy_to_group, reduce_from_group, shard_cols,
+                                           shard_rows)
 
 ROPE_BASE = 10000.0   # the RoPE paper's base
 
@@ -38,35 +40,64 @@ def rope(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
 
+def _bias(n: int, on: bool):
+    return nn.Parameter(torch.zeros(n)) if on else None
+
+
 class Block(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    """One layer; with tensor parallelism (``shard``) a rank holds its heads and MLP share."""
+
+    def __init__(self, spec: ModelSpec, index: int = 0):
         super().__init__()
         h, kv, bias = spec.hidden_size, spec.kv_dim, spec.biased
-        self.spec = spec
+        self.spec, self.index, self.tp = spec, index, TensorParallel(1, 0, None, None)
         self.norm1, self.norm2 = _norm(spec), _norm(spec)
         self.qkv = nn.Linear(h, h + 2 * kv, bias=bias)
-        self.out = nn.Linear(h, h, bias=bias)
+        self.out = nn.Linear(h, h, bias=False)       # row-parallel: bias added after the reduction
+        self.out_bias = _bias(h, bias)
         self.fc1 = nn.Linear(h, spec.mlp_up_width, bias=bias)
-        self.fc2 = nn.Linear(spec.ffn_hidden_size, h, bias=bias)
+        self.fc2 = nn.Linear(spec.ffn_hidden_size, h, bias=False)
+        self.fc2_bias = _bias(h, bias)
+
+    def shard(self, tp: TensorParallel) -> None:
+        """Keep this rank's rows of QKV and FC1 and columns of the output projection and FC2."""
+        s, n, r = self.spec, tp.size, tp.rank
+        up = [s.ffn_hidden_size] * (2 if s.activation == "swiglu" else 1)
+        for layer, parts in ((self.qkv, [s.hidden_size, s.kv_dim, s.kv_dim]), (self.fc1, up)):
+            layer.weight = nn.Parameter(shard_rows(layer.weight.data, parts, n, r).clone())
+            if layer.bias is not None:
+                layer.bias = nn.Parameter(shard_rows(layer.bias.data, parts, n, r).clone())
+        for layer in (self.out, self.fc2):
+            layer.weight = nn.Parameter(shard_cols(layer.weight.data, n, r).contiguous())
+        self.tp = tp
+
+    def _row_parallel(self, layer, bias, y, key):
+        out = reduce_from_group(layer(y), self.tp, key)
+        return out if bias is None else out + bias
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
-        s, b, t = self.spec, x.shape[0], x.shape[1]
-        q, k, v = self.qkv(x).split([s.hidden_size, s.kv_dim, s.kv_dim], dim=-1)
-        q = q.view(b, t, s.num_heads, s.head_dim).transpose(1, 2)
-        k = k.view(b, t, s.num_kv_heads, s.head_dim).transpose(1, 2)
-        v = v.view(b, t, s.num_kv_heads, s.head_dim).transpose(1, 2)
-        if s.num_kv_heads != s.num_heads:   # grouped-query attention: each KV head serves a group
-            rep = s.num_heads // s.num_kv_heads
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        s, n, b, t = self.spec, self.tp.size, x.shape[0], x.shape[1]
+        heads, kv_heads = s.num_heads // n, s.num_kv_heads // n
+        x = copy_to_group(x, self.tp, f"l{self.index}.attn")
+        q, k, v = self.qkv(x).split([heads * s.head_dim, kv_heads * s.head_dim, kv_heads * s.head_dim], dim=-1)
+        q = q.view(b, t, heads, s.head_dim).transpose(1, 2)
+        k = k.view(b, t, kv_heads, s.head_dim).transpose(1, 2)
+        v = v.view(b, t, kv_heads, s.head_dim).transpose(1, 2)
+        if kv_heads != heads:   # grouped-query attention: each KV head serves a group
+            k, v = k.repeat_interleave(heads // kv_heads, dim=1), v.repeat_interleave(heads // kv_heads, dim=1)
         y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
-        return self.out(y.transpose(1, 2).reshape(b, t, s.hidden_size))
+        y = y.transpose(1, 2).reshape(b, t, heads * s.head_dim)
+        return self._row_parallel(self.out, self.out_bias, y, f"l{self.index}.attn_out")
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        x = copy_to_group(x, self.tp, f"l{self.index}.mlp")
         up = self.fc1(x)
         if self.spec.activation == "swiglu":
             gate, up = up.chunk(2, dim=-1)
-            return self.fc2(F.silu(gate) * up)
-        return self.fc2(F.gelu(up))
+            hidden = F.silu(gate) * up
+        else:
+            hidden = F.gelu(up)
+        return self._row_parallel(self.fc2, self.fc2_bias, hidden, f"l{self.index}.mlp_out")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.norm1(x))
@@ -81,7 +112,7 @@ class GPT(nn.Module):
         self.spec = spec
         generator = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.num_layers))
+        self.blocks = nn.ModuleList(Block(spec, i) for i in range(spec.num_layers))
         self.norm = _norm(spec)
         self.head = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self._init(generator)
@@ -97,6 +128,14 @@ class GPT(nn.Module):
             std = scaled if name.endswith(("out.weight", "fc2.weight")) else 0.02
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
+
+    def shard(self, tp: TensorParallel) -> GPT:
+        """Keep this rank's tensor-parallel shard of every layer (the full model was initialised
+        first, so any TP degree starts from the same weights as one rank)."""
+        if tp.size > 1:
+            for block in self.blocks:
+                block.shard(tp)
+        return self
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)

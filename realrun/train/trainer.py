@@ -25,18 +25,18 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from perfmodel.mesh import Mesh
 from perfmodel.policy import parse_policy
-from perfmodel.record import busbw_factor
-from perfmodel.runtime import runtime_algorithm
 from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
 from realrun.train.config import TrainConfig
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
+from realrun.train.tensor_parallel import TensorParallel
 from topologies.errors import InputError
 
 VAL_BATCHES = 4
-PHASES = ("step_s", "forward_s", "backward_s", "dp_comm_s", "compress_s", "optimizer_s")
+PHASES = ("step_s", "forward_s", "backward_s", "tp_comm_s", "dp_comm_s", "compress_s", "optimizer_s")
 
 
 def buckets(params: list, bucket_bytes: int) -> list[list]:
@@ -61,12 +61,9 @@ def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, measu
         exact = None
         if measure:
             exact = flat.clone()
-            dist.all_reduce(exact)
+            dist.all_reduce(exact, group=comm.group)
         codec = axis.codec_for(flat.numel() * flat.element_size())
         summed = comm.allreduce(flat, codec, key=f"bucket{i}", stats=stats, inplace=codec.is_none)
-        if runtime_algorithm("allreduce", codec, "auto") == "torch":   # torch's ring: what a rank sends
-            width = 2 if codec.cast_to else flat.element_size()
-            stats.bytes_out += int(flat.numel() * width * busbw_factor("allreduce", world))
         if exact is not None:
             err2 += float((summed.double() - exact.double()).square().sum())
             ref2 += float(exact.double().square().sum())
@@ -117,13 +114,14 @@ def _mean(value: float, world: int) -> float:
     return float(t) / world
 
 
-def _step(cfg, model, opt, corpus, groups, comm, axis, rank, world, step) -> dict:
+def _step(cfg, run, model, opt, corpus, step) -> dict:
     start = time.perf_counter()
     fwd = bwd = 0.0
     model.zero_grad(set_to_none=False)
     loss_sum = 0.0
-    for m in range(cfg.microbatches):
-        x, y = train_batch(corpus, seed=cfg.seed, step=step, index=m * world + rank, rows=cfg.mbs, seq=cfg.seq_len)
+    for m in range(cfg.microbatches):   # every rank of a TP group reads its replica's batch
+        x, y = train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank, rows=cfg.mbs,
+                           seq=cfg.seq_len)
         t = time.perf_counter()
         loss = model(torch.from_numpy(x), torch.from_numpy(y)) / cfg.microbatches
         fwd += time.perf_counter() - t
@@ -131,18 +129,21 @@ def _step(cfg, model, opt, corpus, groups, comm, axis, rank, world, step) -> dic
         loss.backward()
         bwd += time.perf_counter() - t
         loss_sum += float(loss.detach())
+    tp_fwd, tp_bwd, tp_stats = run.tp.take()
     stats = CommStats()
     measure = cfg.error_every > 0 and step % cfg.error_every == 0
     t = time.perf_counter()
-    error = sync_gradients(groups, comm, axis, world, stats, measure)
+    error = sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, measure) if cfg.dp > 1 else None
     sync = time.perf_counter() - t
     t = time.perf_counter()
     opt.step()
     optim = time.perf_counter() - t
-    kernels = stats.compress_s + stats.decompress_s
-    phases = _slowest([time.perf_counter() - start, fwd, bwd, max(0.0, sync - kernels), kernels, optim])
-    return {"step": step, "loss": _mean(loss_sum, world), **dict(zip(PHASES, phases)),
-            "dp_wire_bytes": stats.bytes_out, "dp_rel_error": error}
+    kernels = stats.compress_s + stats.decompress_s + tp_stats.compress_s + tp_stats.decompress_s
+    tp_kernels = tp_stats.compress_s + tp_stats.decompress_s
+    phases = _slowest([time.perf_counter() - start, fwd - tp_fwd, bwd - tp_bwd, max(0.0, tp_fwd + tp_bwd - tp_kernels),
+                       max(0.0, sync - (kernels - tp_kernels)), kernels, optim])
+    return {"step": step, "loss": _mean(loss_sum, cfg.world), **dict(zip(PHASES, phases)),
+            "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out, "dp_rel_error": error}
 
 
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:
@@ -151,8 +152,8 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
     dist.init_process_group("gloo", init_method="env://" if store is None else f"file://{store}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=cfg.op_timeout_s))
     try:
-        if world != cfg.dp:
-            raise InputError("dp", cfg.dp, f"the number of ranks ({world})")
+        if world != cfg.world:
+            raise InputError("dp", cfg.dp, f"tp x dp = the number of ranks ({world})")
         records = _train(cfg, rank, world)
         dist.barrier()   # every rank done before any tears its connections down
         return records
@@ -160,24 +161,52 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
         dist.destroy_process_group()
 
 
+class Run:
+    """This rank's place in the mesh and the state its collectives keep."""
+
+    def __init__(self, cfg: TrainConfig, rank: int, model: GPT):
+        mesh = Mesh(cfg.tp, 1, cfg.dp, ("tp", "pp", "dp"))   # perfmodel's layout: tp innermost
+        coords = mesh.coords(rank)
+        self.dp_rank = coords["dp"]
+        policy = parse_policy(cfg.policy)
+        tp_group, dp_group = _groups(mesh, "tp", rank), _groups(mesh, "dp", rank)
+        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
+        model.shard(self.tp)
+        self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
+        self.buckets = buckets(list(model.parameters()), cfg.bucket_bytes)
+
+
+def _groups(mesh: Mesh, axis: str, rank: int):
+    """This rank's process group on ``axis`` (None: the whole world). Every rank creates every
+    group, in the same order, as torch.distributed requires."""
+    mine = None
+    for members in mesh.groups[axis]:
+        if len(members) == dist.get_world_size():
+            return None
+        group = dist.new_group(list(members))
+        if rank in members:
+            mine = group
+    return mine
+
+
 def _train(cfg: TrainConfig, rank: int, world: int) -> list[dict]:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    arch = load_model(cfg.model)
-    model = GPT(arch, seed=cfg.seed)
+    model = GPT(load_model(cfg.model), seed=cfg.seed)
+    run = Run(cfg, rank, model)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     corpus = load_corpus()
     vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)
-    groups = buckets(list(model.parameters()), cfg.bucket_bytes)
-    comm, axis = Comm(), parse_policy(cfg.policy).axis("dp")
     metrics = Metrics(cfg.metrics if rank == 0 else None)
     bar = _progress(cfg.steps) if rank == 0 else None
     try:
         for step in range(cfg.steps):
-            record = _step(cfg, model, opt, corpus, groups, comm, axis, rank, world, step)
+            record = _step(cfg, run, model, opt, corpus, step)
             last = step == cfg.steps - 1
             evaluate_now = cfg.eval_every and (step % cfg.eval_every == 0 or last)
-            record["val_loss"] = evaluate(model, vals) if rank == 0 and evaluate_now else None
+            # every rank of rank 0's TP group evaluates (the layers' reductions need them all)
+            record["val_loss"] = evaluate(model, vals) if run.dp_rank == 0 and evaluate_now else None
+            run.tp.take()   # evaluation's reductions are not the next step's
             if rank == 0:
                 metrics.write({**record, "policy": cfg.policy, "tokens": cfg.global_batch * cfg.seq_len})
                 if bar is not None:
