@@ -27,6 +27,8 @@ def add_parser(sub, command) -> None:
     t.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas (default 1)")
     t.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel ranks per replica (default 1); "
                    "tp x dp ranks in all")
+    t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
+                   "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
     t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
     t.add_argument("--gbs", type=positive_int, help="global batch (a multiple of mbs x dp; default mbs x dp)")
     t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")
@@ -54,10 +56,10 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, mbs=args.mbs, gbs=args.gbs, seq=args.seq,
-                      steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed, eval_every=args.eval_every,
-                      error_every=args.error_every, threads=args.threads, op_timeout_s=args.op_timeout,
-                      metrics=args.metrics)
+    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, zero=args.zero, mbs=args.mbs, gbs=args.gbs,
+                      seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
+                      eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
+                      op_timeout_s=args.op_timeout, metrics=args.metrics)
     for axis in cfg.idle_axes():
         print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, dp={cfg.dp})",
               file=sys.stderr)
@@ -72,6 +74,6 @@ def run_train(args) -> None:
     if args.json:
         print(json.dumps(s, indent=1))
         return
-    print(f"# realrun train {cfg.model}: tp={cfg.tp} dp={cfg.dp} mbs={cfg.mbs} gbs={cfg.global_batch} "
-          f"seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
+    print(f"# realrun train {cfg.model}: tp={cfg.tp} dp={cfg.dp} zero={cfg.zero} mbs={cfg.mbs} "
+          f"gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))

@@ -36,7 +36,7 @@ def _acc(x: np.ndarray):
     return np.result_type(x.dtype, np.float32)
 
 
-def _split(n: int, p: int) -> list[slice]:
+def split(n: int, p: int) -> list[slice]:
     base, extra = divmod(n, p)
     edges = np.cumsum([0] + [base + (1 if i < extra else 0) for i in range(p)])
     return [slice(int(edges[i]), int(edges[i + 1])) for i in range(p)]
@@ -44,7 +44,7 @@ def _split(n: int, p: int) -> list[slice]:
 
 def ring_allreduce(x: np.ndarray, c: BoundWire, group=None) -> np.ndarray:
     rank, p = world(group)
-    parts = _split(len(x), p)
+    parts = split(len(x), p)
     acc = [x[s].astype(_acc(x)) for s in parts]
     nxt, prv = (rank + 1) % p, (rank - 1) % p
     for step in range(p - 1):   # reduce-scatter: decompress, reduce, recompress at every hop
@@ -106,7 +106,7 @@ def pipelined_allgather_allreduce(x: np.ndarray, c: BoundWire, group=None, chunk
     count, so no size exchange serializes the pipeline."""
     rank, p = world(group)
     pending = []
-    for i, s in enumerate(_split(len(x), chunks)):
+    for i, s in enumerate(split(len(x), chunks)):
         data = as_u8(c.pack(x[s], f"pg{i}"))
         mine = _u8(data, len(data))
         out = torch.empty(p * len(data), dtype=torch.uint8, device=mine.device)
@@ -123,7 +123,7 @@ def pipelined_allgather_allreduce(x: np.ndarray, c: BoundWire, group=None, chunk
 
 def two_phase_allreduce(x: np.ndarray, c: BoundWire, group=None) -> np.ndarray:
     rank, p = world(group)
-    parts = _split(len(x), p)
+    parts = split(len(x), p)
     counts = [s.stop - s.start for s in parts]
     known = c.sizes(counts, x.dtype)
     mine = all_to_all_bytes([c.pack(x[s], f"tp{i}") for i, s in enumerate(parts)], group,
@@ -149,7 +149,7 @@ def hierarchical_allreduce(x: np.ndarray, c: BoundWire, group=None, *, local: in
 def _reduce_scatter(x: np.ndarray, c: BoundWire, group) -> np.ndarray:
     """This rank's part of the sum (accumulated as ``_acc``), one compression per value."""
     rank, p = world(group)
-    parts = _split(len(x), p)
+    parts = split(len(x), p)
     total = _xp(x).zeros(parts[rank].stop - parts[rank].start, _acc(x))
     known = c.sizes([s.stop - s.start for s in parts], x.dtype)
     for d in all_to_all_bytes([c.pack(x[s], f"rs{i}") for i, s in enumerate(parts)], group,

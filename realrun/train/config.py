@@ -29,6 +29,7 @@ class TrainConfig:
     model: str
     dp: int = 1
     tp: int = 1
+    zero: int = 0
     mbs: int = 4
     gbs: int | None = None
     seq: int | None = None
@@ -47,6 +48,7 @@ class TrainConfig:
         arch = load_model(self.model)
         _int("dp", self.dp, 1, 64)
         _int("tp", self.tp, 1, 64)
+        _int("zero", self.zero, 0, 1)
         for key in ("num_heads", "num_kv_heads", "ffn_hidden_size"):
             if getattr(arch, key) % self.tp:
                 raise InputError("tp", self.tp, f"a divisor of the model's {key} ({getattr(arch, key)})")
@@ -89,7 +91,7 @@ class TrainConfig:
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""
         pol = parse_policy(self.policy)
-        active = {"dp"} | ({"tp"} if self.tp > 1 else set())
+        active = {"dp"} | ({"tp"} if self.tp > 1 else set()) | ({"zero"} if self.zero and self.dp > 1 else set())
         return [a for a in POLICY_AXES if a not in active and not pol.axis(a).codec_for(math.inf).is_none]
 
     def to_json(self) -> str:

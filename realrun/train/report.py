@@ -17,6 +17,7 @@ def summary(records: list[dict]) -> dict:
         out[f"median_{key}"] = statistics.median(r[key] for r in steady)
     out["dp_wire_bytes_per_step"] = statistics.median(r["dp_wire_bytes"] for r in steady)
     out["tp_wire_bytes_per_step"] = statistics.median(r["tp_wire_bytes"] for r in steady)
+    out["zero_wire_bytes_per_step"] = statistics.median(r["zero_wire_bytes"] for r in steady)
     errors = [r["dp_rel_error"] for r in records if r.get("dp_rel_error") is not None]
     out["dp_rel_error"] = statistics.median(errors) if errors else None
     return out
@@ -29,6 +30,7 @@ def summary_table(s: dict) -> str:
              for k in s if k.startswith("median_")]
     rows.append(("dp payload bytes/step/rank", f"{s['dp_wire_bytes_per_step']:,.0f}"))
     rows.append(("tp payload bytes/step/rank", f"{s['tp_wire_bytes_per_step']:,.0f}"))
+    rows.append(("zero payload bytes/step/rank", f"{s['zero_wire_bytes_per_step']:,.0f}"))
     if s["dp_rel_error"] is not None:
         rows.append(("dp relative error (measured)", f"{s['dp_rel_error']:.3g}"))
     return table(("", "value"), rows)

@@ -33,9 +33,11 @@ from realrun.train.config import TrainConfig
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
 from realrun.train.tensor_parallel import TensorParallel
+from realrun.train.zero import ShardedOptimizer
 from topologies.errors import InputError
 
 VAL_BATCHES = 4
+ADAM = {"betas": (0.9, 0.95), "weight_decay": 0.0}   # GPT-3's betas; no decay on a model this small
 PHASES = ("step_s", "forward_s", "backward_s", "tp_comm_s", "dp_comm_s", "compress_s", "optimizer_s")
 
 
@@ -130,20 +132,25 @@ def _step(cfg, run, model, opt, corpus, step) -> dict:
         bwd += time.perf_counter() - t
         loss_sum += float(loss.detach())
     tp_fwd, tp_bwd, tp_stats = run.tp.take()
-    stats = CommStats()
-    measure = cfg.error_every > 0 and step % cfg.error_every == 0
+    stats, zero_stats = CommStats(), CommStats()
+    measure = cfg.error_every > 0 and step % cfg.error_every == 0 and cfg.dp > 1
     t = time.perf_counter()
-    error = sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, measure) if cfg.dp > 1 else None
-    sync = time.perf_counter() - t
-    t = time.perf_counter()
-    opt.step()
-    optim = time.perf_counter() - t
-    kernels = stats.compress_s + stats.decompress_s + tp_stats.compress_s + tp_stats.decompress_s
+    if run.zero is not None:   # reduce-scatter, sharded update, all-gather
+        error, optim = run.zero.step(stats, zero_stats, measure)
+        sync = time.perf_counter() - t - optim
+    else:
+        error = sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, measure) if cfg.dp > 1 else None
+        sync = time.perf_counter() - t
+        t = time.perf_counter()
+        opt.step()
+        optim = time.perf_counter() - t
     tp_kernels = tp_stats.compress_s + tp_stats.decompress_s
+    dp_kernels = stats.compress_s + stats.decompress_s + zero_stats.compress_s + zero_stats.decompress_s
     phases = _slowest([time.perf_counter() - start, fwd - tp_fwd, bwd - tp_bwd, max(0.0, tp_fwd + tp_bwd - tp_kernels),
-                       max(0.0, sync - (kernels - tp_kernels)), kernels, optim])
+                       max(0.0, sync - dp_kernels), tp_kernels + dp_kernels, optim])
     return {"step": step, "loss": _mean(loss_sum, cfg.world), **dict(zip(PHASES, phases)),
-            "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out, "dp_rel_error": error}
+            "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
+            "zero_wire_bytes": zero_stats.bytes_out, "dp_rel_error": error}
 
 
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:
@@ -174,6 +181,10 @@ class Run:
         model.shard(self.tp)
         self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
         self.buckets = buckets(list(model.parameters()), cfg.bucket_bytes)
+        self.zero = None
+        if cfg.zero and cfg.dp > 1:
+            self.zero = ShardedOptimizer(self.buckets, self.dp_comm, self.dp_rank, cfg.dp, self.dp_axis,
+                                         policy.axis("zero"), **ADAM, lr=cfg.lr)
 
 
 def _groups(mesh: Mesh, axis: str, rank: int):
@@ -194,7 +205,7 @@ def _train(cfg: TrainConfig, rank: int, world: int) -> list[dict]:
     torch.set_num_threads(cfg.threads)
     model = GPT(load_model(cfg.model), seed=cfg.seed)
     run = Run(cfg, rank, model)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = None if run.zero else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
     corpus = load_corpus()
     vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)
     metrics = Metrics(cfg.metrics if rank == 0 else None)
