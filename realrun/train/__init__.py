@@ -1,6 +1,7 @@
 """Real compressed training of a small GPT: the model perfmodel describes, trained on
-torch.distributed with every data-parallel gradient reduction going through realrun.comm
-under a compression policy (``realrun train``).
+torch.distributed with every tensor-parallel activation reduction, data-parallel gradient
+reduction and ZeRO parameter gather going through realrun.comm under a compression policy
+(``realrun train``).
 
 * ``model``: a decoder-only transformer built from a perfmodel ``ModelSpec`` (same parameter
   count, tested);

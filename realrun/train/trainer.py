@@ -1,15 +1,18 @@
-"""The training loop of one rank: data-parallel GPT training with compressed gradients.
+"""The training loop of one rank: tensor- and data-parallel GPT training, compressed.
 
-Each step: ``microbatches`` forward/backward passes on this rank's data (gradients
-accumulate), then the gradients are reduced bucket by bucket (``BUCKET_BYTES``, in reverse
+Each step: ``microbatches`` forward/backward passes on this replica's data (gradients
+accumulate; with tensor parallelism the layers' reductions run inside them, see
+``tensor_parallel``), then the gradients are reduced bucket by bucket (``BUCKET_BYTES``, in reverse
 parameter order as DDP builds them) through ``realrun.comm`` with the spec the policy's
 ``dp`` axis gives the bucket's size (``ef(...)`` keeps one residual per bucket), averaged,
-and AdamW steps. The reduction runs after the backward pass, not overlapped with it (DDP's
-overlap needs its reducer; the model of this run says the same).
+and AdamW steps (with ZeRO-1: reduce-scatter, a sharded step and an all-gather, see ``zero``).
+The reduction runs after the backward pass, not overlapped with it (DDP's overlap needs its
+reducer; a prediction of these runs must assume the same).
 
 Measured per step (rank 0 appends one JSON line; times are the slowest rank's): loss (the
-global mean), step, forward, backward, exposed dp communication (the reduction minus its
-compression kernels), compression kernels, optimizer seconds, dp payload bytes per rank,
+global mean), step, forward and backward (their TP reductions apart), TP communication, exposed
+dp communication (the reduction minus its compression kernels), compression kernels, optimizer
+seconds, payload bytes per rank and axis (dp, tp, zero),
 every ``eval_every`` steps the validation loss, every ``error_every`` steps the measured
 relative error of the compressed gradient sum against the exact one.
 """
