@@ -1,5 +1,6 @@
 """Trains a small MLP with DDP on gloo, optionally through the compression hook; rank 0
 writes the loss curve and hook statistics to OUT. Run: python ddp_worker.py RANK WORLD PORT SPEC OUT."""
+import gc
 import json
 import sys
 from datetime import timedelta
@@ -42,6 +43,10 @@ def main(rank: int, world: int, port: int, spec: str, out: str) -> None:
         with open(out, "w") as handle:
             json.dump({"losses": losses, "stats": state.stats if state else None,
                        "steps": len(state.per_step) if state else 0}, handle)
+    # explicit teardown: the reducer and the hook's Comm hold the process group; release them
+    # before the group is destroyed, not in interpreter shutdown (where gloo's threads may still run)
+    del ddp, state, opt
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

@@ -1,5 +1,6 @@
 """DDP with the compression hook on gloo ranks (marker: distributed)."""
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -20,15 +21,19 @@ def _train(spec: str, world: int, tmp_path) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / f"{spec}.json"
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port), spec, str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}   # one thread a rank, as realrun runs
+    argv = [str(WORKER), str(world), str(port), spec, str(out)]
+    procs = [subprocess.Popen([sys.executable, argv[0], str(r), *argv[1:]], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) for r in range(world)]
     try:
         logs = [p.communicate(timeout=300)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-3000:]
+    codes = [p.returncode for p in procs]
+    tails = "\n".join(f"rank {r}: {log[-1500:]}" for r, log in enumerate(logs))
+    assert codes == [0] * world, f"{spec}: exit codes {codes}\n{tails}"
     return json.loads(out.read_text())
 
 
