@@ -25,8 +25,11 @@ def add_parser(sub, command) -> None:
                 TRAIN_EPILOG)
     t.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
     t.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas (default 1)")
-    t.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel ranks per replica (default 1); "
-                   "tp x dp ranks in all")
+    t.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel ranks per stage (default 1); "
+                   "tp x pp x dp ranks in all")
+    t.add_argument("--pp", type=positive_int, default=1, help="pipeline stages (default 1); layers split as "
+                   "perfmodel splits them, activations between stages under the policy's pp spec")
+    t.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
                    "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
     t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
@@ -41,6 +44,11 @@ def add_parser(sub, command) -> None:
     t.add_argument("--error-every", type=int, default=10, help="measure the gradient-sum error every N steps")
     t.add_argument("--threads", type=positive_int, default=1, help="CPU threads per local rank")
     t.add_argument("--op-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
+    t.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder: every rank's state, written atomically "
+                   "at the end and every --checkpoint-every steps")
+    t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only the last)")
+    t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint from its last step "
+                   "(same model, plan, batch, policy, seed and lr; --steps is the new total)")
     t.add_argument("--metrics", help="JSON Lines file, one record per step (rank 0 appends)")
     t.add_argument("--plot", help="loss-curve PNG at the end")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -49,6 +57,7 @@ def add_parser(sub, command) -> None:
 def run_train(args) -> None:
     import sys
 
+    from realrun.train import checkpoint
     from realrun.train.config import TrainConfig
     from realrun.train.launch import run_here, run_local, under_launcher
     from realrun.train.report import plot_losses, summary, summary_table
@@ -56,15 +65,21 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, zero=args.zero, mbs=args.mbs, gbs=args.gbs,
+    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, schedule=args.schedule, zero=args.zero,
+                      mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
-                      op_timeout_s=args.op_timeout, metrics=args.metrics)
+                      op_timeout_s=args.op_timeout, metrics=args.metrics, checkpoint=args.checkpoint,
+                      checkpoint_every=args.checkpoint_every, resume=args.resume)
+    if cfg.resume:
+        checkpoint.check(cfg.checkpoint, cfg)
+    elif cfg.checkpoint:   # the folder, or its parent, takes new files (before any work)
+        folder = cfg.checkpoint
+        check_writable(os.path.join(folder, "latest") if os.path.isdir(folder) else folder, "checkpoint")
     for axis in cfg.idle_axes():
-        print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, dp={cfg.dp})",
+        print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, pp={cfg.pp}, "
+              f"dp={cfg.dp}, zero={cfg.zero})",
               file=sys.stderr)
-    if args.metrics and (not under_launcher() or os.environ["RANK"] == "0"):
-        open(args.metrics, "w").close()   # a fresh file for this run; rank 0 appends
     records = run_here(cfg) if under_launcher() else run_local(cfg)
     if not records:   # ranks other than 0 of a launch
         return
@@ -74,6 +89,6 @@ def run_train(args) -> None:
     if args.json:
         print(json.dumps(s, indent=1))
         return
-    print(f"# realrun train {cfg.model}: tp={cfg.tp} dp={cfg.dp} zero={cfg.zero} mbs={cfg.mbs} "
-          f"gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
+    print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp} zero={cfg.zero} "
+          f"mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))

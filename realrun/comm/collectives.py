@@ -28,7 +28,7 @@ from perfmodel.compression import Codec
 from perfmodel.record import busbw_factor
 from perfmodel.runtime import runtime_algorithm
 from realrun.comm.algorithms import IMPLEMENTATIONS, _reduce_scatter, _xp
-from realrun.comm.exchange import _array, _u8, all_gather_bytes, as_u8, on_gpu, to_array, world
+from realrun.comm.exchange import all_gather_bytes, as_u8, exchange_bytes, on_gpu, to_array, world
 from realrun.comm.names import ALGORITHMS
 from realrun.comm.wire import BoundWire, CommStats, Wire
 from topologies.errors import InputError
@@ -40,8 +40,8 @@ __all__ = ["ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "broadca
 class Comm:
     """Compressed collectives on one process group, with their state (module doc)."""
 
-    def __init__(self, group=None):
-        self.group = group
+    def __init__(self, group=None, timeout_s: float = 60.0):
+        self.group, self.timeout_s = group, timeout_s   # timeout_s: point-to-point waits (exchange)
         self.stats = CommStats()
         self._wires: dict = {}
         self._subgroups: dict = {}
@@ -155,24 +155,32 @@ class Comm:
     def send(self, tensor: torch.Tensor, spec: str | Codec, dst: int, key: str = "",
              stats: CommStats | None = None) -> None:
         """Compress and send to ``dst`` (global rank; pair with ``recv`` there)."""
-        c = self._bound(spec, tensor, key)
-        try:
-            data = as_u8(c.pack(to_array(tensor), f"p2p{dst}"))
-        finally:
-            self._settle(c, stats)
-        dist.send(torch.tensor([len(data)], dtype=torch.int64, device=tensor.device), dst, group=self.group)
-        dist.send(_u8(data, len(data)), dst, group=self.group)
+        self.exchange(tensor, dst, None, None, spec, key, stats)
 
     def recv(self, like: torch.Tensor, spec: str | Codec, src: int, key: str = "",
              stats: CommStats | None = None) -> torch.Tensor:
         """Receive from ``src`` (global rank) and decompress into a tensor shaped like ``like``."""
-        size = torch.zeros(1, dtype=torch.int64, device=like.device)
-        dist.recv(size, src, group=self.group)
-        buf = torch.empty(int(size.item()), dtype=torch.uint8, device=like.device)
-        dist.recv(buf, src, group=self.group)
+        return self.exchange(None, None, like, src, spec, key, stats)
+
+    def exchange(self, tensor: torch.Tensor | None, dst: int | None, like: torch.Tensor | None,
+                 src: int | None, spec: str | Codec = "none", key: str = "",
+                 stats: CommStats | None = None) -> torch.Tensor | None:
+        """Send ``tensor`` to ``dst`` and receive one shaped like ``like`` from ``src`` at once
+        (either side may be None; a pipeline stage's send to one neighbour with its receive
+        from the other, see ``exchange_bytes``). Returns the received tensor or None."""
+        data = None
+        if tensor is not None:
+            c = self._bound(spec, tensor, key)
+            try:
+                data = as_u8(c.pack(to_array(tensor), f"p2p{dst}"))
+            finally:
+                self._settle(c, stats)
+        raw = exchange_bytes(data, dst, src, self.group, like.device if like is not None else None, self.timeout_s)
+        if like is None:
+            return None
         c = self._bound(spec, like, key)
         try:
-            out = c.unpack(_array(buf), to_array(like).dtype)
+            out = c.unpack(raw, to_array(like).dtype)
         finally:
             self._settle(c, stats)
         return _tensor(out.copy(), like)

@@ -11,6 +11,8 @@ what comes back are uint8 views of the receive buffer in the caller's array modu
 """
 from __future__ import annotations
 
+from datetime import timedelta
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -132,3 +134,40 @@ def _global(rank: int, group) -> int:
 def to_array(t: torch.Tensor):
     """A flat view of a tensor in its array module: numpy (CPU) or CuPy (CUDA, via DLPack)."""
     return _array(t.detach().reshape(-1))
+
+
+SIZE_TAG, DATA_TAG = 1, 2   # the two messages of one payload, matched by tag (in order within a tag)
+
+
+def exchange_bytes(data, dst: int | None, src: int | None, group=None, device=None, timeout_s: float = 60.0):
+    """Send ``data`` to ``dst`` and receive a payload from ``src`` at once (either None). Both
+    messages of the send (size, then bytes) are posted before anything is waited on, so two
+    ranks that send to each other in the same call, or a chain of them, cannot deadlock
+    (Megatron's batched send/recv); the receive waits for its size, then its bytes. ``dst`` and
+    ``src`` are global ranks. A peer silent for ``timeout_s`` raises (gloo's point-to-point
+    waits have no timeout of their own). Returns the received bytes or None."""
+    out = as_u8(data) if dst is not None else None
+    dev = _device(out) if out is not None else (device or torch.device("cpu"))
+    sends = []
+    if out is not None:
+        sends.append(_ints([len(out)], dev))
+        if len(out):
+            sends.append(_u8(out, len(out), dev))
+    works = [dist.isend(t, dst, group=group, tag=tag) for t, tag in zip(sends, (SIZE_TAG, DATA_TAG))]
+    buf = None
+    if src is not None:
+        size = torch.zeros(1, dtype=torch.int64, device=dev)
+        _wait(dist.irecv(size, src, group=group, tag=SIZE_TAG), timeout_s, src)
+        buf = torch.empty(int(size.item()), dtype=torch.uint8, device=dev)
+        if len(buf):
+            _wait(dist.irecv(buf, src, group=group, tag=DATA_TAG), timeout_s, src)
+    for work in works:
+        _wait(work, timeout_s, dst)
+    return None if buf is None else _array(buf)
+
+
+def _wait(work, timeout_s: float, peer: int) -> None:
+    try:
+        work.wait(timedelta(seconds=timeout_s))
+    except RuntimeError as exc:
+        raise TimeoutError(f"rank {peer} sent or took nothing for {timeout_s:g} s ({exc})") from None

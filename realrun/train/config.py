@@ -6,12 +6,14 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
+from perfmodel.plan import ParallelPlan, make_plan
 from perfmodel.policy import POLICY_AXES, parse_policy
 from perfmodel.workload import load_model
 from topologies.errors import InputError
 
 BUCKET_BYTES = 25 * 2**20   # DDP's default bucket (bucket_cap_mb=25): the unit the dp policy sees
 MAX_STEPS = 1_000_000
+SCHEDULES = ("1f1b", "gpipe")   # pipeline schedules realrun runs (perfmodel also models interleaved)
 
 
 def _int(field: str, value, low: int, high: float = math.inf) -> None:
@@ -21,14 +23,19 @@ def _int(field: str, value, low: int, high: float = math.inf) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """One training run on ``tp x dp`` ranks (laid out as perfmodel.mesh lays them, tp
-    innermost): each data-parallel replica runs ``microbatches`` of ``mbs`` sequences per step
-    (``gbs = mbs x dp x microbatches``); ``policy`` compresses the dp axis (gradients) and the tp
-    axis (activations and their gradients)."""
+    """One training run on ``tp x pp x dp`` ranks (laid out as perfmodel.mesh lays them: tp
+    innermost, then pp, then dp): each data-parallel replica runs ``microbatches`` of ``mbs``
+    sequences per step (``gbs = mbs x dp x microbatches``) through its pipeline under
+    ``schedule``; ``policy`` compresses the dp axis (gradients), the tp axis (activations and
+    their gradients inside a layer), the pp axis (activations and their gradients between
+    stages) and the zero axis (parameters gathered after a ZeRO-1 step). ``checkpoint``: a
+    folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it."""
 
     model: str
     dp: int = 1
     tp: int = 1
+    pp: int = 1
+    schedule: str = "1f1b"
     zero: int = 0
     mbs: int = 4
     gbs: int | None = None
@@ -43,12 +50,18 @@ class TrainConfig:
     metrics: str | None = None
     op_timeout_s: float = 60.0
     threads: int = 1
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
 
     def __post_init__(self):
         arch = load_model(self.model)
         _int("dp", self.dp, 1, 64)
         _int("tp", self.tp, 1, 64)
+        _int("pp", self.pp, 1, 64)
         _int("zero", self.zero, 0, 1)
+        if self.schedule not in SCHEDULES:
+            raise InputError("schedule", self.schedule, " or ".join(SCHEDULES))
         for key in ("num_heads", "num_kv_heads", "ffn_hidden_size"):
             if getattr(arch, key) % self.tp:
                 raise InputError("tp", self.tp, f"a divisor of the model's {key} ({getattr(arch, key)})")
@@ -59,6 +72,9 @@ class TrainConfig:
         _int("error_every", self.error_every, 0, MAX_STEPS)
         _int("bucket_bytes", self.bucket_bytes, 1024, 2**32)
         _int("threads", self.threads, 1, 256)
+        _int("checkpoint_every", self.checkpoint_every, 0, MAX_STEPS)
+        if self.resume and not self.checkpoint:
+            raise InputError("resume", self.resume, "a run with a checkpoint folder to resume from")
         _int("seq", self.seq_len, 2, arch.seq_len)
         if self.gbs is not None:
             _int("gbs", self.gbs, 1, 2**31)
@@ -71,6 +87,14 @@ class TrainConfig:
         if arch.vocab_size < 256:
             raise InputError("model.vocab_size", arch.vocab_size, "at least 256 (the corpus is bytes)")
         parse_policy(self.policy)
+        self.plan()   # pp within the layers, gbs in whole microbatches: perfmodel's own checks
+
+    def plan(self) -> ParallelPlan:
+        """perfmodel's plan of this run (the stage split and what a prediction of it assumes):
+        fp32 compute and gradients, as the CPU run computes."""
+        return make_plan(load_model(self.model), self.world, tp=self.tp, pp=self.pp, dp=self.dp, zero=self.zero,
+                         mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
+                         compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes)
 
     @property
     def seq_len(self) -> int:
@@ -86,12 +110,13 @@ class TrainConfig:
 
     @property
     def world(self) -> int:
-        return self.tp * self.dp
+        return self.tp * self.pp * self.dp
 
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""
         pol = parse_policy(self.policy)
-        active = {"dp"} | ({"tp"} if self.tp > 1 else set()) | ({"zero"} if self.zero and self.dp > 1 else set())
+        active = ({"dp"} | ({"tp"} if self.tp > 1 else set()) | ({"pp"} if self.pp > 1 else set())
+                  | ({"zero"} if self.zero and self.dp > 1 else set()))
         return [a for a in POLICY_AXES if a not in active and not pol.axis(a).codec_for(math.inf).is_none]
 
     def to_json(self) -> str:

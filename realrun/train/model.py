@@ -115,6 +115,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(spec, i) for i in range(spec.num_layers))
         self.norm = _norm(spec)
         self.head = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        self.first = self.last = True   # one pipeline stage holds everything (see keep_stage)
         self._init(generator)
 
     def _init(self, generator: torch.Generator) -> None:
@@ -137,16 +138,34 @@ class GPT(nn.Module):
                 block.shard(tp)
         return self
 
-    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
+    def keep_stage(self, start: int, end: int, first: bool, last: bool) -> GPT:
+        """Keep pipeline stage ``[start, end)`` of the layers: the embedding on the first stage,
+        the final norm and LM head on the last; with tied embeddings the last stage keeps a copy
+        of the embedding as its head (Megatron-LM's choice; their gradients are summed between
+        the two stages, see ``pipeline``). Layers keep their global index (keys, init)."""
+        self.blocks = nn.ModuleList(list(self.blocks)[start:end])
+        self.first, self.last = first, last
+        if not (first or (last and self.head is None)):
+            self.embed = None
+        if not last:
+            self.norm, self.head = None, None
+        return self
+
+    def stage_forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """This stage's part: tokens (first stage) or the previous stage's hidden states in;
+        the loss (last stage, with ``targets``) or hidden states out."""
+        x = self.embed(inputs) if self.first else inputs
         for block in self.blocks:
             x = block(x)
+        if not self.last:
+            return x
         x = self.norm(x)
-        return x @ self.embed.weight.T if self.head is None else self.head(x)
+        logits = x @ self.embed.weight.T if self.head is None else self.head(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self.logits(tokens)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        """The mean next-token cross-entropy of the whole model (one stage holds all of it)."""
+        return self.stage_forward(tokens, targets)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import statistics
 
+from realrun.train.trainer import PHASES
 from topologies.clikit import atomic_write, table
 
 WARMUP_STEPS = 2   # steps left out of the median step time (first-call allocations, numba compiles)
+AXES = ("dp", "tp", "pp", "zero")   # the record's {axis}_wire_bytes
 
 
 def summary(records: list[dict]) -> dict:
@@ -13,11 +15,10 @@ def summary(records: list[dict]) -> dict:
     vals = [r for r in records if r.get("val_loss") is not None]
     out = {"steps": len(records), "first_loss": records[0]["loss"], "final_loss": records[-1]["loss"],
            "final_val_loss": vals[-1]["val_loss"] if vals else None}
-    for key in ("step_s", "forward_s", "backward_s", "tp_comm_s", "dp_comm_s", "compress_s", "optimizer_s"):
+    for key in PHASES:
         out[f"median_{key}"] = statistics.median(r[key] for r in steady)
-    out["dp_wire_bytes_per_step"] = statistics.median(r["dp_wire_bytes"] for r in steady)
-    out["tp_wire_bytes_per_step"] = statistics.median(r["tp_wire_bytes"] for r in steady)
-    out["zero_wire_bytes_per_step"] = statistics.median(r["zero_wire_bytes"] for r in steady)
+    for axis in AXES:
+        out[f"{axis}_wire_bytes_per_step"] = statistics.median(r[f"{axis}_wire_bytes"] for r in steady)
     errors = [r["dp_rel_error"] for r in records if r.get("dp_rel_error") is not None]
     out["dp_rel_error"] = statistics.median(errors) if errors else None
     return out
@@ -28,9 +29,7 @@ def summary_table(s: dict) -> str:
             ("validation loss (last)", "-" if s["final_val_loss"] is None else f"{s['final_val_loss']:.4f}")]
     rows += [(k.removeprefix("median_").removesuffix("_s") + " s (median)", f"{s[k]:.4f}")
              for k in s if k.startswith("median_")]
-    rows.append(("dp payload bytes/step/rank", f"{s['dp_wire_bytes_per_step']:,.0f}"))
-    rows.append(("tp payload bytes/step/rank", f"{s['tp_wire_bytes_per_step']:,.0f}"))
-    rows.append(("zero payload bytes/step/rank", f"{s['zero_wire_bytes_per_step']:,.0f}"))
+    rows += [(f"{axis} payload bytes/step/rank", f"{s[f'{axis}_wire_bytes_per_step']:,.0f}") for axis in AXES]
     if s["dp_rel_error"] is not None:
         rows.append(("dp relative error (measured)", f"{s['dp_rel_error']:.3g}"))
     return table(("", "value"), rows)

@@ -32,16 +32,19 @@ from perfmodel.mesh import Mesh
 from perfmodel.policy import parse_policy
 from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
+from realrun.train import checkpoint
 from realrun.train.config import TrainConfig
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
+from realrun.train.pipeline import Pipeline
 from realrun.train.tensor_parallel import TensorParallel
 from realrun.train.zero import ShardedOptimizer
+from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
 VAL_BATCHES = 4
 ADAM = {"betas": (0.9, 0.95), "weight_decay": 0.0}   # GPT-3's betas; no decay on a model this small
-PHASES = ("step_s", "forward_s", "backward_s", "tp_comm_s", "dp_comm_s", "compress_s", "optimizer_s")
+PHASES = ("step_s", "forward_s", "backward_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "compress_s", "optimizer_s")
 
 
 def buckets(params: list, bucket_bytes: int) -> list[list]:
@@ -81,21 +84,42 @@ def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, measu
     return math.sqrt(err2 / ref2) if measure and ref2 > 0 else (0.0 if measure else None)
 
 
-def evaluate(model: GPT, vals) -> float:
-    model.eval()
-    with torch.no_grad():
-        losses = [float(model(torch.from_numpy(x), torch.from_numpy(y))) for x, y in vals]
-    model.train()
-    return sum(losses) / len(losses)
+def evaluate(run: Run, model: GPT, vals) -> float:
+    """Validation loss of the replica with dp rank 0 (its whole pipeline and TP group run the
+    forward passes; the other replicas wait); every rank gets the value."""
+    value = 0.0
+    if run.dp_rank == 0:
+        model.eval()
+        with torch.no_grad():
+            value = run.pipe.run(model, vals, run.hidden_shape, backward=False).loss_sum
+        model.train()
+        run.tp.take()   # evaluation's reductions are not the next step's
+    return _last_stage_mean(value, run, replicas=1)
+
+
+def _last_stage_mean(value: float, run: Run, replicas: int) -> float:
+    """The mean over ``replicas`` of a value only the last pipeline stage holds (each of its TP
+    ranks holds the same), known to every rank."""
+    t = torch.tensor([value if run.pipe.last else 0.0], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t) / (replicas * run.tp.size)
 
 
 class Metrics:
     """Rank 0's JSON Lines file: each record one ``write`` on an O_APPEND descriptor, so a
-    reader never sees half a line and a crash loses at most the step in flight."""
+    reader never sees half a line and a crash loses at most the step in flight. Opening keeps
+    the records of steps before ``keep_before`` (a resumed run) and drops the rest."""
 
-    def __init__(self, path: str | None):
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if path else None
+    def __init__(self, path: str | None, keep_before: int = 0):
         self.records: list[dict] = []
+        self.fd = None
+        if not path:
+            return
+        if keep_before and os.path.exists(path):
+            with open(path) as handle:
+                self.records = [r for r in map(json.loads, filter(str.strip, handle)) if r["step"] < keep_before]
+        atomic_write(path, lambda h: h.write("".join(json.dumps(r) + "\n" for r in self.records).encode()))
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 
     def write(self, record: dict) -> None:
         self.records.append(record)
@@ -113,31 +137,18 @@ def _slowest(values: list[float]) -> list[float]:
     return t.tolist()
 
 
-def _mean(value: float, world: int) -> float:
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t)
-    return float(t) / world
-
-
-def _step(cfg, run, model, opt, corpus, step) -> dict:
+def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
     start = time.perf_counter()
-    fwd = bwd = 0.0
     model.zero_grad(set_to_none=False)
-    loss_sum = 0.0
-    for m in range(cfg.microbatches):   # every rank of a TP group reads its replica's batch
-        x, y = train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank, rows=cfg.mbs,
-                           seq=cfg.seq_len)
-        t = time.perf_counter()
-        loss = model(torch.from_numpy(x), torch.from_numpy(y)) / cfg.microbatches
-        fwd += time.perf_counter() - t
-        t = time.perf_counter()
-        loss.backward()
-        bwd += time.perf_counter() - t
-        loss_sum += float(loss.detach())
+    # microbatch m of this replica: every rank of its TP group and pipeline reads the same
+    batches = [train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank, rows=cfg.mbs,
+                           seq=cfg.seq_len) for m in range(cfg.microbatches)]
+    pipe = run.pipe.run(model, batches, run.hidden_shape)
     tp_fwd, tp_bwd, tp_stats = run.tp.take()
     stats, zero_stats = CommStats(), CommStats()
-    measure = cfg.error_every > 0 and step % cfg.error_every == 0 and cfg.dp > 1
     t = time.perf_counter()
+    run.sync_embedding(model, stats)
+    measure = cfg.error_every > 0 and step % cfg.error_every == 0 and cfg.dp > 1
     if run.zero is not None:   # reduce-scatter, sharded update, all-gather
         error, optim = run.zero.step(stats, zero_stats, measure)
         sync = time.perf_counter() - t - optim
@@ -147,13 +158,14 @@ def _step(cfg, run, model, opt, corpus, step) -> dict:
         t = time.perf_counter()
         opt.step()
         optim = time.perf_counter() - t
-    tp_kernels = tp_stats.compress_s + tp_stats.decompress_s
-    dp_kernels = stats.compress_s + stats.decompress_s + zero_stats.compress_s + zero_stats.decompress_s
-    phases = _slowest([time.perf_counter() - start, fwd - tp_fwd, bwd - tp_bwd, max(0.0, tp_fwd + tp_bwd - tp_kernels),
-                       max(0.0, sync - dp_kernels), tp_kernels + dp_kernels, optim])
-    return {"step": step, "loss": _mean(loss_sum, cfg.world), **dict(zip(PHASES, phases)),
+    kernels = {name: s.compress_s + s.decompress_s for name, s in
+               (("tp", tp_stats), ("pp", pipe.stats), ("dp", stats), ("zero", zero_stats))}
+    phases = _slowest([time.perf_counter() - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
+                       max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
+                       max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim])
+    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **dict(zip(PHASES, phases)),
             "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
-            "zero_wire_bytes": zero_stats.bytes_out, "dp_rel_error": error}
+            "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out, "dp_rel_error": error}
 
 
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:
@@ -163,7 +175,7 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
                             world_size=world, timeout=timedelta(seconds=cfg.op_timeout_s))
     try:
         if world != cfg.world:
-            raise InputError("dp", cfg.dp, f"tp x dp = the number of ranks ({world})")
+            raise InputError("dp", cfg.dp, f"tp x pp x dp = the number of ranks ({world})")
         records = _train(cfg, rank, world)
         dist.barrier()   # every rank done before any tears its connections down
         return records
@@ -172,22 +184,51 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
 
 
 class Run:
-    """This rank's place in the mesh and the state its collectives keep."""
+    """This rank's place in the mesh (perfmodel's layout: tp innermost, then pp, then dp), its
+    stage of the model, and the state its collectives keep."""
 
     def __init__(self, cfg: TrainConfig, rank: int, model: GPT):
-        mesh = Mesh(cfg.tp, 1, cfg.dp, ("tp", "pp", "dp"))   # perfmodel's layout: tp innermost
+        mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"))
         coords = mesh.coords(rank)
-        self.dp_rank = coords["dp"]
+        self.dp_rank, stage = coords["dp"], coords["pp"]
         policy = parse_policy(cfg.policy)
-        tp_group, dp_group = _groups(mesh, "tp", rank), _groups(mesh, "dp", rank)
+        tp_group, pp_group, dp_group = (_groups(mesh, axis, rank) for axis in ("tp", "pp", "dp"))
         self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
+        layers = cfg.plan().stage_layers(model.spec.num_layers)
+        model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
         model.shard(self.tp)
+        line = mesh.group_of("pp", rank)
+        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, cfg.op_timeout_s), policy.axis("pp"),
+                             line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None)
+        self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
+        self.embed_comm = _embedding_group(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
         self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
         self.buckets = buckets(list(model.parameters()), cfg.bucket_bytes)
         self.zero = None
         if cfg.zero and cfg.dp > 1:
             self.zero = ShardedOptimizer(self.buckets, self.dp_comm, self.dp_rank, cfg.dp, self.dp_axis,
                                          policy.axis("zero"), **ADAM, lr=cfg.lr)
+
+    def sync_embedding(self, model: GPT, stats: CommStats) -> None:
+        """Tied embeddings across a pipeline: the first stage's embedding and the last stage's
+        head are one matrix, so their gradients are summed between the two (Megatron-LM's
+        embedding group), a gradient reduction under the dp spec."""
+        if self.embed_comm is None or model.embed is None:
+            return
+        grad = model.embed.weight.grad
+        codec = self.dp_axis.codec_for(grad.numel() * grad.element_size())
+        grad.copy_(self.embed_comm.allreduce(grad, codec, key="embedding", stats=stats))
+
+
+def _embedding_group(mesh: Mesh, rank: int) -> Comm | None:
+    """The (first stage, last stage) pair of this rank's pipeline, for tied embeddings; every
+    rank creates every pair's group, in the same order."""
+    mine = None
+    for line in mesh.groups["pp"]:
+        group = dist.new_group([line[0], line[-1]])
+        if rank in (line[0], line[-1]):
+            mine = Comm(group)
+    return mine
 
 
 def _groups(mesh: Mesh, axis: str, rank: int):
@@ -208,24 +249,25 @@ def _train(cfg: TrainConfig, rank: int, world: int) -> list[dict]:
     torch.set_num_threads(cfg.threads)
     model = GPT(load_model(cfg.model), seed=cfg.seed)
     run = Run(cfg, rank, model)
-    opt = None if run.zero else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
+    opt = run.zero or torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
+    first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt) if cfg.resume else 0
     corpus = load_corpus()
     vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)
-    metrics = Metrics(cfg.metrics if rank == 0 else None)
-    bar = _progress(cfg.steps) if rank == 0 else None
+    metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)
+    bar = _progress(cfg.steps, first) if rank == 0 else None
     try:
-        for step in range(cfg.steps):
+        for step in range(first, cfg.steps):
             record = _step(cfg, run, model, opt, corpus, step)
             last = step == cfg.steps - 1
             evaluate_now = cfg.eval_every and (step % cfg.eval_every == 0 or last)
-            # every rank of rank 0's TP group evaluates (the layers' reductions need them all)
-            record["val_loss"] = evaluate(model, vals) if run.dp_rank == 0 and evaluate_now else None
-            run.tp.take()   # evaluation's reductions are not the next step's
+            record["val_loss"] = evaluate(run, model, vals) if evaluate_now else None
             if rank == 0:
                 metrics.write({**record, "policy": cfg.policy, "tokens": cfg.global_batch * cfg.seq_len})
                 if bar is not None:
                     bar.set_postfix(loss=f"{record['loss']:.3f}")
                     bar.update(1)
+            if cfg.checkpoint and (last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0)):
+                checkpoint.save(cfg.checkpoint, cfg, rank, step + 1, model, opt)
     finally:
         metrics.close()
         if bar is not None:
@@ -233,10 +275,10 @@ def _train(cfg: TrainConfig, rank: int, world: int) -> list[dict]:
     return metrics.records
 
 
-def _progress(total: int):
+def _progress(total: int, done: int):
     """tqdm on stderr, only where stderr is a terminal."""
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc="train", unit="step", file=sys.stderr, disable=not sys.stderr.isatty())
+    return tqdm(total=total, initial=done, desc="train", unit="step", file=sys.stderr, disable=not sys.stderr.isatty())

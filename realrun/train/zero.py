@@ -55,6 +55,17 @@ class ShardedOptimizer:
         return error, optim
 
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps: the shards and AdamW's state over them."""
+        return {"shards": [s.detach().clone() for s in self.shards], "adam": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            for shard, saved in zip(self.shards, state["shards"]):
+                shard.copy_(saved)
+        self.opt.load_state_dict(state["adam"])
+
+
 def _flat(params: list, what: str) -> torch.Tensor:
     return torch.cat([getattr(p, what).reshape(-1) for p in params])
 

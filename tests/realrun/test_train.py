@@ -71,7 +71,9 @@ def test_buckets_cover_every_parameter_last_first():
 @pytest.mark.parametrize("kw, field", [(dict(gbs=12, mbs=8, dp=1), "gbs"), (dict(seq=4096), "seq"),
                                        (dict(policy="dp=nope"), "compressor"), (dict(lr=0), "lr"),
                                        (dict(model="nosuch"), "model"), (dict(dp=0), "dp"),
-                                       (dict(tp=3), "tp"), (dict(zero=2), "zero")])
+                                       (dict(tp=3), "tp"), (dict(zero=2), "zero"),
+                                       (dict(pp=3), "pp"), (dict(schedule="zb"), "schedule"),
+                                       (dict(resume=True), "resume")])
 def test_bad_configs_name_the_field(kw, field):
     with pytest.raises(InputError, match=field):
         TrainConfig(**{"model": "gpt-tiny", **kw})
@@ -166,3 +168,72 @@ def test_train_bad_input_is_one_line(cli, tmp_path):
                         (("--metrics", "/proc/x.jsonl"), "metrics")):
         proc = cli("realrun", "train", *args)
         assert proc.returncode == 2 and field in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("stages, m", [(2, 4), (4, 4), (3, 2), (1, 3)])
+def test_pipeline_schedules_order_every_microbatch(stages, m):
+    """Each stage runs every microbatch forward then backward; 1F1B keeps at most pp - s in
+    flight (GPipe all m); the last stage of 1F1B alternates F and B."""
+    from realrun.train.pipeline import schedule
+
+    for s in range(stages):
+        for name in ("1f1b", "gpipe"):
+            ops = schedule(name, s, stages, m)
+            assert sorted(ops) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+            assert all(ops.index(("F", i)) < ops.index(("B", i)) for i in range(m))
+            live = [sum(1 if k == "F" else -1 for k, _ in ops[:j + 1]) for j in range(len(ops))]
+            assert max(live) == (min(stages - s, m) if name == "1f1b" else m)
+    assert schedule("1f1b", 0, 2, 4) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2),
+                                          ("B", 3)]
+    assert schedule("1f1b", 1, 2, 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_parallel_reproduces_one_rank(tmp_path, schedule):
+    """Two stages (one layer each; the tied embedding's two copies summed between first and last
+    stage), two microbatches, every send/recv through realrun.comm (none): the losses and
+    validation losses of the unsplit model."""
+    args = ("--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "3")
+    two, _ = _train(tmp_path, f"pp2{schedule}", "--pp", "2", "--schedule", schedule, *args)
+    one, _ = _train(tmp_path, "pp1", *args)
+    for a, b in zip(two, one):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert (a["val_loss"] is None) == (b["val_loss"] is None)
+        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+    assert two[-1]["pp_wire_bytes"] == 2 * 4 * 64 * 128 * 4 and one[-1]["pp_wire_bytes"] == 0
+
+
+@pytest.mark.distributed
+def test_tp_pp_compressed_still_learn_and_pp_payloads_shrink(tmp_path):
+    steps, proc = _train(tmp_path, "tppp", "--tp", "2", "--pp", "2", "--mbs", "4", "--gbs", "8", "--steps", "15",
+                         "--policy", "tp=fp16,pp=int8", "--eval-every", "0")
+    assert np.mean([r["loss"] for r in steps[-3:]]) < np.mean([r["loss"] for r in steps[:3]]) - 1.0
+    raw = 2 * 4 * 64 * 128 * 4   # two microbatches of fp32 activations, sent by one rank of a stage
+    assert 0.2 * raw < steps[-1]["pp_wire_bytes"] < 0.3 * raw and steps[-1]["tp_wire_bytes"] > 0
+    assert "axis pp has no traffic" not in proc.stderr
+
+
+@pytest.mark.distributed
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    """Two of four steps, a checkpoint, then --resume to four: the records of an uninterrupted run."""
+    args = ("--pp", "2", "--mbs", "4", "--gbs", "8", "--eval-every", "0")
+    whole, _ = _train(tmp_path, "whole", *args, "--steps", "4")
+    ck = tmp_path / "ck"
+    _train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
+    resumed, _ = _train(tmp_path, "part", *args, "--steps", "4", "--checkpoint", str(ck), "--resume")
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    assert (ck / "latest").read_text().strip() == "step-00000004" and len(list(ck.glob("step-*"))) == 1
+
+
+def test_resume_refuses_another_run(cli, tmp_path):
+    ck = tmp_path / "ck"
+    proc = cli("realrun", "train", "--steps", "2", "--checkpoint", str(ck), "--resume")
+    assert proc.returncode == 2 and "checkpoint" in proc.stderr and "Traceback" not in proc.stderr
+    ck.mkdir()
+    (ck / "latest").write_text("step-00000001\n")
+    (ck / "step-00000001").mkdir()
+    (ck / "run.json").write_text(json.dumps({"model": "gpt-tiny", "lr": 0.1}))
+    proc = cli("realrun", "train", "--steps", "2", "--checkpoint", str(ck), "--resume")
+    assert proc.returncode == 2 and "error: dp=1" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,82 @@
+"""Checkpoints of a training run: every rank's model shard and optimizer state, written so that
+a crash at any moment leaves the last complete checkpoint readable.
+
+Layout of ``FOLDER``: ``step-NNNNNNNN/rankRRRRR.pt`` (one file per rank, each written to a
+temporary name and renamed), ``run.json`` (the configuration fields that must match to resume)
+and ``latest`` (the name of the newest complete step folder). Rank 0 rewrites ``latest`` only
+after every rank has written its file (a barrier), then removes older step folders; a reader
+follows ``latest`` and never sees a half-written step.
+
+Resuming (``--resume``) loads this rank's file, checks that the run is the same one (model,
+plan, batch, policy, seed, learning rate), and continues at the step after the checkpoint. The
+data of step n depends only on (seed, n), so a resumed run reads what the uninterrupted run
+would have read. Compressor state (error-feedback residuals, PowerSGD warm starts) is not
+saved: it restarts at zero, so a resumed run continues the same loss curve exactly under
+stateless policies and nearly under ``ef(...)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import torch
+import torch.distributed as dist
+
+from topologies.clikit import atomic_write
+from topologies.errors import InputError
+
+# what must be equal for a checkpoint to continue a run (steps, metrics and evaluation may change)
+IDENTITY = ("model", "dp", "tp", "pp", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
+            "seed", "bucket_bytes")
+
+
+def _step_dir(folder: str, step: int) -> str:
+    return os.path.join(folder, f"step-{step:08d}")
+
+
+def save(folder: str, cfg, rank: int, steps_done: int, model, optimizer) -> None:
+    """Every rank calls this after the same step (collective: a barrier inside)."""
+    os.makedirs(_step_dir(folder, steps_done), exist_ok=True)
+    path = os.path.join(_step_dir(folder, steps_done), f"rank{rank:05d}.pt")
+    state = {"steps_done": steps_done, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    atomic_write(path, lambda h: torch.save(state, h))
+    dist.barrier()
+    if rank == 0:
+        identity = {k: getattr(cfg, k) for k in IDENTITY}
+        atomic_write(os.path.join(folder, "run.json"), lambda h: h.write(json.dumps(identity, indent=1).encode()))
+        atomic_write(os.path.join(folder, "latest"), lambda h: h.write(f"step-{steps_done:08d}\n".encode()))
+        for name in os.listdir(folder):
+            if name.startswith("step-") and name != f"step-{steps_done:08d}":
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    dist.barrier()   # no rank starts the next save before the old folders are gone
+
+
+def check(folder: str, cfg) -> str:
+    """The newest complete step folder of ``folder``, after checking it continues ``cfg``'s run;
+    one clear error otherwise (called before any rank starts, and by each rank again)."""
+    latest, run = os.path.join(folder, "latest"), os.path.join(folder, "run.json")
+    if not (os.path.isfile(latest) and os.path.isfile(run)):
+        raise InputError("checkpoint", folder, "a folder that a run with --checkpoint wrote (no 'latest' in it)")
+    try:
+        with open(run) as handle:
+            saved = json.load(handle)
+        with open(latest) as handle:
+            name = handle.read().strip()
+    except (OSError, ValueError) as exc:
+        raise InputError("checkpoint", folder, f"a readable checkpoint ({exc})") from None
+    if not isinstance(saved, dict) or not os.path.isdir(os.path.join(folder, name)):
+        raise InputError("checkpoint", folder, "a complete checkpoint ('latest' names no step folder)")
+    for key in IDENTITY:
+        if saved.get(key) != getattr(cfg, key):
+            raise InputError(key, getattr(cfg, key), f"{saved.get(key)!r}, as in the checkpoint's run (resume "
+                             "continues the same run)")
+    return os.path.join(folder, name)
+
+
+def load(folder: str, cfg, rank: int, model, optimizer) -> int:
+    """Restore this rank's state from ``folder``; returns the number of steps already done."""
+    state = torch.load(os.path.join(check(folder, cfg), f"rank{rank:05d}.pt"), weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return int(state["steps_done"])

@@ -1,0 +1,110 @@
+"""Pipeline parallelism on realrun.comm: the layers split into stages as perfmodel splits them
+(``ParallelPlan.stage_layers``: earlier stages take the remainder), microbatches run under a
+schedule, activations and their gradients move between neighbouring stages under the policy's
+``pp`` spec.
+
+Schedules (``schedule``), each a list of ("F", m) / ("B", m) operations per stage:
+
+* ``gpipe`` (Huang et al., NeurIPS 2019): every forward, then every backward; a stage keeps
+  all ``m`` microbatches' activations.
+* ``1f1b`` (PipeDream-Flush, Narayanan et al., SC21; Megatron-LM's default): ``pp - s - 1``
+  warm-up forwards on stage s, then one forward and one backward alternately, then the
+  remaining backwards; at most ``pp - s`` microbatches in flight.
+
+Both have the same bubble, ``(pp - 1) / m`` of the ideal time; 1F1B bounds memory. The send
+that ends one operation and the receive that starts the next go out together
+(``Comm.exchange``: both posted before either waits, as Megatron batches them), so no two
+neighbours wait on each other. With ``pp = 1`` a stage is the whole model and ``1f1b`` is
+the plain loop: forward and backward per microbatch, gradients accumulating.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from realrun.comm import Comm, CommStats
+
+
+def schedule(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
+    """The operations of ``stage`` in order (module doc)."""
+    m = microbatches
+    if name == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(stages - stage - 1, m)
+    ops = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        ops += [("F", warm + i), ("B", i)]
+    return ops + [("B", i) for i in range(m - warm, m)]
+
+
+@dataclass
+class PhaseTimes:
+    """Seconds of one step's pipeline work on this rank, and its p2p statistics."""
+
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    pp_s: float = 0.0          # inside send/recv: transfers, their kernels and waiting for a neighbour
+    loss_sum: float = 0.0      # the last stage's loss, summed over microbatches (already / m)
+    stats: CommStats = field(default_factory=CommStats)
+
+
+class Pipeline:
+    """One rank's stage: its neighbours (global ranks, None at the ends), the p2p ``Comm`` and
+    the ``pp`` axis of the policy."""
+
+    def __init__(self, name: str, stage: int, stages: int, comm: Comm | None, axis,
+                 prev_rank: int | None, next_rank: int | None):
+        self.name, self.stage, self.stages = name, stage, stages
+        self.comm, self.axis = comm, axis
+        self.prev, self.next = prev_rank, next_rank
+        self.first, self.last = stage == 0, stage == stages - 1
+
+    def run(self, model, batches: list, hidden_shape: tuple, backward: bool = True) -> PhaseTimes:
+        """Forward (and backward) of ``batches`` [(inputs, targets)] through this stage under
+        the schedule; gradients accumulate in ``model``. ``hidden_shape``: the activation a
+        stage sends (mbs, seq, hidden)."""
+        m = len(batches)
+        ops = schedule(self.name, self.stage, self.stages, m) if backward else [("F", i) for i in range(m)]
+        times, state = PhaseTimes(), {}
+        pending = None   # (tensor, dst, key): the previous operation's send, not yet made
+        like = torch.empty(hidden_shape)
+        for kind, i in ops:
+            src = self.prev if kind == "F" else self.next
+            received = self._p2p(pending, like if src is not None else None, src, f"{kind}{i}", times)
+            pending = self._forward(model, batches[i], received, state, i, m, times) if kind == "F" \
+                else self._backward(received, state.pop(i), times)
+        self._p2p(pending, None, None, "", times)
+        return times
+
+    def _forward(self, model, batch, received, state, i, m, times):
+        inputs = torch.from_numpy(batch[0]) if self.first else received.requires_grad_()
+        start = time.perf_counter()
+        out = model.stage_forward(inputs, torch.from_numpy(batch[1]) if self.last else None)
+        if self.last:
+            out = out / m
+            times.loss_sum += float(out.detach())
+        times.forward_s += time.perf_counter() - start
+        if out.requires_grad:   # kept for the backward (not in evaluation)
+            state[i] = (inputs, out)
+        return None if self.last else (out.detach(), self.next, "act")
+
+    def _backward(self, grad, saved, times):
+        inputs, out = saved
+        start = time.perf_counter()
+        out.backward(None if self.last else grad)
+        times.backward_s += time.perf_counter() - start
+        return None if self.first else (inputs.grad, self.prev, "grad")
+
+    def _p2p(self, pending, like, src, key, times) -> torch.Tensor | None:
+        """Make the pending send and this operation's receive at once (``Comm.exchange``)."""
+        if pending is None and like is None:
+            return None
+        tensor, dst, send_key = pending if pending is not None else (None, None, "")
+        start = time.perf_counter()
+        codec = self.axis.codec_for(like.numel() * like.element_size() if like is not None
+                                    else tensor.numel() * tensor.element_size())
+        out = self.comm.exchange(tensor, dst, like, src, codec, key=send_key or key, stats=times.stats)
+        times.pp_s += time.perf_counter() - start
+        return out
