@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from realrun.comm import Comm, CommStats
+from realrun.train.accuracy import RelativeError
 
 
 def schedule(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
@@ -48,6 +49,7 @@ class PhaseTimes:
     pp_s: float = 0.0          # inside send/recv: transfers, their kernels and waiting for a neighbour
     loss_sum: float = 0.0      # the last stage's loss, summed over microbatches (already / m)
     stats: CommStats = field(default_factory=CommStats)
+    error: RelativeError | None = None   # what this rank received against what was sent (measured steps)
 
 
 class Pipeline:
@@ -61,13 +63,15 @@ class Pipeline:
         self.prev, self.next = prev_rank, next_rank
         self.first, self.last = stage == 0, stage == stages - 1
 
-    def run(self, model, batches: list, hidden_shape: tuple, backward: bool = True) -> PhaseTimes:
+    def run(self, model, batches: list, hidden_shape: tuple, backward: bool = True,
+            measure: bool = False) -> PhaseTimes:
         """Forward (and backward) of ``batches`` [(inputs, targets)] through this stage under
         the schedule; gradients accumulate in ``model``. ``hidden_shape``: the activation a
-        stage sends (mbs, seq, hidden)."""
+        stage sends (mbs, seq, hidden). ``measure`` (every rank alike): each transfer is sent a
+        second time uncompressed and uncounted, and what arrived is measured against it."""
         m = len(batches)
         ops = schedule(self.name, self.stage, self.stages, m) if backward else [("F", i) for i in range(m)]
-        times, state = PhaseTimes(), {}
+        times, state = PhaseTimes(error=RelativeError() if measure and self.stages > 1 else None), {}
         pending = None   # (tensor, dst, key): the previous operation's send, not yet made
         like = torch.empty(hidden_shape)
         for kind, i in ops:
@@ -107,4 +111,8 @@ class Pipeline:
                                     else tensor.numel() * tensor.element_size())
         out = self.comm.exchange(tensor, dst, like, src, codec, key=send_key or key, stats=times.stats)
         times.pp_s += time.perf_counter() - start
+        if times.error is not None:
+            exact = self.comm.exchange(tensor, dst, like, src, "none")
+            if out is not None:
+                times.error.add(out, exact)
         return out

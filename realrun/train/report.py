@@ -19,8 +19,9 @@ def summary(records: list[dict]) -> dict:
         out[f"median_{key}"] = statistics.median(r[key] for r in steady)
     for axis in AXES:
         out[f"{axis}_wire_bytes_per_step"] = statistics.median(r[f"{axis}_wire_bytes"] for r in steady)
-    errors = [r["dp_rel_error"] for r in records if r.get("dp_rel_error") is not None]
-    out["dp_rel_error"] = statistics.median(errors) if errors else None
+    for axis in ("dp", "tp", "pp"):
+        errors = [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
+        out[f"{axis}_rel_error"] = statistics.median(errors) if errors else None
     return out
 
 
@@ -30,8 +31,8 @@ def summary_table(s: dict) -> str:
     rows += [(k.removeprefix("median_").removesuffix("_s") + " s (median)", f"{s[k]:.4f}")
              for k in s if k.startswith("median_")]
     rows += [(f"{axis} payload bytes/step/rank", f"{s[f'{axis}_wire_bytes_per_step']:,.0f}") for axis in AXES]
-    if s["dp_rel_error"] is not None:
-        rows.append(("dp relative error (measured)", f"{s['dp_rel_error']:.3g}"))
+    rows += [(f"{axis} relative error (measured, median)", f"{s[f'{axis}_rel_error']:.3g}")
+             for axis in ("dp", "tp", "pp") if s[f"{axis}_rel_error"] is not None]
     return table(("", "value"), rows)
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.distributed as dist
 
 from realrun.comm import Comm, CommStats
+from realrun.train.accuracy import RelativeError
 
 
 class TensorParallel:
@@ -27,14 +29,21 @@ class TensorParallel:
         self.size, self.rank, self.comm, self.axis = size, rank, comm, axis
         self.stats = CommStats()
         self.seconds = {"fwd": 0.0, "bwd": 0.0}
+        self.error: RelativeError | None = None   # set on measured steps: each sum against the exact one
 
     def reduce(self, x: torch.Tensor, key: str, phase: str) -> torch.Tensor:
         if self.size == 1:
             return x
+        exact = None
+        if self.error is not None:   # uncounted, before the clock starts
+            exact = x.detach().clone()
+            dist.all_reduce(exact, group=self.comm.group)
         start = time.perf_counter()
         codec = self.axis.codec_for(x.numel() * x.element_size())
         out = self.comm.allreduce(x.contiguous(), codec, key=key, stats=self.stats).view_as(x)
         self.seconds[phase] += time.perf_counter() - start
+        if exact is not None:
+            self.error.add(out, exact)
         return out
 
     def take(self) -> tuple[float, float, CommStats]:

@@ -1,8 +1,9 @@
-"""The training loop of one rank: tensor- and data-parallel GPT training, compressed.
+"""The training loop of one rank: tensor-, pipeline- and data-parallel GPT training, compressed.
 
-Each step: ``microbatches`` forward/backward passes on this replica's data (gradients
-accumulate; with tensor parallelism the layers' reductions run inside them, see
-``tensor_parallel``), then the gradients are reduced bucket by bucket (``BUCKET_BYTES``, in reverse
+Each step: ``microbatches`` forward/backward passes on this replica's data through its
+pipeline under the schedule (``pipeline``; gradients accumulate; with tensor parallelism the
+layers' reductions run inside them, see ``tensor_parallel``), the tied embedding's gradient
+summed between first and last stage, then the gradients are reduced bucket by bucket (``BUCKET_BYTES``, in reverse
 parameter order as DDP builds them) through ``realrun.comm`` with the spec the policy's
 ``dp`` axis gives the bucket's size (``ef(...)`` keeps one residual per bucket), averaged,
 and AdamW steps (with ZeRO-1: reduce-scatter, a sharded step and an all-gather, see ``zero``).
@@ -10,16 +11,18 @@ The reduction runs after the backward pass, not overlapped with it (DDP's overla
 reducer; a prediction of these runs must assume the same).
 
 Measured per step (rank 0 appends one JSON line; times are the slowest rank's): loss (the
-global mean), step, forward and backward (their TP reductions apart), TP communication, exposed
-dp communication (the reduction minus its compression kernels), compression kernels, optimizer
-seconds, payload bytes per rank and axis (dp, tp, zero),
+global mean), step, forward and backward (their TP reductions apart), TP communication, PP
+communication (send/recv, including the wait for a neighbour: the bubble), exposed dp
+communication (the reduction minus its compression kernels), compression kernels, optimizer
+seconds, payload bytes per rank and axis (dp, tp, pp, zero),
 every ``eval_every`` steps the validation loss, every ``error_every`` steps the measured
-relative error of the compressed gradient sum against the exact one.
+relative error of each compressed axis on rank 0 (``realrun.train.accuracy``): dp, the
+gradient sums against exact sums; tp, the layers' sums; pp, what the stage received against
+what was sent (exact copies travel uncounted on those steps, outside the timed phases).
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -33,6 +36,7 @@ from perfmodel.policy import parse_policy
 from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
 from realrun.train import checkpoint
+from realrun.train.accuracy import RelativeError
 from realrun.train.config import TrainConfig
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
@@ -60,28 +64,25 @@ def buckets(params: list, bucket_bytes: int) -> list[list]:
     return out + ([current] if current else [])
 
 
-def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, measure: bool) -> float | None:
-    """Sum every bucket's gradients over the ranks under the dp policy, then average. With
-    ``measure``, also the exact sum (uncounted) and the relative error ||y - exact|| / ||exact||."""
-    err2 = ref2 = 0.0
+def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, error: RelativeError | None) -> None:
+    """Sum every bucket's gradients over the ranks under the dp policy, then average. With an
+    ``error`` meter, also the exact sum (uncounted) to measure the compressed one against."""
     for i, params in enumerate(groups):
         flat = torch.cat([p.grad.reshape(-1) for p in params])
         exact = None
-        if measure:
+        if error is not None:
             exact = flat.clone()
             dist.all_reduce(exact, group=comm.group)
         codec = axis.codec_for(flat.numel() * flat.element_size())
         summed = comm.allreduce(flat, codec, key=f"bucket{i}", stats=stats, inplace=codec.is_none)
         if exact is not None:
-            err2 += float((summed.double() - exact.double()).square().sum())
-            ref2 += float(exact.double().square().sum())
+            error.add(summed, exact)
         summed /= world
         offset = 0
         for p in params:
             n = p.numel()
             p.grad.copy_(summed[offset:offset + n].view_as(p.grad))
             offset += n
-    return math.sqrt(err2 / ref2) if measure and ref2 > 0 else (0.0 if measure else None)
 
 
 def evaluate(run: Run, model: GPT, vals) -> float:
@@ -143,17 +144,21 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     # microbatch m of this replica: every rank of its TP group and pipeline reads the same
     batches = [train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank, rows=cfg.mbs,
                            seq=cfg.seq_len) for m in range(cfg.microbatches)]
-    pipe = run.pipe.run(model, batches, run.hidden_shape)
+    measure = cfg.error_every > 0 and step % cfg.error_every == 0
+    run.tp.error = RelativeError() if measure and cfg.tp > 1 else None
+    pipe = run.pipe.run(model, batches, run.hidden_shape, measure=measure)
+    tp_error, run.tp.error = run.tp.error, None
     tp_fwd, tp_bwd, tp_stats = run.tp.take()
     stats, zero_stats = CommStats(), CommStats()
     t = time.perf_counter()
     run.sync_embedding(model, stats)
-    measure = cfg.error_every > 0 and step % cfg.error_every == 0 and cfg.dp > 1
+    dp_error = RelativeError() if measure and cfg.dp > 1 else None
     if run.zero is not None:   # reduce-scatter, sharded update, all-gather
-        error, optim = run.zero.step(stats, zero_stats, measure)
+        optim = run.zero.step(stats, zero_stats, dp_error)
         sync = time.perf_counter() - t - optim
     else:
-        error = sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, measure) if cfg.dp > 1 else None
+        if cfg.dp > 1:
+            sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, dp_error)
         sync = time.perf_counter() - t
         t = time.perf_counter()
         opt.step()
@@ -165,7 +170,9 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
                        max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim])
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **dict(zip(PHASES, phases)),
             "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
-            "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out, "dp_rel_error": error}
+            "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out,
+            **{f"{axis}_rel_error": e.value() if e else None for axis, e in
+               (("dp", dp_error), ("tp", tp_error), ("pp", pipe.error))}}
 
 
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:

@@ -9,7 +9,6 @@ on both axes this is the unsharded step up to float rounding of the sums (tested
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch
@@ -18,6 +17,7 @@ from torch import nn
 
 from realrun.comm import Comm, CommStats
 from realrun.comm.algorithms import split
+from realrun.train.accuracy import RelativeError
 
 
 class ShardedOptimizer:
@@ -30,18 +30,17 @@ class ShardedOptimizer:
         self.shards = [nn.Parameter(_flat(g, "data")[part].clone()) for g, part in zip(groups, self.parts)]
         self.opt = torch.optim.AdamW(self.shards, **adam)
 
-    def step(self, stats: CommStats, gather_stats: CommStats, measure: bool) -> tuple[float | None, float]:
-        """Reduce-scatter, update, all-gather; returns (measured gradient error or None, optimizer s)."""
-        err2 = ref2 = 0.0
+    def step(self, stats: CommStats, gather_stats: CommStats, error: RelativeError | None) -> float:
+        """Reduce-scatter, update, all-gather; returns the optimizer's seconds. With an ``error``
+        meter, each shard's sum is measured against the exact sum (uncounted)."""
         for i, (params, part, shard) in enumerate(zip(self.groups, self.parts, self.shards)):
             flat = _flat(params, "grad")
             codec = self.dp_axis.codec_for(flat.numel() * flat.element_size())
             mine = self.comm.reduce_scatter(flat, codec, key=f"bucket{i}", stats=stats)
-            if measure:
+            if error is not None:
                 exact = flat.clone()
                 dist.all_reduce(exact, group=self.comm.group)
-                err2 += float((mine.double() - exact[part].double()).square().sum())
-                ref2 += float(exact[part].double().square().sum())
+                error.add(mine, exact[part])
             shard.grad = (mine / self.dp).view_as(shard)
         start = time.perf_counter()
         self.opt.step()
@@ -51,8 +50,7 @@ class ShardedOptimizer:
             full = self.comm.allgather(shard.detach(), codec, key=f"params{i}", stats=gather_stats)
             _unflatten(params, full)
             shard.data.copy_(full[self.parts[i]])   # what every rank now holds (lossy zero specs too)
-        error = (math.sqrt(err2 / ref2) if ref2 > 0 else 0.0) if measure else None
-        return error, optim
+        return optim
 
 
     def state_dict(self) -> dict:
