@@ -42,6 +42,8 @@ def add_parser(sub, command) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--eval-every", type=int, default=10, help="validation loss every N steps (0: never)")
     t.add_argument("--error-every", type=int, default=10, help="measure the gradient-sum error every N steps")
+    t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (default): a GPU per rank "
+                   "with NCCL and the CuPy compressors where CUDA is available, else the CPU with gloo")
     t.add_argument("--threads", type=positive_int, default=1, help="CPU threads per local rank")
     t.add_argument("--op-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
     t.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder: every rank's state, written atomically "
@@ -69,8 +71,8 @@ def run_train(args) -> None:
                       mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
-                      op_timeout_s=args.op_timeout, metrics=args.metrics, checkpoint=args.checkpoint,
-                      checkpoint_every=args.checkpoint_every, resume=args.resume)
+                      op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
+                      checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
     if cfg.resume:
         checkpoint.check(cfg.checkpoint, cfg)
     elif cfg.checkpoint:   # the folder, or its parent, takes new files (before any work)

@@ -74,9 +74,10 @@ def check(folder: str, cfg) -> str:
     return os.path.join(folder, name)
 
 
-def load(folder: str, cfg, rank: int, model, optimizer) -> int:
-    """Restore this rank's state from ``folder``; returns the number of steps already done."""
-    state = torch.load(os.path.join(check(folder, cfg), f"rank{rank:05d}.pt"), weights_only=True)
+def load(folder: str, cfg, rank: int, model, optimizer, device=None) -> int:
+    """Restore this rank's state from ``folder`` onto ``device``; returns the number of steps done."""
+    state = torch.load(os.path.join(check(folder, cfg), f"rank{rank:05d}.pt"), map_location=device,
+                       weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return int(state["steps_done"])

@@ -14,6 +14,7 @@ from topologies.errors import InputError
 BUCKET_BYTES = 25 * 2**20   # DDP's default bucket (bucket_cap_mb=25): the unit the dp policy sees
 MAX_STEPS = 1_000_000
 SCHEDULES = ("1f1b", "gpipe")   # pipeline schedules realrun runs (perfmodel also models interleaved)
+DEVICES = ("auto", "cpu", "cuda")   # auto: a GPU (NCCL, CuPy compressors) where CUDA is available
 
 
 def _int(field: str, value, low: int, high: float = math.inf) -> None:
@@ -50,6 +51,7 @@ class TrainConfig:
     metrics: str | None = None
     op_timeout_s: float = 60.0
     threads: int = 1
+    device: str = "auto"
     checkpoint: str | None = None
     checkpoint_every: int = 0
     resume: bool = False
@@ -60,6 +62,8 @@ class TrainConfig:
         _int("tp", self.tp, 1, 64)
         _int("pp", self.pp, 1, 64)
         _int("zero", self.zero, 0, 1)
+        if self.device not in DEVICES:
+            raise InputError("device", self.device, " or ".join(DEVICES))
         if self.schedule not in SCHEDULES:
             raise InputError("schedule", self.schedule, " or ".join(SCHEDULES))
         for key in ("num_heads", "num_kv_heads", "ffn_hidden_size"):

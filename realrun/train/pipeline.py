@@ -19,13 +19,13 @@ the plain loop: forward and backward per microbatch, gradients accumulating.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
+from realrun.train.clock import now
 
 
 def schedule(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
@@ -57,48 +57,55 @@ class Pipeline:
     the ``pp`` axis of the policy."""
 
     def __init__(self, name: str, stage: int, stages: int, comm: Comm | None, axis,
-                 prev_rank: int | None, next_rank: int | None):
-        self.name, self.stage, self.stages = name, stage, stages
+                 prev_rank: int | None, next_rank: int | None, device: torch.device | None = None):
+        self.name, self.stage, self.stages, self.device = name, stage, stages, device
         self.comm, self.axis = comm, axis
         self.prev, self.next = prev_rank, next_rank
         self.first, self.last = stage == 0, stage == stages - 1
+        self._sent: list = []   # a measured step's transfers (tensor, dst, like, src, received)
 
     def run(self, model, batches: list, hidden_shape: tuple, backward: bool = True,
             measure: bool = False) -> PhaseTimes:
         """Forward (and backward) of ``batches`` [(inputs, targets)] through this stage under
         the schedule; gradients accumulate in ``model``. ``hidden_shape``: the activation a
-        stage sends (mbs, seq, hidden). ``measure`` (every rank alike): each transfer is sent a
-        second time uncompressed and uncounted, and what arrived is measured against it."""
+        stage sends (mbs, seq, hidden). ``measure`` (every rank alike): after the schedule, its
+        transfers are made again uncompressed and uncounted, and what arrived is measured against
+        them."""
         m = len(batches)
         ops = schedule(self.name, self.stage, self.stages, m) if backward else [("F", i) for i in range(m)]
         times, state = PhaseTimes(error=RelativeError() if measure and self.stages > 1 else None), {}
         pending = None   # (tensor, dst, key): the previous operation's send, not yet made
-        like = torch.empty(hidden_shape)
+        like = torch.empty(hidden_shape, device=self.device)
         for kind, i in ops:
             src = self.prev if kind == "F" else self.next
             received = self._p2p(pending, like if src is not None else None, src, f"{kind}{i}", times)
             pending = self._forward(model, batches[i], received, state, i, m, times) if kind == "F" \
                 else self._backward(received, state.pop(i), times)
         self._p2p(pending, None, None, "", times)
+        if times.error is not None:
+            self._measure(times.error)
         return times
 
     def _forward(self, model, batch, received, state, i, m, times):
-        inputs = torch.from_numpy(batch[0]) if self.first else received.requires_grad_()
-        start = time.perf_counter()
-        out = model.stage_forward(inputs, torch.from_numpy(batch[1]) if self.last else None)
+        inputs = self._tensor(batch[0]) if self.first else received.requires_grad_()
+        start = now(self.device)
+        out = model.stage_forward(inputs, self._tensor(batch[1]) if self.last else None)
         if self.last:
             out = out / m
             times.loss_sum += float(out.detach())
-        times.forward_s += time.perf_counter() - start
+        times.forward_s += now(self.device) - start
         if out.requires_grad:   # kept for the backward (not in evaluation)
             state[i] = (inputs, out)
         return None if self.last else (out.detach(), self.next, "act")
 
+    def _tensor(self, array) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
+
     def _backward(self, grad, saved, times):
         inputs, out = saved
-        start = time.perf_counter()
+        start = now(self.device)
         out.backward(None if self.last else grad)
-        times.backward_s += time.perf_counter() - start
+        times.backward_s += now(self.device) - start
         return None if self.first else (inputs.grad, self.prev, "grad")
 
     def _p2p(self, pending, like, src, key, times) -> torch.Tensor | None:
@@ -106,13 +113,20 @@ class Pipeline:
         if pending is None and like is None:
             return None
         tensor, dst, send_key = pending if pending is not None else (None, None, "")
-        start = time.perf_counter()
+        start = now(self.device)
         codec = self.axis.codec_for(like.numel() * like.element_size() if like is not None
                                     else tensor.numel() * tensor.element_size())
         out = self.comm.exchange(tensor, dst, like, src, codec, key=send_key or key, stats=times.stats)
-        times.pp_s += time.perf_counter() - start
+        times.pp_s += now(self.device) - start
         if times.error is not None:
-            exact = self.comm.exchange(tensor, dst, like, src, "none")
-            if out is not None:
-                times.error.add(out, exact)
+            self._sent.append((tensor, dst, like, src, out))
         return out
+
+    def _measure(self, error: RelativeError) -> None:
+        """Replay this step's transfers uncompressed, in the same order (so as free of deadlock
+        as the schedule), and measure what arrived compressed against what arrives now."""
+        for tensor, dst, like, src, received in self._sent:
+            exact = self.comm.exchange(tensor, dst, like, src, "none")
+            if received is not None:
+                error.add(received, exact)
+        self._sent = []

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from datetime import timedelta
 
 import torch
@@ -37,6 +36,7 @@ from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
 from realrun.train import checkpoint
 from realrun.train.accuracy import RelativeError
+from realrun.train.clock import now
 from realrun.train.config import TrainConfig
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
@@ -101,7 +101,7 @@ def evaluate(run: Run, model: GPT, vals) -> float:
 def _last_stage_mean(value: float, run: Run, replicas: int) -> float:
     """The mean over ``replicas`` of a value only the last pipeline stage holds (each of its TP
     ranks holds the same), known to every rank."""
-    t = torch.tensor([value if run.pipe.last else 0.0], dtype=torch.float64)
+    t = torch.tensor([value if run.pipe.last else 0.0], dtype=torch.float64, device=run.device)
     dist.all_reduce(t)
     return float(t) / (replicas * run.tp.size)
 
@@ -132,14 +132,14 @@ class Metrics:
             os.close(self.fd)
 
 
-def _slowest(values: list[float]) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
+def _slowest(values: list[float], device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
 
 def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
-    start = time.perf_counter()
+    start = now(run.device)
     model.zero_grad(set_to_none=False)
     # microbatch m of this replica: every rank of its TP group and pipeline reads the same
     batches = [train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank, rows=cfg.mbs,
@@ -150,24 +150,24 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     tp_error, run.tp.error = run.tp.error, None
     tp_fwd, tp_bwd, tp_stats = run.tp.take()
     stats, zero_stats = CommStats(), CommStats()
-    t = time.perf_counter()
+    t = now(run.device)
     run.sync_embedding(model, stats)
     dp_error = RelativeError() if measure and cfg.dp > 1 else None
     if run.zero is not None:   # reduce-scatter, sharded update, all-gather
         optim = run.zero.step(stats, zero_stats, dp_error)
-        sync = time.perf_counter() - t - optim
+        sync = now(run.device) - t - optim
     else:
         if cfg.dp > 1:
             sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, dp_error)
-        sync = time.perf_counter() - t
-        t = time.perf_counter()
+        sync = now(run.device) - t
+        t = now(run.device)
         opt.step()
-        optim = time.perf_counter() - t
+        optim = now(run.device) - t
     kernels = {name: s.compress_s + s.decompress_s for name, s in
                (("tp", tp_stats), ("pp", pipe.stats), ("dp", stats), ("zero", zero_stats))}
-    phases = _slowest([time.perf_counter() - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
+    phases = _slowest([now(run.device) - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
                        max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
-                       max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim])
+                       max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim], run.device)
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **dict(zip(PHASES, phases)),
             "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
             "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out,
@@ -175,15 +175,29 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
                (("dp", dp_error), ("tp", tp_error), ("pp", pipe.error))}}
 
 
+def device_of(cfg: TrainConfig, rank: int) -> torch.device:
+    """This rank's device: a GPU (LOCAL_RANK's, or the rank's modulo the GPUs here) for cuda,
+    or auto where CUDA is available; else the CPU."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise InputError("device", cfg.device, "cpu or auto on a machine without a CUDA device")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+
+
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:
     """Run ``cfg`` as rank ``rank`` of ``world`` (``store``: a FileStore path for local ranks,
-    None for env://). Returns rank 0's records (empty elsewhere)."""
-    dist.init_process_group("gloo", init_method="env://" if store is None else f"file://{store}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=cfg.op_timeout_s))
+    None for env://) on gloo (CPU) or NCCL (GPU). Returns rank 0's records (empty elsewhere)."""
+    device = device_of(cfg, rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
+                            init_method="env://" if store is None else f"file://{store}",
+                            timeout=timedelta(seconds=cfg.op_timeout_s))
     try:
         if world != cfg.world:
             raise InputError("dp", cfg.dp, f"tp x pp x dp = the number of ranks ({world})")
-        records = _train(cfg, rank, world)
+        records = _train(cfg, rank, device)
         dist.barrier()   # every rank done before any tears its connections down
         return records
     finally:
@@ -194,7 +208,8 @@ class Run:
     """This rank's place in the mesh (perfmodel's layout: tp innermost, then pp, then dp), its
     stage of the model, and the state its collectives keep."""
 
-    def __init__(self, cfg: TrainConfig, rank: int, model: GPT):
+    def __init__(self, cfg: TrainConfig, rank: int, model: GPT, device: torch.device):
+        self.device = device
         mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"))
         coords = mesh.coords(rank)
         self.dp_rank, stage = coords["dp"], coords["pp"]
@@ -203,10 +218,11 @@ class Run:
         self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
         layers = cfg.plan().stage_layers(model.spec.num_layers)
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
-        model.shard(self.tp)
+        model.shard(self.tp).to(device)
         line = mesh.group_of("pp", rank)
         self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, cfg.op_timeout_s), policy.axis("pp"),
-                             line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None)
+                             line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
+                             device)
         self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
         self.embed_comm = _embedding_group(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
         self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
@@ -251,13 +267,13 @@ def _groups(mesh: Mesh, axis: str, rank: int):
     return mine
 
 
-def _train(cfg: TrainConfig, rank: int, world: int) -> list[dict]:
+def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    model = GPT(load_model(cfg.model), seed=cfg.seed)
-    run = Run(cfg, rank, model)
+    model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
+    run = Run(cfg, rank, model, device)
     opt = run.zero or torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
-    first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt) if cfg.resume else 0
+    first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt, device) if cfg.resume else 0
     corpus = load_corpus()
     vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)
     metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)

@@ -9,8 +9,6 @@ on both axes this is the unsharded step up to float rounding of the sums (tested
 """
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -18,6 +16,7 @@ from torch import nn
 from realrun.comm import Comm, CommStats
 from realrun.comm.algorithms import split
 from realrun.train.accuracy import RelativeError
+from realrun.train.clock import now
 
 
 class ShardedOptimizer:
@@ -42,9 +41,9 @@ class ShardedOptimizer:
                 dist.all_reduce(exact, group=self.comm.group)
                 error.add(mine, exact[part])
             shard.grad = (mine / self.dp).view_as(shard)
-        start = time.perf_counter()
+        start = now(self.shards[0].device)
         self.opt.step()
-        optim = time.perf_counter() - start
+        optim = now(self.shards[0].device) - start
         for i, (params, shard) in enumerate(zip(self.groups, self.shards)):
             codec = self.zero_axis.codec_for(shard.numel() * shard.element_size() * self.dp)
             full = self.comm.allgather(shard.detach(), codec, key=f"params{i}", stats=gather_stats)
