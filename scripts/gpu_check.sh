@@ -2,7 +2,8 @@
 # Run every GPU check in one go on a machine with a CUDA GPU and CuPy (e.g. the H200 device):
 #   the `gpu`-marked tests (payloads byte-identical to the numpy reference, NaN/Inf behaviour),
 #   the NCCL device path of realrun.comm, then a kernel-throughput benchmark and a one-rank NCCL
-#   realrun bench; writes $OUT/gpu_check.json (OUT defaults to ./gpu_check_out).
+#   realrun bench, and `realrun train` on NCCL (one GPU; TP over two where there are two);
+#   writes $OUT/gpu_check.json (OUT defaults to ./gpu_check_out).
 # Budget: well under 8 minutes on an H200. Usage: bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,21 @@ timeout 120 python3 -m realrun.cli bench allreduce --world 1 --backend nccl --si
     --compressors "none,int8,topk(0.01)" --algorithms auto,ring,two_phase --json "$OUT/nccl_bench.jsonl" \
     2>&1 | tee "$OUT/nccl_bench.log"
 nccl_rc=${PIPESTATUS[0]}
-bench_rc=$(( bench_rc || nccl_rc ))
+# real compressed training on NCCL with the CuPy compressors: one GPU (dp=1, the compressed
+# paths run on one rank), and tensor parallelism over two where the machine has two GPUs
+gpus=$(nvidia-smi --list-gpus | wc -l)
+timeout 150 python3 -m torch.distributed.run --standalone --nproc_per_node 1 -m realrun.cli train \
+    --model gpt-tiny --device cuda --steps 30 --policy "naive:int8" --metrics "$OUT/train_1gpu.jsonl" \
+    2>&1 | tee "$OUT/train_1gpu.log"
+train_rc=${PIPESTATUS[0]}
+if [ "$gpus" -ge 2 ]; then
+  timeout 150 python3 -m torch.distributed.run --standalone --nproc_per_node 2 -m realrun.cli train \
+      --model gpt-tiny --device cuda --tp 2 --steps 30 --policy "tp=int8" --error-every 5 \
+      --metrics "$OUT/train_tp2.jsonl" 2>&1 | tee "$OUT/train_tp2.log"
+  tp_rc=${PIPESTATUS[0]}
+  train_rc=$(( train_rc || tp_rc ))
+fi
+bench_rc=$(( bench_rc || nccl_rc || train_rc ))
 python3 - "$OUT" "$tests_rc" "$bench_rc" <<'PY'
 import json, sys
 out, tests_rc, bench_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
