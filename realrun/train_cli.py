@@ -61,7 +61,7 @@ def run_train(args) -> None:
 
     from realrun.train import checkpoint
     from realrun.train.config import TrainConfig
-    from realrun.train.launch import run_here, run_local, under_launcher
+    from realrun.train.launch import run_training
     from realrun.train.report import plot_losses, summary, summary_table
 
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
@@ -82,7 +82,7 @@ def run_train(args) -> None:
         print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, pp={cfg.pp}, "
               f"dp={cfg.dp}, zero={cfg.zero})",
               file=sys.stderr)
-    records = run_here(cfg) if under_launcher() else run_local(cfg)
+    records = run_training(cfg)
     if not records:   # ranks other than 0 of a launch
         return
     s = summary(records)

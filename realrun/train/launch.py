@@ -45,3 +45,10 @@ def run_here(cfg: TrainConfig) -> list[dict]:
     from realrun.train.trainer import train
 
     return train(cfg, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+
+
+def run_training(cfg: TrainConfig) -> list[dict]:
+    """The run of ``cfg``: as a rank of the launcher this process belongs to (torchrun,
+    ``realrun cluster run``), or on ``cfg.world`` local ranks started here. Returns rank 0's
+    per-step records (empty on other ranks of a launch)."""
+    return run_here(cfg) if under_launcher() else run_local(cfg)
