@@ -57,6 +57,8 @@ def _plan_args(p, sweep: bool = False) -> None:
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
     p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first")
+    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
+                   help="reduce gradients after backward, not during it (as realrun train does)")
     p.add_argument("--overlap-slowdown", type=float,
                    help=f"fraction by which overlapped communication slows compute "
                    f"(default: the profile's, else {DEFAULT_OVERLAP_SLOWDOWN})")
@@ -145,7 +147,7 @@ def _collective_parser(sub) -> None:
 def _plan_kwargs(args, sweep: bool = False) -> dict:
     kw = dict(calibration=args.calibration, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
-              grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order,
+              grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom)
     if not sweep:
         dp = args.dp if args.dp == "auto" else _int("dp", args.dp)

@@ -90,10 +90,10 @@ def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh
                 CommEvent(name="zero.allgather.bwd", axis="zero", op="allgather", nbytes=layer_param,
                           dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per,
                           where="zero3", phase="bwd"),
-                CommEvent(name="zero.reduce_scatter.bwd", axis="zero", op="reduce_scatter", nbytes=layer_grad,
+                CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter", nbytes=layer_grad,
                           dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=per,
                           where="zero3", phase="bwd")]
-    axis, op = ("dp", "allreduce") if plan.zero == 0 else ("zero", "reduce_scatter")
+    axis, op = "dp", "allreduce" if plan.zero == 0 else "reduce_scatter"   # gradients: the dp axis at every stage
     full, rest = divmod(grad_bytes, plan.bucket_bytes)
     share = plan.bucket_bytes / max(grad_bytes, 1)
     out = []
@@ -114,6 +114,6 @@ def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> l
         return []
     pairs = mesh.first_last_pairs()
     size = math.ceil(model.embedding_params() / plan.tp) * DTYPE_BYTES[plan.grad_dtype]
-    return [CommEvent(name="pp.allreduce.tied_embedding", axis="pp", op="allreduce", nbytes=size,
+    return [CommEvent(name="dp.allreduce.tied_embedding", axis="dp", op="allreduce", nbytes=size,
                       dtype=plan.grad_dtype, group=pairs[0], concurrent=pairs, count=1, where="tail",
                       phase="step")]

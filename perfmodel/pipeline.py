@@ -105,7 +105,7 @@ def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> float:
         for e in events:
             tally.add(e, t[e.name], e.count)
     ag_f, ag_b = t["zero.allgather.fwd"].time_s, t["zero.allgather.bwd"].time_s
-    rs = t["zero.reduce_scatter.bwd"].time_s
+    rs = t["dp.reduce_scatter.bwd"].time_s
     fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
     return ag_f + layers * (max(0.0, ag_f - fwd_layer) + max(0.0, ag_b + rs - bwd_layer))
 
@@ -120,16 +120,17 @@ def _step(arch, plan, env, policy):
     params0 = stage_params(arch, plan, layers[0], True, plan.pp == 1)
     if plan.zero < 3:
         events = comm.dp_events(params0, 0, plan, mesh, layers[0])
-        _dp_overlap(events, env, policy, stages[0].bwd, out, tally)
-    for event in comm.tied_embedding_events(arch, plan, mesh):
+        _dp_overlap(events, env, policy, stages[0].bwd if plan.dp_overlap else 0.0, out, tally)
+    for event in comm.tied_embedding_events(arch, plan, mesh):   # a gradient sum after backward
         rec = _cost(env, event, policy)
-        out.pp_comm_s += rec.time_s
+        out.dp_comm_exposed_s += rec.time_s
         tally.add(event, rec, event.count)
     out.optimizer_s = optimizer_time_s(params0 / (plan.dp if plan.zero >= 1 else 1), env.dev)
     return out, tally, stages
 
 
 def _dp_overlap(events, env, policy, window, out: Breakdown, tally: Tally) -> None:
+    """Gradient buckets against a backward ``window`` (0: none to hide behind, all exposed)."""
     buckets = [e for e in events if e.where == "overlap"]
     records = [_cost(env, e, policy) for e in buckets]
     runs = [(e.ready_at * window, e.spacing * window, e.count, r.time_s) for e, r in zip(buckets, records)]
@@ -156,7 +157,8 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
             recompute: str = "none", schedule: str = "1f1b", policy: str = "none",
             compute_dtype: str | None = None, grad_dtype: str = "fp32",
-            bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", allow_oom: bool = False,
+            bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", dp_overlap: bool = True,
+            allow_oom: bool = False,
             overlap_slowdown: float | None = None, calibration: str | None = None) -> StepRecord:
     """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
 
@@ -176,7 +178,8 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     dev.peak(dtype)
     plan = make_plan(arch, built.gpus, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                      sequence_parallel=sequence_parallel, recompute=recompute, schedule=schedule,
-                     compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order)
+                     compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order,
+                     dp_overlap=dp_overlap)
     if not 0 <= overlap_slowdown < 1:
         raise InputError("overlap_slowdown", overlap_slowdown, "a fraction in [0, 1)")
     pol = parse_policy(policy)

@@ -1,6 +1,8 @@
 """ParallelPlan: how one training step is laid out on the GPUs, validated.
 
-Defaults and why: ``bucket_bytes`` 25 MiB is PyTorch DDP's ``bucket_cap_mb=25``; gradients
+Defaults and why: ``bucket_bytes`` 25 MiB is PyTorch DDP's ``bucket_cap_mb=25``; ``dp_overlap``
+(buckets reduced while backward runs) is what DDP and Megatron's ``--overlap-grad-reduce`` do
+(a loop that reduces after backward, as ``realrun train``, sets it False); gradients
 are reduced in fp32 (``grad_dtype``) as Megatron-LM's main_grad buffers and DDP with fp32
 master weights do; compute in bf16 (fp16 on GPUs without bf16). Placement order ``tp,pp,dp``
 puts TP innermost (inside a node), then PP, then DP.
@@ -37,6 +39,7 @@ class ParallelPlan:
     grad_dtype: str = "fp32"
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     order: tuple = AXES
+    dp_overlap: bool = True   # gradient buckets reduced during backward (DDP, Megatron); False: after it
 
     @property
     def gpus(self) -> int:
@@ -74,7 +77,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
               mbs: int = 1, gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
               recompute: str = "none", schedule: str = "1f1b", compute_dtype: str = "bf16",
               grad_dtype: str = "fp32", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-              order: str = "tp,pp,dp") -> ParallelPlan:
+              order: str = "tp,pp,dp", dp_overlap: bool = True) -> ParallelPlan:
     """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field."""
     tp, pp, mbs = _positive("tp", tp), _positive("pp", pp), _positive("mbs", mbs)
     if gpus % (tp * pp):
@@ -113,7 +116,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
     return ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                         sequence_parallel=bool(sequence_parallel) and tp > 1, recompute=recompute,
                         schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
-                        grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes)
+                        grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes, dp_overlap=bool(dp_overlap))
 
 
 def divisors(n: int) -> list[int]:

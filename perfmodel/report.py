@@ -46,20 +46,22 @@ def step_report(r) -> str:
     return "\n".join(lines)
 
 
+ERR_AXES = ("dp", "zero", "tp", "pp")
 SHORT = ("compute", "tp", "pp", "dp_exposed", "compress", "bubble", "optim", "slowdown")
 
 
 def compare_report(records) -> str:
-    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + SHORT + ("err dp", "err tp", "err pp")
+    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + SHORT + tuple(f"err {a}" for a in ERR_AXES)
     rows = []
     for r in records:
         e = r.error_estimate
         rows.append((r.policy, r.step_time_s, r.speedup_vs_uncompressed, r.samples_per_s,
                      r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[k] for k in BREAKDOWN)
-                    + (max(e.get("dp", 0.0), e.get("zero", 0.0)), e.get("tp", 0.0), e.get("pp", 0.0)))
+                    + tuple(e.get(a, 0.0) for a in ERR_AXES))
     first = records[0]
     note = ("# seconds per step by kind (compute, TP and PP communication, exposed DP/ZeRO communication, "
-            "compression kernels, pipeline bubble, optimizer, overlap slowdown); err = relative RMS error per axis")
+            "compression kernels, pipeline bubble, optimizer, overlap slowdown); err = relative RMS error per axis "
+            "(dp: gradients, zero: gathered parameters, tp and pp: activations and their gradients)")
     return "\n".join([f"{first.model} on {first.cluster}: {first.gpus} x {first.gpu}", _plan_line(first), note,
                       table(head, rows)])
 

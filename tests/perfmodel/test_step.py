@@ -125,3 +125,28 @@ def test_compression_pays_where_the_network_is_slow():
     slow = predict("gpt2-medium", "commodity-25g", nodes=4, tp=1, pp=1, mbs=4, gbs=128, zero=1,
                    recompute="selective", policy="dp=ef(topk(0.01))+int8,zero=ef(topk(0.01))+int8")
     assert slow.speedup_vs_uncompressed > 1.5
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_gradients_are_the_dp_axis_at_every_zero_stage(zero):
+    """dp = gradient reduction (all-reduce, or reduce-scatter under ZeRO), zero = parameter
+    gathering: a dp spec changes the gradient traffic at every stage, a zero spec only gathers."""
+    kw = dict(model="gpt-neox-20b", cluster="lassen", gpus=64, tp=4, pp=2, zero=zero, mbs=2, gbs=64,
+              recompute="full", allow_oom=True)
+    base, grads = predict(**kw), predict(**kw, policy="dp=int8")
+    assert sum(grads.wire_bytes["dp"].values()) < 0.3 * sum(base.wire_bytes["dp"].values())
+    assert grads.error_estimate["dp"] > 0 and grads.error_estimate.get("zero", 0.0) == 0.0
+    if zero:
+        params = predict(**kw, policy="zero=int8")
+        assert params.wire_bytes["dp"] == base.wire_bytes["dp"] and params.error_estimate["zero"] > 0
+
+
+def test_without_dp_overlap_every_bucket_is_exposed():
+    """realrun train reduces after backward: dp_overlap=False exposes the buckets' whole time
+    (and slows no compute beside them); with overlap, part of it hides behind backward."""
+    kw = dict(model="gpt-neox-20b", cluster="lassen", gpus=64, tp=4, pp=2, mbs=2, gbs=64, recompute="full",
+              allow_oom=True)
+    hidden, serial = predict(**kw), predict(**kw, dp_overlap=False)
+    assert serial.breakdown["dp_comm_exposed_s"] > hidden.breakdown["dp_comm_exposed_s"]
+    assert serial.breakdown["overlap_slowdown_s"] == 0.0 and serial.step_time_s > hidden.step_time_s
+    assert serial.plan["dp_overlap"] is False
