@@ -56,7 +56,8 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> None:
     while True:
         for r, p in enumerate(procs):
             if p.poll() not in (None, 0):
-                raise InputError("rank", r, f"a rank that succeeds (exit {p.returncode}: {tail(p)})")
+                how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
+                raise InputError("rank", r, f"a rank that succeeds ({how}: {tail(p)})")
         if all(p.poll() == 0 for p in procs):
             return
         if time.monotonic() > deadline:

@@ -15,8 +15,9 @@ class RelativeError:
         self.count = 0
 
     def add(self, result: torch.Tensor, exact: torch.Tensor) -> None:
-        self.err2 += float((result.double() - exact.double()).square().sum())
-        self.ref2 += float(exact.double().square().sum())
+        result, exact = result.detach().double(), exact.detach().double()
+        self.err2 += float((result - exact).square().sum())
+        self.ref2 += float(exact.square().sum())
         self.count += 1
 
     def value(self) -> float | None:

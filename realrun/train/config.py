@@ -98,7 +98,7 @@ class TrainConfig:
         fp32 compute and gradients, as the CPU run computes."""
         return make_plan(load_model(self.model), self.world, tp=self.tp, pp=self.pp, dp=self.dp, zero=self.zero,
                          mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
-                         compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes)
+                         compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False)
 
     @property
     def seq_len(self) -> int:

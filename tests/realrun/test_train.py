@@ -248,3 +248,49 @@ def test_resume_refuses_another_run(cli, tmp_path):
     (ck / "run.json").write_text(json.dumps({"model": "gpt-tiny", "lr": 0.1}))
     proc = cli("realrun", "train", "--steps", "2", "--checkpoint", str(ck), "--resume")
     assert proc.returncode == 2 and "error: dp=1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _children(pid: int) -> dict[int, str]:
+    """{child pid: command line} of ``pid``, from /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmd = handle.read().replace(b"\0", b" ").decode()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out[int(entry)] = cmd
+    return out
+
+
+@pytest.mark.distributed
+def test_a_dead_rank_ends_the_run_with_one_line(tmp_path):
+    """SIGKILL to one rank of a pipeline mid-run: the command ends within the op timeout with
+    one line naming the rank, and no rank is left behind."""
+    import signal
+    import time
+
+    exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
+    metrics = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([exe, "train", "--pp", "2", "--mbs", "4", "--gbs", "8", "--seq", "64", "--steps", "100000",
+                             "--eval-every", "0", "--op-timeout", "10", "--metrics", str(metrics)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+            time.sleep(0.5)
+        ranks = {pid: cmd for pid, cmd in _children(proc.pid).items() if "realrun.train 1 " in cmd}
+        assert len(ranks) == 1, _children(proc.pid)
+        os.kill(next(iter(ranks)), signal.SIGKILL)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - start < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2 and "realrun: error: rank=1" in err and "killed by signal 9" in err
+    assert not _children(proc.pid)
