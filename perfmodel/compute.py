@@ -27,18 +27,35 @@ class StageCompute:
     hardware_flops: float  # FLOPs executed per microbatch on this GPU, recompute included
 
 
+def layer_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
+    """(m, n, k) of one layer's forward GEMMs on one GPU: QKV, attention output, MLP up (and
+    gate), MLP down, each split over TP (what calibration times, with their backward)."""
+    T, h, tp = plan.seq * plan.mbs, model.hidden_size, plan.tp
+    return [(T, (h + 2 * model.kv_dim) / tp, h), (T, h, h / tp),
+            (T, model.mlp_up_width / tp, h), (T, h, model.ffn_hidden_size / tp)]
+
+
+def attention_heads(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Sequences x heads of one microbatch on one GPU: each an s x s x head_dim score GEMM and
+    a value GEMM."""
+    return plan.mbs * model.num_heads / plan.tp
+
+
+def activation_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Bytes of one layer's activations that memory-bound work moves (Korthikanti et al. 2023)."""
+    T, h, tp = plan.seq * plan.mbs, model.hidden_size, plan.tp
+    return T * h * (10.0 / (tp if plan.sequence_parallel else 1) + 24.0 / tp)
+
+
 def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float]:
     """(GEMM fwd s, attention fwd s, memory-bound fwd s, GEMM fwd FLOPs) of one layer."""
-    T, h, tp, dt = plan.seq * plan.mbs, model.hidden_size, plan.tp, plan.compute_dtype
-    shapes = [(T, (h + 2 * model.kv_dim) / tp, h), (T, h, h / tp),
-              (T, model.mlp_up_width / tp, h), (T, h, model.ffn_hidden_size / tp)]
+    dt, shapes = plan.compute_dtype, layer_gemms(model, plan)
     gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
     flops = sum(2.0 * m * n * k for m, n, k in shapes)
-    heads = plan.mbs * model.num_heads / tp
+    heads = attention_heads(model, plan)
     attn = 2 * heads * dev.gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
     flops_attn = 2 * heads * 2.0 * plan.seq * plan.seq * model.head_dim
-    act_bytes = T * h * (10.0 / (tp if plan.sequence_parallel else 1) + 24.0 / tp)
-    memory = 2.0 * act_bytes / dev.stream_Bps
+    memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps
     return gemm, attn, memory, flops + flops_attn
 
 

@@ -15,6 +15,9 @@ large ones):
    is linear in (base, alpha, 1 / bw_fraction) -> ``protocols[class]`` (one measured
    protocol: all three protocol names get the fitted values).
 
+4. **Compute**, from compute records (a training step's GEMMs, attention and memory-bound
+   work timed on the device): the device's GEMM efficiency table and streaming rate.
+
 Residuals and R^2 of every fit go into the profile under ``fits``.
 """
 from __future__ import annotations
@@ -29,6 +32,7 @@ from scipy.optimize import least_squares
 
 from perfmodel.calibration import SCHEMA
 from perfmodel.catalogs import PROTOCOL_NAMES, tier_class
+from perfmodel.catalogs import device as catalog_device
 from perfmodel.collective import resolve_context
 from perfmodel.runtime import runtime_cost
 from perfmodel.compression import compile_spec
@@ -155,6 +159,29 @@ def fit_kernels(records: list[dict]) -> tuple[dict, float | None, dict, dict]:
     return kernels, launch, ratios, report
 
 
+def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
+    """(device overrides, report) from compute records: the GEMM efficiency table (attention as
+    its s x s x head_dim GEMMs) at each measured size, FLOPs over time over the device's fp32
+    peak, median per size, capped at 1 (a capped entry means the catalog's peak is low, reported);
+    and the streaming rate of the memory-bound work, the model's bytes over the time."""
+    rows = [r for r in records if r["kind"] == "compute" and r["time_s"] > 0]
+    by_size: dict = {}
+    for r in rows:
+        if r["op"] in ("gemm", "attention"):
+            size = round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
+            by_size.setdefault(size, []).append(r["flops"] / r["time_s"] / dev.peak("fp32"))
+    table = {str(size): min(1.0, statistics.median(effs)) for size, effs in sorted(by_size.items())}
+    rates = [r["bytes"] / r["time_s"] for r in rows if r["op"] == "elementwise" and r["bytes"] > 0]
+    out: dict = {}
+    if table:
+        out["gemm_efficiency"] = table
+    if rates:
+        out["stream_TBps"] = statistics.median(rates) / 1e12
+    report = {"records": len(rows), "capped_sizes": [s for s, effs in sorted(by_size.items())
+                                                     if statistics.median(effs) > 1.0]}
+    return out, report
+
+
 def provenance(sources: list[str]) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -171,12 +198,16 @@ def fit_profile(records: list[dict], cluster: str, sources=()) -> dict:
     device = build_cluster(cluster).gpu_model
     kernels, launch, ratios, k_report = fit_kernels(records)
     protocols, primitives, t_report = fit_tiers(records, cluster)
-    if not kernels and not protocols:
+    compute, c_report = fit_compute(records, catalog_device(device))
+    if not kernels and not protocols and not compute:
         raise InputError("records", f"{len(records)} records",
-                         "kernel records or uncompressed collective records (realrun bench --json)")
+                         "kernel, compute or uncompressed collective records (realrun bench --json)")
     profile = {"schema": SCHEMA, "provenance": provenance(list(sources))}
+    over = dict(compute)
     if launch is not None and launch > 0:
-        profile["devices"] = {device: {"kernel_launch_us": max(launch * 1e6, 0.01)}}
+        over["kernel_launch_us"] = max(launch * 1e6, 0.01)
+    if over:
+        profile["devices"] = {device: over}
     if protocols:
         profile["protocols"] = protocols
         profile["primitives"] = primitives
@@ -184,7 +215,7 @@ def fit_profile(records: list[dict], cluster: str, sources=()) -> dict:
         profile["compressors"] = ratios
     if kernels:
         profile["kernels"] = kernels
-    profile["fits"] = {"cluster": cluster, "tiers": t_report, "kernels": k_report}
+    profile["fits"] = {"cluster": cluster, "tiers": t_report, "kernels": k_report, "compute": c_report}
     return profile
 
 

@@ -2,7 +2,10 @@
 
 1. Compressors alone (one process, one thread: what one rank gets), every spec at
    ``KERNEL_SIZES`` -> kernel throughput, launch cost, ratios of data-dependent specs.
-2. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
+2. A training step's compute (``realrun.bench.compute``: the GEMMs, attention and memory-bound
+   work of ``model`` at ``TRAIN_MBS`` sequences per microbatch, TP 1 and 2, every host's rank
+   computing at once) -> the device's GEMM efficiency table and streaming rate.
+3. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
    cluster, at ``BANDWIDTHS`` -> base, alpha and beta of the tier (perfmodel.fit).
 
 The bandwidths and sizes are deliberately not those ``realrun validate`` uses (100 Mbit/s,
@@ -23,6 +26,7 @@ SIZES = (64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 QUICK_SIZES = (64 * KIB, 1 * MIB, 4 * MIB)
 BANDWIDTHS = (200 * 10**6, 500 * 10**6)
 KERNEL_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
+TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trains (one place)
 COMPRESSORS = ("fp16", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
                "sz3(abs=1e-3)")
 
@@ -31,10 +35,13 @@ def _say(text: str) -> None:
     print(f"calibrate: {text}", file=sys.stderr, flush=True)
 
 
-def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3) -> list[dict]:
+def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3,
+            model: str = TRAIN_MODEL) -> list[dict]:
     """Every record calibration fits, measured on ``runner`` (realrun.measure)."""
     _say(f"compressors alone: {len(compressors)} specs x {len(KERNEL_SIZES)} sizes")
     records = runner.kernels(KERNEL_SIZES[:3] if quick else KERNEL_SIZES, list(compressors), iters)
+    _say(f"compute of {model} (GEMMs, attention, memory-bound work; ranks sharing the cores)")
+    records += runner.compute(model, TRAIN_MBS)
     sizes = QUICK_SIZES if quick else SIZES
     try:
         for bw in BANDWIDTHS if runner.emulated else (0,):
@@ -48,7 +55,8 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
     return records
 
 
-def calibrate(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3, sources=()) -> tuple:
+def calibrate(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3, sources=(),
+              model: str = TRAIN_MODEL) -> tuple:
     """(profile, records): measured on ``runner`` and fitted for its cluster."""
-    records = measure(runner, compressors, quick, iters)
+    records = measure(runner, compressors, quick, iters, model)
     return fit_profile(records, runner.topology(), sources=list(sources) or ["realrun calibrate"]), records

@@ -8,6 +8,7 @@ import os
 import sys
 
 from perfmodel.collective_sweep import parse_compressors, parse_sweep
+from perfmodel.workload import load_model
 from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS
 from realrun import train_cli
@@ -77,6 +78,7 @@ on a real cluster (one rank per GPU, the cluster as topologies knows it):
 def _loop_parsers(sub) -> None:
     cal = _command(sub, "calibrate", "measure what the model needs and fit a calibration profile",
                    "Time every compressor alone and with every host's rank computing at once (one thread each), "
+                   "a training step's compute (GEMMs, attention, memory-bound work of --model), "
                    "and the uncompressed runs of each algorithm at several sizes and, on an emulated cluster, at "
                    "200 and 500 Mbit/s; fit them with perfmodel calibrate. The profile works with --calibration "
                    "in every perfmodel command.", LOOP_EPILOG)
@@ -85,6 +87,8 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("-o", "--output", required=True, help="the profile (JSON, written atomically)")
     cal.add_argument("--records", help="also keep the raw records here (JSON Lines)")
     cal.add_argument("--compressors", default=None, help="specs to calibrate (default: those validate uses)")
+    cal.add_argument("--model", default="gpt-tiny", help="the model whose training compute is timed (default "
+                     "gpt-tiny, what validate --training trains)")
     cal.add_argument("--quick", action="store_true", help="fewer sizes (about a minute)")
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
@@ -97,6 +101,11 @@ def _loop_parsers(sub) -> None:
     val.add_argument("--out", required=True, help="output folder (created)")
     val.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes here)")
     val.add_argument("--iters", type=int, default=5, help="measured iterations per case (median; default 5)")
+    val.add_argument("--training", action="store_true", help="validate training steps instead: realrun train "
+                     "of gpt-tiny on the emulated hosts, plans (dp, tp 2, pp 2, tp 2 x pp 2, ZeRO-1) x policies x "
+                     "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
+                     "step_predicted_vs_measured.png, loss_curves.png")
+    val.add_argument("--steps", type=int, help="--training: steps per run (default 12, --quick 7)")
     val.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -262,8 +271,9 @@ def _calibrate(args) -> None:
     for spec in specs:
         Compressor(spec)
     runner = runner_for(args.cluster)
+    load_model(args.model)
     profile, records = calibrate(runner, specs, args.quick, _positive("iters", args.iters),
-                                 sources=[f"realrun calibrate --cluster {args.cluster}"])
+                                 sources=[f"realrun calibrate --cluster {args.cluster}"], model=args.model)
     if under_torchrun() and os.environ["RANK"] != "0":
         return
     atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))
@@ -282,6 +292,9 @@ def _validate(args) -> None:
     iters = _positive("iters", args.iters)
     runner = runner_for(args.cluster)    # a bad cluster too; only then is --out created
     check_writable(os.path.join(args.out, "results.csv") if os.path.isdir(args.out) else args.out, "out")
+    if args.training:
+        _validate_training(args, runner)
+        return
     os.makedirs(args.out, exist_ok=True)
     result = validate(runner, args.calibration, args.out, args.quick, iters)
     if under_torchrun() and os.environ["RANK"] != "0":
@@ -290,6 +303,23 @@ def _validate(args) -> None:
         print(json.dumps(result, indent=1, default=str))
         return
     print(f"# realrun validate on {runner.topology()}: {args.out}/results.csv, report.md, predicted_vs_measured.png")
+    for line in summary_lines(result):
+        print(line)
+
+
+def _validate_training(args, runner) -> None:
+    from realrun.validate_training import summary_lines, validate_training
+
+    if not runner.emulated:
+        raise InputError("cluster", args.cluster, "an emulated cluster that is up (--training trains on its hosts)")
+    steps = None if args.steps is None else _positive("steps", args.steps)
+    os.makedirs(args.out, exist_ok=True)
+    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+        return
+    print(f"# realrun validate --training on {runner.topology()}: {args.out}/results_training.csv, report.md, "
+          "step_predicted_vs_measured.png, loss_curves.png")
     for line in summary_lines(result):
         print(line)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from realrun import bench, procs
 from realrun.bench import BenchConfig
+from realrun.bench.compute import run_compute
 from realrun.bench.launch import WORKER
 from realrun.cluster import emulated, launch
 from topologies.errors import InputError
@@ -79,6 +80,22 @@ class EmulatedRunner:
             r["cluster"] = self.topology(hosts)
         return records
 
+    def train(self, cfg, hosts: int | None = None, timeout_s: float = 1800) -> list[dict]:
+        """Run the training ``cfg`` with one rank per host; rank 0's per-step records."""
+        from realrun.train.launch import ENTRY
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path, metrics = os.path.join(tmp, "config.json"), os.path.join(tmp, "metrics.jsonl")
+            with open(path, "w") as handle:
+                handle.write(replace(cfg, metrics=metrics).to_json())
+            launch.run(self.name, procs.python_argv(ENTRY, "--env", path), timeout_s=timeout_s,
+                       threads=self.threads, hosts=hosts or cfg.world)
+            return _read(metrics)
+
+    def compute(self, model: str, mbs: int) -> list[dict]:
+        """A training step's compute with every host's rank computing at once."""
+        return run_compute(model, world=self.hosts, ranks=self.hosts, mbs=mbs, threads=self.threads)
+
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
         """Alone, and with every host's rank computing at once (they share this machine)."""
         return (bench.run_kernels_shared(sizes, specs, iters, ranks=1, threads=self.threads)
@@ -112,6 +129,11 @@ class TorchrunRunner:
         for r in records:
             r["cluster"] = self.cluster
         return records
+
+    def compute(self, model: str, mbs: int) -> list[dict]:
+        """CPU ranks (gloo) time the model's compute on one core each; GPU compute comes from
+        the device catalog (its measured GEMM tables), not from here."""
+        return [] if self.backend == "nccl" else run_compute(model, world=self.hosts, ranks=1, mbs=mbs)
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
         return bench.run_kernels(sizes, specs, iters, accumulate=True)

@@ -87,24 +87,22 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
     queue.put(out)
 
 
-def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1) -> list[dict]:
-    """Compressor throughput with ``ranks`` processes (``threads`` threads each) computing at once,
-    in step (a barrier before every case, each case run for at least ``SHARED_MIN_S`` so the
-    scheduler interleaves them), as the ranks of an emulated cluster share this machine;
-    decompression accumulates (as in a reduction). Mean times of the median process,
-    records marked ``concurrent = ranks``."""
+def in_step(worker, args: tuple, ranks: int, threads: int = 1) -> list:
+    """Run ``worker(barrier, queue, *args)`` in ``ranks`` spawned processes (``threads`` OMP and
+    numba threads each) at once, as the ranks of an emulated cluster share this machine; each
+    worker waits on the barrier before every timed case and puts one result on the queue.
+    Returns the results, one per process."""
     import multiprocessing as mp
 
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
     os.environ.update(OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(ranks, timeout=600), ctx.Queue()
-    procs = [ctx.Process(target=_shared_worker, args=(barrier, queue, list(sizes), list(compressors), iters))
-             for _ in range(ranks)]
+    procs = [ctx.Process(target=worker, args=(barrier, queue, *args)) for _ in range(ranks)]
     try:
         for proc in procs:
             proc.start()
-        results = [queue.get(timeout=3600) for _ in procs]
+        return [queue.get(timeout=3600) for _ in procs]
     finally:
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
@@ -113,6 +111,15 @@ def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threa
                 proc.join(timeout=10)
                 if proc.is_alive():
                     proc.kill()
+
+
+def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1) -> list[dict]:
+    """Compressor throughput with ``ranks`` processes (``threads`` threads each) computing at once,
+    in step (a barrier before every case, each case run for at least ``SHARED_MIN_S`` so the
+    scheduler interleaves them), as the ranks of an emulated cluster share this machine;
+    decompression accumulates (as in a reduction). Mean times of the median process,
+    records marked ``concurrent = ranks``."""
+    results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads)
     out = []
     for rows in zip(*results):
         size, spec, wire, comp, decomp = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]

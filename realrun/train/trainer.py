@@ -13,8 +13,8 @@ reducer; a prediction of these runs must assume the same).
 Measured per step (rank 0 appends one JSON line; times are the slowest rank's): loss (the
 global mean), step, forward and backward (their TP reductions apart), TP communication, PP
 communication (send/recv, including the wait for a neighbour: the bubble), exposed dp
-communication (the reduction minus its compression kernels), compression kernels, optimizer
-seconds, payload bytes per rank and axis (dp, tp, pp, zero),
+communication (the reduction minus its compression kernels), compression kernels (in all, and
+per axis), optimizer seconds, payload bytes per rank and axis (dp, tp, pp, zero),
 every ``eval_every`` steps the validation loss, every ``error_every`` steps the measured
 relative error of each compressed axis on rank 0 (``realrun.train.accuracy``): dp, the
 gradient sums against exact sums; tp, the layers' sums; pp, what the stage received against
@@ -167,8 +167,10 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
                (("tp", tp_stats), ("pp", pipe.stats), ("dp", stats), ("zero", zero_stats))}
     phases = _slowest([now(run.device) - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
                        max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
-                       max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim], run.device)
+                       max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim,
+                       *kernels.values()], run.device)
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **dict(zip(PHASES, phases)),
+            **{f"{axis}_kernel_s": v for axis, v in zip(kernels, phases[len(PHASES):])},
             "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
             "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out,
             **{f"{axis}_rel_error": e.value() if e else None for axis, e in

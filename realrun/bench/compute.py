@@ -1,0 +1,98 @@
+"""A training step's compute on this CPU, timed the way perfmodel counts it: the GEMMs of a
+layer (forward, and the input- and weight-gradient GEMMs of backward), attention (PyTorch's
+scaled-dot-product kernel, forward and backward), a layer's memory-bound work (two norms, the
+activation, two residual adds, forward and backward) and the LM head, on the shapes of the
+model and plans given, with ``ranks`` processes computing at once (as the ranks of an emulated
+cluster share this machine's cores). Records: ``perfmodel.measurements`` kind ``compute``;
+``perfmodel calibrate`` turns them into the device's GEMM efficiency table and streaming rate.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from perfmodel.compute import activation_bytes, attention_heads, layer_gemms
+from perfmodel.measurements import make_record
+from perfmodel.plan import make_plan
+from perfmodel.workload import load_model
+from realrun.bench.kernels import in_step
+
+MIN_S = 0.3   # each case runs at least this long, so the processes' time slices interleave
+
+
+def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = None) -> list[dict]:
+    """What one rank of the model computes per microbatch, for each TP degree: distinct GEMM
+    shapes (the layer's and the LM head's), attention, and the memory-bound work."""
+    arch = load_model(model)
+    out, seen = [], set()
+    for tp in tps:
+        plan = make_plan(arch, world, tp=tp, mbs=mbs, seq=seq, compute_dtype="fp32")
+        T = plan.mbs * plan.seq
+        gemms = layer_gemms(arch, plan) + [(T, arch.vocab_size / tp, arch.hidden_size)]
+        for m, n, k in gemms:
+            key = ("gemm", int(m), int(n), int(k))
+            if key not in seen:
+                seen.add(key)
+                out.append({"op": "gemm", "m": int(m), "n": int(n), "k": int(k), "flops": 3 * 2.0 * m * n * k,
+                            "bytes": 0.0})
+        heads = int(attention_heads(arch, plan))
+        out.append({"op": "attention", "m": plan.seq, "n": plan.seq, "k": arch.head_dim, "heads": heads,
+                    "mbs": plan.mbs, "flops": 3 * 2 * heads * 2.0 * plan.seq ** 2 * arch.head_dim, "bytes": 0.0})
+        out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / tp),
+                    "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
+    return out
+
+
+def _callable(case: dict):
+    """A function running one case forward and backward."""
+    import torch
+    import torch.nn.functional as F
+
+    m, n, k = case["m"], case["n"], case["k"]
+    if case["op"] == "gemm":
+        x, w, dy = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
+        return lambda: (x @ w, dy @ w.T, x.T @ dy)
+    if case["op"] == "attention":
+        b, heads = case["mbs"], case["heads"] // case["mbs"]
+        q, kk, v = (torch.randn(b, heads, m, k, requires_grad=True) for _ in range(3))
+        return lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True).sum().backward()
+    x = torch.randn(m, n, requires_grad=True)
+    up = torch.randn(m, k, requires_grad=True)
+    norm1, norm2 = torch.nn.LayerNorm(n), torch.nn.LayerNorm(n)
+
+    def layer():
+        y = x + norm1(x)
+        z = y + norm2(y)
+        (z.sum() + F.gelu(up).sum()).backward()
+    return layer
+
+
+def _worker(barrier, queue, cases_: list[dict]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    out = []
+    for case in cases_:
+        fn = _callable(case)
+        fn()   # warm: allocations, kernel selection
+        barrier.wait()
+        times, begin = [], time.perf_counter()
+        while len(times) < 3 or time.perf_counter() - begin < MIN_S:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        out.append(statistics.median(times))
+    queue.put(out)
+
+
+def run_compute(model: str = "gpt-tiny", world: int = 4, ranks: int = 1, tps=(1, 2), mbs: int = 4,
+                seq: int | None = None, threads: int = 1) -> list[dict]:
+    """Compute records of ``model``'s shapes with ``ranks`` processes at once (median process)."""
+    todo = cases(model, world, tps, mbs, seq)
+    results = in_step(_worker, (todo,), ranks, threads)
+    out = []
+    for case, times in zip(todo, zip(*results)):
+        t = sorted(times)[len(times) // 2]
+        out.append(make_record("compute", op=case["op"], device="cpu", m=case["m"], n=case["n"], k=case["k"],
+                               flops=case["flops"], bytes=case["bytes"], time_s=t, concurrent=ranks))
+    return out

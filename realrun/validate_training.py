@@ -1,0 +1,263 @@
+"""``realrun validate --training``: predict training steps, train for real, compare.
+
+Each case is a (plan, policy, bandwidth) of ``realrun train`` on the emulated cluster's hosts
+(one rank per host). perfmodel predicts it first (the calibration profile, the run's own
+plan: fp32, gradients reduced after backward, ``TrainConfig.plan``), then it runs for
+``steps`` steps and the median step after ``WARMUP_STEPS`` is compared. Nothing here is fitted:
+the profile comes from ``realrun calibrate`` (compressors, a step's compute, uncompressed
+collectives at 200 and 500 Mbit/s), the grid runs at 100 Mbit/s and 1 Gbit/s.
+
+Phases compared (predicted <- measured): compute (forward + backward), tp, pp (send/recv with
+its wait <- pp comm + bubble), dp (exposed gradient reduction and parameter gather, with their
+kernels, as perfmodel prices them), tp and pp compression kernels, optimizer. Outputs in
+``DIR``: ``results_training.csv``, ``report.md``, ``step_predicted_vs_measured.png``,
+``loss_curves.png`` (one plan, every policy).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+
+from perfmodel.pipeline import predict as predict_step
+from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL
+from realrun.train.config import TrainConfig
+from realrun.train.report import WARMUP_STEPS
+from topologies.clikit import atomic_write
+
+MBIT, GBIT = 10**6, 10**9
+MICROBATCHES = 2          # per replica and step: a pipeline of 2 stages has a bubble of 1/3
+POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid")
+QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
+BANDWIDTHS = (100 * MBIT, 1 * GBIT)
+STEPS, QUICK_STEPS = 12, 7
+# predicted phase <- measured phases (record keys of realrun train)
+# (perfmodel prices a dp collective with its kernels, a tp or pp one apart from them)
+PHASES = {"compute_s": ("forward_s", "backward_s"), "tp_comm_s": ("tp_comm_s",),
+          "pp_comm_s": ("pp_comm_s",), "dp_comm_s": ("dp_comm_s", "dp_kernel_s", "zero_kernel_s"),
+          "compression_s": ("tp_kernel_s", "pp_kernel_s"), "optimizer_s": ("optimizer_s",)}
+
+
+@dataclass(frozen=True)
+class TrainCase:
+    tp: int
+    pp: int
+    dp: int
+    zero: int
+    policy: str
+    bandwidth: int
+
+    @property
+    def plan(self) -> str:
+        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}" + (f"-zero{self.zero}" if self.zero else "")
+
+    def config(self, steps: int) -> TrainConfig:
+        return TrainConfig(model=TRAIN_MODEL, tp=self.tp, pp=self.pp, dp=self.dp, zero=self.zero, mbs=TRAIN_MBS,
+                           gbs=TRAIN_MBS * self.dp * MICROBATCHES, steps=steps, policy=self.policy,
+                           eval_every=steps, error_every=max(1, steps // 2), device="cpu")
+
+
+def plans(hosts: int) -> list[tuple[int, int, int, int]]:
+    """(tp, pp, dp, zero) on ``hosts`` ranks: all dp; tp 2; pp 2; tp 2 x pp 2; ZeRO-1."""
+    out = [(1, 1, hosts, 0), (2, 1, hosts // 2, 0), (1, 2, hosts // 2, 0), (2, 2, hosts // 4, 0),
+           (1, 1, hosts, 1)]
+    return [p for p in out if p[0] * p[1] * p[2] == hosts and p[2] >= 1 and (p[3] == 0 or p[2] > 1)]
+
+
+def grid(hosts: int, quick: bool) -> list[TrainCase]:
+    bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
+    return [TrainCase(*p, policy, bw) for bw in bandwidths for p in plans(hosts)
+            for policy in (QUICK_POLICIES if quick else POLICIES)]
+
+
+def predict(case: TrainCase, runner, calibration: str | None, steps: int):
+    """perfmodel's StepRecord of the case: the run's own plan on the cluster at its bandwidth."""
+    cfg, plan = case.config(steps), case.config(steps).plan()
+    return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world, tp=plan.tp,
+                        pp=plan.pp, dp=plan.dp, zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs, seq=plan.seq,
+                        schedule=plan.schedule, policy=case.policy, compute_dtype="fp32", grad_dtype="fp32",
+                        bucket_bytes=plan.bucket_bytes, dp_overlap=False, allow_oom=True, calibration=calibration)
+
+
+def measure(cases: list[TrainCase], runner, steps: int) -> dict:
+    """{case: records of its run}, bandwidth by bandwidth."""
+    out = {}
+    try:
+        for i, case in enumerate(sorted(cases, key=lambda c: c.bandwidth)):
+            runner.set_bandwidth(case.bandwidth)
+            print(f"validate --training: {i + 1}/{len(cases)} {case.plan} {case.policy} at "
+                  f"{case.bandwidth / MBIT:g} Mbit/s", file=sys.stderr, flush=True)
+            out[case] = runner.train(case.config(steps))
+    finally:
+        runner.restore()
+    return out
+
+
+def _median(records: list[dict], key: str) -> float:
+    steady = records[WARMUP_STEPS:] or records
+    return statistics.median(r[key] for r in steady)
+
+
+def row(case: TrainCase, predicted, records: list[dict]) -> dict:
+    """One results row: the case, predicted and measured step and phases, losses."""
+    b = predicted.breakdown
+    pred = {"compute_s": b["compute_s"], "tp_comm_s": b["tp_comm_s"], "pp_comm_s": b["pp_comm_s"] + b["bubble_s"],
+            "dp_comm_s": b["dp_comm_exposed_s"], "compression_s": b["compression_s"],
+            "optimizer_s": b["optimizer_s"] + b["overlap_slowdown_s"]}
+    out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
+           "predicted_step_s": predicted.step_time_s, "measured_step_s": _median(records, "step_s")}
+    for phase, keys in PHASES.items():
+        out[f"predicted_{phase}"] = pred[phase]
+        out[f"measured_{phase}"] = sum(_median(records, k) for k in keys)
+    out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
+    out["val_loss"] = next((r["val_loss"] for r in reversed(records) if r.get("val_loss") is not None), None)
+    out["losses"] = [r["loss"] for r in records]
+    for axis in ("dp", "tp", "pp"):
+        errors = [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
+        out[f"measured_{axis}_error"] = statistics.median(errors) if errors else None
+        out[f"predicted_{axis}_error"] = predicted.error_estimate.get(axis)
+    return out
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """Speedup over ``none`` of the same (plan, bandwidth), predicted and measured; time to the
+    ``none`` run's final loss (first step at or below it, times the measured step)."""
+    base = {(r["plan"], r["bandwidth"]): r for r in rows if r["policy"] == "none"}
+    for r in rows:
+        b = base.get((r["plan"], r["bandwidth"]))
+        r["predicted_speedup"] = b["predicted_step_s"] / r["predicted_step_s"] if b else None
+        r["measured_speedup"] = b["measured_step_s"] / r["measured_step_s"] if b else None
+        r["none_val_loss"] = b["val_loss"] if b else None
+        target = b["losses"][-1] if b else None
+        hit = next((i for i, loss in enumerate(r["losses"]) if target is not None and loss <= target), None)
+        r["time_to_target_s"] = (hit + 1) * r["measured_step_s"] if hit is not None else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    errors = [abs(r["error"]) for r in rows]
+    sign_cases = [r for r in rows if r["policy"] != "none" and r["measured_speedup"] is not None
+                  and abs(r["measured_speedup"] - 1) > 0.05]
+    sign_ok = sum((r["predicted_speedup"] - 1) * (r["measured_speedup"] - 1) > 0 for r in sign_cases)
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["plan"], r["bandwidth"]), []).append(r)
+    fastest = [(min(g, key=lambda r: r["predicted_step_s"])["policy"], min(g, key=lambda r: r["measured_step_s"])
+                ["policy"]) for g in groups.values()]
+    phase_misses = []
+    for r in rows:
+        for phase in PHASES:
+            m, p = r[f"measured_{phase}"], r[f"predicted_{phase}"]
+            if m >= 0.1 * r["measured_step_s"] and abs(p - m) > 0.25 * m:
+                phase_misses.append((r["plan"], r["policy"], r["bandwidth"], phase, p, m))
+    return {"cases": len(rows), "mape": sum(errors) / len(errors) if errors else math.nan,
+            "worst": max(rows, key=lambda r: abs(r["error"])) if rows else None,
+            "sign_agree": sign_ok, "sign_total": len(sign_cases),
+            "fastest_agree": sum(p == m for p, m in fastest), "fastest_total": len(fastest),
+            "phase_misses": phase_misses,
+            "phases_checked": sum(r[f"measured_{ph}"] >= 0.1 * r["measured_step_s"] for r in rows for ph in PHASES)}
+
+
+def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
+                      cases: list[TrainCase] | None = None, steps: int | None = None) -> dict:
+    """Predict, train, compare; write the outputs into ``out_dir``; return the summary."""
+    os.makedirs(out_dir, exist_ok=True)
+    steps = steps or (QUICK_STEPS if quick else STEPS)
+    cases = cases or grid(runner.hosts, quick)
+    predicted = {c: predict(c, runner, calibration, steps) for c in cases}
+    measured = measure(cases, runner, steps)
+    rows = [row(c, predicted[c], measured[c]) for c in cases]
+    add_speedups(rows)
+    summary = summarize(rows)
+    write_outputs(out_dir, rows, summary)
+    return summary
+
+
+FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", "error", "predicted_speedup",
+          "measured_speedup", *(f"{side}_{phase}" for phase in PHASES for side in ("predicted", "measured")),
+          "val_loss", "none_val_loss", "time_to_target_s", "predicted_dp_error", "measured_dp_error",
+          "predicted_tp_error", "measured_tp_error", "predicted_pp_error", "measured_pp_error")
+
+
+def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=FIELDS, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(os.path.join(out_dir, "results_training.csv"), lambda h: h.write(text.getvalue().encode()))
+    atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(rows, summary).encode()))
+    plot_steps(rows, os.path.join(out_dir, "step_predicted_vs_measured.png"))
+    plot_loss_curves(rows, os.path.join(out_dir, "loss_curves.png"))
+
+
+def summary_lines(s: dict) -> list[str]:
+    lines = [f"step time: MAPE {100 * s['mape']:.1f}% over {s['cases']} cases (target 10%)"]
+    if s["worst"]:
+        w = s["worst"]
+        lines.append(f"worst: {w['plan']} {w['policy']} at {w['bandwidth'] / MBIT:g} Mbit/s: predicted "
+                     f"{w['predicted_step_s']:.3f} s, measured {w['measured_step_s']:.3f} s ({100 * w['error']:+.0f}%)")
+    lines.append(f"speedup sign right in {s['sign_agree']}/{s['sign_total']} cases where it differs from 1 by > 5%")
+    lines.append(f"fastest policy right in {s['fastest_agree']}/{s['fastest_total']} (plan, bandwidth) "
+                 "(target 90%)")
+    lines.append(f"phases (>= 10% of the step) within 25%: {s['phases_checked'] - len(s['phase_misses'])}/"
+                 f"{s['phases_checked']}")
+    return lines
+
+
+def report_md(rows: list[dict], summary: dict) -> str:
+    out = ["# realrun validate --training", "", *[f"- {line}" for line in summary_lines(summary)], "",
+           "| plan | policy | Mbit/s | predicted s | measured s | error | speedup pred | speedup meas | val loss "
+           "| time to target s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | {r['predicted_step_s']:.3f} | "
+                   f"{r['measured_step_s']:.3f} | {100 * r['error']:+.0f}% | {_fmt(r['predicted_speedup'])} | "
+                   f"{_fmt(r['measured_speedup'])} | {_fmt(r['val_loss'], '.4f')} | {_fmt(r['time_to_target_s'])} |")
+    out += ["", "## Phases (seconds per step, predicted / measured)", "",
+            "| plan | policy | Mbit/s | " + " | ".join(PHASES) + " |", "|---|---|---:|" + "---:|" * len(PHASES)]
+    for r in rows:
+        cells = [f"{r[f'predicted_{p}']:.3f} / {r[f'measured_{p}']:.3f}" for p in PHASES]
+        out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def plot_steps(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for bw, marker in zip(sorted({r["bandwidth"] for r in rows}), "os^"):
+        sel = [r for r in rows if r["bandwidth"] == bw]
+        ax.scatter([r["measured_step_s"] for r in sel], [r["predicted_step_s"] for r in sel], marker=marker,
+                   label=f"{bw / MBIT:g} Mbit/s")
+    lo = min(min(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 0.8
+    hi = max(max(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, label="+-10%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step time (s)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.legend()
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    atomic_write(path, lambda h: fig.savefig(h, format="png", dpi=120))
+    plt.close(fig)
+
+
+def plot_loss_curves(rows: list[dict], path: str) -> None:
+    """Loss per step of every policy on the first plan at the lowest bandwidth."""
+    from realrun.train.report import plot_losses
+
+    first = rows[0]
+    runs = {r["policy"]: [{"step": i, "loss": loss} for i, loss in enumerate(r["losses"])] for r in rows
+            if r["plan"] == first["plan"] and r["bandwidth"] == first["bandwidth"]}
+    plot_losses(runs, path)

@@ -1,0 +1,90 @@
+"""realrun validate --training: its grid and arithmetic on synthetic runs, and a small
+end-to-end run on an emulated cluster (netns)."""
+import csv
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (the real extra)")
+
+from realrun.validate_training import (PHASES, TrainCase, add_speedups, grid, plans, row,  # noqa: E402
+                                       summarize, summary_lines, write_outputs)
+
+HAVE_NETNS = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+BREAKDOWN = dict(compute_s=0.2, tp_comm_s=0.0, pp_comm_s=0.0, dp_comm_exposed_s=0.3, compression_s=0.0,
+                 bubble_s=0.0, optimizer_s=0.01, overlap_slowdown_s=0.0)
+
+
+def _records(step_s: float, dp_s: float, losses) -> list[dict]:
+    base = dict(forward_s=0.05, backward_s=0.1, tp_comm_s=0.0, pp_comm_s=0.0, dp_comm_s=dp_s, compress_s=0.0,
+                optimizer_s=0.01, tp_kernel_s=0.0, pp_kernel_s=0.0, dp_kernel_s=0.0, zero_kernel_s=0.0,
+                dp_rel_error=None, tp_rel_error=None, pp_rel_error=None)
+    return [dict(base, step=i, step_s=step_s, loss=loss, val_loss=(loss if i == len(losses) - 1 else None))
+            for i, loss in enumerate(losses)]
+
+
+def _predicted(step_s: float, dp_s: float):
+    return SimpleNamespace(step_time_s=step_s, breakdown=dict(BREAKDOWN, dp_comm_exposed_s=dp_s),
+                           error_estimate={"dp": 0.01})
+
+
+def test_the_grid_covers_the_targets():
+    assert plans(4) == [(1, 1, 4, 0), (2, 1, 2, 0), (1, 2, 2, 0), (2, 2, 1, 0), (1, 1, 4, 1)]
+    assert plans(2) == [(1, 1, 2, 0), (2, 1, 1, 0), (1, 2, 1, 0), (1, 1, 2, 1)]
+    full = grid(4, quick=False)
+    assert len(full) >= 40 and {c.bandwidth for c in full} == {10**8, 10**9}
+    assert {"none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid"} <= {c.policy for c in full}
+    assert len(grid(4, quick=True)) >= 20
+    cfg = full[0].config(5)
+    assert cfg.world == 4 and cfg.microbatches == 2 and not cfg.plan().dp_overlap
+
+
+def test_rows_speedups_and_summary(tmp_path):
+    none = TrainCase(1, 1, 4, 0, "none", 10**8)
+    int8 = TrainCase(1, 1, 4, 0, "naive:int8", 10**8)
+    rows = [row(none, _predicted(0.5, 0.3), _records(0.55, 0.35, [5.0, 4.0, 3.5, 3.2])),
+            row(int8, _predicted(0.3, 0.1), _records(0.4, 0.2, [5.0, 4.1, 3.4, 3.3]))]
+    add_speedups(rows)
+    r = rows[1]
+    assert r["predicted_speedup"] == pytest.approx(0.5 / 0.3) and r["measured_speedup"] == pytest.approx(0.55 / 0.4)
+    assert r["time_to_target_s"] is None and rows[0]["time_to_target_s"] == pytest.approx(4 * 0.55)
+    assert r["measured_dp_comm_s"] == pytest.approx(0.2) and r["predicted_dp_comm_s"] == pytest.approx(0.1)
+    s = summarize(rows)
+    assert s["cases"] == 2 and s["sign_agree"] == s["sign_total"] == 1 and s["fastest_agree"] == 1
+    assert s["mape"] == pytest.approx((0.05 / 0.55 + 0.1 / 0.4) / 2)
+    assert any("MAPE" in line for line in summary_lines(s))
+    write_outputs(str(tmp_path), rows, s)
+    with open(tmp_path / "results_training.csv") as handle:
+        got = list(csv.DictReader(handle))
+    assert len(got) == 2 and set(f"measured_{p}" for p in PHASES) <= set(got[0])
+    assert "| tp1-pp1-dp4 | `naive:int8` | 100 |" in (tmp_path / "report.md").read_text()
+    for name in ("step_predicted_vs_measured.png", "loss_curves.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
+def test_a_small_training_validation_end_to_end(tmp_path, monkeypatch):
+    """Two emulated hosts, dp=2, none and int8, three steps each: predicted and measured step
+    times of the same order, the outputs written, the cluster's own rate restored."""
+    from realrun.cluster import EmulatedSpec, down, emulated, up
+    from realrun.measure import EmulatedRunner
+    from realrun.validate_training import validate_training
+
+    monkeypatch.setattr(emulated, "STATE_DIR", str(tmp_path / "state"))
+    name = f"t{os.getpid() % 100000}"
+    try:
+        up(EmulatedSpec(hosts=2, bandwidth="1gbit"), name)
+        runner = EmulatedRunner(name)
+        cases = [TrainCase(1, 1, 2, 0, p, 2 * 10**8) for p in ("none", "naive:int8")]
+        summary = validate_training(runner, None, str(tmp_path / "out"), cases=cases, steps=4)
+        assert summary["cases"] == 2 and summary["mape"] < 3.0
+        assert runner.spec.bandwidth == 10**9
+        for name_ in ("results_training.csv", "report.md", "step_predicted_vs_measured.png", "loss_curves.png"):
+            assert (tmp_path / "out" / name_).stat().st_size > 0
+    finally:
+        down(name)
+        assert emulated.netns.ours(name) == []
