@@ -7,7 +7,8 @@ optional and overrides only what it names:
       "schema": "commpress.calibration/1",
       "provenance": {"machine": "...", "date": "2026-12-01", "packages": {"commpress": "0.1.0"}},
       "devices": {"a100-sxm-80gb": {"stream_TBps": 1.55, "kernel_launch_us": 6.0,
-                                    "gemm_efficiency": {"1024": 0.4, "8192": 0.8}}},
+                                    "gemm_efficiency": {"1024": 0.4, "8192": 0.8}},
+                  "host-cpu": {"fp32_TFLOPS": 0.042, "gemm_efficiency": {"81": 0.3, "233": 1.0}}},
       "protocols": {"net": {"Simple": {"base_us": 9.0, "step_us": 11.0, "bw_fraction": 0.92}}},
       "compressors": {"sz3": {"ratio": 5.2}, "lossless": {"ratio": 1.08}},
       "kernels": {"int8": {"compress_GBps": 2.1, "decompress_GBps": 4.8,
@@ -44,7 +45,7 @@ SCHEMA = "commpress.calibration/1"
 TOP = ("schema", "provenance", "devices", "protocols", "primitives", "compressors", "kernels", "fits",
        "overlap_slowdown")
 KERNEL_KEYS = ("compress_GBps", "decompress_GBps")
-DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency")
+DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency", "fp32_TFLOPS")
 PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
 
 
@@ -84,6 +85,8 @@ class Calibration:
             changes["launch_s"] = us_to_s(over["kernel_launch_us"])
         if "gemm_efficiency" in over:
             changes["gemm_efficiency"] = tuple(sorted((float(k), v) for k, v in over["gemm_efficiency"].items()))
+        if "fp32_TFLOPS" in over:   # a measured peak (a CPU's, whose clock the catalog cannot know)
+            changes["peak_flops_per_s"] = {**dev.peak_flops_per_s, "fp32": over["fp32_TFLOPS"] * 1e12}
         return replace(dev, **changes)
 
     def protocol_table(self, tier_class: str) -> dict:

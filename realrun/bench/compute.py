@@ -8,7 +8,6 @@ cluster share this machine's cores). Records: ``perfmodel.measurements`` kind ``
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 from perfmodel.compute import activation_bytes, attention_heads, layer_gemms
@@ -76,12 +75,13 @@ def _worker(barrier, queue, cases_: list[dict]) -> None:
         fn = _callable(case)
         fn()   # warm: allocations, kernel selection
         barrier.wait()
-        times, begin = [], time.perf_counter()
-        while len(times) < 3 or time.perf_counter() - begin < MIN_S:
-            start = time.perf_counter()
+        calls, begin = 0, time.perf_counter()
+        while calls < 3 or time.perf_counter() - begin < MIN_S:
             fn()
-            times.append(time.perf_counter() - start)
-        out.append(statistics.median(times))
+            calls += 1
+        # wall time per call over the whole interval: the time slices other ranks took count, as
+        # they do in a training step (a short call timed alone would mostly run unshared)
+        out.append((time.perf_counter() - begin) / calls)
     queue.put(out)
 
 

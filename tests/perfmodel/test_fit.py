@@ -135,3 +135,45 @@ def test_shared_kernels_are_used_at_their_rank_count_and_core_share_elsewhere(tm
     assert kernel_s(4, 2) == pytest.approx(kernel_s(4, 64), rel=0.05)
     # 2 ranks on 1 core: alone numbers at half a core each; on 2 cores: alone numbers
     assert kernel_s(2, 1) == pytest.approx(2 * kernel_s(2, 2), rel=0.1)
+
+
+def _compute(op, m, n, k, flops=0.0, nbytes=0.0, time_s=1e-3):
+    return make_record("compute", op=op, device="cpu", m=m, n=n, k=k, flops=flops, bytes=nbytes, time_s=time_s,
+                       concurrent=4)
+
+
+def test_compute_fit_gives_the_efficiency_table_and_streaming_rate(tmp_path):
+    """GEMM records at known FLOP rates come back as efficiencies of the catalog's fp32 peak
+    (median per size); elementwise records as the streaming rate; and the device predicts with them."""
+    from perfmodel.catalogs import device
+    from perfmodel.fit import fit_compute
+
+    cpu = device("host-cpu")
+    peak = cpu.peak("fp32")
+    records = [_compute("gemm", 512, 384, 128, flops=3e6, time_s=3e6 / (0.4 * peak)),
+               _compute("gemm", 512, 384, 128, flops=3e6, time_s=3e6 / (0.5 * peak)),
+               _compute("gemm", 512, 384, 128, flops=3e6, time_s=3e6 / (0.45 * peak)),
+               _compute("attention", 128, 128, 32, flops=1e6, time_s=1e6 / (0.2 * peak)),
+               _compute("elementwise", 512, 128, 512, nbytes=6e6, time_s=2e-3)]
+    over, report = fit_compute(records, cpu)
+    assert over["gemm_efficiency"] == {"81": pytest.approx(0.2), "293": pytest.approx(0.45)}
+    assert over["stream_TBps"] == pytest.approx(3e-3) and "fp32_TFLOPS" not in over
+    profile = fit_profile(records, "emulated:hosts=4,bandwidth=1gbit")
+    path = tmp_path / "compute.json"
+    path.write_text(json.dumps(profile))
+    fitted = load_calibration(str(path)).device(cpu)
+    assert fitted.efficiency(512, 384, 128) == pytest.approx(0.45, rel=0.02)
+    assert fitted.stream_Bps == pytest.approx(3e9) and report["records"] == 5
+
+
+def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
+    from perfmodel.catalogs import device
+    from perfmodel.fit import fit_compute
+
+    cpu = device("host-cpu")
+    fast = 2.0 * cpu.peak("fp32")
+    over, _ = fit_compute([_compute("gemm", 512, 384, 128, flops=3e6, time_s=3e6 / fast),
+                           _compute("gemm", 512, 128, 128, flops=1e6, time_s=1e6 / (0.5 * fast))], cpu)
+    assert over["fp32_TFLOPS"] == pytest.approx(fast / 1e12)
+    assert max(over["gemm_efficiency"].values()) == pytest.approx(1.0)
+    assert min(over["gemm_efficiency"].values()) == pytest.approx(0.5)
