@@ -17,11 +17,12 @@ TRAIN_EPILOG = """examples:
 
 def add_parser(sub, command) -> None:
     t = command(sub, "train", "train a small GPT with compressed gradients, for real",
-                "Tensor- and data-parallel training of a GPT built from a perfmodel model description "
-                "(catalog name or TOML file) on the Python standard library's source (bytes): every TP "
-                "all-reduce and gradient bucket goes through realrun.comm under the policy's tp and dp specs. "
-                "Starts tp x dp local ranks, or "
-                "runs as the ranks of torchrun / realrun cluster run. One JSON line per step (--metrics).",
+                "Tensor-, pipeline- and data-parallel training (and ZeRO-1) of a GPT built from a perfmodel "
+                "model description (catalog name or TOML file) on the Python standard library's source (bytes): "
+                "every TP all-reduce, pipeline transfer, gradient bucket and parameter gather goes through "
+                "realrun.comm under the policy's tp, pp, dp and zero specs. Starts tp x pp x dp local ranks, or "
+                "runs as the ranks of torchrun / realrun cluster run. One JSON line per step (--metrics): "
+                "loss, phase seconds, payload bytes and measured error per axis.",
                 TRAIN_EPILOG)
     t.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
     t.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas (default 1)")
@@ -36,12 +37,13 @@ def add_parser(sub, command) -> None:
     t.add_argument("--gbs", type=positive_int, help="global batch (a multiple of mbs x dp; default mbs x dp)")
     t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")
     t.add_argument("--steps", type=positive_int, default=50)
-    t.add_argument("--policy", default="none", help="compression policy, perfmodel's grammar (the dp axis: "
-                   "gradients)")
+    t.add_argument("--policy", default="none", help="compression policy, perfmodel's grammar (dp: gradients, "
+                   "zero: gathered parameters, tp and pp: activations and their gradients)")
     t.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--eval-every", type=int, default=10, help="validation loss every N steps (0: never)")
-    t.add_argument("--error-every", type=int, default=10, help="measure the gradient-sum error every N steps")
+    t.add_argument("--error-every", type=int, default=10, help="measure each compressed axis's error against "
+                   "the exact result every N steps")
     t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (default): a GPU per rank "
                    "with NCCL and the CuPy compressors where CUDA is available, else the CPU with gloo")
     t.add_argument("--threads", type=positive_int, default=1, help="CPU threads per local rank")
