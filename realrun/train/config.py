@@ -66,7 +66,7 @@ class TrainConfig:
             raise InputError("device", self.device, " or ".join(DEVICES))
         if self.schedule not in SCHEDULES:
             raise InputError("schedule", self.schedule, " or ".join(SCHEDULES))
-        for key in ("num_heads", "num_kv_heads", "ffn_hidden_size"):
+        for key in ("num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size"):
             if getattr(arch, key) % self.tp:
                 raise InputError("tp", self.tp, f"a divisor of the model's {key} ({getattr(arch, key)})")
         _int("mbs", self.mbs, 1, 4096)

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from perfmodel.workload import ModelSpec
-from realrun.train.tensor_parallel import (TensorParallel, copy_to_group, reduce_from_group, shard_cols,
-                                           shard_rows)
+from realrun.train.tensor_parallel import (TensorParallel, copy_to_group, parallel_cross_entropy,
+                                           parallel_embedding, reduce_from_group, shard_cols, shard_rows, vocab_range)
 
 ROPE_BASE = 10000.0   # the RoPE paper's base
 
@@ -116,6 +116,7 @@ class GPT(nn.Module):
         self.norm = _norm(spec)
         self.head = None if spec.tied_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         self.first = self.last = True   # one pipeline stage holds everything (see keep_stage)
+        self.tp = TensorParallel(1, 0, None, None)   # the whole vocabulary here (see shard)
         self._init(generator)
 
     def _init(self, generator: torch.Generator) -> None:
@@ -136,6 +137,11 @@ class GPT(nn.Module):
         if tp.size > 1:
             for block in self.blocks:
                 block.shard(tp)
+            rows = slice(*vocab_range(self.spec.vocab_size, tp))   # vocabulary-parallel table and head
+            for layer in (self.embed, self.head):
+                if layer is not None:
+                    layer.weight = nn.Parameter(layer.weight.data[rows].clone())
+        self.tp = tp
         return self
 
     def keep_stage(self, start: int, end: int, first: bool, last: bool) -> GPT:
@@ -154,14 +160,19 @@ class GPT(nn.Module):
     def stage_forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """This stage's part: tokens (first stage) or the previous stage's hidden states in;
         the loss (last stage, with ``targets``) or hidden states out."""
-        x = self.embed(inputs) if self.first else inputs
+        tp, vocab = self.tp, self.spec.vocab_size
+        if self.first:
+            x = self.embed(inputs) if tp.size == 1 else parallel_embedding(inputs, self.embed.weight, tp, vocab)
+        else:
+            x = inputs
         for block in self.blocks:
             x = block(x)
         if not self.last:
             return x
-        x = self.norm(x)
+        x = copy_to_group(self.norm(x), tp, "head")
         logits = x @ self.embed.weight.T if self.head is None else self.head(x)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        logits, targets = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+        return F.cross_entropy(logits, targets) if tp.size == 1 else parallel_cross_entropy(logits, targets, tp, vocab)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The mean next-token cross-entropy of the whole model (one stage holds all of it)."""

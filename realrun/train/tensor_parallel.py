@@ -7,9 +7,17 @@ reduction. Two autograd operators carry the communication: ``f`` (identity forwa
 of the input gradient backward) before a column-parallel pair, ``g`` (all-reduce forward,
 identity backward) after the row-parallel one. Every all-reduce goes through realrun.comm with
 the spec the policy's ``tp`` axis gives its size, keyed per layer and direction (error feedback
-per tensor where the spec says ``ef(...)``). Embedding, norms and the LM head are replicated:
-their gradients come out identical on every rank of a TP group, so only DP reduces them.
-Not here yet: vocabulary-parallel embedding and loss, sequence parallelism.
+per tensor where the spec says ``ef(...)``). Norms are replicated: their gradients come out
+identical on every rank of a TP group, so only DP reduces them.
+
+The vocabulary is split too (Megatron's VocabParallelEmbedding and vocab-parallel cross
+entropy): a rank holds ``vocab / tp`` rows of the embedding (and of an untied head); a lookup
+zeroes the tokens outside its rows and ``g`` sums the partial embeddings; the head computes
+this rank's slice of the logits from ``f``'s input, and the loss is formed from three sums of
+per-token numbers over the group (the logits' max, the sum of exponentials, the target's
+logit), so no rank ever holds a whole row of logits. Those three are plain all-reduces (a
+maximum cannot go through a compressed sum; they are 3 floats per token). Not here yet:
+sequence parallelism.
 """
 from __future__ import annotations
 
@@ -45,6 +53,17 @@ class TensorParallel:
         if exact is not None:
             self.error.add(out, exact)
         return out
+
+    def exact_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        """A plain all-reduce of a few numbers per token (the loss's max and sums), timed as
+        forward TP communication and counted as what a ring rank sends."""
+        start = time.perf_counter()
+        dist.all_reduce(t, op=op, group=self.comm.group)
+        self.seconds["fwd"] += time.perf_counter() - start
+        nbytes = t.numel() * t.element_size()
+        self.stats.bytes_in += nbytes
+        self.stats.bytes_out += int(nbytes * 2 * (self.size - 1) / self.size)
+        return t
 
     def take(self) -> tuple[float, float, CommStats]:
         """(forward seconds, backward seconds, stats) since the last call, then reset."""
@@ -100,3 +119,49 @@ def shard_rows(weight: torch.Tensor, parts: list[int], size: int, rank: int) -> 
 def shard_cols(weight: torch.Tensor, size: int, rank: int) -> torch.Tensor:
     step = weight.shape[1] // size
     return weight[:, rank * step:(rank + 1) * step]
+
+
+def vocab_range(vocab: int, tp: TensorParallel) -> tuple[int, int]:
+    """This rank's rows [start, end) of the vocabulary."""
+    step = vocab // tp.size
+    return tp.rank * step, (tp.rank + 1) * step
+
+
+def parallel_embedding(tokens: torch.Tensor, weight: torch.Tensor, tp: TensorParallel, vocab: int) -> torch.Tensor:
+    """Embeddings of ``tokens`` from this rank's rows of the table, summed over the group."""
+    start, end = vocab_range(vocab, tp)
+    mine = (tokens >= start) & (tokens < end)
+    local = torch.nn.functional.embedding((tokens - start).clamp(0, end - start - 1), weight)
+    return reduce_from_group(local * mine.unsqueeze(-1), tp, "embedding")
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of logits split by vocabulary over the group."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, tp, start):
+        rows, width = logits.shape
+        peak = tp.exact_reduce(logits.detach().max(dim=-1).values.clone(), dist.ReduceOp.MAX)
+        exp = (logits.detach() - peak[:, None]).exp()
+        total = tp.exact_reduce(exp.sum(dim=-1))
+        local = targets - start
+        mine = (local >= 0) & (local < width)
+        picked = torch.where(mine, logits.detach().gather(1, local.clamp(0, width - 1)[:, None])[:, 0],
+                             torch.zeros((), dtype=logits.dtype, device=logits.device))
+        target_logit = tp.exact_reduce(picked.clone())
+        ctx.save_for_backward(exp / total[:, None], local, mine)
+        return ((total.log() + peak) - target_logit).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        softmax, local, mine = ctx.saved_tensors
+        out = softmax.clone()
+        rows = torch.nonzero(mine)[:, 0]
+        out[rows, local[rows]] -= 1.0
+        return out * (grad / softmax.shape[0]), None, None, None
+
+
+def parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tp: TensorParallel, vocab: int):
+    """The loss from this rank's slice of the logits (rows x vocab / tp) and all targets."""
+    start, _ = vocab_range(vocab, tp)
+    return _VocabParallelCrossEntropy.apply(logits, targets, tp, start)

@@ -111,6 +111,22 @@ def test_tensor_parallel_reproduces_one_rank(tmp_path):
 
 
 @pytest.mark.distributed
+def test_vocabulary_parallel_swiglu_untied_model_reproduces_one_rank(tmp_path):
+    """tp=2 with an untied head, SwiGLU and RMSNorm: embedding rows, head rows and the loss split
+    by vocabulary (Megatron's vocab-parallel embedding and cross entropy) give the unsplit losses."""
+    toml = tmp_path / "m.toml"
+    toml.write_text("hidden_size = 64\nnum_layers = 2\nnum_heads = 4\nnum_kv_heads = 2\nffn_hidden_size = 128\n"
+                    "vocab_size = 258\nseq_len = 64\nactivation = \"swiglu\"\nnorm = \"rmsnorm\"\n"
+                    "tied_embeddings = false\n")
+    args = ("--model", str(toml), "--mbs", "4", "--steps", "3", "--eval-every", "2")
+    two, _ = _train(tmp_path, "v2", "--tp", "2", *args)
+    one, _ = _train(tmp_path, "v1", *args)
+    for a, b in zip(two, one):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+
+
+@pytest.mark.distributed
 def test_zero1_reproduces_the_unsharded_step_and_compresses_both_axes(tmp_path):
     """Optimizer state sharded over dp=2 (reduce-scatter, shard update, all-gather): with none
     the same losses as the unsharded run; with a zero spec the parameter all-gather shrinks."""
