@@ -9,7 +9,8 @@ the backward: ZeRO parameter all-gather, tied embeddings).
 
 Volumes: TP, per layer and microbatch, two all-reduces of s b h activations forward and two
 backward (with sequence parallelism each becomes an all-gather plus a reduce-scatter);
-full recompute repeats the forward ones. PP sends s b h / tp per microbatch per boundary each
+full recompute repeats the forward ones; the vocabulary-parallel embedding (first stage,
+forward) and LM head (last stage, backward) add one each. PP sends s b h / tp per microbatch per boundary each
 way (Megatron's scatter-gather: the receiver all-gathers over NVLink), V times with
 interleaving. DP all-reduces the stage's gradients in buckets; ZeRO-1/2 reduce-scatter them
 and all-gather updated parameters after the step (one reduction per step, as Megatron's
@@ -60,6 +61,21 @@ def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> 
                                      count=per_mb * repeats, where="critical",
                                      phase="fwd" if phase == "fwd" else "bwd"))
     return out
+
+
+def vocab_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, first: bool, last: bool) -> list[CommEvent]:
+    """The vocabulary-parallel ends of a TP group (Megatron): the first stage sums the partial
+    embeddings of every microbatch (forward), the last stage sums the gradient of the head's
+    input (backward); s b h activations each. The loss's three per-token sums (12 bytes a
+    token, uncompressed) are left out: under 1% of a layer's TP traffic at h >= 128."""
+    if plan.tp == 1:
+        return []
+    size = plan.seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
+    ends = (("embedding", "fwd", first), ("head", "bwd", last))
+    return [CommEvent(name=f"tp.allreduce.{name}", axis="tp", op="allreduce", nbytes=size, dtype=plan.compute_dtype,
+                      group=group, concurrent=concurrent, count=plan.microbatches, where="critical", phase=phase)
+            for name, phase, here in ends if here]
 
 
 def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:

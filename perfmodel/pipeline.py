@@ -81,7 +81,8 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     sc = stage_compute(arch, plan, env.dev, layers, first, last)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, hardware_flops=sc.hardware_flops)
     m = plan.microbatches
-    for event in comm.tp_events(arch, plan, mesh, layers) + comm.pp_events(arch, plan, mesh):
+    events = comm.tp_events(arch, plan, mesh, layers) + comm.vocab_events(arch, plan, mesh, first, last)
+    for event in events + comm.pp_events(arch, plan, mesh):
         rec = _cost(env, event, policy)
         wire, kernel = split_kernel(rec)
         per_mb = event.count / m
