@@ -64,6 +64,7 @@ def run_train(args) -> None:
     from realrun.train import checkpoint
     from realrun.train.config import TrainConfig
     from realrun.train.launch import run_training
+    from realrun.train.trainer import device_of
     from realrun.train.report import plot_losses, summary, summary_table
 
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
@@ -75,6 +76,7 @@ def run_train(args) -> None:
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
                       op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
                       checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
+    device_of(cfg, 0)   # cuda without a CUDA device: one line here, not a failed rank
     if cfg.resume:
         checkpoint.check(cfg.checkpoint, cfg)
     elif cfg.checkpoint:   # the folder, or its parent, takes new files (before any work)

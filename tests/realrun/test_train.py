@@ -180,8 +180,11 @@ def test_train_runs_under_torchrun(tmp_path):
 
 
 def test_train_bad_input_is_one_line(cli, tmp_path):
-    for args, field in ((("--gbs", "7", "--dp", "2"), "gbs"), (("--policy", "dp=int8+topk(0.1)"), "compressor"),
-                        (("--metrics", "/proc/x.jsonl"), "metrics")):
+    cases = [(("--gbs", "7", "--dp", "2"), "gbs"), (("--policy", "dp=int8+topk(0.1)"), "compressor"),
+             (("--metrics", "/proc/x.jsonl"), "metrics"), (("--checkpoint-every", "-1"), "checkpoint_every")]
+    if not torch.cuda.is_available():
+        cases.append((("--device", "cuda"), "device"))
+    for args, field in cases:
         proc = cli("realrun", "train", *args)
         assert proc.returncode == 2 and field in proc.stderr and "Traceback" not in proc.stderr
 
