@@ -22,6 +22,7 @@ REQUIRED = {
     # flops and bytes as perfmodel.compute counts them
     "compute": ("op", "device", "m", "n", "k", "flops", "bytes", "time_s"),
 }
+COMPUTE_OPS = ("gemm", "attention", "elementwise")
 NUMBERS = ("world", "size_bytes", "wire_bytes", "time_s", "compress_s", "decompress_s", "max_rel_error",
            "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes")
 
@@ -41,6 +42,8 @@ def validate_record(record: dict, where: str = "record") -> dict:
     for key in REQUIRED[kind]:
         if key not in record:
             raise InputError(f"{where}.{key}", None, f"required in a {kind} record")
+    if kind == "compute" and record["op"] not in COMPUTE_OPS:
+        raise InputError(f"{where}.op", record["op"], " or ".join(COMPUTE_OPS))
     for key in NUMBERS:
         value = record.get(key)
         if key in record and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)

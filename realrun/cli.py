@@ -10,7 +10,7 @@ import sys
 from perfmodel.collective_sweep import parse_compressors, parse_sweep
 from perfmodel.workload import load_model
 from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
-from realrun.comm.names import ALGORITHMS
+from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from realrun import train_cli
 from realrun.compressors import Compressor
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
@@ -53,9 +53,9 @@ def _parser() -> Parser:
     b.add_argument("--device", default="cpu", help="kernels: cpu")
     b.add_argument("--accumulate", action="store_true", help="kernels: decompression also adds into a float32 "
                    "sum, as realrun's reductions do")
-    b.add_argument("--op-timeout", type=float, default=60.0, metavar="S",
+    b.add_argument("--op-timeout", type=float, default=OP_TIMEOUT_S, metavar="S",
                    help="seconds a collective waits on a peer before the run ends with an error (a stalled or "
-                   "stopped rank; default 60)")
+                   f"stopped rank; default {OP_TIMEOUT_S:g})")
     b.add_argument("--threads", type=int, default=1, help="CPU threads per local rank (default 1: ranks share "
                    "the cores the way the model of an emulated host assumes)")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from realrun import bench, procs
 from realrun.bench import BenchConfig
+from realrun.bench.config import RUN_TIMEOUT_S
 from realrun.bench.compute import run_compute
 from realrun.bench.launch import WORKER
 from realrun.cluster import emulated, launch
@@ -80,8 +81,9 @@ class EmulatedRunner:
             r["cluster"] = self.topology(hosts)
         return records
 
-    def train(self, cfg, hosts: int | None = None, timeout_s: float = 1800) -> list[dict]:
-        """Run the training ``cfg`` with one rank per host; rank 0's per-step records."""
+    def train(self, cfg, timeout_s: float = RUN_TIMEOUT_S) -> list[dict]:
+        """Run the training ``cfg`` on its first ``cfg.world`` hosts, one rank each; rank 0's
+        per-step records."""
         from realrun.train.launch import ENTRY
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +91,7 @@ class EmulatedRunner:
             with open(path, "w") as handle:
                 handle.write(replace(cfg, metrics=metrics).to_json())
             launch.run(self.name, procs.python_argv(ENTRY, "--env", path), timeout_s=timeout_s,
-                       threads=self.threads, hosts=hosts or cfg.world)
+                       threads=self.threads, hosts=cfg.world)
             return _read(metrics)
 
     def compute(self, model: str, mbs: int) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from realrun.comm.names import OP_TIMEOUT_S
 from topologies.clikit import check_writable, positive_int
 
 TRAIN_EPILOG = """examples:
@@ -47,7 +48,8 @@ def add_parser(sub, command) -> None:
     t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (default): a GPU per rank "
                    "with NCCL and the CuPy compressors where CUDA is available, else the CPU with gloo")
     t.add_argument("--threads", type=positive_int, default=1, help="CPU threads per local rank")
-    t.add_argument("--op-timeout", type=float, default=60.0, help="seconds a collective waits for a peer")
+    t.add_argument("--op-timeout", type=float, default=OP_TIMEOUT_S, help="seconds a collective or transfer waits "
+                   f"for a peer (default {OP_TIMEOUT_S:g})")
     t.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder: every rank's state, written atomically "
                    "at the end and every --checkpoint-every steps")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only the last)")

@@ -76,11 +76,13 @@ def grid(hosts: int, quick: bool) -> list[TrainCase]:
 
 def predict(case: TrainCase, runner, calibration: str | None, steps: int):
     """perfmodel's StepRecord of the case: the run's own plan on the cluster at its bandwidth."""
-    cfg, plan = case.config(steps), case.config(steps).plan()
+    cfg = case.config(steps)
+    plan = cfg.plan()
     return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world, tp=plan.tp,
                         pp=plan.pp, dp=plan.dp, zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs, seq=plan.seq,
-                        schedule=plan.schedule, policy=case.policy, compute_dtype="fp32", grad_dtype="fp32",
-                        bucket_bytes=plan.bucket_bytes, dp_overlap=False, allow_oom=True, calibration=calibration)
+                        schedule=plan.schedule, policy=case.policy, compute_dtype=plan.compute_dtype,
+                        grad_dtype=plan.grad_dtype, bucket_bytes=plan.bucket_bytes, dp_overlap=plan.dp_overlap,
+                        allow_oom=True, calibration=calibration)
 
 
 def measure(cases: list[TrainCase], runner, steps: int) -> dict:

@@ -12,12 +12,11 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from perfmodel.compression import compile_spec
-from realrun.comm.names import ALGORITHMS
+from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from topologies.errors import InputError
 
 OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
 BACKENDS = ("gloo", "nccl")
-OP_TIMEOUT_S = 60.0   # a collective that waits longer on a peer ends the run (a stalled or stopped rank)
 RUN_TIMEOUT_S = 1800.0
 
 

@@ -29,7 +29,7 @@ from perfmodel.record import busbw_factor
 from perfmodel.runtime import runtime_algorithm
 from realrun.comm.algorithms import IMPLEMENTATIONS, _reduce_scatter, _xp
 from realrun.comm.exchange import all_gather_bytes, as_u8, exchange_bytes, on_gpu, to_array, world
-from realrun.comm.names import ALGORITHMS
+from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from realrun.comm.wire import BoundWire, CommStats, Wire
 from topologies.errors import InputError
 
@@ -40,7 +40,7 @@ __all__ = ["ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "broadca
 class Comm:
     """Compressed collectives on one process group, with their state (module doc)."""
 
-    def __init__(self, group=None, timeout_s: float = 60.0):
+    def __init__(self, group=None, timeout_s: float = OP_TIMEOUT_S):
         self.group, self.timeout_s = group, timeout_s   # timeout_s: point-to-point waits (exchange)
         self.stats = CommStats()
         self._wires: dict = {}

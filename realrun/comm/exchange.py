@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from realrun.comm.names import OP_TIMEOUT_S
+
 _gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
@@ -139,7 +141,8 @@ def to_array(t: torch.Tensor):
 SIZE_TAG, DATA_TAG = 1, 2   # the two messages of one payload, matched by tag (in order within a tag)
 
 
-def exchange_bytes(data, dst: int | None, src: int | None, group=None, device=None, timeout_s: float = 60.0):
+def exchange_bytes(data, dst: int | None, src: int | None, group=None, device=None,
+                   timeout_s: float = OP_TIMEOUT_S):
     """Send ``data`` to ``dst`` and receive a payload from ``src`` at once (either None). Both
     messages of the send (size, then bytes) are posted before anything is waited on, so two
     ranks that send to each other in the same call, or a chain of them, cannot deadlock
@@ -170,4 +173,5 @@ def _wait(work, timeout_s: float, peer: int) -> None:
     try:
         work.wait(timedelta(seconds=timeout_s))
     except RuntimeError as exc:
-        raise TimeoutError(f"rank {peer} sent or took nothing for {timeout_s:g} s ({exc})") from None
+        raise TimeoutError(f"rank {peer}: a point-to-point transfer failed or waited over {timeout_s:g} s "
+                           f"({exc})") from None

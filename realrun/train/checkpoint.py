@@ -31,24 +31,25 @@ IDENTITY = ("model", "dp", "tp", "pp", "schedule", "zero", "mbs", "global_batch"
             "seed", "bucket_bytes")
 
 
-def _step_dir(folder: str, step: int) -> str:
-    return os.path.join(folder, f"step-{step:08d}")
+def _step_name(step: int) -> str:
+    return f"step-{step:08d}"
 
 
 def save(folder: str, cfg, rank: int, steps_done: int, model, optimizer) -> None:
     """Every rank calls this after the same step (collective: a barrier inside)."""
-    os.makedirs(_step_dir(folder, steps_done), exist_ok=True)
-    path = os.path.join(_step_dir(folder, steps_done), f"rank{rank:05d}.pt")
+    name = _step_name(steps_done)
+    os.makedirs(os.path.join(folder, name), exist_ok=True)
+    path = os.path.join(folder, name, f"rank{rank:05d}.pt")
     state = {"steps_done": steps_done, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
     atomic_write(path, lambda h: torch.save(state, h))
     dist.barrier()
     if rank == 0:
         identity = {k: getattr(cfg, k) for k in IDENTITY}
         atomic_write(os.path.join(folder, "run.json"), lambda h: h.write(json.dumps(identity, indent=1).encode()))
-        atomic_write(os.path.join(folder, "latest"), lambda h: h.write(f"step-{steps_done:08d}\n".encode()))
-        for name in os.listdir(folder):
-            if name.startswith("step-") and name != f"step-{steps_done:08d}":
-                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        atomic_write(os.path.join(folder, "latest"), lambda h: h.write(f"{name}\n".encode()))
+        for old in os.listdir(folder):
+            if old.startswith("step-") and old != name:
+                shutil.rmtree(os.path.join(folder, old), ignore_errors=True)
     dist.barrier()   # no rank starts the next save before the old folders are gone
 
 

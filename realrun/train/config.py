@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from perfmodel.plan import ParallelPlan, make_plan
 from perfmodel.policy import POLICY_AXES, parse_policy
 from perfmodel.workload import load_model
+from realrun.comm.names import OP_TIMEOUT_S
 from topologies.errors import InputError
 
 BUCKET_BYTES = 25 * 2**20   # DDP's default bucket (bucket_cap_mb=25): the unit the dp policy sees
@@ -49,7 +50,7 @@ class TrainConfig:
     error_every: int = 10
     bucket_bytes: int = BUCKET_BYTES
     metrics: str | None = None
-    op_timeout_s: float = 60.0
+    op_timeout_s: float = OP_TIMEOUT_S
     threads: int = 1
     device: str = "auto"
     checkpoint: str | None = None

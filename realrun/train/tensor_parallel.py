@@ -26,6 +26,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from perfmodel.record import busbw_factor
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
 
@@ -62,7 +63,7 @@ class TensorParallel:
         self.seconds["fwd"] += time.perf_counter() - start
         nbytes = t.numel() * t.element_size()
         self.stats.bytes_in += nbytes
-        self.stats.bytes_out += int(nbytes * 2 * (self.size - 1) / self.size)
+        self.stats.bytes_out += int(nbytes * busbw_factor("allreduce", self.size))   # what a ring rank sends
         return t
 
     def take(self) -> tuple[float, float, CommStats]:
@@ -140,7 +141,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, tp, start):
-        rows, width = logits.shape
+        width = logits.shape[1]
         peak = tp.exact_reduce(logits.detach().max(dim=-1).values.clone(), dist.ReduceOp.MAX)
         exp = (logits.detach() - peak[:, None]).exp()
         total = tp.exact_reduce(exp.sum(dim=-1))

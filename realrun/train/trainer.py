@@ -132,10 +132,11 @@ class Metrics:
             os.close(self.fd)
 
 
-def _slowest(values: list[float], device) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=device)
+def _slowest(times: dict, device) -> dict:
+    """Each value the slowest rank's (one all-reduce)."""
+    t = torch.tensor(list(times.values()), dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()
+    return dict(zip(times, t.tolist()))
 
 
 def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
@@ -165,12 +166,11 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
         optim = now(run.device) - t
     kernels = {name: s.compress_s + s.decompress_s for name, s in
                (("tp", tp_stats), ("pp", pipe.stats), ("dp", stats), ("zero", zero_stats))}
-    phases = _slowest([now(run.device) - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
-                       max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
-                       max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim,
-                       *kernels.values()], run.device)
-    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **dict(zip(PHASES, phases)),
-            **{f"{axis}_kernel_s": v for axis, v in zip(kernels, phases[len(PHASES):])},
+    times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
+                              max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
+                              max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim)))
+    times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
+    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_slowest(times, run.device),
             "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
             "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out,
             **{f"{axis}_rel_error": e.value() if e else None for axis, e in
@@ -216,7 +216,7 @@ class Run:
         coords = mesh.coords(rank)
         self.dp_rank, stage = coords["dp"], coords["pp"]
         policy = parse_policy(cfg.policy)
-        tp_group, pp_group, dp_group = (_groups(mesh, axis, rank) for axis in ("tp", "pp", "dp"))
+        tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank)[0] for axis in ("tp", "pp", "dp"))
         self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
         layers = cfg.plan().stage_layers(model.spec.num_layers)
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
@@ -226,7 +226,7 @@ class Run:
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
                              device)
         self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
-        self.embed_comm = _embedding_group(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
+        self.embed_comm = _embedding_comm(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
         self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
         self.buckets = buckets(list(model.parameters()), cfg.bucket_bytes)
         self.zero = None
@@ -245,28 +245,25 @@ class Run:
         grad.copy_(self.embed_comm.allreduce(grad, codec, key="embedding", stats=stats))
 
 
-def _embedding_group(mesh: Mesh, rank: int) -> Comm | None:
-    """The (first stage, last stage) pair of this rank's pipeline, for tied embeddings; every
-    rank creates every pair's group, in the same order."""
-    mine = None
-    for line in mesh.groups["pp"]:
-        group = dist.new_group([line[0], line[-1]])
-        if rank in (line[0], line[-1]):
-            mine = Comm(group)
-    return mine
+def _embedding_comm(mesh: Mesh, rank: int) -> Comm | None:
+    """Collectives between the first and last stage of this rank's pipeline (tied embeddings);
+    None on the stages between."""
+    group, member = _my_group([(line[0], line[-1]) for line in mesh.groups["pp"]], rank)
+    return Comm(group) if member else None
 
 
-def _groups(mesh: Mesh, axis: str, rank: int):
-    """This rank's process group on ``axis`` (None: the whole world). Every rank creates every
-    group, in the same order, as torch.distributed requires."""
-    mine = None
-    for members in mesh.groups[axis]:
+def _my_group(groups, rank: int) -> tuple[object, bool]:
+    """(this rank's process group among ``groups`` (lists of global ranks; None: the whole
+    world), whether the rank is in one). Every rank creates every group, in the same order, as
+    torch.distributed requires."""
+    mine, member = None, False
+    for members in groups:
         if len(members) == dist.get_world_size():
-            return None
+            return None, True
         group = dist.new_group(list(members))
         if rank in members:
-            mine = group
-    return mine
+            mine, member = group, True
+    return mine, member
 
 
 def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
@@ -274,7 +271,7 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     torch.set_num_threads(cfg.threads)
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
-    opt = run.zero or torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
+    opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
     first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt, device) if cfg.resume else 0
     corpus = load_corpus()
     vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)

@@ -177,3 +177,8 @@ def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
     assert over["fp32_TFLOPS"] == pytest.approx(fast / 1e12)
     assert max(over["gemm_efficiency"].values()) == pytest.approx(1.0)
     assert min(over["gemm_efficiency"].values()) == pytest.approx(0.5)
+
+
+def test_a_compute_record_with_an_unknown_op_is_refused():
+    with pytest.raises(InputError, match="op"):
+        _compute("conv", 1, 1, 1, flops=1.0)
