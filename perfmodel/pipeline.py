@@ -18,8 +18,8 @@ from perfmodel.memory import peak_memory, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy, split_policies
-from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, Breakdown, StageTime, Tally, overlap_buckets,
-                            pipeline_time, split_kernel)
+from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, Breakdown, StageTime, Tally, exposed_pp,
+                            overlap_buckets, pipeline_time, split_kernel)
 from perfmodel.workload import load_model
 from topologies import InputError, build_cluster
 
@@ -79,7 +79,8 @@ def _cost_cached(built, calib, op, nbytes, codec, label, dtype, group, concurren
 def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     first, last = s == 0, s == plan.pp - 1
     sc = stage_compute(arch, plan, env.dev, layers, first, last)
-    st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, hardware_flops=sc.hardware_flops)
+    st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
+                   hardware_flops=sc.hardware_flops)
     m = plan.microbatches
     events = comm.tp_events(arch, plan, mesh, layers) + comm.vocab_events(arch, plan, mesh, first, last)
     for event in events + comm.pp_events(arch, plan, mesh):
@@ -88,17 +89,36 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
         per_mb = event.count / m
         setattr(st, event.axis, getattr(st, event.axis) + wire * per_mb)
         st.compression += kernel * per_mb
-        if event.phase == "bwd":
-            st.bwd += rec.time_s * per_mb
+        _place(st, event, rec.time_s * per_mb, kernel * per_mb)
         if s == 0:
             tally.add(event, rec, event.count)
     if plan.zero == 3 and plan.dp > 1:
-        st.zero3 = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
+        fwd, bwd = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
+        st.zero3, st.fwd_op, st.bwd_op = fwd + bwd, st.fwd_op + fwd, st.bwd_op + bwd
     return st
 
 
-def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> float:
-    """Per microbatch: gathers prefetched one layer ahead hide behind that layer's compute."""
+def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
+    """Where an event's per-microbatch seconds block: a transfer of its direction (pp) or the
+    stage's forward or backward operation; backward ones also count in the DP window."""
+    fwd = event.phase == "fwd"
+    if event.axis == "pp":
+        st.pp_kernel += kernel
+        if fwd:
+            st.send_fwd += seconds
+        else:
+            st.send_bwd += seconds
+    elif fwd:
+        st.fwd_op += seconds
+    else:
+        st.bwd_op += seconds
+    if not fwd:
+        st.bwd += seconds
+
+
+def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple[float, float]:
+    """(forward, backward) exposed seconds per microbatch: gathers prefetched one layer ahead
+    hide behind that layer's compute."""
     events = comm.dp_events(arch.layer_params() / plan.tp * layers, arch.layer_params() / plan.tp,
                             plan, mesh, layers)
     t = {e.name: _cost(env, e, policy) for e in events}
@@ -108,16 +128,13 @@ def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> float:
     ag_f, ag_b = t["zero.allgather.fwd"].time_s, t["zero.allgather.bwd"].time_s
     rs = t["dp.reduce_scatter.bwd"].time_s
     fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
-    return ag_f + layers * (max(0.0, ag_f - fwd_layer) + max(0.0, ag_b + rs - bwd_layer))
+    return ag_f + layers * max(0.0, ag_f - fwd_layer), layers * max(0.0, ag_b + rs - bwd_layer)
 
 
 def _step(arch, plan, env, policy):
     mesh, tally, layers = mesh_for(plan), Tally(), plan.stage_layers(arch.num_layers)
     stages = [_stage(arch, plan, env, policy, mesh, s, n, tally) for s, n in enumerate(layers)]
-    total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages)
-    b, m = stages[worst], plan.microbatches
-    out = Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.tp, pp_comm_s=m * b.pp,
-                    compression_s=m * b.compression, dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
+    out = _pipeline_breakdown(stages, plan)
     params0 = stage_params(arch, plan, layers[0], True, plan.pp == 1)
     if plan.zero < 3:
         events = comm.dp_events(params0, 0, plan, mesh, layers[0])
@@ -128,6 +145,19 @@ def _step(arch, plan, env, policy):
         tally.add(event, rec, event.count)
     out.optimizer_s = optimizer_time_s(params0 / (plan.dp if plan.zero >= 1 else 1), env.dev)
     return out, tally, stages
+
+
+def _pipeline_breakdown(stages: list[StageTime], plan) -> Breakdown:
+    """The pipeline's seconds by kind, as seen on its bottleneck stage (they sum to the
+    pipeline's time): its operations' parts, its transfers where it waited, the bubble."""
+    total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)
+    b, m = stages[worst], plan.microbatches
+    pp, compression = m * b.pp, m * b.compression
+    if plan.virtual_stages == 1:
+        exposed, kernel = exposed_pp(b, m, total - bubble - m * (b.fwd_op + b.bwd_op))
+        pp, compression = exposed - kernel, m * (b.compression - b.pp_kernel) + kernel
+    return Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.tp, pp_comm_s=pp, compression_s=compression,
+                     dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
 
 
 def _dp_overlap(events, env, policy, window, out: Breakdown, tally: Tally) -> None:

@@ -1,21 +1,25 @@
 """The analytical step time: events costed on the fabric, a pipeline schedule, DP overlap.
 
-Per stage s and microbatch: ``T_s = fwd + bwd (recompute included) + TP comm + PP send/recv
-+ compression kernels + ZeRO-3 exposed gathers``. With m microbatches the pipeline runs
-``m T_max + (sum_s T_s - T_max) / V`` (1F1B and GPipe: fill and drain pass every stage once;
-interleaving with V virtual stages divides that bubble by V, Narayanan et al. SC21; for
-uniform stages this is the familiar (m + p - 1) T). DP buckets become ready evenly through
-the last backward of stage 0 (which ends the pipeline) and run back to back on their own
-stream; only the tail after that backward is exposed. Compute that runs beside the DP
-traffic is slowed by ``overlap_slowdown`` (a fraction of the overlapped time: SMs and
-memory bandwidth taken by communication and compression kernels; 0.1 is an assumption
-until calibrated). ZeRO parameter all-gathers after the optimizer step and the tied-embedding
+Per stage and microbatch, a forward and a backward operation each take their compute, their
+TP collectives, their compression kernels and (ZeRO-3) their exposed gathers; the stage's
+activation and gradient transfers are priced apart (``send_fwd``, ``send_bwd``, with their
+kernels). GPipe and 1F1B are timed operation by operation (``perfmodel.schedule``: a transfer
+costs where a stage waits for it; for uniform stages and free transfers the familiar
+``(m + p - 1) T``); interleaving with V virtual stages keeps the closed form
+``m T_max + (sum_s T_s - T_max) / V`` (Narayanan et al. SC21). DP buckets become ready
+evenly through the last backward of stage 0 (which ends the pipeline) and run back to back
+on their own stream; only the tail after that backward is exposed. Compute that runs beside
+the DP traffic is slowed by ``overlap_slowdown`` (a fraction of the overlapped time: SMs and
+memory bandwidth taken by communication and compression kernels; 0.1 is an assumption until
+calibrated). ZeRO parameter all-gathers after the optimizer step and the tied-embedding
 all-reduce are exposed. Kernel time of compressed collectives on the critical path is
 charged to ``compression_s`` first (the rest of the collective to its axis).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from perfmodel.schedule import StageCost, run_schedule
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
 
@@ -30,6 +34,11 @@ class StageTime:
     compression: float = 0.0
     zero3: float = 0.0
     bwd: float = 0.0          # the backward part (for the DP overlap window)
+    fwd_op: float = 0.0       # the forward operation: compute, TP, kernels, exposed gathers
+    bwd_op: float = 0.0       # the backward operation, likewise
+    pp_kernel: float = 0.0    # kernels of the stage's transfers (also in ``compression``)
+    send_fwd: float = 0.0     # activation to the next stage, kernels included
+    send_bwd: float = 0.0     # gradient to the previous stage, kernels included
     hardware_flops: float = 0.0   # FLOPs executed per microbatch, recompute included (not time)
 
     @property
@@ -73,12 +82,29 @@ def overlap_buckets(runs, window: float) -> tuple[float, float]:
     return exposed, busy - exposed
 
 
-def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int) -> tuple[float, float, int]:
-    """(pipeline seconds, bubble seconds, bottleneck stage index)."""
+def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int,
+                  schedule: str = "1f1b") -> tuple[float, float, int]:
+    """(pipeline seconds, bubble seconds, bottleneck stage index): the closed form for
+    interleaving (``virtual`` > 1), the schedule timed operation by operation otherwise. The
+    bottleneck is the busiest stage; the bubble is what its idle time holds beyond its own
+    transfers (see ``exposed_pp``)."""
     totals = [s.total for s in stages]
-    worst = max(range(len(stages)), key=totals.__getitem__)
-    bubble = (sum(totals) - totals[worst]) / virtual
-    return microbatches * totals[worst] + bubble, bubble, worst
+    if virtual > 1:
+        worst = max(range(len(stages)), key=totals.__getitem__)
+        bubble = (sum(totals) - totals[worst]) / virtual
+        return microbatches * totals[worst] + bubble, bubble, worst
+    costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
+    timeline = run_schedule(schedule, costs, microbatches)
+    worst = max(range(len(stages)), key=lambda i: (timeline.busy_s[i], totals[i]))
+    idle = max(0.0, timeline.end_s - timeline.busy_s[worst])
+    return timeline.end_s, idle - exposed_pp(stages[worst], microbatches, idle)[0], worst
+
+
+def exposed_pp(stage: StageTime, microbatches: int, idle: float) -> tuple[float, float]:
+    """(pp seconds, pp kernel seconds) of ``idle`` seconds of a stage outside its operations:
+    its own transfers' kernels first, then their wire time, the rest is bubble."""
+    kernel = min(idle, microbatches * stage.pp_kernel)
+    return kernel + min(idle - kernel, microbatches * stage.pp), kernel
 
 
 @dataclass

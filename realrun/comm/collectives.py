@@ -52,6 +52,21 @@ class Comm:
             self._wires[key] = Wire(spec, device)
         return self._wires[key]
 
+    def state_dict(self) -> dict:
+        """Every wire's compressor state ({device: {spec: state}}), for checkpoints."""
+        out: dict = {}
+        for (spec, device), wire in self._wires.items():
+            state = wire.state_dict()
+            if state:
+                out.setdefault(device, {})[spec] = state
+        return out
+
+    def load_state_dict(self, saved: dict) -> None:
+        """Restore what ``state_dict`` gave (wires are created as needed)."""
+        for device, specs in saved.items():
+            for spec, state in specs.items():
+                self.wire(spec, device).load_state_dict(state)
+
     def _bound(self, spec, tensor, key: str) -> BoundWire:
         """The wire for one call on ``tensor``, with fresh statistics."""
         return self.wire(spec, _device(tensor, self.group)).bound(key, CommStats())

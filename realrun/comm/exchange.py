@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 from realrun.comm.names import OP_TIMEOUT_S
 
-_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+# every rank's tensor into one: torch's current name where it has one, else the older one
+gather_tensor = _gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def world(group=None) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, fields
 
 import numpy as np
+import torch
 
 from perfmodel.compression import Codec, compile_spec
 from realrun.comm.exchange import as_u8
@@ -63,6 +64,21 @@ class Wire:
     def sizes(self, counts: list[int], dtype) -> list[int] | None:
         known = [self.expected(n, dtype) for n in counts]
         return None if None in known else known
+
+    def state_dict(self) -> dict:
+        """The compressor's persistent state (error-feedback residuals, PowerSGD warm starts) and
+        its call count, as torch tensors (``torch.load(weights_only=True)`` reads them back).
+        GPU compressors keep none (no error feedback on the GPU)."""
+        if self.gpu:
+            return {}
+        ctx = self.c.ctx
+        return {"step": ctx.step, "state": {k: torch.from_numpy(np.array(v, copy=True)) for k, v in ctx.state.items()}}
+
+    def load_state_dict(self, saved: dict) -> None:
+        if self.gpu or not saved:
+            return
+        self.c.ctx.step = int(saved["step"])
+        self.c.ctx.state = {k: v.numpy() for k, v in saved["state"].items()}
 
     def bound(self, key: str = "", stats: CommStats | None = None) -> BoundWire:
         return BoundWire(self, key, stats if stats is not None else CommStats())

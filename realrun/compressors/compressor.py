@@ -89,7 +89,7 @@ class ErrorFeedbackStage(stages.Stage):
         return self.inner.layout(n, dtype)
 
     def encode(self, x, ctx):
-        key = ("ef", id(self), ctx.key, x.shape, x.dtype.str)
+        key = ("ef", self.name, ctx.key, x.shape, x.dtype.str)   # stable across processes (checkpoints)
         y = x + ctx.state.get(key, 0)
         values, meta = self.inner.encode(y, ctx)
         ctx.state[key] = y - self.inner.decode(values, meta, len(y), y.dtype, ctx)

@@ -10,9 +10,9 @@ follows ``latest`` and never sees a half-written step.
 Resuming (``--resume``) loads this rank's file, checks that the run is the same one (model,
 plan, batch, policy, seed, learning rate), and continues at the step after the checkpoint. The
 data of step n depends only on (seed, n), so a resumed run reads what the uninterrupted run
-would have read. Compressor state (error-feedback residuals, PowerSGD warm starts) is not
-saved: it restarts at zero, so a resumed run continues the same loss curve exactly under
-stateless policies and nearly under ``ef(...)``.
+would have read. Each rank's compressor state (error-feedback residuals, PowerSGD warm starts,
+random-draw counters of every ``Comm`` the rank holds) is saved beside its model, so a resumed
+run continues the same loss curve exactly under ``ef(...)`` policies too.
 """
 from __future__ import annotations
 
@@ -35,12 +35,14 @@ def _step_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
-def save(folder: str, cfg, rank: int, steps_done: int, model, optimizer) -> None:
-    """Every rank calls this after the same step (collective: a barrier inside)."""
+def save(folder: str, cfg, rank: int, steps_done: int, model, optimizer, comms: dict | None = None) -> None:
+    """Every rank calls this after the same step (collective: a barrier inside). ``comms``:
+    {name: Comm} whose compressor state is saved."""
     name = _step_name(steps_done)
     os.makedirs(os.path.join(folder, name), exist_ok=True)
     path = os.path.join(folder, name, f"rank{rank:05d}.pt")
-    state = {"steps_done": steps_done, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    state = {"steps_done": steps_done, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "comms": {name: comm.state_dict() for name, comm in (comms or {}).items()}}
     atomic_write(path, lambda h: torch.save(state, h))
     dist.barrier()
     if rank == 0:
@@ -75,10 +77,13 @@ def check(folder: str, cfg) -> str:
     return os.path.join(folder, name)
 
 
-def load(folder: str, cfg, rank: int, model, optimizer, device=None) -> int:
-    """Restore this rank's state from ``folder`` onto ``device``; returns the number of steps done."""
+def load(folder: str, cfg, rank: int, model, optimizer, device=None, comms: dict | None = None) -> int:
+    """Restore this rank's state from ``folder`` onto ``device`` (and the compressor state of
+    ``comms``, {name: Comm}); returns the number of steps done."""
     state = torch.load(os.path.join(check(folder, cfg), f"rank{rank:05d}.pt"), map_location=device,
                        weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    for name, comm in (comms or {}).items():
+        comm.load_state_dict(state.get("comms", {}).get(name, {}))
     return int(state["steps_done"])

@@ -23,21 +23,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from perfmodel.schedule import stage_ops
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
 
 
 def schedule(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
-    """The operations of ``stage`` in order (module doc)."""
-    m = microbatches
-    if name == "gpipe":
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    warm = min(stages - stage - 1, m)
-    ops = [("F", i) for i in range(warm)]
-    for i in range(m - warm):
-        ops += [("F", warm + i), ("B", i)]
-    return ops + [("B", i) for i in range(m - warm, m)]
+    """The operations of ``stage`` in order: perfmodel's (``perfmodel.schedule.stage_ops``), so
+    the run and the prediction time the same lists."""
+    return stage_ops(name, stage, stages, microbatches)
 
 
 @dataclass

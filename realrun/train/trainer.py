@@ -10,7 +10,8 @@ and AdamW steps (with ZeRO-1: reduce-scatter, a sharded step and an all-gather, 
 The reduction runs after the backward pass, not overlapped with it (DDP's overlap needs its
 reducer; a prediction of these runs must assume the same).
 
-Measured per step (rank 0 appends one JSON line; times are the slowest rank's): loss (the
+Measured per step (rank 0 appends one JSON line; the step time is the slowest rank's, every
+other time the busiest rank's, see ``_busiest``): loss (the
 global mean), step, forward and backward (their TP reductions apart), TP communication, PP
 communication (send/recv, including the wait for a neighbour: the bubble), exposed dp
 communication (the reduction minus its compression kernels), compression kernels (in all, and
@@ -34,6 +35,7 @@ from perfmodel.mesh import Mesh
 from perfmodel.policy import parse_policy
 from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
+from realrun.comm.exchange import gather_tensor
 from realrun.train import checkpoint
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
@@ -132,11 +134,20 @@ class Metrics:
             os.close(self.fd)
 
 
-def _slowest(times: dict, device) -> dict:
-    """Each value the slowest rank's (one all-reduce)."""
-    t = torch.tensor(list(times.values()), dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return dict(zip(times, t.tolist()))
+def _busiest(times: dict, device) -> dict:
+    """The phases of the busiest rank (the most forward and backward seconds: the pipeline's
+    and the replicas' bottleneck, whose phases add up to its step as perfmodel's breakdown
+    does) and the slowest rank's step time (one all-gather). Each phase the slowest rank's
+    instead would count one rank's wait for another as communication."""
+    mine = torch.tensor(list(times.values()), dtype=torch.float64, device=device)
+    every = torch.zeros(dist.get_world_size() * len(times), dtype=torch.float64, device=device)
+    gather_tensor(every, mine)
+    rows = every.view(-1, len(times)).tolist()
+    names = list(times)
+    busy = [names.index("forward_s"), names.index("backward_s")]
+    out = dict(zip(names, max(rows, key=lambda r: sum(r[i] for i in busy))))
+    out["step_s"] = max(r[names.index("step_s")] for r in rows)
+    return out
 
 
 def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
@@ -170,7 +181,7 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
                               max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
                               max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim)))
     times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
-    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_slowest(times, run.device),
+    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
             "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
             "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out,
             **{f"{axis}_rel_error": e.value() if e else None for axis, e in
@@ -234,6 +245,11 @@ class Run:
             self.zero = ShardedOptimizer(self.buckets, self.dp_comm, self.dp_rank, cfg.dp, self.dp_axis,
                                          policy.axis("zero"), **ADAM, lr=cfg.lr)
 
+    def comms(self) -> dict:
+        """{name: Comm} of every collective this rank runs (their compressor state is checkpointed)."""
+        named = {"tp": self.tp.comm, "pp": self.pipe.comm, "embedding": self.embed_comm, "dp": self.dp_comm}
+        return {name: comm for name, comm in named.items() if comm is not None}
+
     def sync_embedding(self, model: GPT, stats: CommStats) -> None:
         """Tied embeddings across a pipeline: the first stage's embedding and the last stage's
         head are one matrix, so their gradients are summed between the two (Megatron-LM's
@@ -272,7 +288,7 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
     opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
-    first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt, device) if cfg.resume else 0
+    first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt, device, run.comms()) if cfg.resume else 0
     corpus = load_corpus()
     vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)
     metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)
@@ -289,7 +305,7 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
                     bar.set_postfix(loss=f"{record['loss']:.3f}")
                     bar.update(1)
             if cfg.checkpoint and (last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0)):
-                checkpoint.save(cfg.checkpoint, cfg, rank, step + 1, model, opt)
+                checkpoint.save(cfg.checkpoint, cfg, rank, step + 1, model, opt, run.comms())
     finally:
         metrics.close()
         if bar is not None:

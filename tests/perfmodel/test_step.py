@@ -10,6 +10,7 @@ from perfmodel.compute import stage_compute
 from perfmodel.mesh import mesh_for
 from perfmodel.pipeline import predict
 from perfmodel.plan import make_plan
+from perfmodel.schedule import StageCost, run_schedule, stage_ops
 from perfmodel.step import StageTime, overlap_buckets, pipeline_time
 from perfmodel.workload import load_model
 
@@ -38,13 +39,63 @@ def test_overlap_closed_form_matches_simulation(n, spacing, dur, tail):
     assert overlap_buckets(runs, window) == pytest.approx(_simulate(ready, durations, window))
 
 
+def _st(fwd, bwd, send=0.0):
+    return StageTime(compute=fwd + bwd, fwd_op=fwd, bwd_op=bwd, pp=2 * send, send_fwd=send, send_bwd=send)
+
+
 def test_pipeline_time_by_hand():
-    stages = [StageTime(compute=1.0), StageTime(compute=2.0), StageTime(compute=1.0)]
-    assert pipeline_time(stages, 4, 1) == (10.0, 2.0, 1)
-    assert pipeline_time(stages, 4, 2) == (9.0, 1.0, 1)
-    uniform = [StageTime(compute=1.5)] * 4
-    total, bubble, _ = pipeline_time(uniform, 8, 1)
-    assert total == pytest.approx((8 + 4 - 1) * 1.5) and bubble == pytest.approx(3 * 1.5)
+    stages = [_st(0.5, 0.5), _st(1.0, 1.0), _st(0.5, 0.5)]
+    assert pipeline_time(stages, 4, 2) == (9.0, 1.0, 1)     # interleaved: the closed form
+    # timed: the busiest stage (8 s of work) starts after stage 0's first forward and ends
+    # before stage 0's last backward; the closed form m T_max + sum of the others says 10
+    total, bubble, worst = pipeline_time(stages, 4, 1)
+    assert (total, worst) == (pytest.approx(9.0), 1) and bubble == pytest.approx(1.0)
+    uniform = [_st(0.5, 1.0)] * 4
+    for schedule in ("1f1b", "gpipe"):
+        total, bubble, _ = pipeline_time(uniform, 8, 1, schedule)
+        assert total == pytest.approx((8 + 4 - 1) * 1.5) and bubble == pytest.approx(3 * 1.5)
+
+
+def test_two_stages_four_microbatches_one_f_one_b_by_hand():
+    """f = 1, b = 2, each transfer x = 0.5: the fill is F(s0) + x, the drain x + B(s1); in the
+    steady state each transfer overlaps the other stage's work except where a stage waits."""
+    t = run_schedule("1f1b", [StageCost(1.0, 2.0, 0.5, 0.5)] * 2, 4)
+    # s1: F0 at 1.5; then B_i, send g_i with receive a_{i+1} (1 + 0.5 each), F, B ... ; s0 ends on B3
+    assert t.busy_s == (12.0, 12.0)
+    assert t.end_s == pytest.approx(1.0 + 0.5 + 4 * 3.0 + 3 * 0.5 + 0.5 + 2.0)
+
+
+def test_free_transfers_give_the_textbook_bubble():
+    for p, m in ((2, 4), (4, 8), (8, 3)):
+        for name in ("1f1b", "gpipe"):
+            t = run_schedule(name, [StageCost(1.0, 2.0)] * p, m)
+            assert t.end_s == pytest.approx((m + p - 1) * 3.0)
+
+
+def test_transfers_are_charged_where_a_stage_waits_not_twice():
+    """The closed form (m + p - 1)(f + b + 2x) charges every transfer in the steady state and
+    again in the fill and drain; the timed schedule charges less, and never less than the
+    work plus one transfer each way."""
+    m, x = 2, 0.5
+    t = run_schedule("1f1b", [StageCost(1.0, 2.0, x, x)] * 2, m)
+    assert 3 * 3.0 + 2 * x < t.end_s < (m + 1) * (3.0 + 2 * x)
+    assert t.end_s == pytest.approx(3 * 3.0 + 3 * x)   # worked by hand in docs/design.md
+
+
+def test_stage_ops_are_what_realrun_runs():
+    from realrun.train.pipeline import schedule
+
+    for name in ("1f1b", "gpipe"):
+        for s in range(3):
+            assert schedule(name, s, 3, 5) == stage_ops(name, s, 3, 5)
+    assert stage_ops("1f1b", 0, 2, 3) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2)]
+
+
+def test_breakdown_sums_to_the_pipeline_with_costly_transfers():
+    r = predict("gpt2-medium", "commodity-25g", nodes=2, tp=1, pp=4, mbs=1, gbs=8)
+    b = r.breakdown
+    assert b["pp_comm_s"] > 0 and b["bubble_s"] >= 0
+    assert sum(b.values()) == pytest.approx(r.step_time_s)
 
 
 def test_stage_compute_by_hand():

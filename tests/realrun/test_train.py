@@ -245,9 +245,12 @@ def test_tp_pp_compressed_still_learn_and_pp_payloads_shrink(tmp_path):
 
 
 @pytest.mark.distributed
-def test_resume_continues_the_same_loss_curve(tmp_path):
-    """Two of four steps, a checkpoint, then --resume to four: the records of an uninterrupted run."""
-    args = ("--pp", "2", "--mbs", "4", "--gbs", "8", "--eval-every", "0")
+@pytest.mark.parametrize("plan", [("--pp", "2"), ("--dp", "2", "--policy", "dp=ef(topk(0.05))+int8")],
+                         ids=["pp2-none", "dp2-error-feedback"])
+def test_resume_continues_the_same_loss_curve(tmp_path, plan):
+    """Two of four steps, a checkpoint, then --resume to four: the records of an uninterrupted run
+    (under error feedback too: the residuals are in the checkpoint)."""
+    args = (*plan, "--mbs", "4", "--gbs", "8", "--eval-every", "0")
     whole, _ = _train(tmp_path, "whole", *args, "--steps", "4")
     ck = tmp_path / "ck"
     _train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
@@ -313,3 +316,23 @@ def test_a_dead_rank_ends_the_run_with_one_line(tmp_path):
             proc.kill()
     assert proc.returncode == 2 and "realrun: error: rank=1" in err and "killed by signal 9" in err
     assert not _children(proc.pid)
+
+
+def test_compressor_state_survives_a_checkpoint_file(tmp_path):
+    """A Comm's residuals and warm starts round-trip through torch.save / weights_only load,
+    and a restored wire compresses the next call exactly as the original does."""
+    import numpy as np
+    import torch
+
+    from realrun.comm import Comm
+
+    a, b = Comm(), Comm()
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    for spec in ("ef(topk(0.01))+int8", "powersgd(2)"):
+        a.wire(spec).c.compress(x, key="bucket0")
+    torch.save(a.state_dict(), tmp_path / "c.pt")
+    b.load_state_dict(torch.load(tmp_path / "c.pt", weights_only=True))
+    for spec in ("ef(topk(0.01))+int8", "powersgd(2)"):
+        got = [bytes(c.wire(spec).c.compress(x, key="bucket0").data) for c in (a, b)]
+        assert got[0] == got[1]
+    assert Comm().state_dict() == {}
