@@ -17,7 +17,7 @@ from perfmodel.collectives.plain import PLAIN
 from perfmodel.calibration import load_calibration
 from perfmodel.compression import Codec, compile_spec
 from perfmodel.record import CollectiveRecord, busbw_factor
-from topologies import InputError, build_cluster, place
+from topologies import InputError, cluster_for, place
 
 OPS = tuple(PLAIN)
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -109,8 +109,8 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS):
         raise InputError("chunks", chunks, f"an integer from 1 to {MAX_CHUNKS}, or auto")
     calib = load_calibration(calibration)
-    built = build_cluster(cluster, nodes=nodes, gpus=gpus)
-    ctx = resolve_context(built, ranks, placement if isinstance(placement, str) else tuple(placement),
+    built, job = cluster_for(cluster, nodes=nodes, gpus=gpus)   # a partial last node where gpus asks
+    ctx = resolve_context(built, ranks or job, placement if isinstance(placement, str) else tuple(placement),
                    tuple(tuple(g) for g in concurrent), calib)
     codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
     codec = calib.codec(codec) if calib else codec

@@ -18,10 +18,10 @@ from perfmodel.memory import peak_memory, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy, split_policies
-from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, Breakdown, StageTime, Tally, exposed_pp,
+from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp,
                             overlap_buckets, pipeline_time, split_kernel)
 from perfmodel.workload import load_model
-from topologies import InputError, build_cluster
+from topologies import InputError, cluster_for
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +47,7 @@ class StepRecord:
     stage_layers: tuple
     speedup_vs_uncompressed: float
     error_estimate: dict            # {axis: relative RMS error of its largest collective}
+    kernel_s: dict                  # {axis: {critical_s, beside_compute_s}}: compression kernels per step (stage 0)
     collectives: dict               # {event: "op:algorithm:compressor"}
 
     def to_dict(self) -> dict:
@@ -92,9 +93,11 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
         _place(st, event, rec.time_s * per_mb, kernel * per_mb)
         if s == 0:
             tally.add(event, rec, event.count)
+            tally.add_kernel(event.axis, kernel * event.count)
     if plan.zero == 3 and plan.dp > 1:
-        fwd, bwd = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
-        st.zero3, st.fwd_op, st.bwd_op = fwd + bwd, st.fwd_op + fwd, st.bwd_op + bwd
+        fwd, bwd, k_fwd, k_bwd = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
+        st.zero3, st.compression = fwd + bwd, st.compression + k_fwd + k_bwd
+        st.fwd_op, st.bwd_op = st.fwd_op + fwd + k_fwd, st.bwd_op + bwd + k_bwd
     return st
 
 
@@ -116,19 +119,24 @@ def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
         st.bwd += seconds
 
 
-def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple[float, float]:
-    """(forward, backward) exposed seconds per microbatch: gathers prefetched one layer ahead
-    hide behind that layer's compute."""
+def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple[float, float, float, float]:
+    """Per microbatch: (forward, backward) exposed communication seconds, and (forward, backward)
+    kernel seconds. A layer's gather, prefetched, hides its wire time behind the previous layer's
+    compute (the first one cannot); its kernels run on the GPU that computes and are charged in
+    full wherever they run (``KERNEL_SM_SHARE``)."""
     events = comm.dp_events(arch.layer_params() / plan.tp * layers, arch.layer_params() / plan.tp,
                             plan, mesh, layers)
-    t = {e.name: _cost(env, e, policy) for e in events}
+    t = {e.name: split_kernel(_cost(env, e, policy)) for e in events}
     if tally is not None:
         for e in events:
-            tally.add(e, t[e.name], e.count)
-    ag_f, ag_b = t["zero.allgather.fwd"].time_s, t["zero.allgather.bwd"].time_s
-    rs = t["dp.reduce_scatter.bwd"].time_s
+            rec = _cost(env, e, policy)
+            tally.add(e, rec, e.count)
+            tally.add_kernel(e.axis, split_kernel(rec)[1] * e.count, beside_compute=True)
+    (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = t["zero.allgather.fwd"], t["zero.allgather.bwd"], t["dp.reduce_scatter.bwd"]
     fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
-    return ag_f + layers * max(0.0, ag_f - fwd_layer), layers * max(0.0, ag_b + rs - bwd_layer)
+    fwd = ag_f + layers * max(0.0, ag_f - fwd_layer)
+    bwd = layers * max(0.0, ag_b + rs - bwd_layer)
+    return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs)
 
 
 def _step(arch, plan, env, policy):
@@ -140,9 +148,7 @@ def _step(arch, plan, env, policy):
         events = comm.dp_events(params0, 0, plan, mesh, layers[0])
         _dp_overlap(events, env, policy, stages[0].bwd if plan.dp_overlap else 0.0, out, tally)
     for event in comm.tied_embedding_events(arch, plan, mesh):   # a gradient sum after backward
-        rec = _cost(env, event, policy)
-        out.dp_comm_exposed_s += rec.time_s
-        tally.add(event, rec, event.count)
+        _exposed(out, tally, event, _cost(env, event, policy))
     out.optimizer_s = optimizer_time_s(params0 / (plan.dp if plan.zero >= 1 else 1), env.dev)
     return out, tally, stages
 
@@ -161,20 +167,39 @@ def _pipeline_breakdown(stages: list[StageTime], plan) -> Breakdown:
 
 
 def _dp_overlap(events, env, policy, window, out: Breakdown, tally: Tally) -> None:
-    """Gradient buckets against a backward ``window`` (0: none to hide behind, all exposed)."""
+    """Gradient buckets against a backward ``window`` (0: none to hide behind, all exposed).
+    Their wire time hides behind the backward where it can (compute beside it slowed by
+    ``overlap_slowdown``); their kernels are charged wherever they run: exposed ones in the
+    tail, hidden ones as compute they displace (``KERNEL_SM_SHARE``)."""
     buckets = [e for e in events if e.where == "overlap"]
     records = [_cost(env, e, policy) for e in buckets]
     runs = [(e.ready_at * window, e.spacing * window, e.count, r.time_s) for e, r in zip(buckets, records)]
-    exposed, busy = overlap_buckets(runs, window)
-    out.dp_comm_exposed_s += exposed
-    out.overlap_slowdown_s += env.overlap_slowdown * busy
+    exposed, hidden = overlap_buckets(runs, window)
+    kernel = sum(split_kernel(r)[1] * e.count for e, r in zip(buckets, records))
+    busy = exposed + hidden
+    k_exposed = kernel * exposed / busy if busy > 0 else 0.0
+    k_hidden = (kernel - k_exposed) * KERNEL_SM_SHARE
+    out.dp_comm_exposed_s += exposed - k_exposed
+    out.compression_s += k_exposed + k_hidden
+    out.overlap_slowdown_s += env.overlap_slowdown * max(0.0, hidden - (kernel - k_exposed))
     for e, r in zip(buckets, records):
         tally.add(e, r, e.count)
+    if buckets:
+        tally.add_kernel("dp", k_exposed)
+        tally.add_kernel("dp", k_hidden, beside_compute=True)
     for e in events:
         if e.where == "tail":
-            rec = _cost(env, e, policy)
-            out.dp_comm_exposed_s += rec.time_s
-            tally.add(e, rec, e.count)
+            _exposed(out, tally, e, _cost(env, e, policy))
+
+
+def _exposed(out: Breakdown, tally: Tally, event, rec) -> None:
+    """A collective on the critical path after backward: wire time to dp_comm_exposed_s, kernels
+    to compression_s."""
+    wire, kernel = split_kernel(rec)
+    out.dp_comm_exposed_s += wire * event.count
+    out.compression_s += kernel * event.count
+    tally.add(event, rec, event.count)
+    tally.add_kernel(event.axis, kernel * event.count)
 
 
 @lru_cache(maxsize=4096)
@@ -199,7 +224,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     """
     calib = load_calibration(calibration)
     arch = load_model(model)
-    built = build_cluster(cluster, nodes=nodes, gpus=gpus)
+    built, ranks = cluster_for(cluster, nodes=nodes, gpus=gpus)   # a partial last node where gpus asks
     dev = device(built.gpu_model)
     dev = calib.device(dev) if calib else dev
     if overlap_slowdown is None:
@@ -207,7 +232,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             else DEFAULT_OVERLAP_SLOWDOWN
     dtype = compute_dtype or ("bf16" if "bf16" in dev.peak_flops_per_s else "fp16")
     dev.peak(dtype)
-    plan = make_plan(arch, built.gpus, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
+    plan = make_plan(arch, ranks, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                      sequence_parallel=sequence_parallel, recompute=recompute, schedule=schedule,
                      compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order,
                      dp_overlap=dp_overlap)
@@ -243,7 +268,7 @@ def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
         wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
-        collectives=tally.algorithms)
+        collectives=tally.algorithms, kernel_s=tally.kernels)
 
 
 def compare(model: str, cluster: str, policies, **plan) -> list[StepRecord]:

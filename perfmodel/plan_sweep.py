@@ -8,13 +8,14 @@ tries all three). Plans that do not fit in memory are counted and skipped.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from perfmodel.pipeline import StepRecord, predict
 from perfmodel.plan import RECOMPUTE, divisors
 from perfmodel.policy import split_policies
 from perfmodel.workload import load_model
-from topologies import InputError, build_cluster
+from topologies import InputError, cluster_for
 
 
 @dataclass(frozen=True)
@@ -27,15 +28,16 @@ class SweepResult:
 
 def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | None, gbs: int,
                     max_mbs: int = 8, recompute: str = "none", zero=(0, 1, 2, 3)) -> list[dict]:
-    spec, built = load_model(model), build_cluster(cluster, nodes=nodes, gpus=gpus)
+    spec, (built, ranks) = load_model(model), cluster_for(cluster, nodes=nodes, gpus=gpus)
     if recompute != "any" and recompute not in RECOMPUTE:
         raise InputError("recompute", recompute, "none, selective, full or any")
     recomputes = RECOMPUTE if recompute == "any" else (recompute,)
     out = []
-    tps = [t for t in divisors(built.gpus_per_host) if spec.num_heads % t == 0 and spec.num_kv_heads % t == 0]
+    tps = [t for t in divisors(math.gcd(built.gpus_per_host, ranks)) if spec.num_heads % t == 0
+           and spec.num_kv_heads % t == 0]
     for tp in tps:
-        for pp in (p for p in divisors(built.gpus // tp) if p <= spec.num_layers):
-            dp = built.gpus // (tp * pp)
+        for pp in (p for p in divisors(ranks // tp) if p <= spec.num_layers):
+            dp = ranks // (tp * pp)
             mbss = [m for m in (2 ** i for i in range(max_mbs.bit_length())) if m <= max_mbs
                     and gbs % (m * dp) == 0]
             zeros = [z for z in zero if dp > 1 or z == 0]

@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from perfmodel.schedule import StageCost, run_schedule
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
+# Compression kernels run on the GPU that computes. Beside compute (a DP bucket during backward,
+# a ZeRO-3 gather during the previous layer) they are charged this fraction of their own time
+# as compute they displace: 1.0, because the kernels are memory-bound at the rate they were
+# measured alone and so are the layers' memory-bound parts; a lossy spec never costs 0 s.
+KERNEL_SM_SHARE = 1.0
 
 
 @dataclass
@@ -114,6 +119,14 @@ class Tally:
     wire: dict = field(default_factory=dict)
     error: dict = field(default_factory=dict)
     algorithms: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)   # {axis: {"critical_s", "beside_compute_s"}}
+
+    def add_kernel(self, axis: str, seconds: float, beside_compute: bool = False) -> None:
+        """Kernel seconds per step charged on ``axis``: on the critical path, or beside compute."""
+        if seconds <= 0:
+            return
+        kind = self.kernels.setdefault(axis, {"critical_s": 0.0, "beside_compute_s": 0.0})
+        kind["beside_compute_s" if beside_compute else "critical_s"] += seconds
 
     def add(self, event, record, count: float) -> None:
         """Count ``record`` ``count`` times for ``event`` (events of one name share an entry)."""

@@ -91,6 +91,22 @@ def build_cluster(name_or_path: str, nodes: int | None = None, gpus: int | None 
                    graph=graph, spec=spec)
 
 
+def cluster_for(name_or_path: str, nodes: int | None = None, gpus: int | None = None) -> tuple[Cluster, int]:
+    """(cluster, ranks) for a job of ``gpus`` GPUs (or ``nodes`` whole nodes): a GPU count that
+    is not a whole number of nodes runs on as few nodes as hold it, the last one partly used
+    (ranks packed from GPU 0, so the job's GPUs are 0 .. gpus-1)."""
+    if gpus is None or nodes is not None:
+        built = build_cluster(name_or_path, nodes=nodes, gpus=gpus)
+        return built, built.gpus
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InputError("gpus", gpus, "a positive whole number of GPUs")
+    per_host = _gpus_per_host(load_spec(name_or_path)[0])
+    whole = -(-gpus // per_host)
+    if whole > MAX_NODES:
+        raise InputError("gpus", gpus, f"at most {MAX_NODES * per_host}")
+    return build_cluster(name_or_path, nodes=whole), gpus
+
+
 MAX_NODES = 16384   # hosts in one graph: the largest catalog systems have ~10k nodes; building takes seconds
 
 

@@ -70,7 +70,7 @@ def test_powersgd_is_all_reduce_only():
 
 @pytest.mark.parametrize("kwargs, field", [
     (dict(op="gather"), "op"), (dict(size_bytes=-1), "size"), (dict(dtype="fp64"), "dtype"),
-    (dict(chunks=0), "chunks"), (dict(cluster="nope"), "cluster"), (dict(gpus=12), "gpus"),
+    (dict(chunks=0), "chunks"), (dict(cluster="nope"), "cluster"), (dict(gpus=0), "gpus"),
     (dict(algorithm="allgather"), "algorithm"),
 ])
 def test_bad_arguments_name_the_field(kwargs, field):

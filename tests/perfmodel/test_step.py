@@ -201,3 +201,29 @@ def test_without_dp_overlap_every_bucket_is_exposed():
     assert serial.breakdown["dp_comm_exposed_s"] > hidden.breakdown["dp_comm_exposed_s"]
     assert serial.breakdown["overlap_slowdown_s"] == 0.0 and serial.step_time_s > hidden.step_time_s
     assert serial.plan["dp_overlap"] is False
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+@pytest.mark.parametrize("axis", ["dp", "zero", "tp", "pp"])
+def test_a_lossy_spec_never_costs_zero_seconds(zero, axis):
+    """Compression kernels run on the GPU that computes: on every axis and at every ZeRO stage a
+    lossy spec costs kernel seconds in the breakdown, hidden behind compute or not."""
+    if axis == "zero" and zero == 0:
+        pytest.skip("no parameter gathering without ZeRO")
+    kw = dict(model="gpt-neox-20b", cluster="lassen", gpus=64, tp=4, pp=2, zero=zero, mbs=2, gbs=64,
+              recompute="full", allow_oom=True)
+    for spec in ("int8", "ef(topk(0.01))+int8"):
+        r = predict(**kw, policy=f"{axis}={spec}")
+        charged = r.kernel_s[axis]["critical_s"] + r.kernel_s[axis]["beside_compute_s"]
+        assert charged > 0 and r.breakdown["compression_s"] >= charged * 0.999
+        assert sum(r.breakdown.values()) == pytest.approx(r.step_time_s)
+
+
+def test_hidden_kernels_slow_the_step():
+    """DP buckets hidden behind backward still cost their kernels: a policy whose wire time hides
+    entirely is slower than uncompressed by about its kernel seconds."""
+    kw = dict(model="gpt2-medium", cluster="dgx-a100", nodes=2, tp=1, pp=1, mbs=8, gbs=128)
+    base, int8 = predict(**kw), predict(**kw, policy="dp=int8")
+    hidden = int8.kernel_s["dp"]["beside_compute_s"]
+    assert hidden > 0 and base.breakdown["dp_comm_exposed_s"] < 0.1 * hidden
+    assert int8.step_time_s - base.step_time_s > 0.8 * hidden
