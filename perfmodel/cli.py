@@ -25,8 +25,9 @@ EPILOG = """examples:
   perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
   perfmodel catalog models
 """
-POLICY_HELP = ("compression policy: none, hybrid, naive:SPEC, AXIS=SPEC or AXIS.min=SIZE items "
-               "(AXIS: dp, zero, tp, pp), e.g. 'hybrid,dp=ef(topk(0.01))+int8'")
+POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, zeropp), naive:SPEC, AXIS=SPEC or "
+               "AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations), e.g. "
+               "'hybrid,dp=ef(topk(0.01))+int8'")
 
 
 def _size(text):
@@ -59,6 +60,10 @@ def _plan_args(p, sweep: bool = False) -> None:
     p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
                    help="reduce gradients after backward, not during it (as realrun train does)")
+    if not sweep:
+        p.add_argument("--hpz", action="store_true",
+                       help="ZeRO++ hpZ (with --zero 3): a secondary parameter partition inside each node, so "
+                       "backward gathers stay on the node's links (costs weights / local dp ranks of memory)")
     p.add_argument("--overlap-slowdown", type=float,
                    help=f"fraction by which overlapped communication slows compute "
                    f"(default: the profile's, else {DEFAULT_OVERLAP_SLOWDOWN})")
@@ -151,7 +156,8 @@ def _plan_kwargs(args, sweep: bool = False) -> dict:
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom)
     if not sweep:
         dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
-        kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute)
+        kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
+                  hpz=args.hpz)
     return kw
 
 

@@ -16,7 +16,8 @@ interleaving. DP all-reduces the stage's gradients in buckets; ZeRO-1/2 reduce-s
 and all-gather updated parameters after the step (one reduction per step, as Megatron's
 distributed optimizer; ZeRO-2 differs in memory); ZeRO-3 all-gathers each layer's
 parameters before its forward and backward and reduce-scatters its gradients, every
-microbatch. Tied embeddings all-reduce their gradient between the first and last stage.
+microbatch; with hpZ (ZeRO++) the backward gathers stay inside the node, from a secondary
+partition the forward gather fills. Tied embeddings all-reduce their gradient between the first and last stage.
 """
 from __future__ import annotations
 
@@ -91,7 +92,9 @@ def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEven
 
 
 def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh: Mesh,
-              layers: int) -> list[CommEvent]:
+              layers: int, gpus_per_host: int = 1) -> list[CommEvent]:
+    """DP and ZeRO events of a stage. With hpZ (ZeRO-3), backward gathers read the secondary
+    partition inside the node: the dp group's ranks on this host (``gpus_per_host``)."""
     if plan.dp == 1:
         return []
     group, concurrent = mesh.group_of("dp"), mesh.groups["dp"]
@@ -101,11 +104,13 @@ def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh
         layer_grad = int(layer_params) * DTYPE_BYTES[plan.grad_dtype]
         layer_param = int(layer_params) * DTYPE_BYTES[plan.compute_dtype]
         per = plan.microbatches * layers
+        bwd_groups = mesh.node_groups("dp", gpus_per_host) if plan.hpz else concurrent
+        bwd_group = next(g for g in bwd_groups if group[0] in g)
         return [CommEvent(name="zero.allgather.fwd", axis="zero", op="allgather", nbytes=layer_param,
                           dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per,
                           where="zero3", phase="fwd"),
                 CommEvent(name="zero.allgather.bwd", axis="zero", op="allgather", nbytes=layer_param,
-                          dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per,
+                          dtype=plan.compute_dtype, group=bwd_group, concurrent=bwd_groups, count=per,
                           where="zero3", phase="bwd"),
                 CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter", nbytes=layer_grad,
                           dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=per,

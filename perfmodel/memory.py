@@ -40,13 +40,15 @@ def in_flight(plan: ParallelPlan, stage: int) -> float:
     return held
 
 
-def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int) -> dict:
-    """Bytes per GPU of pipeline ``stage`` by kind, and their ``total``."""
+def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int, hpz_ranks: int = 1) -> dict:
+    """Bytes per GPU of pipeline ``stage`` by kind, and their ``total``. With hpZ, the secondary
+    copy of the weights is partitioned over ``hpz_ranks`` (the dp group's ranks in a node)."""
     first, last = stage == 0, stage == plan.pp - 1
     params = stage_params(model, plan, layers, first, last)
     dp = plan.dp
     out = {
         "weights": params * DTYPE_BYTES[plan.compute_dtype] / (dp if plan.zero >= 3 else 1),
+        "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
         "gradients": params * DTYPE_BYTES[plan.grad_dtype] / (dp if plan.zero >= 2 else 1),
         "optimizer": params * OPTIMIZER_BYTES / (dp if plan.zero >= 1 else 1),
         "activations": layers * in_flight(plan, stage) * model.activation_bytes_per_layer(
@@ -58,8 +60,8 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
     return out
 
 
-def peak_memory(model: ModelSpec, plan: ParallelPlan) -> dict:
+def peak_memory(model: ModelSpec, plan: ParallelPlan, hpz_ranks: int = 1) -> dict:
     """The stage with the largest total (the one that must fit)."""
     layers = plan.stage_layers(model.num_layers)
-    per_stage = [memory_per_gpu(model, plan, s, n) for s, n in enumerate(layers)]
+    per_stage = [memory_per_gpu(model, plan, s, n, hpz_ranks) for s, n in enumerate(layers)]
     return max(per_stage, key=lambda d: d["total"])

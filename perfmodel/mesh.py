@@ -59,6 +59,20 @@ class Mesh:
             self._pairs[boundary] = Groups((g[boundary], g[boundary + 1]) for g in self.groups["pp"])
         return self._pairs[boundary]
 
+    def node_groups(self, axis: str, gpus_per_host: int) -> Groups:
+        """Each group of ``axis`` split by host (ranks packed: rank r on host r // gpus_per_host):
+        the node-local parts, e.g. hpZ's secondary partitions of a dp group."""
+        key = ("node", axis, gpus_per_host)
+        if key not in self._pairs:
+            parts = []
+            for g in self.groups[axis]:
+                by_host: dict = {}
+                for r in g:
+                    by_host.setdefault(r // gpus_per_host, []).append(r)
+                parts += [tuple(v) for v in by_host.values()]
+            self._pairs[key] = Groups(parts)
+        return self._pairs[key]
+
     def first_last_pairs(self) -> Groups:
         """(first stage, last stage) ranks: the tied-embedding all-reduce groups."""
         if "ends" not in self._pairs:

@@ -125,7 +125,7 @@ def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple[fl
     compute (the first one cannot); its kernels run on the GPU that computes and are charged in
     full wherever they run (``KERNEL_SM_SHARE``)."""
     events = comm.dp_events(arch.layer_params() / plan.tp * layers, arch.layer_params() / plan.tp,
-                            plan, mesh, layers)
+                            plan, mesh, layers, env.built.gpus_per_host)
     t = {e.name: split_kernel(_cost(env, e, policy)) for e in events}
     if tally is not None:
         for e in events:
@@ -214,7 +214,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             recompute: str = "none", schedule: str = "1f1b", policy: str = "none",
             compute_dtype: str | None = None, grad_dtype: str = "fp32",
             bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", dp_overlap: bool = True,
-            allow_oom: bool = False,
+            hpz: bool = False, allow_oom: bool = False,
             overlap_slowdown: float | None = None, calibration: str | None = None) -> StepRecord:
     """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
 
@@ -235,11 +235,11 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     plan = make_plan(arch, ranks, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                      sequence_parallel=sequence_parallel, recompute=recompute, schedule=schedule,
                      compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order,
-                     dp_overlap=dp_overlap)
+                     dp_overlap=dp_overlap, hpz=hpz)
     if not 0 <= overlap_slowdown < 1:
         raise InputError("overlap_slowdown", overlap_slowdown, "a fraction in [0, 1)")
     pol = parse_policy(policy)
-    memory = peak_memory(arch, plan)
+    memory = peak_memory(arch, plan, _hpz_ranks(plan, built))
     fits = memory["total"] <= dev.hbm_bytes
     if not fits and not allow_oom:
         need, have = memory["total"] / 2**30, dev.hbm_bytes / 2**30
@@ -249,6 +249,13 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     out, tally, stages = _step(arch, plan, env, pol)
     base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, overlap_slowdown))
     return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
+
+
+def _hpz_ranks(plan, built) -> int:
+    """Ranks of hpZ's secondary partition: the dp group's ranks on one host (1 without hpZ)."""
+    if not plan.hpz:
+        return 1
+    return len(mesh_for(plan).node_groups("dp", built.gpus_per_host)[0])
 
 
 def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base) -> StepRecord:

@@ -40,6 +40,7 @@ class ParallelPlan:
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     order: tuple = AXES
     dp_overlap: bool = True   # gradient buckets reduced during backward (DDP, Megatron); False: after it
+    hpz: bool = False         # ZeRO++ hpZ: a secondary ZeRO-3 parameter partition inside each node
 
     @property
     def gpus(self) -> int:
@@ -77,7 +78,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
               mbs: int = 1, gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
               recompute: str = "none", schedule: str = "1f1b", compute_dtype: str = "bf16",
               grad_dtype: str = "fp32", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-              order: str = "tp,pp,dp", dp_overlap: bool = True) -> ParallelPlan:
+              order: str = "tp,pp,dp", dp_overlap: bool = True, hpz: bool = False) -> ParallelPlan:
     """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field."""
     tp, pp, mbs = _positive("tp", tp), _positive("pp", pp), _positive("mbs", mbs)
     if gpus % (tp * pp):
@@ -102,6 +103,8 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
                          f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
     if zero not in (0, 1, 2, 3):
         raise InputError("zero", zero, "0, 1, 2 or 3")
+    if hpz and zero != 3:
+        raise InputError("hpz", hpz, "only with zero 3 (a secondary partition of ZeRO-3's parameters)")
     if recompute not in RECOMPUTE:
         raise InputError("recompute", recompute, " or ".join(RECOMPUTE))
     for field, value in (("compute_dtype", compute_dtype), ("grad_dtype", grad_dtype)):
@@ -116,7 +119,8 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
     return ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                         sequence_parallel=bool(sequence_parallel) and tp > 1, recompute=recompute,
                         schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
-                        grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes, dp_overlap=bool(dp_overlap))
+                        grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes, dp_overlap=bool(dp_overlap),
+                        hpz=bool(hpz) and dp > 1)
 
 
 def divisors(n: int) -> list[int]:

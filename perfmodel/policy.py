@@ -2,19 +2,28 @@
 
     policy := item ("," item)*
     item   := preset | axis "=" spec | axis ".min=" size
-    preset := none | hybrid | naive:SPEC
+    preset := none | hybrid | mzhybrid | zhybrid | zeropp | naive:SPEC
 
 Items apply left to right, so ``hybrid,dp=topk(0.01)+int8`` starts from the hybrid preset
-and overrides DP. Axes: ``dp`` (gradient all-reduce), ``zero`` (ZeRO's sharded DP traffic:
-gradient reduce-scatter, parameter all-gather), ``tp``, ``pp``.
+and overrides DP. Axes name the kind of tensor at every ZeRO stage: ``dp`` (gradient
+reduction: the all-reduce, or the reduce-scatter under ZeRO), ``zero`` (ZeRO's parameter
+all-gather), ``tp`` (activations and their gradients inside a layer), ``pp`` (activations
+between stages).
 
-``hybrid`` follows the seed idea (Xu et al. 2024: lossy ZFP on data-parallel gradients,
-lossless MPC on tensor- and pipeline-parallel traffic): gradients tolerate aggressive lossy
-compression because error feedback returns what is dropped at the next step; activations
-and their gradients on TP/PP feed the very next layer, with no such correction, so they get
-a lossless codec, applied only to messages of at least 1 MiB where a codec has a chance to
-pay for its kernels. ZeRO traffic (gradient reduce-scatter and parameter all-gather) gets
-blockwise int8, as ZeRO++'s qwZ quantizes weights for the all-gather (Wang et al. 2023).
+Presets (``PRESETS``; each axis's spec and minimum message size):
+
+* ``hybrid`` follows the seed idea (Xu et al. 2024, arXiv 2409.02423: lossy ZFP on
+  data-parallel gradients, lossless on tensor- and pipeline-parallel traffic): gradients
+  tolerate aggressive lossy compression because error feedback returns what is dropped at
+  the next step; activations and their gradients feed the very next layer with no such
+  correction, so they get a lossless byte codec (zstd), from 1 MiB where a codec has a chance
+  to pay for its kernels; ZeRO's parameter gathers get blockwise int8 (ZeRO++'s qwZ).
+* ``mzhybrid`` and ``zhybrid`` are that paper's two schemes: MZHybrid puts MPC, the lossless
+  floating-point codec of its MPI library, on TP and PP and ZFP on DP; ZHybrid uses ZFP on
+  every axis at different rates: rate 8 (4x on fp32) with error feedback on gradients, rate 16
+  (2x) on activations, whose error no later step corrects.
+* ``zeropp`` is ZeRO++'s recipe (Wang et al. 2023): blockwise int4 gradients (qgZ), int8
+  weights for the gathers (qwZ); its third part, hpZ, is a plan option.
 """
 from __future__ import annotations
 
@@ -25,8 +34,15 @@ from topologies.errors import InputError
 from topologies.units import parse_size
 
 POLICY_AXES = ("dp", "zero", "tp", "pp")
-HYBRID = {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0),
-          "tp": ("lossless(codec=zstd)", 2**20), "pp": ("lossless(codec=zstd)", 2**20)}
+MIB = 2**20
+PRESETS = {
+    "hybrid": {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0),
+               "tp": ("lossless(codec=zstd)", MIB), "pp": ("lossless(codec=zstd)", MIB)},
+    "mzhybrid": {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0), "tp": ("mpc", MIB), "pp": ("mpc", MIB)},
+    "zhybrid": {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0), "tp": ("zfp(rate=16)", MIB),
+                "pp": ("zfp(rate=16)", MIB)},
+    "zeropp": {"dp": ("int4", 0), "zero": ("int8", 0), "tp": ("none", 0), "pp": ("none", 0)},
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +77,8 @@ class CompressionPolicy:
 def _preset(item: str) -> dict | None:
     if item == "none":
         return {a: AxisPolicy() for a in POLICY_AXES}
-    if item == "hybrid":
-        return {a: AxisPolicy(spec, m) for a, (spec, m) in HYBRID.items()}
+    if item in PRESETS:
+        return {a: AxisPolicy(spec, m) for a, (spec, m) in PRESETS[item].items()}
     if item.startswith("naive:"):
         spec = item[len("naive:"):]
         compile_spec(spec)
@@ -73,7 +89,7 @@ def _preset(item: str) -> dict | None:
 def parse_policy(text: str) -> CompressionPolicy:
     """Parse a policy string (see module doc); every error names the item."""
     if not isinstance(text, str) or not text.strip():
-        raise InputError("policy", text, "none, hybrid, naive:SPEC, or axis=SPEC items")
+        raise InputError("policy", text, f"none, {', '.join(PRESETS)}, naive:SPEC, or axis=SPEC items")
     axes = {a: AxisPolicy() for a in POLICY_AXES}
     for item in split_top_level(text):
         preset = _preset(item)
@@ -83,7 +99,7 @@ def parse_policy(text: str) -> CompressionPolicy:
         key, sep, value = item.partition("=")
         axis, _, attr = key.strip().partition(".")
         if not sep or axis not in POLICY_AXES or attr not in ("", "min"):
-            raise InputError("policy", item, "none, hybrid, naive:SPEC, AXIS=SPEC or AXIS.min=SIZE "
+            raise InputError("policy", item, f"none, {', '.join(PRESETS)}, naive:SPEC, AXIS=SPEC or AXIS.min=SIZE "
                              f"with AXIS in {', '.join(POLICY_AXES)}")
         if attr == "min":
             axes[axis] = replace(axes[axis], min_bytes=parse_size(value, f"policy.{axis}.min"))

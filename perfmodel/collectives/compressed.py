@@ -11,8 +11,10 @@ algorithm on the payload. Reduction with a non-reducible codec needs one of:
 * ``allgather``: compress once, gather all payloads, decode p-1 and sum (sparse top-k);
 * ``two_phase``: all-to-all of compressed slices, reduce in full precision, compress,
   all-gather (ZeRO++ qgZ, CGX);
-* ``hierarchical``: uncompressed in-host reduce-scatter, two-phase across hosts on the
-  shard, uncompressed in-host all-gather: only the slow hop is compressed.
+* ``hierarchical``: all-reduce: uncompressed in-host reduce-scatter, two-phase across hosts
+  on the shard, uncompressed in-host all-gather: only the slow hop is compressed;
+  reduce-scatter (ZeRO++ qgZ): compressed all-to-all in the host, reduce, compressed
+  all-to-all across hosts.
 
 ``Msg`` gives a piece's payload size and kernel traffic; builders return an AlgoCost.
 Where the sum must be the same bits on every rank, a rank decodes its own payload too (it
@@ -131,6 +133,18 @@ def two_phase_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
                     launches=2, hops=1)
 
 
+def hierarchical_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
+    """ZeRO++'s qgZ (Wang et al. 2023): an all-to-all of compressed slices inside the host, each
+    rank reduces its host's slice in full precision, compresses it again and an all-to-all
+    across hosts leaves it its shard. Across hosts each rank sends 1/r of what a flat two-phase
+    reduce-scatter sends; two compressions (hops 2)."""
+    S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
+    local, n = S / r, S / (r * N)
+    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) * m.w(local), "alltoall")),
+                            stage(Phase(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall"))),
+                    kernel_bytes=m.c(S) + r * m.d(local) + m.c(local) + N * m.d(n), launches=4, hops=2)
+
+
 def recursive_doubling_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
     S, rounds = m.size_bytes, lg(ctx.ranks)
     pieces = [S / 2 ** (j + 1) for j in range(rounds)]
@@ -145,7 +159,8 @@ COMPRESSED = {
                   "allgather": allgather_allreduce, "two_phase": two_phase_allreduce,
                   "hierarchical": hierarchical_allreduce},
     "reduce_scatter": {"ring": ring_reduce_scatter, "two_phase": two_phase_reduce_scatter,
-                       "recursive_doubling": recursive_doubling_reduce_scatter},
+                       "recursive_doubling": recursive_doubling_reduce_scatter,
+                       "hierarchical": hierarchical_reduce_scatter},
 }
 
 

@@ -49,6 +49,9 @@ DEFAULT_RATIO = {
     "zfp": 4.0,
     # Measured (docs/design.md, Facts measured): lossless codecs gave at most 1.15x on Gaussian float32.
     "lossless": 1.15,
+    # Measured (benchmarks/bench_lossless.py, docs/design.md): MPC on a small GPT's fp32
+    # activations and gradients after 20 steps, 1.11x and 1.11x (fp16: 1.04x, 1.06x).
+    "mpc": 1.11,
 }
 
 
@@ -583,6 +586,35 @@ class Lossless(Family):
         if dtype is None:
             raise InputError("compressor", self.NAME, "a typed input (an opaque blob of data-dependent length "
                              "cannot be compressed again: zfp accuracy modes and sz3 come last in a chain)")
+
+    def layout(self, count, dtype):
+        return Layout(0, None)
+
+    def compress_traffic(self, stream):
+        return self.TRAFFIC
+
+    def decompress_traffic(self, stream):
+        return self.TRAFFIC
+
+
+@register
+class Mpc(Family):
+    """MPC (Yang, Mukka, Hesaaraki and Burtscher, IEEE Cluster 2015): the GPU lossless codec of
+    the seed paper's MPI library; per chunk, subtract the value ``dim`` back, transpose bit
+    planes, subtract the previous plane, drop zero words (realrun.compressors.mpc). Floats only
+    (its words are the float's width). Data-dependent ratio; equivalent traffic ``TRAFFIC``
+    bytes per input byte (an assumption: one read, one write and the in-register transposition
+    of every chunk; calibration replaces it)."""
+
+    NAME, LOSSLESS, EXACT = "mpc", True, False
+    EXAMPLES = ("mpc", "mpc(dim=2)", "mpc(ratio=1.3)")
+    TRAFFIC = 4.0
+    PARAMS = (Param(name="dim", kind=int, default=1, check=lambda v: _positive_int(v) and v <= 32,
+                    allowed="the data's dimensionality, an integer from 1 to 32"),
+              Param(name="ratio", kind=float, check=_ratio, allowed="a compression ratio >= 1"))
+
+    def accepts(self, dtype):
+        _float_input(self.NAME, dtype)
 
     def layout(self, count, dtype):
         return Layout(0, None)

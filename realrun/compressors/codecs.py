@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfmodel.compression import families
+from realrun.compressors import mpc
 from realrun.compressors.stages import Stage
 from topologies.errors import InputError
 
@@ -155,3 +156,14 @@ class Lossless(Stage):
         if len(data) != n * np.dtype(dtype).itemsize:
             raise InputError("payload", f"{len(data)} decoded bytes", f"{n * np.dtype(dtype).itemsize} (header)")
         return np.frombuffer(data, dtype=dtype).copy()
+
+
+@families.Mpc.implements("numpy")
+class Mpc(Stage):
+    """MPC's four stages in numpy (realrun.compressors.mpc); bit-exact for every float pattern."""
+
+    def encode(self, x, ctx):
+        return mpc.encode(x, self.params["dim"]), b""
+
+    def decode(self, values, meta, n, dtype, ctx):
+        return mpc.decode(np.asarray(values, np.uint8), n, dtype, self.params["dim"])
