@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -31,6 +31,7 @@ class Device:
     stream_Bps: float
     launch_s: float
     gemm_efficiency: tuple = ()   # ((cube-root size, fraction of peak), ...) ascending
+    arch: str = ""                # volta, ampere, hopper, blackwell, ... (NCCL's per-generation constants)
     source: str = ""
 
     def peak(self, dtype: str) -> float:
@@ -74,7 +75,7 @@ def gpu_catalog() -> dict[str, Device]:
                           hbm_bytes=d["hbm_GiB"] * 2**30, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
                           stream_Bps=TBps_to_Bps(d["stream_TBps"]), launch_s=us_to_s(d["kernel_launch_us"]),
                           gemm_efficiency=tuple(sorted((float(s), e) for s, e in d["gemm_efficiency"].items())),
-                          source=d["source"])
+                          arch=d.get("arch", ""), source=d["source"])
     return out
 
 
@@ -93,9 +94,41 @@ class Protocol:
     base_s: float
     step_s: float
     bw_fraction: float
+    max_Bps: float = math.inf   # an absolute cap (NCCL's per-architecture maxima), beside the fraction
 
 
 PROTOCOL_NAMES = ("LL", "LL128", "Simple")
+
+
+@cache
+def nccl_arch() -> dict:
+    """catalog/nccl_arch.toml: NCCL's per-architecture NVLink constants (its header says how)."""
+    return read_catalog("nccl_arch")
+
+
+def nvlink_for_arch(table: dict, arch: str) -> dict:
+    """The nvlink class's protocols on ``arch``: LL and LL128 capped at the A100 fit's bandwidth
+    scaled by NCCL's ratio of the architecture's cap to Ampere's (catalog/nccl_arch.toml)."""
+    consts = nccl_arch()
+    if arch not in consts or arch == "ampere":
+        return table
+    ref, mine, amp = consts["reference_GBps"] * 1e9, consts[arch], consts["ampere"]
+    ratio = {"LL": mine["ll_max_GBps"] / amp["ll_max_GBps"],
+             "LL128": mine["ll128_channel_GBps"] / amp["ll128_channel_GBps"]}
+    return {name: replace(p, max_Bps=p.bw_fraction * ref * ratio[name]) if name in ratio else p
+            for name, p in table.items()}
+
+
+def nvls_protocols(arch: str) -> dict | None:
+    """NVLS's protocol on ``arch`` (Simple only, as NCCL runs it): no base latency,
+    ``nvls_latency_us`` over its two steps, ``nvls_efficiency`` of the link; None where the
+    architecture has no NVLS."""
+    consts = nccl_arch().get(arch, {})
+    if not consts.get("nvls_efficiency"):
+        return None
+    proto = Protocol(name="Simple", base_s=0.0, step_s=us_to_s(consts["nvls_latency_us"]) / 2,
+                     bw_fraction=consts["nvls_efficiency"])
+    return {"Simple": proto}
 
 
 @cache

@@ -58,7 +58,7 @@ def _features(cost) -> dict:
         if not phases:
             continue
         ph = max(phases, key=lambda p: p.nbytes / p.link.bandwidth_Bps)
-        row = out.setdefault((tier_class(ph.link.tier), ph.primitive or "allreduce"), [0.0, 0.0])
+        row = out.setdefault((ph.link.cls or tier_class(ph.link.tier), ph.primitive or "allreduce"), [0.0, 0.0])
         row[0] += ph.steps
         row[1] += ph.nbytes / ph.link.bandwidth_Bps
     return out

@@ -160,7 +160,7 @@ def _pipeline_breakdown(stages: list[StageTime], plan) -> Breakdown:
     b, m = stages[worst], plan.microbatches
     pp, compression = m * b.pp, m * b.compression
     if plan.virtual_stages == 1:
-        exposed, kernel = exposed_pp(b, m, total - bubble - m * (b.fwd_op + b.bwd_op))
+        exposed, kernel = exposed_pp(b, m, max(0.0, total - bubble - m * (b.fwd_op + b.bwd_op)))
         pp, compression = exposed - kernel, m * (b.compression - b.pp_kernel) + kernel
     return Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.tp, pp_comm_s=pp, compression_s=compression,
                      dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)

@@ -108,6 +108,7 @@ def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int,
 def exposed_pp(stage: StageTime, microbatches: int, idle: float) -> tuple[float, float]:
     """(pp seconds, pp kernel seconds) of ``idle`` seconds of a stage outside its operations:
     its own transfers' kernels first, then their wire time, the rest is bubble."""
+    idle = max(0.0, idle)
     kernel = min(idle, microbatches * stage.pp_kernel)
     return kernel + min(idle - kernel, microbatches * stage.pp), kernel
 

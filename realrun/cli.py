@@ -106,6 +106,9 @@ def _loop_parsers(sub) -> None:
                      "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
                      "step_predicted_vs_measured.png, loss_curves.png")
     val.add_argument("--steps", type=int, help="--training: steps per run (default 12, --quick 7)")
+    val.add_argument("--measured", metavar="CSV", help="--training: predict the cases of a stored "
+                     "results_training.csv again (after a model change or with another --calibration) against its "
+                     "measurements; nothing is trained and no cluster is needed")
     val.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -289,6 +292,9 @@ def _validate(args) -> None:
     from realrun.validate import summary_lines, validate
 
     load_calibration(args.calibration)   # a bad profile is refused before anything runs
+    if args.measured is not None:
+        _repredict_training(args)
+        return
     iters = _positive("iters", args.iters)
     runner = runner_for(args.cluster)    # a bad cluster too; only then is --out created
     check_writable(os.path.join(args.out, "results.csv") if os.path.isdir(args.out) else args.out, "out")
@@ -303,6 +309,22 @@ def _validate(args) -> None:
         print(json.dumps(result, indent=1, default=str))
         return
     print(f"# realrun validate on {runner.topology()}: {args.out}/results.csv, report.md, predicted_vs_measured.png")
+    for line in summary_lines(result):
+        print(line)
+
+
+def _repredict_training(args) -> None:
+    from realrun.validate_training import repredict, summary_lines
+
+    if not args.training:
+        raise InputError("measured", args.measured, "a results_training.csv, with --training")
+    check_writable(os.path.join(args.out, "report.md") if os.path.isdir(args.out) else args.out, "out")
+    result = repredict(args.measured, args.calibration, args.out)
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+        return
+    print(f"# realrun validate --training, re-predicted from {args.measured}: {args.out}/results_training.csv, "
+          "report.md, step_predicted_vs_measured.png")
     for line in summary_lines(result):
         print(line)
 

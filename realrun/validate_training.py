@@ -28,6 +28,7 @@ from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL
 from realrun.train.config import TrainConfig
 from realrun.train.report import WARMUP_STEPS
 from topologies.clikit import atomic_write
+from topologies.errors import InputError
 
 MBIT, GBIT = 10**6, 10**9
 MICROBATCHES = 2          # per replica and step: a pipeline of 2 stages has a bubble of 1/3
@@ -104,12 +105,21 @@ def _median(records: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in steady)
 
 
+def predicted_phases(predicted) -> dict:
+    """perfmodel's breakdown in the measured phases' terms: dp and ZeRO kernels go with the dp
+    phase (the trainer times them inside its reduction), tp and pp kernels are the compression
+    phase, the bubble is inside the pp phase's waits."""
+    b, kernels = predicted.breakdown, predicted.kernel_s
+    dp_kernels = sum(sum(kernels.get(axis, {}).values()) for axis in ("dp", "zero"))
+    return {"compute_s": b["compute_s"], "tp_comm_s": b["tp_comm_s"], "pp_comm_s": b["pp_comm_s"] + b["bubble_s"],
+            "dp_comm_s": b["dp_comm_exposed_s"] + dp_kernels,
+            "compression_s": max(0.0, b["compression_s"] - dp_kernels),
+            "optimizer_s": b["optimizer_s"] + b["overlap_slowdown_s"]}
+
+
 def row(case: TrainCase, predicted, records: list[dict]) -> dict:
     """One results row: the case, predicted and measured step and phases, losses."""
-    b = predicted.breakdown
-    pred = {"compute_s": b["compute_s"], "tp_comm_s": b["tp_comm_s"], "pp_comm_s": b["pp_comm_s"] + b["bubble_s"],
-            "dp_comm_s": b["dp_comm_exposed_s"], "compression_s": b["compression_s"],
-            "optimizer_s": b["optimizer_s"] + b["overlap_slowdown_s"]}
+    pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
            "predicted_step_s": predicted.step_time_s, "measured_step_s": _median(records, "step_s")}
     for phase, keys in PHASES.items():
@@ -118,11 +128,76 @@ def row(case: TrainCase, predicted, records: list[dict]) -> dict:
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
     out["val_loss"] = next((r["val_loss"] for r in reversed(records) if r.get("val_loss") is not None), None)
     out["losses"] = [r["loss"] for r in records]
-    for axis in ("dp", "tp", "pp"):
-        errors = [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
-        out[f"measured_{axis}_error"] = statistics.median(errors) if errors else None
-        out[f"predicted_{axis}_error"] = predicted.error_estimate.get(axis)
+    _errors(out, predicted, {axis: [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
+                             for axis in ("dp", "tp", "pp")})
     return out
+
+
+def _errors(out: dict, predicted, measured: dict) -> None:
+    for axis in ("dp", "tp", "pp"):
+        out[f"measured_{axis}_error"] = statistics.median(measured[axis]) if measured.get(axis) else None
+        out[f"predicted_{axis}_error"] = predicted.error_estimate.get(axis)
+
+
+class StoredCluster:
+    """The emulated cluster a stored run trained on, as perfmodel names it (no cluster needed)."""
+
+    def topology(self, hosts: int, bandwidth: int) -> str:
+        from topologies.units import format_rate
+
+        return f"emulated:hosts={hosts},bandwidth={format_rate(bandwidth)}"
+
+
+def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=None) -> dict:
+    """Predict the cases of a stored ``results_training.csv`` again (a changed model or another
+    profile) against its measured columns; writes ``report.md``, ``results_training.csv`` and
+    ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
+    loss-curve picture needs the run itself). No training runs."""
+    try:
+        with open(results_csv, newline="") as handle:
+            stored = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise InputError("measured", results_csv, f"a readable results_training.csv ({exc.strerror})") from None
+    missing = [f for f in FIELDS if stored and f not in stored[0]]
+    if not stored or missing:
+        raise InputError("measured", results_csv, "a results_training.csv of realrun validate --training"
+                         + (f" (missing {missing[0]})" if missing else " (no rows)"))
+    rows = [_restored_row(m, runner or StoredCluster(), calibration) for m in stored]
+    add_speedups(rows)
+    summary = summarize(rows)
+    os.makedirs(out_dir, exist_ok=True)
+    _write_tables(out_dir, rows, summary)
+    plot_steps(rows, os.path.join(out_dir, "step_predicted_vs_measured.png"))
+    return summary
+
+
+def _restored_row(m: dict, runner, calibration: str | None) -> dict:
+    case = TrainCase(*_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
+    predicted = predict(case, runner, calibration, STEPS)
+    pred = predicted_phases(predicted)
+    out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
+           "predicted_step_s": predicted.step_time_s, "measured_step_s": float(m["measured_step_s"])}
+    for phase in PHASES:
+        out[f"predicted_{phase}"], out[f"measured_{phase}"] = pred[phase], float(m[f"measured_{phase}"])
+    out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
+    out["val_loss"] = _float(m["val_loss"])
+    out["stored_time_to_target_s"] = _float(m["time_to_target_s"])
+    _errors(out, predicted, {axis: [v] for axis in ("dp", "tp", "pp")
+                             if (v := _float(m[f"measured_{axis}_error"])) is not None})
+    return out
+
+
+def _plan_of(text: str) -> tuple[int, int, int, int]:
+    import re
+
+    found = re.fullmatch(r"tp(\d+)-pp(\d+)-dp(\d+)(?:-zero(\d))?", text)
+    if not found:
+        raise InputError("plan", text, "tpT-ppP-dpD[-zeroZ] as validate --training writes it")
+    return int(found[1]), int(found[2]), int(found[3]), int(found[4] or 0)
+
+
+def _float(text: str) -> float | None:
+    return float(text) if text not in ("", None) else None
 
 
 def add_speedups(rows: list[dict]) -> None:
@@ -134,6 +209,9 @@ def add_speedups(rows: list[dict]) -> None:
         r["predicted_speedup"] = b["predicted_step_s"] / r["predicted_step_s"] if b else None
         r["measured_speedup"] = b["measured_step_s"] / r["measured_step_s"] if b else None
         r["none_val_loss"] = b["val_loss"] if b else None
+        if "losses" not in r:   # re-predicted from a stored run: its measured time to target stands
+            r["time_to_target_s"] = r.get("stored_time_to_target_s")
+            continue
         target = b["losses"][-1] if b else None
         hit = next((i for i, loss in enumerate(r["losses"]) if target is not None and loss <= target), None)
         r["time_to_target_s"] = (hit + 1) * r["measured_step_s"] if hit is not None else None
@@ -185,14 +263,18 @@ FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", 
 
 
 def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
+    _write_tables(out_dir, rows, summary)
+    plot_steps(rows, os.path.join(out_dir, "step_predicted_vs_measured.png"))
+    plot_loss_curves(rows, os.path.join(out_dir, "loss_curves.png"))
+
+
+def _write_tables(out_dir: str, rows: list[dict], summary: dict) -> None:
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=FIELDS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write(os.path.join(out_dir, "results_training.csv"), lambda h: h.write(text.getvalue().encode()))
     atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(rows, summary).encode()))
-    plot_steps(rows, os.path.join(out_dir, "step_predicted_vs_measured.png"))
-    plot_loss_curves(rows, os.path.join(out_dir, "loss_curves.png"))
 
 
 def summary_lines(s: dict) -> list[str]:

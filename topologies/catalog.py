@@ -110,14 +110,20 @@ def _read(name_or_path: str) -> tuple[dict, str]:
         raise InputError("cluster", name_or_path, f"valid TOML ({err})") from None
 
 
+# keys a section takes whatever its builder: the fabric's transport (RDMA verbs, or TCP
+# sockets where the NICs or the network have no RDMA: NCCL's socket transport)
+COMMON_KEYS = {"fabric": {"transport"}}
+TRANSPORTS = ("rdma", "socket")
+
+
 def _check_section(spec: dict, section: str, builders: dict) -> None:
     body = spec[section]
     if not isinstance(body, dict) or body.get("builder") not in builders:
         got = body.get("builder") if isinstance(body, dict) else body
         raise InputError(f"{section}.builder", got, "one of " + ", ".join(builders))
     params = inspect.signature(builders[body["builder"]]).parameters
-    allowed = {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY}
-    required = {k for k in allowed if params[k].default is inspect.Parameter.empty}
+    allowed = {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY} | COMMON_KEYS.get(section, set())
+    required = {k for k in allowed if k in params and params[k].default is inspect.Parameter.empty}
     for key in body:
         if key != "builder" and key not in allowed:
             raise InputError(f"{section}.{key}", body[key],
@@ -139,6 +145,8 @@ def validate_spec(spec: dict) -> dict:
             raise InputError(key, None, "required in a cluster file")
     _check_section(spec, "node", NODE_BUILDERS)
     _check_section(spec, "fabric", FABRIC_BUILDERS)
+    if spec["fabric"].get("transport", "rdma") not in TRANSPORTS:
+        raise InputError("fabric.transport", spec["fabric"]["transport"], " or ".join(TRANSPORTS))
     if isinstance(spec["default_nodes"], bool) or not isinstance(spec["default_nodes"], int) \
             or not 1 <= spec["default_nodes"] <= 16384:
         raise InputError("default_nodes", spec["default_nodes"], "an integer from 1 to 16384 (MAX_NODES)")

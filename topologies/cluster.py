@@ -41,6 +41,11 @@ class Cluster:
         return {n: d[HOST] for n, d in self.graph.nodes(data=True) if d[KIND] == GPU}
 
     @property
+    def transport(self) -> str:
+        """How ranks on different hosts talk: ``rdma`` (InfiniBand, RoCE) or ``socket`` (TCP)."""
+        return self.spec["fabric"].get("transport", "rdma")
+
+    @property
     def supports_nvls(self) -> bool:
         """In-switch reduction (NVLink SHARP) on the node's NVSwitch."""
         return bool(self.graph.nodes.get("h0.nvsw", {}).get("nvls", False))
@@ -71,7 +76,7 @@ def build_graph(spec: dict, hosts: int) -> tuple[nx.Graph, int]:
     """Build and validate the graph of ``hosts`` hosts; return it and GPUs per host."""
     graph = nx.Graph(name=spec["name"])
     node_args = {k: v for k, v in spec["node"].items() if k != "builder"}
-    fabric_args = {k: v for k, v in spec["fabric"].items() if k != "builder"}
+    fabric_args = {k: v for k, v in spec["fabric"].items() if k not in ("builder", "transport")}
     nics = [NODE_BUILDERS[spec["node"]["builder"]](graph, h, **node_args) for h in range(hosts)]
     per_host = sum(1 for _, d in graph.nodes(data=True) if d[KIND] == GPU and d[HOST] == 0)
     if hosts > 1 or spec["fabric"]["builder"] != "single_switch":

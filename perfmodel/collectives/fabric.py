@@ -7,9 +7,9 @@ latency of one step, the tier it is bottlenecked on, and that tier's protocols.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 
-from perfmodel.catalogs import Device, Protocol, device, protocol_table, tier_class
+from perfmodel.catalogs import Device, Protocol, device, nvlink_for_arch, nvls_protocols, protocol_table, tier_class
 from topologies import Cluster, fabric_view
 
 
@@ -21,6 +21,7 @@ class Link:
     latency_s: float
     protocols: dict
     traversals: tuple = ()   # ((tier, link crossings per byte sent), ...)
+    cls: str = ""            # protocol class (nvlink, pcie, net, socket, tcp) its protocols came from
     primitives: dict = field(default_factory=dict)   # {primitive: Protocol} measured (calibration)
 
     def protocol(self, name: str) -> Protocol:
@@ -29,7 +30,7 @@ class Link:
     @cached_property
     def terms(self) -> dict:
         """{protocol: (base_s, step_s, s_per_byte)}: the per-phase cost terms on this link."""
-        return {n: (p.base_s, max(self.latency_s, p.step_s), 1.0 / (self.bandwidth_Bps * p.bw_fraction))
+        return {n: (p.base_s, max(self.latency_s, p.step_s), 1.0 / min(self.bandwidth_Bps * p.bw_fraction, p.max_Bps))
                 for n, p in self.protocols.items()}
 
     @cached_property
@@ -51,6 +52,7 @@ class Ctx:
     inter: Link
     device: Device
     nvls: bool
+    nvls_link: Link | None = None   # the intra link under NVLS's own protocol (its architecture's constants)
     kernels: object = None   # Calibration.kernel: spec text -> (compress_Bps, decompress_Bps) alone, or None
     share: float = 1.0       # fraction of one core a rank gets where hosts share CPU cores
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
@@ -68,12 +70,20 @@ class Ctx:
         return (self.device.stream_Bps / (comp * per_rank), self.device.stream_Bps / (decomp * per_rank))
 
 
-def _link(name, pattern, fallback, tables, prims) -> Link:
+def _link(name, pattern, fallback, tables, prims, classify) -> Link:
     if pattern is None or pattern.bottleneck_tier is None:
         return fallback
     tier = pattern.bottleneck_tier
+    cls = classify(tier)
     return Link(name=name, tier=tier, bandwidth_Bps=pattern.bandwidth_Bps, latency_s=pattern.latency_s,
-                protocols=tables(tier_class(tier)), traversals=pattern.traversals, primitives=prims(tier_class(tier)))
+                protocols=tables(cls), traversals=pattern.traversals, primitives=prims(cls), cls=cls)
+
+
+def link_class(cluster: Cluster, tier: str) -> str:
+    """The protocol class of ``tier`` on ``cluster``: a network tier of a socket fabric is
+    ``socket`` (NCCL's TCP transport), else ``tier_class``."""
+    cls = tier_class(tier)
+    return "socket" if cls == "net" and cluster.transport == "socket" else cls
 
 
 @lru_cache(maxsize=256)
@@ -81,27 +91,43 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     """Context of ``group`` (GPU indices) on ``cluster`` while ``concurrent`` groups run;
     ``calib`` (a Calibration) replaces device and protocol numbers it measured."""
     view = fabric_view(cluster, group, concurrent)
-    tables = calib.protocol_table if calib else (lambda cls: protocol_table()[cls])
+    arch = device(cluster.gpu_model).arch
+    tables = _tables(calib, arch)
     prims = calib.primitive_table if calib else (lambda cls: {})
-    idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0, protocols=tables("nvlink"))
-    ring = _link("ring", view.ring, idle, tables, prims)
-    intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables, prims)
-    inter = _link("inter", view.inter, ring, tables, prims)
+    classify = partial(link_class, cluster)
+    idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0, protocols=tables("nvlink"),
+                cls="nvlink")
+    ring = _link("ring", view.ring, idle, tables, prims, classify)
+    intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables, prims, classify)
+    inter = _link("inter", view.inter, ring, tables, prims, classify)
     if view.ring.bottleneck_tier is not None and view.hosts > 1:
-        # NCCL uses the network protocols for any ring that leaves the host (gloo has only tcp).
-        cls = "tcp" if tier_class(ring.tier) == "tcp" else "net"
+        # NCCL uses its network transport's protocols for any ring that leaves the host (gloo has only tcp).
+        cls = "tcp" if ring.cls == "tcp" else "socket" if cluster.transport == "socket" else "net"
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
                     latency_s=ring.latency_s, protocols=tables(cls), traversals=ring.traversals,
-                    primitives=ring.primitives)
+                    primitives=ring.primitives, cls=cls)
     dev = calib.device(device(cluster.gpu_model)) if calib else device(cluster.gpu_model)
     active = view.ranks * (1 + len(concurrent))
     share = cpu_share(cluster, active)
     if share < 1.0:
         dev = replace(dev, stream_Bps=dev.stream_Bps * share, launch_s=dev.launch_s / share)
+    nvls = cluster.supports_nvls and view.hosts == 1 and view.ranks > 1
+    nvls_table = nvls_protocols(arch) if nvls else None
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
-               ring=ring, intra=intra, inter=inter, device=dev,
-               nvls=cluster.supports_nvls and view.hosts == 1 and view.ranks > 1,
+               ring=ring, intra=intra, inter=inter, device=dev, nvls=nvls,
+               nvls_link=replace(intra, protocols=nvls_table) if nvls_table else None,
                kernels=calib.kernel if calib else None, share=share, active=active)
+
+
+def _tables(calib, arch: str):
+    """tier class -> protocols: the profile's where it measured the class, else the catalog's,
+    with NCCL's per-architecture caps on NVLink (``nvlink_for_arch``)."""
+    def table(cls: str) -> dict:
+        if calib and cls in calib.protocols:
+            return calib.protocol_table(cls)
+        base = calib.protocol_table(cls) if calib else protocol_table()[cls]
+        return nvlink_for_arch(base, arch) if cls == "nvlink" else base
+    return table
 
 
 def cpu_share(cluster: Cluster, active_ranks: int) -> float:

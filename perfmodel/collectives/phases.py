@@ -108,7 +108,7 @@ def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
     kernel = cost.kernel_bytes / dev.stream_Bps
     launches_s = cost.launches * dev.launch_s if cost.kernel_bytes > 0 else 0.0
     best_t, best = math.inf, None
-    for proto in PROTOCOL_NAMES if cost.stages else ("-",):
+    for proto in _protocols(cost):
         base, steps, wire = _wire(cost, proto) if cost.stages else (0.0, 0.0, 0.0)
         overhead = launches_s + steps
         for k in chunk_options(kernel, wire, overhead, chunks):
@@ -118,6 +118,14 @@ def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
     proto, k, latency, wire = best
     return Timed(time_s=best_t, protocol=proto, chunks=k, latency_s=latency, bandwidth_s=wire,
                  kernel_s=kernel + launches_s)
+
+
+def _protocols(cost: AlgoCost) -> tuple:
+    """The protocols every link of ``cost`` has (NVLS runs Simple only); '-' with no stages."""
+    if not cost.stages:
+        return ("-",)
+    links = {id(ph.link): ph.link for st in cost.stages for ph in st}.values()
+    return tuple(n for n in PROTOCOL_NAMES if all(n in link.protocols for link in links)) or ("-",)
 
 
 def wire_bytes_by_tier(cost: AlgoCost) -> dict:

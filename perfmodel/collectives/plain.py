@@ -61,8 +61,9 @@ def hierarchical_allreduce(ctx: Ctx, S: float) -> AlgoCost:
 
 
 def nvls_allreduce(ctx: Ctx, S: float) -> AlgoCost:
-    """NVLink SHARP: the switch reduces; each GPU moves S (1 + 1/p) each way in 2 steps."""
-    return AlgoCost(stages=(stage(Phase(ctx.intra, 2, S * (1 + 1 / ctx.ranks))),))
+    """NVLink SHARP: the switch reduces; each GPU moves S (1 + 1/p) each way in 2 steps, under
+    NVLS's own protocol where the architecture has one (catalog/nccl_arch.toml)."""
+    return AlgoCost(stages=(stage(Phase(ctx.nvls_link or ctx.intra, 2, S * (1 + 1 / ctx.ranks))),))
 
 
 def ring_gather(ctx: Ctx, S: float) -> AlgoCost:

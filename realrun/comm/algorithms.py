@@ -146,16 +146,39 @@ def hierarchical_allreduce(x: np.ndarray, c: BoundWire, group=None, *, local: in
     return _xp(x).concatenate([as_u8(d).view(x.dtype) for d in all_gather_bytes(as_u8(reduced), intra)])
 
 
-def _reduce_scatter(x: np.ndarray, c: BoundWire, group) -> np.ndarray:
-    """This rank's part of the sum (accumulated as ``_acc``), one compression per value."""
+def _reduce_scatter(x: np.ndarray, c: BoundWire, group, parts: list[slice] | None = None,
+                    tag: str = "rs") -> np.ndarray:
+    """This rank's part (accumulated as ``_acc``) of the sum, one compression per value: slice
+    ``parts[j]`` of every rank goes to rank j (default: ``split``, earlier ranks one longer)."""
     rank, p = world(group)
-    parts = split(len(x), p)
+    parts = parts or split(len(x), p)
     total = _xp(x).zeros(parts[rank].stop - parts[rank].start, _acc(x))
     known = c.sizes([s.stop - s.start for s in parts], x.dtype)
-    for d in all_to_all_bytes([c.pack(x[s], f"rs{i}") for i, s in enumerate(parts)], group,
+    for d in all_to_all_bytes([c.pack(x[s], f"{tag}{i}") for i, s in enumerate(parts)], group,
                               None if known is None else [known] * p):
         total += c.unpack(d, x.dtype)
     return total
+
+
+def hierarchical_reduce_scatter(x: np.ndarray, c: BoundWire, group=None, *, local: int, intra,
+                                inter) -> np.ndarray:
+    """ZeRO++'s qgZ: this rank's ``split`` part of the sum in two compressed all-to-alls, the
+    first inside the node, the second across nodes on 1/local of the data. Ranks are packed
+    (rank = node x local + j). The node's slices are reordered first so that local rank j's
+    slice holds the parts of every node's rank j (ZeRO++'s tensor slice reordering): after the
+    in-node reduction rank j has the node's sum of exactly what its peers across nodes need."""
+    rank, p = world(group)
+    nodes = p // local
+    parts = split(len(x), p)
+    order = [parts[n * local + j] for j in range(local) for n in range(nodes)]
+    y = _xp(x).concatenate([x[s] for s in order]) if len(x) else x.copy()
+    sizes = [s.stop - s.start for s in order]
+    edges = np.cumsum([0] + sizes)
+    per_local = [slice(int(edges[j * nodes]), int(edges[(j + 1) * nodes])) for j in range(local)]
+    mine = _reduce_scatter(y, c, intra, per_local, "hrs1-").astype(x.dtype)
+    inner = np.cumsum([0] + sizes[(rank % local) * nodes:(rank % local + 1) * nodes])
+    per_node = [slice(int(inner[n]), int(inner[n + 1])) for n in range(nodes)]
+    return _reduce_scatter(mine, c, inter, per_node, "hrs2-")
 
 
 IMPLEMENTATIONS = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,

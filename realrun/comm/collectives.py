@@ -27,7 +27,7 @@ import torch.distributed as dist
 from perfmodel.compression import Codec
 from perfmodel.record import busbw_factor
 from perfmodel.runtime import runtime_algorithm
-from realrun.comm.algorithms import IMPLEMENTATIONS, _reduce_scatter, _xp
+from realrun.comm.algorithms import IMPLEMENTATIONS, _reduce_scatter, _xp, hierarchical_reduce_scatter
 from realrun.comm.exchange import all_gather_bytes, as_u8, exchange_bytes, on_gpu, to_array, world
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from realrun.comm.wire import BoundWire, CommStats, Wire
@@ -146,12 +146,20 @@ class Comm:
         return _tensor(out, out)
 
     def reduce_scatter(self, tensor: torch.Tensor, spec: str | Codec = "none", key: str = "",
-                       stats: CommStats | None = None) -> torch.Tensor:
+                       stats: CommStats | None = None, local_size: int | None = None) -> torch.Tensor:
         """This rank's part (split as evenly as possible, earlier ranks one longer) of the sum:
-        the first phase of two-phase, one compression per value."""
+        the first phase of two-phase, one compression per value. ``local_size`` (ranks per node,
+        a divisor of the group, between 2 and the group size - 1): ZeRO++'s hierarchical qgZ,
+        an in-node compressed all-to-all, then one across nodes on 1/local_size of the data."""
         c, x = self._bound(spec, tensor, key), to_array(tensor)
+        _, p = world(self.group)
         try:
-            part = _reduce_scatter(x, c, self.group).astype(x.dtype)
+            if local_size is not None and 1 < local_size < p:
+                intra, inter = self.node_groups(local_size)
+                part = hierarchical_reduce_scatter(x, c, self.group, local=local_size, intra=intra,
+                                                   inter=inter).astype(x.dtype)
+            else:
+                part = _reduce_scatter(x, c, self.group).astype(x.dtype)
         finally:
             self._settle(c, stats)
         return _tensor(part, part)
@@ -251,8 +259,8 @@ def allgather(tensor, spec="none", group=None, key="", stats=None):
     return default_comm(group).allgather(tensor, spec, key, stats)
 
 
-def reduce_scatter(tensor, spec="none", group=None, key="", stats=None):
-    return default_comm(group).reduce_scatter(tensor, spec, key, stats)
+def reduce_scatter(tensor, spec="none", group=None, key="", stats=None, local_size=None):
+    return default_comm(group).reduce_scatter(tensor, spec, key, stats, local_size)
 
 
 def broadcast(tensor, spec="none", src=0, group=None, key="", stats=None):

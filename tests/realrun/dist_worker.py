@@ -50,6 +50,11 @@ def main(rank: int, world: int, port: int, out: str) -> None:
             full = torch.cat([torch.from_numpy(np.zeros(0, np.float32))] + [r])
             rows.append({"op": "reduce_scatter", "n": n, "spec": spec, "digest": "", "shape": list(full.shape),
                          "error": rel(r, exact[_part(n, world, rank)])})
+            if 1 < local < world:   # ZeRO++ qgZ: in-node, then across nodes
+                h = reduce_scatter(x, spec, local_size=local)
+                rows.append({"op": "reduce_scatter", "alg": "hierarchical", "n": n, "spec": spec, "digest": "",
+                             "shape": list(h.shape), "error": rel(h, exact[_part(n, world, rank)]),
+                             "same_part": list(h.shape) == list(r.shape)})
             b = broadcast(x, spec, src=world - 1)
             rows.append({"op": "broadcast", "n": n, "spec": spec, "digest": digest(b), "shape": list(b.shape),
                          "error": 0.0})

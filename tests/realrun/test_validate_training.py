@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the real extra)")
 
-from realrun.validate_training import (PHASES, TrainCase, add_speedups, grid, plans, row,  # noqa: E402
-                                       summarize, summary_lines, write_outputs)
+from realrun.validate_training import (PHASES, TrainCase, add_speedups, grid, plans, predicted_phases,  # noqa: E402
+                                       repredict, row, summarize, summary_lines, write_outputs)
+from topologies import InputError  # noqa: E402
 
 HAVE_NETNS = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
 BREAKDOWN = dict(compute_s=0.2, tp_comm_s=0.0, pp_comm_s=0.0, dp_comm_exposed_s=0.3, compression_s=0.0,
@@ -27,7 +28,7 @@ def _records(step_s: float, dp_s: float, losses) -> list[dict]:
 
 def _predicted(step_s: float, dp_s: float):
     return SimpleNamespace(step_time_s=step_s, breakdown=dict(BREAKDOWN, dp_comm_exposed_s=dp_s),
-                           error_estimate={"dp": 0.01})
+                           error_estimate={"dp": 0.01}, kernel_s={})
 
 
 def test_the_grid_covers_the_targets():
@@ -62,6 +63,41 @@ def test_rows_speedups_and_summary(tmp_path):
     assert "| tp1-pp1-dp4 | `naive:int8` | 100 |" in (tmp_path / "report.md").read_text()
     for name in ("step_predicted_vs_measured.png", "loss_curves.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_kernels_go_to_the_phase_that_times_them():
+    """The trainer times dp and ZeRO kernels inside its reduction, tp and pp kernels apart."""
+    p = SimpleNamespace(step_time_s=1.0, breakdown=dict(BREAKDOWN, compression_s=0.05, dp_comm_exposed_s=0.1),
+                        error_estimate={}, kernel_s={"dp": {"critical_s": 0.02, "beside_compute_s": 0.0},
+                                                     "tp": {"critical_s": 0.03, "beside_compute_s": 0.0}})
+    got = predicted_phases(p)
+    assert got["dp_comm_s"] == pytest.approx(0.12) and got["compression_s"] == pytest.approx(0.03)
+
+
+def test_a_stored_run_is_predicted_again_without_training(tmp_path, cli):
+    """--measured: the stored measurements against today's model; the report and picture written,
+    the stored time to target kept; a file that is not a results_training.csv is one error."""
+    none = TrainCase(1, 1, 2, 0, "none", 10**8)
+    int8 = TrainCase(1, 1, 2, 0, "naive:int8", 10**8)
+    rows = [row(none, _predicted(0.5, 0.3), _records(0.55, 0.35, [5.0, 4.0, 3.5, 3.2])),
+            row(int8, _predicted(0.3, 0.1), _records(0.4, 0.2, [5.0, 4.1, 3.2, 3.3]))]
+    add_speedups(rows)
+    (tmp_path / "run").mkdir()
+    write_outputs(str(tmp_path / "run"), rows, summarize(rows))
+    summary = repredict(str(tmp_path / "run" / "results_training.csv"), None, str(tmp_path / "again"))
+    assert summary["cases"] == 2
+    with open(tmp_path / "again" / "results_training.csv") as handle:
+        again = list(csv.DictReader(handle))
+    assert [float(r["measured_step_s"]) for r in again] == [0.55, 0.4]
+    assert float(again[1]["time_to_target_s"]) == pytest.approx(3 * 0.4)
+    assert float(again[0]["predicted_step_s"]) != 0.5          # predicted by perfmodel, not copied
+    assert (tmp_path / "again" / "step_predicted_vs_measured.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InputError):
+        repredict(str(tmp_path / "bad.csv"), None, str(tmp_path / "x"))
+    proc = cli("realrun", "validate", "--training", "--measured", str(tmp_path / "bad.csv"), "--out",
+               str(tmp_path / "y"))
+    assert proc.returncode == 2 and "measured" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.netns
