@@ -19,10 +19,10 @@ $(VENV)/.dev: $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $@
 
-# The seed-paper scenario: GPT-NeoX-20B on 192 V100 of Lassen, uncompressed vs naive vs hybrid.
+# The seed-paper scenario: GPT-NeoX-20B on 192 V100 of Lassen, uncompressed vs naive vs the hybrids.
 demo: $(VENV)/.core
 	$(BIN)/perfmodel compare --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 \
-		--mbs 4 --gbs 1056 --zero 1 --recompute full --policies "none,naive:zfp(rate=8),hybrid"
+		--mbs 4 --gbs 1056 --zero 1 --recompute full --policies "none,naive:zfp(rate=8),hybrid,mzhybrid,zhybrid"
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q

@@ -25,6 +25,9 @@ class StageCompute:
     bwd_s: float          # including recompute
     recompute_s: float    # the part of bwd_s that is recomputation
     hardware_flops: float  # FLOPs executed per microbatch on this GPU, recompute included
+    gemm_s: float = 0.0          # of fwd_s + bwd_s: the layers' GEMMs and the LM head's
+    attention_s: float = 0.0     # of fwd_s + bwd_s: attention scores and values (flash: no s x s in memory)
+    memory_bound_s: float = 0.0  # of fwd_s + bwd_s: norms, activation, residuals, embedding, loss
 
 
 def layer_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
@@ -83,7 +86,17 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     attn_flops = 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * plan.seq ** 2 * model.head_dim
     extra = {"none": 0.0, "selective": attn_flops, "full": flops}[plan.recompute]
     hw_flops = 3 * (layers * flops + end_flops) + layers * extra
-    return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops)
+    head = _head_gemm_s(model, plan, dev) if last else 0.0
+    runs = {"none": 3, "selective": 3, "full": 4}[plan.recompute]        # forward, backward x2, recompute
+    attn_runs = 4 if plan.recompute in ("selective", "full") else 3
+    gemm_s = layers * runs * gemm + 3 * head
+    attention_s = layers * attn_runs * attn
+    return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
+                        attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s)
+
+
+def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:
+    return dev.gemm_time_s(plan.seq * plan.mbs, model.vocab_size / plan.tp, model.hidden_size, plan.compute_dtype)
 
 
 def optimizer_time_s(params_per_gpu: float, dev: Device) -> float:

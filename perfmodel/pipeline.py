@@ -48,6 +48,7 @@ class StepRecord:
     speedup_vs_uncompressed: float
     error_estimate: dict            # {axis: relative RMS error of its largest collective}
     kernel_s: dict                  # {axis: {critical_s, beside_compute_s}}: compression kernels per step (stage 0)
+    compute_detail: dict            # compute_s of the busiest stage as gemm_s, attention_s, memory_bound_s
     collectives: dict               # {event: "op:algorithm:compressor"}
 
     def to_dict(self) -> dict:
@@ -81,7 +82,7 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     first, last = s == 0, s == plan.pp - 1
     sc = stage_compute(arch, plan, env.dev, layers, first, last)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
-                   hardware_flops=sc.hardware_flops)
+                   hardware_flops=sc.hardware_flops, compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s))
     m = plan.microbatches
     events = comm.tp_events(arch, plan, mesh, layers) + comm.vocab_events(arch, plan, mesh, first, last)
     for event in events + comm.pp_events(arch, plan, mesh):
@@ -251,6 +252,13 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
 
 
+def _compute_detail(stages, plan) -> dict:
+    """The busiest stage's compute per step by kind (they sum to its compute seconds)."""
+    busiest = max(stages, key=lambda st: st.fwd_op + st.bwd_op)
+    m = plan.microbatches
+    return dict(zip(("gemm_s", "attention_s", "memory_bound_s"), (m * x for x in busiest.compute_parts)))
+
+
 def _hpz_ranks(plan, built) -> int:
     """Ranks of hpZ's secondary partition: the dp group's ranks on one host (1 without hpZ)."""
     if not plan.hpz:
@@ -275,7 +283,7 @@ def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
         wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
-        collectives=tally.algorithms, kernel_s=tally.kernels)
+        collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan))
 
 
 def compare(model: str, cluster: str, policies, **plan) -> list[StepRecord]:

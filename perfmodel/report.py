@@ -26,6 +26,21 @@ def _plan_line(r) -> str:
             f"recompute={p['recompute']} schedule={sched} {p['compute_dtype']}; {split}")
 
 
+def _breakdown_rows(r) -> list[tuple]:
+    """The breakdown, with compute split by kind and compression by axis (indented, ``of which``)."""
+    rows = []
+    for k in BREAKDOWN:
+        rows.append((k[:-2], r.breakdown[k], 100 * r.breakdown[k] / r.step_time_s))
+        if k == "compute_s":
+            rows += [(f"  {name[:-2].replace('_', '-')}", v, 100 * v / r.step_time_s)
+                     for name, v in r.compute_detail.items()]
+        if k == "compression_s":
+            for axis, kinds in r.kernel_s.items():
+                rows += [(f"  {axis} kernels" + (" beside compute" if kind == "beside_compute_s" else ""), v,
+                          100 * v / r.step_time_s) for kind, v in kinds.items() if v > 0]
+    return rows
+
+
 def step_report(r) -> str:
     axes = ", ".join(f"{a}={v['spec']}" + (f" (>= {v['min_bytes']} B)" if v["min_bytes"] else "")
                      for a, v in r.policy_axes.items())
@@ -35,8 +50,7 @@ def step_report(r) -> str:
              f"TFLOPS/GPU    {r.model_tflops_per_gpu:10.2f}     (hardware {r.hardware_tflops_per_gpu:.2f}, "
              f"MFU {100 * r.mfu:.1f}%)",
              f"memory/GPU    {r.memory_per_gpu_bytes / GiB:10.1f} GiB" + ("" if r.fits else "  DOES NOT FIT"), ""]
-    rows = [(k[:-2], r.breakdown[k], 100 * r.breakdown[k] / r.step_time_s) for k in BREAKDOWN]
-    lines.append(table(("breakdown", "seconds", "%"), rows))
+    lines.append(table(("breakdown", "seconds", "%"), _breakdown_rows(r)))
     wire = [(axis, tier, nbytes / 1e9) for axis, tiers in r.wire_bytes.items() for tier, nbytes in tiers.items()]
     if wire:
         lines += ["", table(("axis", "tier", "GB per rank per step"), wire)]

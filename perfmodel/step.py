@@ -45,6 +45,7 @@ class StageTime:
     send_fwd: float = 0.0     # activation to the next stage, kernels included
     send_bwd: float = 0.0     # gradient to the previous stage, kernels included
     hardware_flops: float = 0.0   # FLOPs executed per microbatch, recompute included (not time)
+    compute_parts: tuple = (0.0, 0.0, 0.0)   # of ``compute``: GEMMs, attention, memory-bound work
 
     @property
     def total(self) -> float:

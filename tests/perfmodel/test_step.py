@@ -227,3 +227,21 @@ def test_hidden_kernels_slow_the_step():
     hidden = int8.kernel_s["dp"]["beside_compute_s"]
     assert hidden > 0 and base.breakdown["dp_comm_exposed_s"] < 0.1 * hidden
     assert int8.step_time_s - base.step_time_s > 0.8 * hidden
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_compute_detail_sums_to_the_compute_of_the_busiest_stage(recompute):
+    r = predict("gpt-neox-20b", "lassen", gpus=64, tp=4, pp=2, mbs=2, gbs=64, recompute=recompute, allow_oom=True)
+    d = r.compute_detail
+    assert set(d) == {"gemm_s", "attention_s", "memory_bound_s"} and min(d.values()) > 0
+    assert sum(d.values()) == pytest.approx(r.breakdown["compute_s"])
+    assert d["gemm_s"] > d["memory_bound_s"]      # a 20B model's layers are GEMM-bound on V100
+
+
+def test_the_step_report_shows_compute_by_kind_and_kernels_by_axis():
+    from perfmodel.report import step_report
+
+    text = step_report(predict("gpt-neox-20b", "lassen", gpus=64, tp=4, pp=2, mbs=2, gbs=64, recompute="full",
+                               policy="naive:int8", allow_oom=True))
+    for label in ("  gemm", "  attention", "  memory-bound", "  tp kernels", "  pp kernels"):
+        assert label in text
