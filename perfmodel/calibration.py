@@ -20,7 +20,10 @@ optional and overrides only what it names:
 of uncompressed bytes, one rank alone); it replaces the traffic model of that spec. Where
 ranks share a machine's cores (emulated clusters), ``shared`` gives what each of N ranks
 computing at once measured; other rank counts use the explicit core share (perfmodel
-``cpu_share``) of the alone numbers.
+``cpu_share``) of the alone numbers. ``in_run`` (>= 0) is how much longer the spec's kernels
+took inside compressed collectives on N ranks than ``shared`` predicts (measured in
+calibration's compressed runs: ranks not in lockstep, inputs not in cache); it divides the
+shared throughputs.
 
 Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
 clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, gpu_catalog, protocol_table
+from perfmodel.collectives.fabric import PAIR
 from perfmodel.collectives.phases import PRIMITIVES
 from perfmodel.compression.codec import Codec, compile_spec
 from perfmodel.compression.families import DEFAULT_RATIO
@@ -214,13 +218,16 @@ def _check(raw: dict) -> None:
         if cls not in protocol_table():
             _fail(f"primitives.{cls}", prims, "one of " + ", ".join(protocol_table()))
         for name, over in prims.items():
-            if name not in PRIMITIVES or not isinstance(over, dict) or set(over) != {"step_us", "bw_fraction"}:
+            if name.removesuffix(PAIR) not in PRIMITIVES or not isinstance(over, dict) \
+                    or set(over) != {"step_us", "bw_fraction"}:
                 _fail(f"primitives.{cls}.{name}", over, "{\"step_us\": us, \"bw_fraction\": f} for one of "
-                      + ", ".join(PRIMITIVES))
+                      + ", ".join(PRIMITIVES) + f" (or NAME{PAIR}: two ranks on two hosts)")
             _number(f"primitives.{cls}.{name}.step_us", over["step_us"], -1e-12)
             _number(f"primitives.{cls}.{name}.bw_fraction", over["bw_fraction"], 0.0, 1.0)
     for spec, over in raw.get("kernels", {}).items():
-        _check_kernel(f"kernels.{spec}", over, {"shared"})
+        _check_kernel(f"kernels.{spec}", over, {"shared", "in_run"})
+        if "in_run" in over:
+            _number(f"kernels.{spec}.in_run", over["in_run"], 0.0)
         for ranks, shared in _section(over, "shared").items():
             if not ranks.isdigit() or int(ranks) < 2:
                 _fail(f"kernels.{spec}.shared.{ranks}", shared, "a rank count >= 2 as the key")
@@ -250,7 +257,8 @@ def _load(path: str, mtime: float) -> Calibration:
             text = compile_spec(str(_with_ratios(parse_spec(spec), ratios))).text
         except InputError as err:
             raise InputError(f"calibration.kernels.{spec}", spec, f"a compressor spec ({err})") from None
-        kernels[text] = {int(r): (v["compress_GBps"] * 1e9, v["decompress_GBps"] * 1e9)
+        slow = {r: over.get("in_run", 1.0) if r != "1" else 1.0 for r in ["1", *over.get("shared", {})]}
+        kernels[text] = {int(r): (v["compress_GBps"] * 1e9 / slow[r], v["decompress_GBps"] * 1e9 / slow[r])
                          for r, v in [("1", over)] + sorted(over.get("shared", {}).items())}
     return Calibration(path=path, provenance=raw.get("provenance", {}), devices=raw.get("devices", {}),
                        protocols=raw.get("protocols", {}), ratios=ratios, primitives=raw.get("primitives", {}),

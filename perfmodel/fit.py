@@ -22,43 +22,51 @@ Residuals and R^2 of every fit go into the profile under ``fits``.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import os
 import platform
 import statistics
+import tempfile
 from datetime import date
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from perfmodel.calibration import SCHEMA
+from perfmodel.calibration import SCHEMA, load_calibration
 from perfmodel.catalogs import PROTOCOL_NAMES, tier_class
 from perfmodel.catalogs import device as catalog_device
 from perfmodel.collective import resolve_context
+from perfmodel.collectives.fabric import PAIR
+from perfmodel.collectives.phases import evaluate
 from perfmodel.runtime import runtime_cost
 from perfmodel.compression import compile_spec
 from topologies import build_cluster
 from topologies.errors import InputError
-import contextlib
 
-def phases_of(record: dict, cluster: str, calibration=None):
-    """The model's AlgoCost of what realrun ran for a collective record (``world`` ranks)."""
+def phases_of(record: dict, cluster: str, calibration=None, with_pair: bool = False):
+    """The model's AlgoCost of what realrun ran for a collective record (``world`` ranks); with
+    ``with_pair``, also whether the group is two ranks on two hosts (its primitives ``@pair``)."""
     built = build_cluster(cluster)
     if record["world"] > built.gpus:
         raise InputError("world", record["world"], f"at most the {built.gpus} ranks of {cluster}")
     ctx = resolve_context(built, record["world"], "packed", (), calibration)
-    return runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx,
+    cost = runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx,
                         calibration)[1]
+    return (cost, ctx.ranks == 2 and ctx.hosts == 2) if with_pair else cost
 
 
-def _features(cost) -> dict:
+def _features(cost, pair: bool = False) -> dict:
     """{(tier class, primitive): [steps, seconds at the full link bandwidth]}: the bandwidth-bound
-    phase of each stage."""
+    phase of each stage; a two-host pair's primitives are their own (``NAME@pair``)."""
     out: dict = {}
     for phases in cost.stages:
         if not phases:
             continue
         ph = max(phases, key=lambda p: p.nbytes / p.link.bandwidth_Bps)
-        row = out.setdefault((ph.link.cls or tier_class(ph.link.tier), ph.primitive or "allreduce"), [0.0, 0.0])
+        prim = (ph.primitive or "allreduce") + (PAIR if pair else "")
+        row = out.setdefault((ph.link.cls or tier_class(ph.link.tier), prim), [0.0, 0.0])
         row[0] += ph.steps
         row[1] += ph.nbytes / ph.link.bandwidth_Bps
     return out
@@ -78,32 +86,41 @@ def _r2(measured, predicted) -> float:
 
 def fit_tiers(records: list[dict], cluster: str) -> tuple[dict, dict, dict]:
     """(protocols section, primitives section, fit report) from uncompressed collective records:
-    one shared base latency, and per (tier class, primitive) a step latency and a bandwidth
-    fraction. A class's protocol takes the values of its ``allreduce`` primitive (torch's own
-    all-reduce) where measured, else of its first primitive."""
+    one shared base latency, per (tier class, primitive) a step latency, and per (tier class,
+    primitive, pair or not) a bandwidth fraction: a pair of hosts sending both ways shares the
+    primitive's step latency and has its own bandwidth (``NAME@pair``; the latency must stay
+    shared, or base and step could not be told apart at a fixed host count). A class's protocol
+    takes the values of its ``allreduce`` primitive (torch's own all-reduce) where measured,
+    else of its first primitive."""
     rows = [r for r in records if r["kind"] == "collective" and compile_spec(r["compressor"]).is_none
             and r["time_s"] > 0 and r["world"] > 1]
     if not rows:
         return {}, {}, {}
-    feats = [_features(phases_of(r, r.get("cluster", cluster))) for r in rows]
-    keys = sorted({k for f in feats for k in f})
+    feats = [_features(*phases_of(r, r.get("cluster", cluster), with_pair=True)) for r in rows]
+    beta_keys = sorted({k for f in feats for k in f})
+    step_keys = sorted({(c, prim.removesuffix(PAIR)) for c, prim in beta_keys})
     times = np.array([r["time_s"] for r in rows])
-    design = np.array([[1.0] + [f.get(k, [0.0, 0.0])[i] for k in keys for i in (0, 1)] for f in feats])
+    design = np.array([[1.0] + [sum(v[0] for (c, prim), v in f.items() if (c, prim.removesuffix(PAIR)) == k)
+                                for k in step_keys] + [f.get(k, [0.0, 0.0])[1] for k in beta_keys] for f in feats])
 
     def residual(x):
         return (design @ x - times) / times
 
-    sol = _robust(residual, np.array([1e-4] + [1e-4, 1.0] * len(keys)), [0.0] + [0.0, 1.0] * len(keys))
+    n_step = len(step_keys)
+    sol = _robust(residual, np.array([1e-4] + [1e-4] * n_step + [1.0] * len(beta_keys)),
+                  [0.0] + [0.0] * n_step + [1.0] * len(beta_keys))
     base, pred = sol.x[0], design @ sol.x
-    fitted = {k: {"step_us": sol.x[1 + 2 * i] * 1e6, "bw_fraction": min(1.0, 1.0 / sol.x[2 + 2 * i])}
-              for i, k in enumerate(keys)}
+    steps = {k: sol.x[1 + i] * 1e6 for i, k in enumerate(step_keys)}
+    fitted = {k: {"step_us": steps[(k[0], k[1].removesuffix(PAIR))], "bw_fraction": min(1.0, 1.0 / sol.x[1 + n_step + i])}
+              for i, k in enumerate(beta_keys)}
     protocols, primitives = {}, {}
-    for cls in sorted({c for c, _ in keys}):
+    for cls in sorted({c for c, _ in beta_keys}):
         prims = {prim: v for (c, prim), v in fitted.items() if c == cls}
-        main = prims.get("allreduce") or next(iter(prims.values()))
+        main = prims.get("allreduce") or next((v for k, v in prims.items() if not k.endswith(PAIR)), None) \
+            or next(iter(prims.values()))
         protocols[cls] = {name: {"base_us": base * 1e6, **main} for name in PROTOCOL_NAMES}
         primitives[cls] = prims
-    report = {"records": len(rows), "parameters": 1 + 2 * len(keys), "r2": _r2(times, pred),
+    report = {"records": len(rows), "parameters": 1 + n_step + len(beta_keys), "r2": _r2(times, pred),
               "mape": float(np.mean(np.abs(pred - times) / times)),
               "residuals": [{"size_bytes": r["size_bytes"], "world": r["world"], "algorithm": r["algorithm"],
                              "cluster": r.get("cluster", cluster), "measured_s": float(t), "fitted_s": float(p)}
@@ -220,8 +237,37 @@ def fit_profile(records: list[dict], cluster: str, sources=()) -> dict:
         profile["compressors"] = ratios
     if kernels:
         profile["kernels"] = kernels
-    profile["fits"] = {"cluster": cluster, "tiers": t_report, "kernels": k_report, "compute": c_report}
+    in_run = fit_in_run(records, cluster, profile)
+    for spec, factor in in_run.items():
+        kernels[spec]["in_run"] = factor["in_run"]
+    profile["fits"] = {"cluster": cluster, "tiers": t_report, "kernels": k_report, "compute": c_report,
+                       "in_run": in_run}
     return profile
+
+
+def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
+    """{spec: {"in_run", "records"}}: per calibrated spec, the median over its compressed collective
+    records of the kernel seconds measured inside the run (compress + decompress, slowest rank)
+    over those the profile's kernel numbers predict for the same algorithm and ranks."""
+    rows = [r for r in records if r["kind"] == "collective" and r["world"] > 1
+            and r["compressor"] in profile.get("kernels", {}) and r["compress_s"] + r["decompress_s"] > 0]
+    if not rows:
+        return {}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(profile, handle)
+    try:
+        calib = load_calibration(handle.name)
+    finally:
+        os.unlink(handle.name)
+    ratios: dict = {}
+    for r in rows:
+        built = build_cluster(r.get("cluster", cluster))
+        ctx = resolve_context(built, r["world"], "packed", (), calib)
+        cost = runtime_cost(r["op"], r["size_bytes"], r["compressor"], r["algorithm"], ctx, calib)[1]
+        predicted = evaluate(cost, ctx.device, chunks=1).kernel_s
+        if predicted > 0:
+            ratios.setdefault(r["compressor"], []).append((r["compress_s"] + r["decompress_s"]) / predicted)
+    return {spec: {"in_run": statistics.median(v), "records": len(v)} for spec, v in sorted(ratios.items())}
 
 
 def summary(profile: dict) -> list[tuple]:

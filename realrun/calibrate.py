@@ -6,7 +6,8 @@
    work of ``model`` at ``TRAIN_MBS`` sequences per microbatch, TP 1 and 2, every host's rank
    computing at once) -> the device's GEMM efficiency table and streaming rate.
 3. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
-   cluster, at ``BANDWIDTHS`` -> base, alpha and beta of the tier (perfmodel.fit).
+   cluster, at ``BANDWIDTHS``, also on 2 of its hosts -> base, alpha and beta of the tier per
+   primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.fit).
 
 The bandwidths and sizes are deliberately not those ``realrun validate`` uses (100 Mbit/s,
 1 Gbit/s; 2, 8, 32 MiB), so validation predicts runs the model was not fitted on.
@@ -17,6 +18,7 @@ import sys
 
 from perfmodel.fit import fit_profile
 from realrun.bench import BenchConfig
+from realrun.bench.config import BenchCase
 
 KIB, MIB = 2**10, 2**20
 # uncompressed runs of each primitive realrun's algorithms use: torch's all-reduce (auto),
@@ -27,6 +29,11 @@ QUICK_SIZES = (64 * KIB, 1 * MIB, 4 * MIB)
 BANDWIDTHS = (200 * 10**6, 500 * 10**6)
 KERNEL_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trains (one place)
+# compressed all-reduces whose kernels are timed inside the run (the in-run factor of each spec):
+# the algorithms realrun picks for them, at sizes and a bandwidth validation does not use
+IN_RUN = (("int8", "two_phase"), ("ef(topk(0.01))", "allgather"), ("powersgd(4)", "allgather"),
+          ("zfp(rate=8)", "two_phase"))
+IN_RUN_SIZES = (1 * MIB, 4 * MIB)
 COMPRESSORS = ("fp16", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
                "sz3(abs=1e-3)")
 
@@ -50,9 +57,24 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
             config = BenchConfig.grid(op="allreduce", sizes=list(sizes), compressors=["none"],
                                       algorithms=list(ALGORITHMS), iters=iters, warmup=1)
             records += runner.collectives(config)
+            if runner.emulated and runner.hosts > 2:   # a pair of hosts: each sends to and receives from the other
+                _say(f"uncompressed all-reduce on 2 of its hosts: {len(sizes)} sizes x {len(ALGORITHMS)} algorithms")
+                records += runner.collectives(config, 2)
+        records += _in_run(runner, compressors, iters)
     finally:
         runner.restore()
     return records
+
+
+def _in_run(runner, compressors, iters: int) -> list[dict]:
+    """Compressed all-reduces of the calibrated specs (at the last calibration bandwidth): their
+    kernel seconds inside a run, against what the kernels alone predict (perfmodel.fit)."""
+    cases = tuple(BenchCase(size_bytes=size, compressor=spec, algorithm=alg) for spec, alg in IN_RUN
+                  if spec in compressors for size in IN_RUN_SIZES)
+    if not cases:
+        return []
+    _say(f"compressed all-reduce on {runner.topology()}: {len(cases)} cases (kernels inside a run)")
+    return runner.collectives(BenchConfig(op="allreduce", cases=cases, iters=iters, warmup=1))
 
 
 def calibrate(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3, sources=(),

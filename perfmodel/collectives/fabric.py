@@ -13,6 +13,11 @@ from perfmodel.catalogs import Device, Protocol, device, nvlink_for_arch, nvls_p
 from topologies import Cluster, fabric_view
 
 
+# a primitive measured between two hosts only: each rank sends to and receives from the same
+# peer at once (docs/design.md, Emulated cluster: traffic both ways between one pair is slow)
+PAIR = "@pair"
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Link:
     name: str
@@ -93,7 +98,8 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     view = fabric_view(cluster, group, concurrent)
     arch = device(cluster.gpu_model).arch
     tables = _tables(calib, arch)
-    prims = calib.primitive_table if calib else (lambda cls: {})
+    pair = view.ranks == 2 and view.hosts == 2
+    prims = (lambda cls: pair_view(calib.primitive_table(cls), pair)) if calib else (lambda cls: {})
     classify = partial(link_class, cluster)
     idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0, protocols=tables("nvlink"),
                 cls="nvlink")
@@ -128,6 +134,15 @@ def _tables(calib, arch: str):
         base = calib.protocol_table(cls) if calib else protocol_table()[cls]
         return nvlink_for_arch(base, arch) if cls == "nvlink" else base
     return table
+
+
+def pair_view(table: dict, pair: bool) -> dict:
+    """A tier's measured primitives as a group sees them: a group of two ranks on two hosts (each
+    sends to and receives from the same peer) takes the ``NAME@pair`` entries where measured."""
+    plain = {k: v for k, v in table.items() if not k.endswith(PAIR)}
+    if pair:
+        plain.update({k.removesuffix(PAIR): v for k, v in table.items() if k.endswith(PAIR)})
+    return plain
 
 
 def cpu_share(cluster: Cluster, active_ranks: int) -> float:

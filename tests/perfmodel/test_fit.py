@@ -79,7 +79,7 @@ def test_profile_round_trip_through_the_cli(tmp_path, capsys):
     assert main(["calibrate", str(path), "-o", str(out)]) == 0
     assert "tcp" in capsys.readouterr().out
     calib = load_calibration(str(out))
-    assert set(calib.primitives["tcp"]) == set(KNOWN)
+    assert set(calib.primitives["tcp"]) == set(KNOWN) | {f"{k}@pair" for k in KNOWN}   # 2-host records: pairs
     raw = json.loads(out.read_text())
     assert raw["provenance"]["packages"]["numpy"] and raw["provenance"]["date"]
     cluster = "emulated:hosts=4,bandwidth=1gbit,cores=64"
@@ -182,3 +182,58 @@ def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
 def test_a_compute_record_with_an_unknown_op_is_refused():
     with pytest.raises(InputError, match="op"):
         _compute("conv", 1, 1, 1, flops=1.0)
+
+
+def test_a_pair_of_hosts_gets_its_own_bandwidth(tmp_path):
+    """Two ranks on two hosts send to and receive from the same peer: calibration fits their
+    bandwidth apart (``NAME@pair``, the primitive's step latency shared) and a two-host group is
+    predicted with it, a four-host group without."""
+    pair = {f"{k}@pair": (a, f * 0.6) for k, (a, f) in KNOWN.items()}
+    known = _profile(tmp_path, {**KNOWN, **pair})
+    profile = fit_profile(_synthetic(known), "emulated:hosts=4,bandwidth=1gbit,cores=64")
+    assert profile["protocols"]["tcp"]["Simple"]["base_us"] == pytest.approx(BASE_US, rel=0.02)
+    got = profile["primitives"]["tcp"]
+    for prim, (alpha, frac) in {**KNOWN, **pair}.items():
+        if prim in got:
+            assert got[prim]["bw_fraction"] == pytest.approx(frac, rel=0.02), prim
+            assert got[prim]["step_us"] == pytest.approx(alpha, rel=0.02), prim
+    assert {"allreduce@pair", "p2p@pair"} <= set(got)
+    out = tmp_path / "fitted.json"
+    out.write_text(json.dumps(profile))
+    load_calibration(str(out))   # a valid profile
+    two = "emulated:hosts=2,bandwidth=1gbit,cores=64"
+    fitted = runtime_time("allreduce", 2**24, cluster=two, calibration=str(out)).time_s
+    assert fitted == pytest.approx(runtime_time("allreduce", 2**24, cluster=two, calibration=known).time_s, rel=0.03)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**profile, "primitives": {"tcp": {k: v for k, v in got.items() if "@" not in k}}}))
+    assert fitted > 1.5 * runtime_time("allreduce", 2**24, cluster=two, calibration=str(plain)).time_s
+
+
+def test_kernels_inside_a_run_give_the_in_run_factor(tmp_path):
+    """Compressed collective records whose kernels took 1.8x what the kernel benchmark predicts
+    give ``in_run`` 1.8; the loaded profile then predicts those kernels 1.8x slower at that rank
+    count, and alone (1 rank) as measured."""
+    cluster = "emulated:hosts=4,bandwidth=500mbit,cores=2"
+    records = []
+    for size in (2**18, 2**20, 2**22, 2**24):
+        for conc, (tc, td) in ((1, (2e9, 3e9)), (4, (1e9, 1.2e9))):
+            records.append(make_record("kernel", compressor="int8", device="cpu", size_bytes=size,
+                                       wire_bytes=size // 4 + 40, compress_s=size / tc, decompress_s=size / td,
+                                       max_rel_error=0.0, concurrent=conc))
+    first = fit_profile(records, cluster)
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(first))
+    for size in (2**20, 2**22):
+        t = runtime_time("allreduce", size, cluster=cluster, compressor="int8", algorithm="two_phase",
+                         calibration=str(path))
+        records.append(make_record("collective", op="allreduce", compressor="int8", algorithm="two_phase", world=4,
+                                   backend="gloo", size_bytes=size, wire_bytes=0, time_s=t.time_s,
+                                   compress_s=0.9 * t.timed.kernel_s, decompress_s=0.9 * t.timed.kernel_s,
+                                   max_rel_error=0, cluster=cluster))
+    profile = fit_profile(records, cluster)
+    assert profile["kernels"]["int8"]["in_run"] == pytest.approx(1.8, rel=0.01)
+    assert profile["fits"]["in_run"]["int8"]["records"] == 2
+    path.write_text(json.dumps(profile))
+    slow = runtime_time("allreduce", 2**22, cluster=cluster, compressor="int8", algorithm="two_phase",
+                        calibration=str(path)).timed.kernel_s
+    assert slow == pytest.approx(1.8 * t.timed.kernel_s, rel=0.02)
