@@ -84,48 +84,64 @@ def _r2(measured, predicted) -> float:
     return 1.0 - float(np.sum((y - f) ** 2)) / total if total > 0 else 1.0
 
 
+# pair records fitted from this size up: below it an emulated link's token bucket (128 KiB of
+# burst) rather than its rate sets the time, and the pair's bandwidth is what is sought
+PAIR_MIN_BYTES = 2**20
+
+
 def fit_tiers(records: list[dict], cluster: str) -> tuple[dict, dict, dict]:
     """(protocols section, primitives section, fit report) from uncompressed collective records:
-    one shared base latency, per (tier class, primitive) a step latency, and per (tier class,
-    primitive, pair or not) a bandwidth fraction: a pair of hosts sending both ways shares the
-    primitive's step latency and has its own bandwidth (``NAME@pair``; the latency must stay
-    shared, or base and step could not be told apart at a fixed host count). A class's protocol
-    takes the values of its ``allreduce`` primitive (torch's own all-reduce) where measured,
-    else of its first primitive."""
+    one shared base latency, and per (tier class, primitive) a step latency and a bandwidth
+    fraction, and per primitive a bandwidth fraction for a pair of hosts (``NAME@pair``: each
+    rank sends to and receives from the same peer; the step latency is the primitive's), the
+    pair's from its records of ``PAIR_MIN_BYTES`` and more. A class's protocol takes the values of its
+    ``allreduce`` primitive (torch's own all-reduce) where measured, else of its first."""
     rows = [r for r in records if r["kind"] == "collective" and compile_spec(r["compressor"]).is_none
             and r["time_s"] > 0 and r["world"] > 1]
     if not rows:
         return {}, {}, {}
     feats = [_features(*phases_of(r, r.get("cluster", cluster), with_pair=True)) for r in rows]
-    beta_keys = sorted({k for f in feats for k in f})
-    step_keys = sorted({(c, prim.removesuffix(PAIR)) for c, prim in beta_keys})
     times = np.array([r["time_s"] for r in rows])
-    design = np.array([[1.0] + [sum(v[0] for (c, prim), v in f.items() if (c, prim.removesuffix(PAIR)) == k)
-                                for k in step_keys] + [f.get(k, [0.0, 0.0])[1] for k in beta_keys] for f in feats])
-
-    def residual(x):
-        return (design @ x - times) / times
-
-    n_step = len(step_keys)
-    sol = _robust(residual, np.array([1e-4] + [1e-4] * n_step + [1.0] * len(beta_keys)),
-                  [0.0] + [0.0] * n_step + [1.0] * len(beta_keys))
-    base, pred = sol.x[0], design @ sol.x
-    steps = {k: sol.x[1 + i] * 1e6 for i, k in enumerate(step_keys)}
-    fitted = {k: {"step_us": steps[(k[0], k[1].removesuffix(PAIR))], "bw_fraction": min(1.0, 1.0 / sol.x[1 + n_step + i])}
-              for i, k in enumerate(beta_keys)}
+    small_pair = [any(p.endswith(PAIR) for _, p in f) and r["size_bytes"] < PAIR_MIN_BYTES for f, r in zip(feats, rows)]
+    used = [i for i, small in enumerate(small_pair) if not small] or list(range(len(rows)))
+    base, fitted = _fit_shared_steps([feats[i] for i in used], times[used])
+    pred = np.array([base + sum(v[0] * fitted[k]["step_us"] / 1e6 + v[1] / fitted[k]["bw_fraction"]
+                                for k, v in f.items()) for f in feats])
     protocols, primitives = {}, {}
-    for cls in sorted({c for c, _ in beta_keys}):
+    for cls in sorted({c for c, _ in fitted}):
         prims = {prim: v for (c, prim), v in fitted.items() if c == cls}
         main = prims.get("allreduce") or next((v for k, v in prims.items() if not k.endswith(PAIR)), None) \
             or next(iter(prims.values()))
         protocols[cls] = {name: {"base_us": base * 1e6, **main} for name in PROTOCOL_NAMES}
         primitives[cls] = prims
-    report = {"records": len(rows), "parameters": 1 + n_step + len(beta_keys), "r2": _r2(times, pred),
+    report = {"records": len(rows), "parameters": 1 + len(fitted) + len({(c, p.removesuffix(PAIR)) for c, p in fitted}),
+              "r2": _r2(times, pred),
               "mape": float(np.mean(np.abs(pred - times) / times)),
               "residuals": [{"size_bytes": r["size_bytes"], "world": r["world"], "algorithm": r["algorithm"],
                              "cluster": r.get("cluster", cluster), "measured_s": float(t), "fitted_s": float(p)}
                             for r, t, p in zip(rows, times, pred)]}
     return protocols, primitives, report
+
+
+def _fit_shared_steps(feats: list[dict], times) -> tuple[float, dict]:
+    """(base s, {(class, primitive): {step_us, bw_fraction}}): ``t = base + sum of step x steps +
+    beta x bytes / bandwidth``, with one step latency per primitive shared by its ``@pair``
+    variant (only the bandwidth differs between a pair of hosts and larger groups)."""
+    beta_keys = sorted({k for f in feats for k in f})
+    step_keys = sorted({(c, p.removesuffix(PAIR)) for c, p in beta_keys})
+    design = np.array([[1.0] + [sum(v[0] for (c, p), v in f.items() if (c, p.removesuffix(PAIR)) == k)
+                                for k in step_keys] + [f.get(k, [0.0, 0.0])[1] for k in beta_keys] for f in feats])
+    times = np.asarray(times)
+
+    def residual(x):
+        return (design @ x - times) / times
+
+    n = len(step_keys)
+    sol = _robust(residual, np.array([1e-4] + [1e-4] * n + [1.0] * len(beta_keys)),
+                  [0.0] + [0.0] * n + [1.0] * len(beta_keys))
+    steps = {k: sol.x[1 + i] * 1e6 for i, k in enumerate(step_keys)}
+    return sol.x[0], {k: {"step_us": steps[(k[0], k[1].removesuffix(PAIR))],
+                          "bw_fraction": min(1.0, 1.0 / sol.x[1 + n + i])} for i, k in enumerate(beta_keys)}
 
 
 def _line(sizes, times) -> tuple[float, float]:

@@ -18,6 +18,7 @@ from perfmodel.memory import peak_memory, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy, split_policies
+from perfmodel.trace import trace_events, write_trace
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp,
                             overlap_buckets, pipeline_time, split_kernel)
 from perfmodel.workload import load_model
@@ -216,12 +217,15 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             compute_dtype: str | None = None, grad_dtype: str = "fp32",
             bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", dp_overlap: bool = True,
             hpz: bool = False, allow_oom: bool = False,
-            overlap_slowdown: float | None = None, calibration: str | None = None) -> StepRecord:
+            overlap_slowdown: float | None = None, calibration: str | None = None,
+            trace: str | list | None = None, trace_pid: int = 0) -> StepRecord:
     """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
 
     Raises InputError (naming the field) for an invalid plan, and when the plan does not fit
     in GPU memory unless ``allow_oom``. ``calibration`` is a profile path; ``overlap_slowdown``
-    defaults to the profile's, else DEFAULT_OVERLAP_SLOWDOWN.
+    defaults to the profile's, else DEFAULT_OVERLAP_SLOWDOWN. ``trace``: a path for the step's
+    timeline as Chrome trace-event JSON (``perfmodel.trace``; GPipe and 1F1B), or a list the
+    events are appended to (processes numbered from ``trace_pid``).
     """
     calib = load_calibration(calibration)
     arch = load_model(model)
@@ -248,6 +252,12 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
                          "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
     env = Env(built, dev, calib, overlap_slowdown)
     out, tally, stages = _step(arch, plan, env, pol)
+    if trace is not None:
+        events = trace_events(stages, plan, vars(out), pol.text, trace_pid)
+        if isinstance(trace, list):
+            trace.extend(events)
+        else:
+            write_trace(trace, events)
     base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, overlap_slowdown))
     return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
 
@@ -286,7 +296,12 @@ def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
         collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan))
 
 
-def compare(model: str, cluster: str, policies, **plan) -> list[StepRecord]:
-    """The same plan under several policies (a list, or a string as ``split_policies`` takes)."""
+def compare(model: str, cluster: str, policies, trace: str | None = None, **plan) -> list[StepRecord]:
+    """The same plan under several policies (a list, or a string as ``split_policies`` takes);
+    ``trace``: one timeline file with every policy's stages (``perfmodel.trace``)."""
     names = split_policies(policies) if isinstance(policies, str) else list(policies)
-    return [predict(model, cluster, policy=p, **plan) for p in names]
+    events: list | None = [] if trace is not None else None
+    records = [predict(model, cluster, policy=p, trace=events, trace_pid=100 * i, **plan) for i, p in enumerate(names)]
+    if trace is not None:
+        write_trace(trace, events)
+    return records

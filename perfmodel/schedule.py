@@ -52,6 +52,8 @@ class Timeline:
     end_s: float               # when the last stage finishes its last operation
     busy_s: tuple              # per stage: seconds in operations
     finish_s: tuple            # per stage: when its last exchange completed
+    ops: tuple = ()            # (stage, "F" or "B", microbatch, start s, end s)
+    transfers: tuple = ()      # ("act" or "grad", microbatch, from stage, to stage, start s, end s)
 
 
 def _exchanges(name: str, s: int, p: int, m: int) -> list[tuple[list, tuple | None]]:
@@ -80,6 +82,7 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int) -> Timel
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
     posted: dict = {}      # transfer -> {stage: time it posted it}
     done: dict = {}        # transfer -> end time
+    ops, moved = [], []
     link_free: dict = {}   # (from, to) -> time the link is next free
     waiting = set(range(p))
     while waiting:
@@ -96,9 +99,11 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int) -> Timel
                     cost = stages[src].send_fwd if kind == "act" else stages[src].send_bwd
                     start = max(max(posted[t].values()), link_free.get((src, dst), 0.0))
                     done[t] = link_free[(src, dst)] = start + cost
+                    moved.append((*t, start, start + cost))
             clock[s] = max([clock[s]] + [done[t] for t in transfers])
             if op is not None:
                 d = stages[s].fwd if op[0] == "F" else stages[s].bwd
+                ops.append((s, op[0], op[1], clock[s], clock[s] + d))
                 clock[s] += d
                 busy[s] += d
             pos[s] += 1
@@ -107,4 +112,5 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int) -> Timel
             progressed = True
         if not progressed:
             raise RuntimeError(f"schedule {name} deadlocks on {p} stages x {m} microbatches")
-    return Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock))
+    return Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock), ops=tuple(ops),
+                    transfers=tuple(moved))

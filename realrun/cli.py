@@ -305,12 +305,8 @@ def _validate(args) -> None:
     result = validate(runner, args.calibration, args.out, args.quick, iters)
     if under_torchrun() and os.environ["RANK"] != "0":
         return
-    if args.json:
-        print(json.dumps(result, indent=1, default=str))
-        return
-    print(f"# realrun validate on {runner.topology()}: {args.out}/results.csv, report.md, predicted_vs_measured.png")
-    for line in summary_lines(result):
-        print(line)
+    _print_summary(args, result, summary_lines, f"# realrun validate on {runner.topology()}: {args.out}/results.csv, "
+                   "report.md, predicted_vs_measured.png")
 
 
 def _repredict_training(args) -> None:
@@ -320,13 +316,8 @@ def _repredict_training(args) -> None:
         raise InputError("measured", args.measured, "a results_training.csv, with --training")
     check_writable(os.path.join(args.out, "report.md") if os.path.isdir(args.out) else args.out, "out")
     result = repredict(args.measured, args.calibration, args.out)
-    if args.json:
-        print(json.dumps(result, indent=1, default=str))
-        return
-    print(f"# realrun validate --training, re-predicted from {args.measured}: {args.out}/results_training.csv, "
-          "report.md, step_predicted_vs_measured.png")
-    for line in summary_lines(result):
-        print(line)
+    _print_summary(args, result, summary_lines, f"# realrun validate --training, re-predicted from {args.measured}: "
+                   f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png")
 
 
 def _validate_training(args, runner) -> None:
@@ -337,12 +328,17 @@ def _validate_training(args, runner) -> None:
     steps = None if args.steps is None else _positive("steps", args.steps)
     os.makedirs(args.out, exist_ok=True)
     result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps)
+    _print_summary(args, result, summary_lines, f"# realrun validate --training on {runner.topology()}: "
+                   f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png, loss_curves.png")
+
+
+def _print_summary(args, result: dict, lines, header: str) -> None:
+    """A validation's summary: JSON with --json, else the header and its summary lines."""
     if args.json:
         print(json.dumps(result, indent=1, default=str))
         return
-    print(f"# realrun validate --training on {runner.topology()}: {args.out}/results_training.csv, report.md, "
-          "step_predicted_vs_measured.png, loss_curves.png")
-    for line in summary_lines(result):
+    print(header)
+    for line in lines(result):
         print(line)
 
 

@@ -567,6 +567,16 @@ class Sz3(Family):
         return bound / math.sqrt(3.0)
 
 
+def _opaque_layout(self, count, dtype):
+    """A lossless codec's output: an opaque blob of data-dependent length, no metadata."""
+    return Layout(0, None)
+
+
+def _fixed_traffic(self, stream):
+    """The codec's stated equivalent traffic per input byte (``TRAFFIC``), either direction."""
+    return self.TRAFFIC
+
+
 @register
 class Lossless(Family):
     """A lossless byte codec after an optional byte/bit shuffle (stands in for MPC and
@@ -587,14 +597,8 @@ class Lossless(Family):
             raise InputError("compressor", self.NAME, "a typed input (an opaque blob of data-dependent length "
                              "cannot be compressed again: zfp accuracy modes and sz3 come last in a chain)")
 
-    def layout(self, count, dtype):
-        return Layout(0, None)
-
-    def compress_traffic(self, stream):
-        return self.TRAFFIC
-
-    def decompress_traffic(self, stream):
-        return self.TRAFFIC
+    layout = _opaque_layout
+    compress_traffic = decompress_traffic = _fixed_traffic
 
 
 @register
@@ -616,14 +620,8 @@ class Mpc(Family):
     def accepts(self, dtype):
         _float_input(self.NAME, dtype)
 
-    def layout(self, count, dtype):
-        return Layout(0, None)
-
-    def compress_traffic(self, stream):
-        return self.TRAFFIC
-
-    def decompress_traffic(self, stream):
-        return self.TRAFFIC
+    layout = _opaque_layout
+    compress_traffic = decompress_traffic = _fixed_traffic
 
 
 def make_family(name: str, args: tuple, kwargs: tuple) -> Family:

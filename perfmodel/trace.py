@@ -1,0 +1,79 @@
+"""The predicted step as a timeline: Chrome trace-event JSON (ui.perfetto.dev, chrome://tracing).
+
+One process per pipeline stage (its ranks are alike: one is drawn), tracks ``compute`` (the
+forward and backward operations of every microbatch, TP collectives and kernels inside them),
+``send ->`` and ``send <-`` (activation and gradient transfers, each with a flow arrow to the
+receiving stage), and after the pipeline ``after backward`` on stage 0: the exposed gradient
+reduction, parameter gathers and the optimizer, as the analytical breakdown prices them. The
+operations are those ``perfmodel.schedule.run_schedule`` timed (GPipe, 1F1B); interleaved
+schedules are priced in closed form and have no operation timeline.
+"""
+from __future__ import annotations
+
+import json
+
+from perfmodel.schedule import StageCost, run_schedule
+from topologies.clikit import atomic_write
+from topologies.errors import InputError
+
+US = 1e6
+COMPUTE, SEND_NEXT, SEND_PREV, AFTER = 0, 1, 2, 3
+TRACKS = {COMPUTE: "compute", SEND_NEXT: "send ->", SEND_PREV: "send <-", AFTER: "after backward"}
+
+
+def trace_events(stages, plan, breakdown: dict, label: str = "", first_pid: int = 0) -> list[dict]:
+    """Trace events of one step (``stages``: the step model's per-stage times); its processes
+    are numbered from ``first_pid`` (several steps, e.g. one per policy, in one trace)."""
+    return [_offset(e, first_pid) for e in _events(stages, plan, breakdown, label)]
+
+
+def _offset(event: dict, first_pid: int) -> dict:
+    return {**event, "pid": event["pid"] + first_pid} if first_pid else event
+
+
+def _events(stages, plan, breakdown: dict, label: str) -> list[dict]:
+    if plan.virtual_stages > 1:
+        raise InputError("trace", f"interleaved:{plan.virtual_stages}", "a gpipe or 1f1b schedule (interleaving is "
+                         "priced in closed form, without an operation timeline)")
+    costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
+    timeline = run_schedule(plan.schedule, costs, plan.microbatches)
+    events = _names(len(stages), label)
+    for s, kind, mb, start, end in timeline.ops:
+        events.append(_slice(s, COMPUTE, f"{'forward' if kind == 'F' else 'backward'} mb{mb}", start, end,
+                             {"microbatch": mb, "stage": s}))
+    for n, (kind, mb, src, dst, start, end) in enumerate(timeline.transfers):
+        track = SEND_NEXT if kind == "act" else SEND_PREV
+        name = f"{'activation' if kind == 'act' else 'gradient'} mb{mb} -> stage {dst}"
+        events.append(_slice(src, track, name, start, end, {"microbatch": mb, "to_stage": dst}))
+        events.append({"ph": "s", "id": n, "name": "p2p", "cat": "pp", "pid": src, "tid": track, "ts": start * US})
+        events.append({"ph": "f", "bp": "e", "id": n, "name": "p2p", "cat": "pp", "pid": dst, "tid": COMPUTE,
+                       "ts": end * US})
+    t = timeline.end_s
+    for key, name in (("dp_comm_exposed_s", "gradient reduction and gathers (exposed)"),
+                      ("optimizer_s", "optimizer"), ("overlap_slowdown_s", "compute slowed by overlapped traffic")):
+        if breakdown.get(key, 0.0) > 0:
+            events.append(_slice(0, AFTER, name, t, t + breakdown[key], {}))
+            t += breakdown[key]
+    return events
+
+
+def _names(stages: int, label: str) -> list[dict]:
+    out = []
+    for s in range(stages):
+        out.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}" + (f" ({label})"
+                                                                                              if label else "")}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": s, "args": {"sort_index": s}})
+        for tid, name in TRACKS.items():
+            out.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": name}})
+    return out
+
+
+def _slice(pid: int, tid: int, name: str, start: float, end: float, args: dict) -> dict:
+    return {"ph": "X", "name": name, "cat": TRACKS[tid], "pid": pid, "tid": tid, "ts": start * US,
+            "dur": max(0.0, end - start) * US, "args": args}
+
+
+def write_trace(path: str, events: list[dict]) -> None:
+    """The Chrome trace JSON (``traceEvents``, microseconds), written atomically."""
+    text = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
+    atomic_write(path, lambda h: h.write(text.encode()))
