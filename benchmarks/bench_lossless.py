@@ -34,8 +34,8 @@ def tensors(model: str, steps: int, rows: int = 8, seq: int = 128) -> dict:
     corpus = load_corpus()
     for step in range(steps + 1):
         x, y = (torch.from_numpy(a) for a in train_batch(corpus, seed=0, step=step, index=0, rows=rows, seq=seq))
-        acts = []
-        hook = net.blocks[-1].register_forward_hook(lambda m, i, o: acts.append(o.detach()))
+        acts: list = []
+        hook = net.blocks[-1].register_forward_hook(lambda m, i, o, keep=acts: keep.append(o.detach()))
         opt.zero_grad()
         net(x, y).backward()
         hook.remove()

@@ -37,7 +37,8 @@ def _size(text):
 def _cluster_args(p, default_cluster: str) -> None:
     p.add_argument("--model", default="gpt-neox-20b", help="catalog model or a model TOML path")
     p.add_argument("--cluster", default=default_cluster, help="catalog cluster or a cluster TOML path")
-    p.add_argument("--gpus", type=int, help="GPUs in the job; not a whole number of nodes: as few nodes as hold them, the last one partly used")
+    p.add_argument("--gpus", type=int, help="GPUs in the job; not a whole number of nodes: as few nodes as hold "
+                   "them, the last one partly used")
     p.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
 
 
@@ -137,7 +138,8 @@ def _collective_parser(sub) -> None:
     c.add_argument("op", choices=OPS, help="the collective")
     c.add_argument("--cluster", default="dgx-a100", help="catalog name or cluster TOML path")
     c.add_argument("--nodes", type=int, help="nodes of the cluster (default: the catalog's)")
-    c.add_argument("--gpus", type=int, help="GPUs in the job (a partial last node where not a multiple of GPUs per node)")
+    c.add_argument("--gpus", type=int, help="GPUs in the job (a partial last node where not a multiple of GPUs "
+                   "per node)")
     size = c.add_mutually_exclusive_group()
     size.add_argument("--size", default="1GiB", help="message size: 4096, 64KiB, 256MiB, 1GB")
     size.add_argument("--sweep", metavar="MIN:MAX", help="doubling sizes from MIN to MAX")

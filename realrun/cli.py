@@ -106,9 +106,9 @@ def _loop_parsers(sub) -> None:
                      "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
                      "step_predicted_vs_measured.png, loss_curves.png")
     val.add_argument("--steps", type=int, help="--training: steps per run (default 12, --quick 7)")
-    val.add_argument("--measured", metavar="CSV", help="--training: predict the cases of a stored "
-                     "results_training.csv again (after a model change or with another --calibration) against its "
-                     "measurements; nothing is trained and no cluster is needed")
+    val.add_argument("--measured", metavar="CSV", help="predict the cases of a stored results.csv (with "
+                     "--training: results_training.csv) again, after a model change or with another --calibration, "
+                     "against its measurements; nothing runs and no cluster is needed")
     val.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -293,7 +293,7 @@ def _validate(args) -> None:
 
     load_calibration(args.calibration)   # a bad profile is refused before anything runs
     if args.measured is not None:
-        _repredict_training(args)
+        _repredict(args)
         return
     iters = _positive("iters", args.iters)
     runner = runner_for(args.cluster)    # a bad cluster too; only then is --out created
@@ -309,15 +309,20 @@ def _validate(args) -> None:
                    "report.md, predicted_vs_measured.png")
 
 
-def _repredict_training(args) -> None:
-    from realrun.validate_training import repredict, summary_lines
-
-    if not args.training:
-        raise InputError("measured", args.measured, "a results_training.csv, with --training")
+def _repredict(args) -> None:
     check_writable(os.path.join(args.out, "report.md") if os.path.isdir(args.out) else args.out, "out")
+    if args.training:
+        from realrun.validate_training import repredict, summary_lines
+
+        result = repredict(args.measured, args.calibration, args.out)
+        _print_summary(args, result, summary_lines, f"# realrun validate --training, re-predicted from "
+                       f"{args.measured}: {args.out}/results_training.csv, report.md, step_predicted_vs_measured.png")
+        return
+    from realrun.validate import repredict, summary_lines
+
     result = repredict(args.measured, args.calibration, args.out)
-    _print_summary(args, result, summary_lines, f"# realrun validate --training, re-predicted from {args.measured}: "
-                   f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png")
+    _print_summary(args, result, summary_lines, f"# realrun validate, re-predicted from {args.measured}: "
+                   f"{args.out}/results.csv, report.md, predicted_vs_measured.png")
 
 
 def _validate_training(args, runner) -> None:

@@ -176,6 +176,35 @@ def validate(runner, calibration: str | None, out_dir: str, quick: bool = False,
     return summary
 
 
+def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
+    """Predict the cases of a stored ``results.csv`` again (a changed model, another profile)
+    against its measured times; writes the three outputs into ``out_dir``. No collective runs
+    and no cluster: the stored cases name their hosts and bandwidths (the crossover's measured
+    bandwidth is recomputed from the stored runs, the predicted one on the model)."""
+    from realrun.validate_training import StoredCluster, read_stored
+
+    stored = read_stored(results_csv, ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover",
+                                       "measured_s"), "results.csv of realrun validate")
+    runner = StoredCluster()
+    rows = []
+    for m in stored:
+        case = Case(int(m["hosts"]), int(m["bandwidth"]), int(m["size_bytes"]), m["compressor"], m["algorithm"])
+        p, measured = predict(case, runner, calibration), float(m["measured_s"])
+        rows.append(dict(asdict(case), crossover=m["crossover"] == "True", predicted_s=p, measured_s=measured,
+                         error=(p - measured) / measured))
+    hosts = max(r["hosts"] for r in rows)
+    by = {(r["bandwidth"], r["compressor"]): r["measured_s"] for r in rows if r["size_bytes"] == CROSSOVER_SIZE
+          and r["hosts"] == hosts and r["algorithm"] in ("auto", "two_phase")}
+    bws = sorted({bw for bw, _ in by if (bw, "none") in by and (bw, "int8") in by})
+    cross = {"measured": crossover(bws, [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]),
+             "predicted": predicted_crossover(runner, hosts, calibration), "bandwidths": bws,
+             "speedups": [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]} if bws else {}
+    summary = summarize(rows, cross)
+    os.makedirs(out_dir, exist_ok=True)
+    write_outputs(out_dir, rows, summary)
+    return summary
+
+
 def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
 
     fields = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s",

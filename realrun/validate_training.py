@@ -140,12 +140,25 @@ def _errors(out: dict, predicted, measured: dict) -> None:
 
 
 class StoredCluster:
-    """The emulated cluster a stored run trained on, as perfmodel names it (no cluster needed)."""
+    """The emulated cluster a stored run ran on, as perfmodel names it (no cluster needed)."""
 
-    def topology(self, hosts: int, bandwidth: int) -> str:
+    def topology(self, hosts: int, bandwidth: int | None = None) -> str:
         from topologies.units import format_rate
 
-        return f"emulated:hosts={hosts},bandwidth={format_rate(bandwidth)}"
+        return f"emulated:hosts={hosts}" + (f",bandwidth={format_rate(bandwidth)}" if bandwidth else "")
+
+
+def read_stored(path: str, fields, what: str) -> list[dict]:
+    """The rows of a stored results CSV, every one of ``fields`` present; one clear error else."""
+    try:
+        with open(path, newline="") as handle:
+            stored = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise InputError("measured", path, f"a readable {what} ({exc.strerror})") from None
+    missing = [f for f in fields if stored and f not in stored[0]]
+    if not stored or missing:
+        raise InputError("measured", path, f"a {what}" + (f" (missing {missing[0]})" if missing else " (no rows)"))
+    return stored
 
 
 def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=None) -> dict:
@@ -153,15 +166,7 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     profile) against its measured columns; writes ``report.md``, ``results_training.csv`` and
     ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
     loss-curve picture needs the run itself). No training runs."""
-    try:
-        with open(results_csv, newline="") as handle:
-            stored = list(csv.DictReader(handle))
-    except OSError as exc:
-        raise InputError("measured", results_csv, f"a readable results_training.csv ({exc.strerror})") from None
-    missing = [f for f in FIELDS if stored and f not in stored[0]]
-    if not stored or missing:
-        raise InputError("measured", results_csv, "a results_training.csv of realrun validate --training"
-                         + (f" (missing {missing[0]})" if missing else " (no rows)"))
+    stored = read_stored(results_csv, FIELDS, "results_training.csv of realrun validate --training")
     rows = [_restored_row(m, runner or StoredCluster(), calibration) for m in stored]
     add_speedups(rows)
     summary = summarize(rows)

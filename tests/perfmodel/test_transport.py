@@ -1,10 +1,14 @@
 """Transports: RDMA (InfiniBand, RoCE) and TCP sockets are distinct protocol classes."""
+from pathlib import Path
+
 import pytest
+
+import topologies
 
 from perfmodel.collective import collective_time, resolve_context
 from topologies import InputError, build_cluster
 
-COMMODITY = open(__import__("topologies").__path__[0] + "/catalog/commodity-25g.toml").read()
+COMMODITY = (Path(topologies.__file__).parent / "catalog" / "commodity-25g.toml").read_text()
 
 
 def _rdma_twin(tmp_path) -> str:

@@ -2,8 +2,11 @@
 qwZ's compressed gathers, hpZ, and the ``zeropp`` preset on a bandwidth-poor V100 cluster.
 Directions and trends only: no published number is fitted."""
 import math
+from pathlib import Path
 
 import pytest
+
+import topologies
 
 from perfmodel import predict
 from perfmodel.collective import ERROR_BUDGET, _best, candidates, resolve_context
@@ -11,7 +14,7 @@ from perfmodel.collectives.compressed import Msg
 from perfmodel.compression import compile_spec
 from topologies import InputError, build_cluster
 
-LASSEN = open(__import__("topologies").__path__[0] + "/catalog/lassen.toml").read()
+LASSEN = (Path(topologies.__file__).parent / "catalog" / "lassen.toml").read_text()
 
 
 def _v100_cluster(tmp_path, node_gbps: int) -> str:
@@ -73,11 +76,14 @@ def test_hpz_keeps_backward_gathers_in_the_node_and_costs_memory():
     kw = dict(model="gpt3-2.7b", cluster="lassen", gpus=64, tp=1, pp=1, zero=3, mbs=1, gbs=64,
               recompute="full", allow_oom=True, policy="zeropp")
     plain, hpz = predict(**kw), predict(**kw, hpz=True)
-    ib = lambda r: sum(v for k, v in r.wire_bytes["zero"].items() if k.startswith("ib"))
+
+    def ib(r):
+        return sum(v for k, v in r.wire_bytes["zero"].items() if k.startswith("ib"))
     assert ib(hpz) < 0.6 * ib(plain)     # forward gathers still cross nodes, backward ones do not
     params = 2.7e9 * 2                   # fp16 weights, secondary copy over the 4 GPUs of a node
     extra = hpz.memory_per_gpu_bytes - plain.memory_per_gpu_bytes
-    assert extra == pytest.approx(hpz.memory_breakdown["hpz_secondary"]) and math.isclose(extra, params / 4, rel_tol=0.1)
+    assert extra == pytest.approx(hpz.memory_breakdown["hpz_secondary"])
+    assert math.isclose(extra, params / 4, rel_tol=0.1)
 
 
 def test_hpz_needs_zero3():

@@ -78,3 +78,24 @@ def test_a_small_validate_end_to_end(tmp_path, monkeypatch):
     finally:
         down(name)
         assert emulated.netns.ours(name) == []
+
+
+def test_a_stored_collective_validation_is_predicted_again(tmp_path, cli):
+    """--measured without --training: the stored cases and measurements against today's model,
+    the three outputs written, no cluster needed; a foreign file is one error."""
+    from realrun.validate import repredict
+
+    rows = ["hosts,bandwidth,size_bytes,compressor,algorithm,crossover,predicted_s,measured_s,error"]
+    for bw, scale in ((10**8, 1.0), (10**9, 0.12)):
+        rows += [f"4,{bw},8388608,none,auto,False,0,{1.3 * scale},0",
+                 f"4,{bw},8388608,int8,two_phase,False,0,{0.5 * scale + 0.05},0"]
+    path = tmp_path / "results.csv"
+    path.write_text("\n".join(rows) + "\n")
+    summary = repredict(str(path), None, str(tmp_path / "again"))
+    assert summary["cases"] == 4 and summary["fastest_total"] == 2
+    assert summary["crossover"]["bandwidths"] == [10**8, 10**9]
+    for name in ("results.csv", "report.md", "predicted_vs_measured.png"):
+        assert (tmp_path / "again" / name).stat().st_size > 0
+    (tmp_path / "bad.csv").write_text("x\n1\n")
+    proc = cli("realrun", "validate", "--measured", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "y"))
+    assert proc.returncode == 2 and "measured" in proc.stderr and "Traceback" not in proc.stderr
