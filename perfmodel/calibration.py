@@ -20,10 +20,11 @@ optional and overrides only what it names:
 of uncompressed bytes, one rank alone); it replaces the traffic model of that spec. Where
 ranks share a machine's cores (emulated clusters), ``shared`` gives what each of N ranks
 computing at once measured; other rank counts use the explicit core share (perfmodel
-``cpu_share``) of the alone numbers. ``in_run`` (>= 0) is how much longer the spec's kernels
-took inside compressed collectives on N ranks than ``shared`` predicts (measured in
-calibration's compressed runs: ranks not in lockstep, inputs not in cache); it divides the
-shared throughputs.
+``cpu_share``) of the alone numbers. ``in_run`` ({message bytes: factor}) is how much longer
+the spec's kernels took inside compressed collectives on N ranks than ``shared`` predicts, by
+message size (measured in calibration's compressed runs: ranks not in lockstep, inputs that
+no longer fit in cache); between sizes it is interpolated in log size, outside them the
+nearest measured size holds. It applies where the shared numbers do.
 
 Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
 clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
@@ -64,6 +65,20 @@ class Calibration:
     primitives: dict = field(default_factory=dict)  # {tier class: {primitive: {"step_us", "bw_fraction"}}}
     # {canonical spec (profile ratios applied): {ranks: (compress_Bps, decompress_Bps)}}
     kernels: dict = field(default_factory=dict)
+    in_run: dict = field(default_factory=dict)   # {canonical spec: ((message bytes, factor), ...)}
+
+    def in_run_factor(self, spec_text: str, size_bytes: float) -> float:
+        """How much longer the spec's kernels take inside a run of this message size than the
+        shared benchmark says (1.0 where not measured; log-size interpolation, ends held)."""
+        table = self.in_run.get(spec_text)
+        if not table or size_bytes <= 0:
+            return 1.0
+        if size_bytes <= table[0][0]:
+            return table[0][1]
+        for (s0, f0), (s1, f1) in zip(table, table[1:]):
+            if size_bytes <= s1:
+                return f0 + (f1 - f0) * math.log(size_bytes / s0) / math.log(s1 / s0)
+        return table[-1][1]
 
     def kernel(self, spec_text: str, ranks: int = 1):
         """((compress_Bps, decompress_Bps), measured with ``ranks`` sharing the machine?) for a
@@ -226,8 +241,10 @@ def _check(raw: dict) -> None:
             _number(f"primitives.{cls}.{name}.bw_fraction", over["bw_fraction"], 0.0, 1.0)
     for spec, over in raw.get("kernels", {}).items():
         _check_kernel(f"kernels.{spec}", over, {"shared", "in_run"})
-        if "in_run" in over:
-            _number(f"kernels.{spec}.in_run", over["in_run"], 0.0)
+        for size, factor in _section(over, "in_run").items():
+            if not size.isdigit() or int(size) < 1:
+                _fail(f"kernels.{spec}.in_run.{size}", factor, "a message size in bytes as the key")
+            _number(f"kernels.{spec}.in_run.{size}", factor, 0.0)
         for ranks, shared in _section(over, "shared").items():
             if not ranks.isdigit() or int(ranks) < 2:
                 _fail(f"kernels.{spec}.shared.{ranks}", shared, "a rank count >= 2 as the key")
@@ -251,18 +268,19 @@ def _load(path: str, mtime: float) -> Calibration:
         raise InputError("calibration", path, "a JSON profile nested at most a few levels") from None
     _check(raw)
     ratios = {k: v["ratio"] for k, v in raw.get("compressors", {}).items()}
-    kernels = {}
+    kernels, in_run = {}, {}
     for spec, over in raw.get("kernels", {}).items():
         try:
             text = compile_spec(str(_with_ratios(parse_spec(spec), ratios))).text
         except InputError as err:
             raise InputError(f"calibration.kernels.{spec}", spec, f"a compressor spec ({err})") from None
-        slow = {r: over.get("in_run", 1.0) if r != "1" else 1.0 for r in ["1", *over.get("shared", {})]}
-        kernels[text] = {int(r): (v["compress_GBps"] * 1e9 / slow[r], v["decompress_GBps"] * 1e9 / slow[r])
+        kernels[text] = {int(r): (v["compress_GBps"] * 1e9, v["decompress_GBps"] * 1e9)
                          for r, v in [("1", over)] + sorted(over.get("shared", {}).items())}
+        if over.get("in_run"):
+            in_run[text] = tuple(sorted((int(k), float(v)) for k, v in over["in_run"].items()))
     return Calibration(path=path, provenance=raw.get("provenance", {}), devices=raw.get("devices", {}),
                        protocols=raw.get("protocols", {}), ratios=ratios, primitives=raw.get("primitives", {}),
-                       overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels)
+                       overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels, in_run=in_run)
 
 
 def load_calibration(path: str | None) -> Calibration | None:

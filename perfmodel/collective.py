@@ -75,7 +75,7 @@ def _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks):
             raise InputError("algorithm", algorithm, _allowed_text(op, codec))
         table = {algorithm: table[algorithm]}
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec,
-              kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text))
+              kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
     costs = {name: build(ctx, msg) for name, build in table.items()}
     fewest = min(c.hops for c in costs.values())
     best = None

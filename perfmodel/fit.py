@@ -262,9 +262,10 @@ def fit_profile(records: list[dict], cluster: str, sources=()) -> dict:
 
 
 def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
-    """{spec: {"in_run", "records"}}: per calibrated spec, the median over its compressed collective
-    records of the kernel seconds measured inside the run (compress + decompress, slowest rank)
-    over those the profile's kernel numbers predict for the same algorithm and ranks."""
+    """{spec: {"in_run": {size: factor}, "records"}}: per calibrated spec and message size, the
+    median over its compressed collective records of the kernel seconds measured inside the run
+    (compress + decompress, slowest rank) over those the profile's kernel numbers predict for the
+    same algorithm and ranks."""
     rows = [r for r in records if r["kind"] == "collective" and r["world"] > 1
             and r["compressor"] in profile.get("kernels", {}) and r["compress_s"] + r["decompress_s"] > 0]
     if not rows:
@@ -282,8 +283,10 @@ def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
         cost = runtime_cost(r["op"], r["size_bytes"], r["compressor"], r["algorithm"], ctx, calib)[1]
         predicted = evaluate(cost, ctx.device, chunks=1).kernel_s
         if predicted > 0:
-            ratios.setdefault(r["compressor"], []).append((r["compress_s"] + r["decompress_s"]) / predicted)
-    return {spec: {"in_run": statistics.median(v), "records": len(v)} for spec, v in sorted(ratios.items())}
+            by_size = ratios.setdefault(r["compressor"], {})
+            by_size.setdefault(str(r["size_bytes"]), []).append((r["compress_s"] + r["decompress_s"]) / predicted)
+    return {spec: {"in_run": {size: statistics.median(v) for size, v in sorted(sizes.items(), key=lambda x: int(x[0]))},
+                   "records": sum(len(v) for v in sizes.values())} for spec, sizes in sorted(ratios.items())}
 
 
 def summary(profile: dict) -> list[tuple]:

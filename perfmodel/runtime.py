@@ -56,7 +56,7 @@ def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx,
     codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
     codec = calib.codec(codec) if calib else codec
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES["fp32"], codec=codec,
-              kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text))
+              kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
     alg = runtime_algorithm(op, compressor, algorithm)
     if alg == "torch":
         return alg, reducible(op, "ring", ctx, msg)

@@ -33,7 +33,7 @@ TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trai
 # the algorithms realrun picks for them, at sizes and a bandwidth validation does not use
 IN_RUN = (("int8", "two_phase"), ("ef(topk(0.01))", "allgather"), ("powersgd(4)", "allgather"),
           ("zfp(rate=8)", "two_phase"))
-IN_RUN_SIZES = (1 * MIB, 4 * MIB)
+IN_RUN_SIZES = (1 * MIB, 16 * MIB)
 COMPRESSORS = ("fp16", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
                "sz3(abs=1e-3)")
 

@@ -59,20 +59,23 @@ class Ctx:
     nvls: bool
     nvls_link: Link | None = None   # the intra link under NVLS's own protocol (its architecture's constants)
     kernels: object = None   # Calibration.kernel: spec text -> (compress_Bps, decompress_Bps) alone, or None
+    in_run: object = None    # Calibration.in_run_factor: (spec text, message bytes) -> factor
     share: float = 1.0       # fraction of one core a rank gets where hosts share CPU cores
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
 
-    def kernel_scale(self, spec_text: str):
+    def kernel_scale(self, spec_text: str, size_bytes: float = 0.0):
         """Equivalent traffic per input byte (compress, decompress) of a calibrated spec, or None,
         so that bytes x scale / device.stream_Bps = bytes / the throughput a rank gets: measured
-        with ``active`` ranks sharing the machine where the profile has it, else measured alone
-        times the core share (``self.device`` is already the shared device)."""
+        with ``active`` ranks sharing the machine where the profile has it (times the profile's
+        in-run factor for a message of ``size_bytes``), else measured alone times the core share
+        (``self.device`` is already the shared device)."""
         found = self.kernels(spec_text, self.active) if self.kernels else None
         if found is None:
             return None
         (comp, decomp), shared = found
         per_rank = 1.0 if shared else self.share
-        return (self.device.stream_Bps / (comp * per_rank), self.device.stream_Bps / (decomp * per_rank))
+        slow = self.in_run(spec_text, size_bytes) if shared and self.in_run else 1.0
+        return (slow * self.device.stream_Bps / (comp * per_rank), slow * self.device.stream_Bps / (decomp * per_rank))
 
 
 def _link(name, pattern, fallback, tables, prims, classify) -> Link:
@@ -122,7 +125,8 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
                ring=ring, intra=intra, inter=inter, device=dev, nvls=nvls,
                nvls_link=replace(intra, protocols=nvls_table) if nvls_table else None,
-               kernels=calib.kernel if calib else None, share=share, active=active)
+               kernels=calib.kernel if calib else None, in_run=calib.in_run_factor if calib else None,
+               share=share, active=active)
 
 
 def _tables(calib, arch: str):
