@@ -59,6 +59,9 @@ def _plan_args(p, sweep: bool = False) -> None:
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
     p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first")
+    p.add_argument("--engine", choices=("analytical", "des"), default="analytical",
+                   help="analytical (closed forms, the fast path) or des (the pipeline and every stage's gradient "
+                   "buckets as events, links shared between concurrent traffic; the difference is 'contention')")
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
                    help="reduce gradients after backward, not during it (as realrun train does)")
     if not sweep:
@@ -158,7 +161,7 @@ def _plan_kwargs(args, sweep: bool = False) -> dict:
     kw = dict(calibration=args.calibration, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
-              overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom)
+              overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:
         dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
         kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,

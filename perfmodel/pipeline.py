@@ -18,6 +18,7 @@ from perfmodel.memory import peak_memory, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy, split_policies
+from perfmodel.simulate.step import StageWork, simulate
 from perfmodel.trace import trace_events, write_trace
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp,
                             overlap_buckets, pipeline_time, split_kernel)
@@ -49,6 +50,7 @@ class StepRecord:
     speedup_vs_uncompressed: float
     error_estimate: dict            # {axis: relative RMS error of its largest collective}
     kernel_s: dict                  # {axis: {critical_s, beside_compute_s}}: compression kernels per step (stage 0)
+    engine: str                     # analytical, or des (perfmodel.simulate: link sharing simulated)
     compute_detail: dict            # compute_s of the busiest stage as gemm_s, attention_s, memory_bound_s
     collectives: dict               # {event: "op:algorithm:compressor"}
 
@@ -205,9 +207,13 @@ def _exposed(out: Breakdown, tally: Tally, event, rec) -> None:
 
 
 @lru_cache(maxsize=4096)
-def _uncompressed_step(arch, plan, env_key) -> float:
+def _uncompressed_step(arch, plan, env_key, engine: str = "analytical") -> float:
     built, dev, calib, slowdown = env_key
-    return _step(arch, plan, Env(built, dev, calib, slowdown), parse_policy("none"))[0].total
+    env, none = Env(built, dev, calib, slowdown), parse_policy("none")
+    out, _, stages = _step(arch, plan, env, none)
+    if engine == "des":
+        out.contention_s = _simulate(arch, plan, env, none, stages).end_s - _analytical_span(arch, plan, env, none, stages)
+    return out.total
 
 
 def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int | None = None,
@@ -218,14 +224,17 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", dp_overlap: bool = True,
             hpz: bool = False, allow_oom: bool = False,
             overlap_slowdown: float | None = None, calibration: str | None = None,
-            trace: str | list | None = None, trace_pid: int = 0) -> StepRecord:
+            trace: str | list | None = None, trace_pid: int = 0, engine: str = "analytical") -> StepRecord:
     """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
 
     Raises InputError (naming the field) for an invalid plan, and when the plan does not fit
     in GPU memory unless ``allow_oom``. ``calibration`` is a profile path; ``overlap_slowdown``
     defaults to the profile's, else DEFAULT_OVERLAP_SLOWDOWN. ``trace``: a path for the step's
     timeline as Chrome trace-event JSON (``perfmodel.trace``; GPipe and 1F1B), or a list the
-    events are appended to (processes numbered from ``trace_pid``).
+    events are appended to (processes numbered from ``trace_pid``). ``engine``: ``analytical``
+    (closed forms) or ``des`` (``perfmodel.simulate``: the pipeline and every stage's gradient
+    buckets as events, links shared between concurrent traffic; the difference is the
+    breakdown's ``contention_s``).
     """
     calib = load_calibration(calibration)
     arch = load_model(model)
@@ -250,16 +259,54 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
         need, have = memory["total"] / 2**30, dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
                          "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
+    if engine not in ENGINES:
+        raise InputError("engine", engine, " or ".join(ENGINES))
     env = Env(built, dev, calib, overlap_slowdown)
     out, tally, stages = _step(arch, plan, env, pol)
+    sim = None
+    if engine == "des":
+        sim = _simulate(arch, plan, env, pol, stages)
+        out.contention_s = sim.end_s - _analytical_span(arch, plan, env, pol, stages)
     if trace is not None:
-        events = trace_events(stages, plan, vars(out), pol.text, trace_pid)
+        events = trace_events(stages, plan, vars(out), pol.text, trace_pid, sim)
         if isinstance(trace, list):
             trace.extend(events)
         else:
             write_trace(trace, events)
-    base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, overlap_slowdown))
-    return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
+    base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, overlap_slowdown), engine)
+    return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base, engine)
+
+
+ENGINES = ("analytical", "des")
+
+
+def _bucket_runs(arch, plan, env, policy, mesh, s: int, layers: tuple) -> tuple:
+    """Stage ``s``'s gradient bucket runs (first ready, spacing, count, seconds) as the DP overlap
+    prices them (ZeRO-3 reduces per layer inside the operations: none)."""
+    if plan.zero >= 3:
+        return ()
+    params = stage_params(arch, plan, layers[s], s == 0, s == plan.pp - 1)
+    events = [e for e in comm.dp_events(params, 0, plan, mesh, layers[s]) if e.where == "overlap"]
+    return tuple((e.ready_at, e.spacing, e.count, _cost(env, e, policy).time_s) for e in events)
+
+
+def _simulate(arch, plan, env, policy, stages):
+    """The step's pipeline and every stage's buckets on the event engine (perfmodel.simulate)."""
+    if plan.virtual_stages > 1:
+        raise InputError("engine", "des", "a gpipe or 1f1b schedule (interleaving has no operation timeline yet)")
+    mesh, layers = mesh_for(plan), plan.stage_layers(arch.num_layers)
+    work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
+                      buckets=_bucket_runs(arch, plan, env, policy, mesh, s, layers)) for s, st in enumerate(stages)]
+    return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap)
+
+
+def _analytical_span(arch, plan, env, policy, stages) -> float:
+    """What the closed forms say the simulated part takes: the pipeline, then stage 0's buckets'
+    exposed tail."""
+    total = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)[0]
+    runs = _bucket_runs(arch, plan, env, policy, mesh_for(plan), 0, plan.stage_layers(arch.num_layers))
+    window = stages[0].bwd if plan.dp_overlap else 0.0
+    return total + overlap_buckets([(f * window, sp * window, n, d) for f, sp, n, d in runs], window)[0]
 
 
 def _compute_detail(stages, plan) -> dict:
@@ -276,7 +323,7 @@ def _hpz_ranks(plan, built) -> int:
     return len(mesh_for(plan).node_groups("dp", built.gpus_per_host)[0])
 
 
-def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base) -> StepRecord:
+def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base, engine) -> StepRecord:
     step = out.total
     tokens = plan.gbs * plan.seq
     model_flops = arch.model_flops_per_token(plan.seq) * tokens
@@ -293,7 +340,8 @@ def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base)
         wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
-        collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan))
+        collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan),
+        engine=engine)
 
 
 def compare(model: str, cluster: str, policies, trace: str | None = None, **plan) -> list[StepRecord]:

@@ -29,7 +29,7 @@ def _plan_line(r) -> str:
 def _breakdown_rows(r) -> list[tuple]:
     """The breakdown, with compute split by kind and compression by axis (indented, ``of which``)."""
     rows = []
-    for k in BREAKDOWN:
+    for k in _kinds([r]):
         rows.append((k[:-2], r.breakdown[k], 100 * r.breakdown[k] / r.step_time_s))
         if k == "compute_s":
             rows += [(f"  {name[:-2].replace('_', '-')}", v, 100 * v / r.step_time_s)
@@ -64,13 +64,20 @@ ERR_AXES = ("dp", "zero", "tp", "pp")
 SHORT = ("compute", "tp", "pp", "dp_exposed", "compress", "bubble", "optim", "slowdown")
 
 
+def _kinds(records) -> tuple:
+    """The breakdown's keys a table shows: ``contention_s`` only where the event engine ran."""
+    return BREAKDOWN + (("contention_s",) if any(r.engine == "des" for r in records) else ())
+
+
 def compare_report(records) -> str:
-    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + SHORT + tuple(f"err {a}" for a in ERR_AXES)
+    kinds = _kinds(records)
+    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + SHORT \
+        + (("contention",) if len(kinds) > len(BREAKDOWN) else ()) + tuple(f"err {a}" for a in ERR_AXES)
     rows = []
     for r in records:
         e = r.error_estimate
         rows.append((r.policy, r.step_time_s, r.speedup_vs_uncompressed, r.samples_per_s,
-                     r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[k] for k in BREAKDOWN)
+                     r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[k] for k in kinds)
                     + tuple(e.get(a, 0.0) for a in ERR_AXES))
     first = records[0]
     note = ("# seconds per step by kind (compute, TP and PP communication, exposed DP/ZeRO communication, "

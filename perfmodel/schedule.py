@@ -56,7 +56,7 @@ class Timeline:
     transfers: tuple = ()      # ("act" or "grad", microbatch, from stage, to stage, start s, end s)
 
 
-def _exchanges(name: str, s: int, p: int, m: int) -> list[tuple[list, tuple | None]]:
+def exchanges(name: str, s: int, p: int, m: int) -> list[tuple[list, tuple | None]]:
     """Per operation: (transfers of the exchange before it, the operation); a last exchange
     with the final send and None. A transfer is (kind, microbatch, from stage, to stage)."""
     out, pending = [], None
@@ -78,7 +78,7 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int) -> Timel
     if name not in SCHEDULES:
         raise ValueError(f"schedule {name!r}: one of {', '.join(SCHEDULES)}")
     p, m = len(stages), microbatches
-    plans = [_exchanges(name, s, p, m) for s in range(p)]
+    plans = [exchanges(name, s, p, m) for s in range(p)]
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
     posted: dict = {}      # transfer -> {stage: time it posted it}
     done: dict = {}        # transfer -> end time

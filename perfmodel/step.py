@@ -62,6 +62,7 @@ class Breakdown:
     bubble_s: float = 0.0
     optimizer_s: float = 0.0
     overlap_slowdown_s: float = 0.0
+    contention_s: float = 0.0   # the event engine's step minus the closed forms' (link sharing); 0 analytical
 
     @property
     def total(self) -> float:

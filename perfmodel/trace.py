@@ -17,26 +17,31 @@ from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
 US = 1e6
-COMPUTE, SEND_NEXT, SEND_PREV, AFTER = 0, 1, 2, 3
-TRACKS = {COMPUTE: "compute", SEND_NEXT: "send ->", SEND_PREV: "send <-", AFTER: "after backward"}
+COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS = 0, 1, 2, 3, 4
+TRACKS = {COMPUTE: "compute", SEND_NEXT: "send ->", SEND_PREV: "send <-", AFTER: "after backward",
+          BUCKETS: "gradient buckets"}
 
 
-def trace_events(stages, plan, breakdown: dict, label: str = "", first_pid: int = 0) -> list[dict]:
-    """Trace events of one step (``stages``: the step model's per-stage times); its processes
-    are numbered from ``first_pid`` (several steps, e.g. one per policy, in one trace)."""
-    return [_offset(e, first_pid) for e in _events(stages, plan, breakdown, label)]
+def trace_events(stages, plan, breakdown: dict, label: str = "", first_pid: int = 0, sim=None) -> list[dict]:
+    """Trace events of one step (``stages``: the step model's per-stage times; ``sim``: the event
+    engine's run, whose operations, transfers and gradient buckets are drawn instead); its
+    processes are numbered from ``first_pid`` (several steps, e.g. one per policy, in one trace)."""
+    return [_offset(e, first_pid) for e in _events(stages, plan, breakdown, label, sim)]
 
 
 def _offset(event: dict, first_pid: int) -> dict:
     return {**event, "pid": event["pid"] + first_pid} if first_pid else event
 
 
-def _events(stages, plan, breakdown: dict, label: str) -> list[dict]:
+def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
     if plan.virtual_stages > 1:
         raise InputError("trace", f"interleaved:{plan.virtual_stages}", "a gpipe or 1f1b schedule (interleaving is "
                          "priced in closed form, without an operation timeline)")
-    costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
-    timeline = run_schedule(plan.schedule, costs, plan.microbatches)
+    if sim is None:
+        costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
+        timeline = run_schedule(plan.schedule, costs, plan.microbatches)
+    else:
+        timeline = sim
     events = _names(len(stages), label)
     for s, kind, mb, start, end in timeline.ops:
         events.append(_slice(s, COMPUTE, f"{'forward' if kind == 'F' else 'backward'} mb{mb}", start, end,
@@ -48,7 +53,11 @@ def _events(stages, plan, breakdown: dict, label: str) -> list[dict]:
         events.append({"ph": "s", "id": n, "name": "p2p", "cat": "pp", "pid": src, "tid": track, "ts": start * US})
         events.append({"ph": "f", "bp": "e", "id": n, "name": "p2p", "cat": "pp", "pid": dst, "tid": COMPUTE,
                        "ts": end * US})
+    for s, index, ready, start, end in getattr(timeline, "buckets", ()):
+        events.append(_slice(s, BUCKETS, f"gradient bucket {index}", start, end, {"ready_s": ready}))
     t = timeline.end_s
+    if sim is not None:   # the simulated span holds the buckets: only what follows them remains
+        breakdown = {k: v for k, v in breakdown.items() if k != "dp_comm_exposed_s"}
     for key, name in (("dp_comm_exposed_s", "gradient reduction and gathers (exposed)"),
                       ("optimizer_s", "optimizer"), ("overlap_slowdown_s", "compute slowed by overlapped traffic")):
         if breakdown.get(key, 0.0) > 0:

@@ -1,0 +1,158 @@
+"""One training step as events: pipeline stages, their transfers and their gradient buckets,
+with link sharing between concurrent traffic.
+
+Ranks that are alike (same stage, same place in their TP and DP groups) behave alike, so one
+rank per pipeline stage is simulated: the cost grows with stages x microbatches x buckets, not
+with GPUs. Each simulated rank has
+
+* a **compute stream** running its schedule's operations in order (``perfmodel.schedule``:
+  GPipe, 1F1B); before each operation the exchange of the previous one's output and this
+  one's input, as ``run_schedule`` times it (a transfer starts when both ends posted it);
+* a **communication stream** for its gradient buckets: each becomes ready during the
+  stage's last backward at the point the analytical model puts it (``CommEvent.ready_at`` and
+  ``spacing`` of that backward), or after it without overlap, and they run in order;
+* a **NIC**, one link out and one in, shared as a fluid (``network``): a pipeline transfer
+  crosses its sender's out-link and its receiver's in-link; a gradient bucket (a ring) both
+  links of its rank. TP collectives stay inside the operations (NVLink, not shared here).
+
+Every piece of work carries the seconds the analytical model gives it alone, so where nothing
+runs at the same time on one link the simulation reproduces the closed form (tested on a grid
+of plans); where traffic overlaps, it is slower by the sharing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfmodel.schedule import exchanges
+from perfmodel.simulate.core import CORES
+from perfmodel.simulate.network import Network
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """One pipeline stage: per-microbatch operation and transfer seconds (``StageTime``) and its
+    gradient bucket runs (first ready, spacing, count, seconds), fractions of its last backward."""
+
+    fwd: float
+    bwd: float
+    send_fwd: float
+    send_bwd: float
+    buckets: tuple = ()
+
+
+@dataclass
+class SimResult:
+    end_s: float                      # the last stage's last work: operations and buckets
+    stage_end_s: list
+    ops: list = field(default_factory=list)        # (stage, kind, microbatch, start, end)
+    transfers: list = field(default_factory=list)  # (kind, microbatch, src, dst, start, end)
+    buckets: list = field(default_factory=list)    # (stage, index, ready, start, end)
+
+
+class _Stage:
+    def __init__(self, sim, s: int, work: StageWork, plan_items):
+        self.sim, self.s, self.work, self.items = sim, s, work, plan_items
+        self.pos, self.end, self.waiting = 0, 0.0, False
+        self.queue: list = []        # ready buckets (index, seconds, ready time)
+        self.comm_busy = False
+        self.comm_end = 0.0
+
+
+class StepSim:
+    def __init__(self, stages: list[StageWork], schedule: str, microbatches: int, overlap: bool = True,
+                 core: str = "heap"):
+        self.core = CORES[core]()
+        self.net = Network(self.core)
+        self.overlap = overlap
+        p, m = len(stages), microbatches
+        self.stages = [_Stage(self, s, w, exchanges(schedule, s, p, m)) for s, w in enumerate(stages)]
+        self.last_backward = {s: max(i for i, (_, op) in enumerate(st.items) if op and op[0] == "B")
+                              for s, st in enumerate(self.stages)}
+        self.posted: dict = {}
+        self.done: dict = {}
+        self.result = SimResult(end_s=0.0, stage_end_s=[0.0] * p)
+
+    def run(self) -> SimResult:
+        for st in self.stages:
+            self.core.after(0.0, lambda st=st: self._advance(st))
+        self.core.run()
+        ends = [max(st.end, st.comm_end) for st in self.stages]
+        self.result.stage_end_s, self.result.end_s = ends, max(ends)
+        return self.result
+
+    # --- the compute stream -------------------------------------------------------------------
+    def _advance(self, st: _Stage) -> None:
+        """Post this position's exchange; run its operation once every transfer of it is done."""
+        if st.pos == len(st.items):
+            st.end = self.core.now
+            return
+        transfers, op = st.items[st.pos]
+        for t in transfers:
+            ends = self.posted.setdefault(t, set())
+            if st.s not in ends:
+                ends.add(st.s)
+                if len(ends) == 2:
+                    self._transfer(t)
+        if not all(t in self.done for t in transfers):
+            st.waiting = True
+            return
+        st.waiting = False
+        if op is None:
+            st.pos += 1
+            self._advance(st)
+            return
+        kind, mb = op
+        d = st.work.fwd if kind == "F" else st.work.bwd
+        start = self.core.now
+        if st.pos == self.last_backward[st.s]:
+            self._buckets_ready(st, start, d)
+        st.pos += 1
+
+        def finished():
+            self.result.ops.append((st.s, kind, mb, start, self.core.now))
+            self._advance(st)
+        self.core.after(d, finished)
+
+    def _transfer(self, t) -> None:
+        kind, mb, src, dst = t
+        alone = self.stages[src].work.send_fwd if kind == "act" else self.stages[src].work.send_bwd
+        start = self.core.now
+
+        def arrived():
+            self.done[t] = self.core.now
+            self.result.transfers.append((kind, mb, src, dst, start, self.core.now))
+            for s in (src, dst):
+                if self.stages[s].waiting:
+                    self._advance(self.stages[s])
+        self.net.start((("out", src), ("in", dst)), alone, arrived)
+
+    # --- the communication stream ---------------------------------------------------------------
+    def _buckets_ready(self, st: _Stage, start: float, window: float) -> None:
+        index = 0
+        for first, spacing, count, seconds in st.work.buckets:
+            for k in range(int(count)):
+                ready = start + (first + k * spacing) * window if self.overlap else start + window
+                self.core.after(ready - self.core.now, lambda i=index, r=ready, d=seconds: self._bucket(st, i, r, d))
+                index += 1
+
+    def _bucket(self, st: _Stage, index: int, ready: float, seconds: float) -> None:
+        st.queue.append((index, seconds, ready))
+        self._next_bucket(st)
+
+    def _next_bucket(self, st: _Stage) -> None:
+        if st.comm_busy or not st.queue:
+            return
+        index, seconds, ready = st.queue.pop(0)
+        st.comm_busy, start = True, self.core.now
+
+        def finished():
+            st.comm_busy, st.comm_end = False, self.core.now
+            self.result.buckets.append((st.s, index, ready, start, self.core.now))
+            self._next_bucket(st)
+        self.net.start((("out", st.s), ("in", st.s)), seconds, finished)
+
+
+def simulate(stages: list[StageWork], schedule: str, microbatches: int, overlap: bool = True,
+             core: str = "heap") -> SimResult:
+    """Simulate one step of ``stages`` (module doc)."""
+    return StepSim(stages, schedule, microbatches, overlap, core).run()
