@@ -212,7 +212,7 @@ def _uncompressed_step(arch, plan, env_key, engine: str = "analytical") -> float
     env, none = Env(built, dev, calib, slowdown), parse_policy("none")
     out, _, stages = _step(arch, plan, env, none)
     if engine == "des":
-        out.contention_s = _simulate(arch, plan, env, none, stages).end_s - _analytical_span(arch, plan, env, none, stages)
+        out.contention_s = _contention(arch, plan, env, none, stages)[1]
     return out.total
 
 
@@ -265,8 +265,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     out, tally, stages = _step(arch, plan, env, pol)
     sim = None
     if engine == "des":
-        sim = _simulate(arch, plan, env, pol, stages)
-        out.contention_s = sim.end_s - _analytical_span(arch, plan, env, pol, stages)
+        sim, out.contention_s = _contention(arch, plan, env, pol, stages)
     if trace is not None:
         events = trace_events(stages, plan, vars(out), pol.text, trace_pid, sim)
         if isinstance(trace, list):
@@ -298,6 +297,12 @@ def _simulate(arch, plan, env, policy, stages):
     work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
                       buckets=_bucket_runs(arch, plan, env, policy, mesh, s, layers)) for s, st in enumerate(stages)]
     return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap)
+
+
+def _contention(arch, plan, env, policy, stages) -> tuple:
+    """(the simulation, its span minus the closed forms' span of the same work)."""
+    sim = _simulate(arch, plan, env, policy, stages)
+    return sim, sim.end_s - _analytical_span(arch, plan, env, policy, stages)
 
 
 def _analytical_span(arch, plan, env, policy, stages) -> float:
