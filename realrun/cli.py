@@ -106,6 +106,8 @@ def _loop_parsers(sub) -> None:
                      "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
                      "step_predicted_vs_measured.png, loss_curves.png")
     val.add_argument("--steps", type=int, help="--training: steps per run (default 12, --quick 7)")
+    val.add_argument("--engine", choices=("analytical", "des"), default="analytical",
+                     help="--training: perfmodel's engine for the predictions (des: the discrete-event engine)")
     val.add_argument("--measured", metavar="CSV", help="predict the cases of a stored results.csv (with "
                      "--training: results_training.csv) again, after a model change or with another --calibration, "
                      "against its measurements; nothing runs and no cluster is needed")
@@ -314,8 +316,8 @@ def _repredict(args) -> None:
     if args.training:
         from realrun.validate_training import repredict, summary_lines
 
-        result = repredict(args.measured, args.calibration, args.out)
-        _print_summary(args, result, summary_lines, f"# realrun validate --training, re-predicted from "
+        result = repredict(args.measured, args.calibration, args.out, engine=args.engine)
+        _print_summary(args, result, summary_lines, f"# realrun validate --training ({args.engine}), re-predicted from "
                        f"{args.measured}: {args.out}/results_training.csv, report.md, step_predicted_vs_measured.png")
         return
     from realrun.validate import repredict, summary_lines
@@ -332,7 +334,7 @@ def _validate_training(args, runner) -> None:
         raise InputError("cluster", args.cluster, "an emulated cluster that is up (--training trains on its hosts)")
     steps = None if args.steps is None else _positive("steps", args.steps)
     os.makedirs(args.out, exist_ok=True)
-    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps)
+    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine)
     _print_summary(args, result, summary_lines, f"# realrun validate --training on {runner.topology()}: "
                    f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png, loss_curves.png")
 

@@ -75,15 +75,16 @@ def grid(hosts: int, quick: bool) -> list[TrainCase]:
             for policy in (QUICK_POLICIES if quick else POLICIES)]
 
 
-def predict(case: TrainCase, runner, calibration: str | None, steps: int):
-    """perfmodel's StepRecord of the case: the run's own plan on the cluster at its bandwidth."""
+def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine: str = "analytical"):
+    """perfmodel's StepRecord of the case: the run's own plan on the cluster at its bandwidth,
+    on the analytical or the discrete-event engine."""
     cfg = case.config(steps)
     plan = cfg.plan()
     return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world, tp=plan.tp,
                         pp=plan.pp, dp=plan.dp, zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs, seq=plan.seq,
                         schedule=plan.schedule, policy=case.policy, compute_dtype=plan.compute_dtype,
                         grad_dtype=plan.grad_dtype, bucket_bytes=plan.bucket_bytes, dp_overlap=plan.dp_overlap,
-                        allow_oom=True, calibration=calibration)
+                        allow_oom=True, calibration=calibration, engine=engine)
 
 
 def measure(cases: list[TrainCase], runner, steps: int) -> dict:
@@ -161,13 +162,14 @@ def read_stored(path: str, fields, what: str) -> list[dict]:
     return stored
 
 
-def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=None) -> dict:
+def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=None,
+              engine: str = "analytical") -> dict:
     """Predict the cases of a stored ``results_training.csv`` again (a changed model or another
     profile) against its measured columns; writes ``report.md``, ``results_training.csv`` and
     ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
     loss-curve picture needs the run itself). No training runs."""
     stored = read_stored(results_csv, FIELDS, "results_training.csv of realrun validate --training")
-    rows = [_restored_row(m, runner or StoredCluster(), calibration) for m in stored]
+    rows = [_restored_row(m, runner or StoredCluster(), calibration, engine) for m in stored]
     add_speedups(rows)
     summary = summarize(rows)
     os.makedirs(out_dir, exist_ok=True)
@@ -176,9 +178,9 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     return summary
 
 
-def _restored_row(m: dict, runner, calibration: str | None) -> dict:
+def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict:
     case = TrainCase(*_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
-    predicted = predict(case, runner, calibration, STEPS)
+    predicted = predict(case, runner, calibration, STEPS, engine)
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
            "predicted_step_s": predicted.step_time_s, "measured_step_s": float(m["measured_step_s"])}
@@ -247,12 +249,13 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
-                      cases: list[TrainCase] | None = None, steps: int | None = None) -> dict:
+                      cases: list[TrainCase] | None = None, steps: int | None = None,
+                      engine: str = "analytical") -> dict:
     """Predict, train, compare; write the outputs into ``out_dir``; return the summary."""
     os.makedirs(out_dir, exist_ok=True)
     steps = steps or (QUICK_STEPS if quick else STEPS)
     cases = cases or grid(runner.hosts, quick)
-    predicted = {c: predict(c, runner, calibration, steps) for c in cases}
+    predicted = {c: predict(c, runner, calibration, steps, engine) for c in cases}
     measured = measure(cases, runner, steps)
     rows = [row(c, predicted[c], measured[c]) for c in cases]
     add_speedups(rows)

@@ -10,7 +10,8 @@ with GPUs. Each simulated rank has
   one's input, as ``run_schedule`` times it (a transfer starts when both ends posted it);
 * a **communication stream** for its gradient buckets: each becomes ready during the
   stage's last backward at the point the analytical model puts it (``CommEvent.ready_at`` and
-  ``spacing`` of that backward), or after it without overlap, and they run in order;
+  ``spacing`` of that backward), or, without overlap, once the stage's schedule is done (its
+  last send included, as realrun's trainer reduces), and they run in order;
 * a **NIC**, one link out and one in, shared as a fluid (``network``): a pipeline transfer
   crosses its sender's out-link and its receiver's in-link; a gradient bucket (a ring) both
   links of its rank. TP collectives stay inside the operations (NVLink, not shared here).
@@ -85,6 +86,8 @@ class StepSim:
         """Post this position's exchange; run its operation once every transfer of it is done."""
         if st.pos == len(st.items):
             st.end = self.core.now
+            if not self.overlap:   # reduced after the stage's whole schedule, its last send included
+                self._buckets_ready(st, self.core.now, 0.0)
             return
         transfers, op = st.items[st.pos]
         for t in transfers:
@@ -104,7 +107,7 @@ class StepSim:
         kind, mb = op
         d = st.work.fwd if kind == "F" else st.work.bwd
         start = self.core.now
-        if st.pos == self.last_backward[st.s]:
+        if self.overlap and st.pos == self.last_backward[st.s]:
             self._buckets_ready(st, start, d)
         st.pos += 1
 
@@ -131,7 +134,7 @@ class StepSim:
         index = 0
         for first, spacing, count, seconds in st.work.buckets:
             for k in range(int(count)):
-                ready = start + (first + k * spacing) * window if self.overlap else start + window
+                ready = start + (first + k * spacing) * window
                 self.core.after(ready - self.core.now, lambda i=index, r=ready, d=seconds: self._bucket(st, i, r, d))
                 index += 1
 

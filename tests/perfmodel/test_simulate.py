@@ -100,3 +100,14 @@ def test_the_cli_takes_the_engine(cli):
     assert proc.returncode == 0 and "contention" in proc.stdout
     bad = cli("perfmodel", "predict", "--engine", "quantum")
     assert bad.returncode == 2 and "engine" in bad.stderr
+
+
+def test_without_overlap_buckets_wait_for_the_stage_s_last_send():
+    """As realrun's trainer reduces: after the stage's whole schedule, its last gradient sent,
+    so the buckets share no link with the pipeline."""
+    stages = [StageWork(1.0, 2.0, 1.0, 1.0, ((1.0, 0.0, 1, 1.0),))] * 2
+    r = simulate(stages, "1f1b", 2, overlap=False)
+    sends = {(src, mb): end for kind, mb, src, dst, start, end in r.transfers if kind == "grad"}
+    stage1_bucket = next(b for b in r.buckets if b[0] == 1)
+    assert stage1_bucket[3] == pytest.approx(sends[(1, 1)])          # starts when its last send ended
+    assert r.end_s == pytest.approx(run_schedule("1f1b", [StageCost(1.0, 2.0, 1.0, 1.0)] * 2, 2).end_s + 1.0)
