@@ -176,14 +176,25 @@ def _int(field, text):
         raise InputError(field, text, "an integer or auto") from None
 
 
+def _say_idle(records) -> None:
+    """One line on stderr per policy axis that compresses nothing in the plan."""
+    for r in records:
+        for axis in r.idle_policy_axes:
+            p = r.plan
+            print(f"perfmodel: policy {r.policy!r}: axis {axis} has no traffic in this plan (tp={p['tp']} pp={p['pp']} "
+                  f"dp={p['dp']} zero={p['zero']}); its spec {r.policy_axes[axis]['spec']} is not used", file=sys.stderr)
+
+
 def _predict(args) -> None:
     r = predict(args.model, args.cluster, policy=args.policy, trace=args.trace, **_plan_kwargs(args))
+    _say_idle([r])
     print(dump_json(r.to_dict()) if args.json else step_report(r))
 
 
 def _compare(args) -> None:
     kw = _plan_kwargs(args)
     records = compare(args.model, args.cluster, args.policies, trace=args.trace, **kw)
+    _say_idle(records)
     print(dump_json([r.to_dict() for r in records]) if args.json else compare_report(records))
 
 

@@ -13,6 +13,7 @@ from perfmodel.calibration import load_calibration
 from perfmodel.catalogs import device
 from perfmodel.collective import collective_on
 from perfmodel.collectives.fabric import make_ctx
+from perfmodel.compression import compile_spec
 from perfmodel.compute import optimizer_time_s, stage_compute
 from perfmodel.memory import peak_memory, stage_params
 from perfmodel.mesh import mesh_for
@@ -51,6 +52,7 @@ class StepRecord:
     error_estimate: dict            # {axis: relative RMS error of its largest collective}
     kernel_s: dict                  # {axis: {critical_s, beside_compute_s}}: compression kernels per step (stage 0)
     engine: str                     # analytical, or des (perfmodel.simulate: link sharing simulated)
+    idle_policy_axes: tuple         # axes the policy compresses that carry no traffic in this plan
     compute_detail: dict            # compute_s of the busiest stage as gemm_s, attention_s, memory_bound_s
     collectives: dict               # {event: "op:algorithm:compressor"}
 
@@ -279,6 +281,13 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
 ENGINES = ("analytical", "des")
 
 
+def idle_axes(policy, tally) -> tuple:
+    """Axes whose spec compresses but that move nothing in this plan (tp 1, pp 1, dp 1, no ZeRO
+    gathers): reported, never silently ignored."""
+    return tuple(a for a, ax in policy.axes.items() if not compile_spec(ax.spec).is_none
+                 and not sum(tally.wire.get(a, {}).values()))
+
+
 def _bucket_runs(arch, plan, env, policy, mesh, s: int, layers: tuple) -> tuple:
     """Stage ``s``'s gradient bucket runs (first ready, spacing, count, seconds) as the DP overlap
     prices them (ZeRO-3 reduces per layer inside the operations: none)."""
@@ -346,7 +355,7 @@ def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
         collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan),
-        engine=engine)
+        engine=engine, idle_policy_axes=idle_axes(pol, tally))
 
 
 def compare(model: str, cluster: str, policies, trace: str | None = None, **plan) -> list[StepRecord]:

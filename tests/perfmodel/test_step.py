@@ -245,3 +245,14 @@ def test_the_step_report_shows_compute_by_kind_and_kernels_by_axis():
                                policy="naive:int8", allow_oom=True))
     for label in ("  gemm", "  attention", "  memory-bound", "  tp kernels", "  pp kernels"):
         assert label in text
+
+
+def test_a_policy_axis_with_no_traffic_is_reported(cli):
+    r = predict("gpt2-medium", "dgx-a100", nodes=1, tp=8, mbs=1, gbs=8, policy="hybrid")
+    assert r.idle_policy_axes == ("dp", "zero", "pp")
+    assert predict("gpt2-medium", "dgx-a100", nodes=1, tp=8, mbs=1, gbs=8, policy="tp=int8").idle_policy_axes == ()
+    proc = cli("perfmodel", "predict", "--model", "gpt2-medium", "--cluster", "dgx-a100", "--nodes", "1", "--tp", "8",
+               "--mbs", "1", "--gbs", "8", "--policy", "naive:int8")
+    assert proc.returncode == 0
+    lines = [line for line in proc.stderr.splitlines() if "has no traffic" in line]
+    assert len(lines) == 3 and all("int8" in line for line in lines)
