@@ -182,7 +182,8 @@ def _say_idle(records) -> None:
         for axis in r.idle_policy_axes:
             p = r.plan
             print(f"perfmodel: policy {r.policy!r}: axis {axis} has no traffic in this plan (tp={p['tp']} pp={p['pp']} "
-                  f"dp={p['dp']} zero={p['zero']}); its spec {r.policy_axes[axis]['spec']} is not used", file=sys.stderr)
+                  f"dp={p['dp']} zero={p['zero']}); its spec {r.policy_axes[axis]['spec']} is not used",
+                  file=sys.stderr)
 
 
 def _predict(args) -> None:
