@@ -266,6 +266,11 @@ def _load(path: str, mtime: float) -> Calibration:
         raise InputError("calibration", path, "a UTF-8 JSON calibration profile") from None
     except RecursionError:
         raise InputError("calibration", path, "a JSON profile nested at most a few levels") from None
+    return from_profile(raw, path)
+
+
+def from_profile(raw: dict, path: str = "<profile>") -> Calibration:
+    """A Calibration from a profile already in memory (checked as a file would be)."""
     _check(raw)
     ratios = {k: v["ratio"] for k, v in raw.get("compressors", {}).items()}
     kernels, in_run = {}, {}

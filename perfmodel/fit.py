@@ -23,18 +23,15 @@ Residuals and R^2 of every fit go into the profile under ``fits``.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
 import platform
 import statistics
-import tempfile
 from datetime import date
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from perfmodel.calibration import SCHEMA, load_calibration
+from perfmodel.calibration import SCHEMA, from_profile
 from perfmodel.catalogs import PROTOCOL_NAMES, tier_class
 from perfmodel.catalogs import device as catalog_device
 from perfmodel.collective import resolve_context
@@ -270,12 +267,7 @@ def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
             and r["compressor"] in profile.get("kernels", {}) and r["compress_s"] + r["decompress_s"] > 0]
     if not rows:
         return {}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
-        json.dump(profile, handle)
-    try:
-        calib = load_calibration(handle.name)
-    finally:
-        os.unlink(handle.name)
+    calib = from_profile(profile)
     ratios: dict = {}
     for r in rows:
         built = build_cluster(r.get("cluster", cluster))

@@ -19,6 +19,7 @@ import csv
 import io
 import math
 import os
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -195,8 +196,6 @@ def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict
 
 
 def _plan_of(text: str) -> tuple[int, int, int, int]:
-    import re
-
     found = re.fullmatch(r"tp(\d+)-pp(\d+)-dp(\d+)(?:-zero(\d))?", text)
     if not found:
         raise InputError("plan", text, "tpT-ppP-dpD[-zeroZ] as validate --training writes it")
