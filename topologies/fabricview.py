@@ -22,8 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from topologies.cluster import Cluster
 from topologies.errors import InputError
+from topologies.loads import TierLoad, loads_for
 from topologies.routing import router_for
 
 
@@ -73,40 +76,98 @@ def _by_host(cluster: Cluster, group) -> list[list[int]]:
 
 
 def ring_flows(cluster: Cluster, group) -> list:
-    """Flat ring over ``group``; one channel per rank on a host when it spans hosts."""
+    """Flat ring over ``group``; one channel per rank on a host when it spans hosts.
+    Flows are (source GPU index, destination GPU index, weight)."""
     per_host = _by_host(cluster, group)
     if len(per_host) == 1:
-        return _cycle(cluster, list(group), 1.0)
+        return _cycle(list(group), 1.0)
     channels = len(per_host[0])
     flows = []
     for c in range(channels):
         order = [g for ranks in per_host for g in ranks[c:] + ranks[:c]]
-        flows += _cycle(cluster, order, 1.0 / channels)
+        flows += _cycle(order, 1.0 / channels)
     return flows
 
 
 def intra_flows(cluster: Cluster, group) -> list:
-    return [f for ranks in _by_host(cluster, group) for f in _cycle(cluster, ranks, 1.0)]
+    return [f for ranks in _by_host(cluster, group) for f in _cycle(ranks, 1.0)]
 
 
 def inter_flows(cluster: Cluster, group) -> list:
     per_host = _by_host(cluster, group)
     width = min(len(r) for r in per_host)
-    return [f for j in range(width) for f in _cycle(cluster, [r[j] for r in per_host], 1.0)]
+    return [f for j in range(width) for f in _cycle([r[j] for r in per_host], 1.0)]
 
 
-def _cycle(cluster: Cluster, order, weight) -> list:
+def _cycle(order, weight) -> list:
     if len(order) < 2:
         return []
-    names = [cluster.gpu(g) for g in order]
-    return [(names[i], names[(i + 1) % len(names)], weight) for i in range(len(names))]
+    return list(zip(order, order[1:] + order[:1], [weight] * len(order)))
 
 
 def _pattern(cluster: Cluster, groups, make_flows) -> PatternView:
-    router = router_for(cluster)
-    flows = [f for g in groups for f in make_flows(cluster, g)]
+    """The pattern of every group at once, its link loads from ``loads`` (hosts alike)."""
+    arrays = _regular_flows(cluster, groups, make_flows)
+    if arrays is None:
+        flows = [f for g in groups for f in make_flows(cluster, g)]
+        arrays = tuple(np.array(col) for col in zip(*flows)) if flows else None
+    if arrays is None or not len(arrays[0]):
+        return _IDLE
+    src, dst, weight = arrays
+    stats = loads_for(cluster).stats(src, dst, weight)
+    sent = float(weight[src != dst].sum())
+    return _view(stats.tiers, stats.latency_s, sent, 1.0 / float(weight.max()))
+
+
+def _regular_flows(cluster: Cluster, groups, make_flows):
+    """``make_flows`` of every group as arrays (src, dst, weight), in the same order, by numpy
+    where the groups are alike: the same size, each host's ranks adjacent, as many on every
+    host (a placement's TP, DP and PP groups are). None where they are not."""
+    try:
+        ranks = np.array(groups, dtype=np.int64)
+    except ValueError:
+        return None
+    if ranks.ndim != 2 or make_flows not in _CYCLES:
+        return None
+    count, size = ranks.shape
+    hosts = ranks // cluster.gpus_per_host
+    per = size // (1 + int((hosts[0, 1:] != hosts[0, :-1]).sum()))
+    blocks = hosts.reshape(count, size // per, per) if size % per == 0 else None
+    if blocks is None or (blocks != blocks[:, :, :1]).any() \
+            or (np.diff(np.sort(blocks[:, :, 0], axis=1), axis=1) == 0).any():
+        return None
+    return _CYCLES[make_flows](ranks.reshape(count, size // per, per))
+
+
+def _cycle_arrays(orders: np.ndarray, weight: float):
+    """Each row of ``orders`` (..., L) a cycle: every rank sends to the next, the last to the first."""
+    if orders.shape[-1] < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
+    src, dst = orders.reshape(-1), np.roll(orders, -1, axis=-1).reshape(-1)
+    return src, dst, np.full(len(src), weight)
+
+
+def _ring_arrays(blocks: np.ndarray):
+    count, hosts, per = blocks.shape
+    if hosts == 1:
+        return _cycle_arrays(blocks.reshape(count, per), 1.0)
+    shift = (np.arange(per)[:, None] + np.arange(per)[None, :]) % per     # channel c starts at rank c
+    orders = blocks[:, :, shift].transpose(0, 2, 1, 3).reshape(count, per, hosts * per)
+    return _cycle_arrays(orders, 1.0 / per)
+
+
+_CYCLES = {ring_flows: _ring_arrays,
+           intra_flows: lambda blocks: _cycle_arrays(blocks, 1.0),
+           inter_flows: lambda blocks: _cycle_arrays(blocks.transpose(0, 2, 1), 1.0)}
+
+
+def pattern_by_flow(cluster: Cluster, groups, make_flows) -> PatternView:
+    """The same view routed flow by flow (``routing.Router``): the reference ``_pattern`` is
+    tested against; its cost grows with flows x links, so nothing else calls it."""
+    flows = [(cluster.gpu(s), cluster.gpu(d), w) for g in groups for s, d, w in make_flows(cluster, g)]
     if not flows:
-        return PatternView(bandwidth_Bps=float("inf"), latency_s=0.0, bottleneck_tier=None, tiers=())
+        return _IDLE
+    router = router_for(cluster)
     loaded = router.pattern_load(flows)
     per_tier: dict[str, list] = {}
     for link, load in loaded.load.items():
@@ -116,18 +177,23 @@ def _pattern(cluster: Cluster, groups, make_flows) -> PatternView:
         entry[1] = max(entry[1], lat)
         entry[2] = max(entry[2], load)
         entry[3] += load
+    tiers = [TierLoad(t, *v) for t, v in per_tier.items()]
     sent = sum(w for s, d, w in flows if s != d)
-    tiers = tuple(TierView(tier=t, bandwidth_Bps=1.0 / v[0], latency_s=v[1],
-                           max_flows=round(v[2] * _flows_per_unit(flows), 3))
-                  for t, v in sorted(per_tier.items(), key=lambda kv: -kv[1][0]))
-    traversals = tuple((t, v[3] / sent) for t, v in sorted(per_tier.items()))
-    return PatternView(bandwidth_Bps=tiers[0].bandwidth_Bps, latency_s=loaded.latency_s,
+    return _view(tiers, loaded.latency_s, sent, 1.0 / max(w for _, _, w in flows))
+
+
+_IDLE = PatternView(bandwidth_Bps=float("inf"), latency_s=0.0, bottleneck_tier=None, tiers=())
+
+
+def _view(tier_loads, latency_s: float, sent: float, flows_per_unit: float) -> PatternView:
+    """Loads are in units of flow weight; ``flows_per_unit`` scales them so one whole flow
+    counts as 1 in ``max_flows``. Tiers busiest first (ties: the order a byte meets them)."""
+    ordered = sorted(tier_loads, key=lambda t: -t.ratio)
+    tiers = tuple(TierView(tier=t.tier, bandwidth_Bps=1.0 / t.ratio, latency_s=t.latency_s,
+                           max_flows=round(t.max_load * flows_per_unit, 3)) for t in ordered)
+    traversals = tuple((t.tier, t.sum_load / sent) for t in sorted(tier_loads, key=lambda t: t.tier))
+    return PatternView(bandwidth_Bps=tiers[0].bandwidth_Bps, latency_s=latency_s,
                        bottleneck_tier=tiers[0].tier, tiers=tiers, traversals=traversals)
-
-
-def _flows_per_unit(flows) -> float:
-    """Loads are in units of flow weight; scale so one whole flow counts as 1."""
-    return 1.0 / max(w for _, _, w in flows)
 
 
 def fabric_view(cluster: Cluster, group=None, concurrent=()) -> FabricView:

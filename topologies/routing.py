@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import breadth_first_order
 
 from topologies.attrs import BANDWIDTH, HOST, KIND, LATENCY, TIER
 from topologies.cluster import Cluster
@@ -34,67 +34,129 @@ class PatternLoad:
 
 
 class _Graphlet:
-    """A small graph with cached hop distances and per-hop ECMP routes."""
+    """A small graph with cached hop distances and per-hop ECMP routes. Directed links are
+    numbered in CSR order (``keys``: (u, v) per link id, ``indptr``/``indices`` as CSR)."""
 
     def __init__(self, graph, names):
         self.names = list(names)
         self.index = {n: i for i, n in enumerate(self.names)}
-        self.neighbors = [[self.index[v] for v in graph.adj[n] if v in self.index] for n in self.names]
-        rows, cols, self.edge = [], [], {}
+        rows, cols, lat, self.edge = [], [], [], {}
+        adj = graph.adj
         for n in self.names:
-            for v in graph.adj[n]:
-                if v in self.index:
-                    d = graph.edges[n, v]
-                    rows.append(self.index[n])
-                    cols.append(self.index[v])
-                    self.edge[(self.index[n], self.index[v])] = (d[BANDWIDTH], d[LATENCY], d[TIER])
+            u = self.index[n]
+            for v_name, d in adj[n].items():
+                v = self.index.get(v_name)
+                if v is not None:
+                    rows.append(u)
+                    cols.append(v)
+                    lat.append(d[LATENCY])
+                    self.edge[(u, v)] = (d[BANDWIDTH], d[LATENCY], d[TIER])
         size = len(self.names)
-        self._csr = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
-        self._dist: dict[int, list] = {}
-        self._routes: dict[tuple[int, int], tuple[tuple, float]] = {}
+        order = np.lexsort((cols, rows))
+        self._rows = np.asarray(rows, dtype=np.int64)[order]
+        self.indices = np.asarray(cols, dtype=np.int64)[order]
+        self._lat = np.asarray(lat, dtype=float)[order]
+        self.indptr = np.concatenate(([0], np.cumsum(np.bincount(self._rows, minlength=size))))
+        self.keys = list(zip(self._rows.tolist(), self.indices.tolist()))
+        self._keys = self._rows * size + self.indices      # sorted: CSR order is (u, v) order
+        self._degree = np.diff(self.indptr)
+        self._csr = csr_matrix((np.ones(len(order)), self.indices, self.indptr), shape=(size, size))
+        self._dist: dict[int, np.ndarray] = {}
+        self._routes: dict[tuple[int, int], tuple] = {}
 
     def prefetch(self, targets) -> None:
-        missing = sorted({t for t in targets if t not in self._dist})
-        if missing:
-            rows = np.atleast_2d(shortest_path(self._csr, unweighted=True, indices=missing))
-            rows[np.isinf(rows)] = -1
-            for t, row in zip(missing, rows.astype(np.int32).tolist()):
-                self._dist[t] = row
+        """Hop distances of every node to each of ``targets``, kept as int16 rows (-1 where
+        unreachable). Links come in both directions, so a node's row is one more than the
+        least of its neighbours' rows: a node whose neighbours all have more links (a leaf
+        switch under its spines) takes that from theirs, at (its links x nodes) array work
+        instead of a breadth-first search over every link."""
+        for t in sorted({int(t) for t in targets if t not in self._dist}):
+            self._dist[t] = self._derived(t) if self._derivable(t) else _bfs_depth(self._csr, t)
 
-    def row(self, dst: int) -> list:
+    def _derivable(self, t: int) -> bool:
+        nbr = self.indices[self.indptr[t]:self.indptr[t + 1]]
+        return len(nbr) > 0 and len(nbr) * len(self.names) < len(self.indices) \
+            and bool((self._degree[nbr] > len(nbr)).all())
+
+    def _derived(self, t: int) -> np.ndarray:
+        nbr = self.indices[self.indptr[t]:self.indptr[t + 1]]
+        rows = np.stack([self.row(int(v)) for v in nbr])
+        least = np.where(rows < 0, _FAR, rows).min(axis=0)
+        out = np.where(least == _FAR, -1, least + 1).astype(np.int16)
+        out[t] = 0
+        return out
+
+    def row(self, dst: int) -> np.ndarray:
         """Hop distance of every node to ``dst`` (-1 where unreachable)."""
         if dst not in self._dist:
             self.prefetch((dst,))
         return self._dist[dst]
 
     def distance(self, src: int, dst: int) -> int:
-        return self.row(dst)[src]
+        return int(self.row(dst)[src])
+
+    def neighbors(self, u: int) -> list:
+        return self.indices[self.indptr[u]:self.indptr[u + 1]].tolist()
 
     def route(self, src: int, dst: int) -> tuple[tuple, float]:
         """(((u, v, fraction), ...), worst latency) from ``src`` to ``dst``."""
+        ids, frac, lat = self.route_ids(src, dst)
+        return tuple(zip(self._rows[ids].tolist(), self.indices[ids].tolist(), frac.tolist())), lat
+
+    def route_ids(self, src: int, dst: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(link ids, fraction of the flow on each, worst latency) from ``src`` to ``dst``:
+        equal-cost multipath split evenly at every hop, walked one hop level at a time."""
         key = (src, dst)
         if key not in self._routes:
             self._routes[key] = self._walk(src, dst)
         return self._routes[key]
 
     def _walk(self, src: int, dst: int):
-        self.prefetch((dst,))
-        dist = self._dist[dst]
-        share, latency, frac = {src: 1.0}, {src: 0.0}, {}
-        frontier = [src]
-        while frontier:
-            nxt = {}
-            for u in frontier:
-                hops = [v for v in self.neighbors[u] if dist[v] == dist[u] - 1]
-                for v in hops:
-                    part = share[u] / len(hops)
-                    frac[(u, v)] = frac.get((u, v), 0.0) + part
-                    share[v] = share.get(v, 0.0) + part
-                    latency[v] = max(latency.get(v, 0.0), latency[u] + self.edge[(u, v)][1])
-                    if v != dst:
-                        nxt[v] = True
-            frontier = list(nxt)
-        return tuple((u, v, f) for (u, v), f in frac.items()), latency.get(dst, 0.0)
+        """Nodes on a shortest path are those with hops from ``src`` plus hops to ``dst`` equal
+        to the distance; level k holds those k hops from ``src``, and the links of the walk join
+        consecutive levels (found by key in the sorted link list, not by scanning neighbours:
+        a spine may have thousands)."""
+        to_dst, from_src = self.row(dst), self.row(src)
+        hops = int(to_dst[src])
+        if hops <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0), 0.0
+        on = (to_dst >= 0) & (from_src >= 0) & (to_dst + from_src == hops)
+        frontier, share, latency = np.array([src]), np.array([1.0]), np.array([0.0])
+        ids, fracs = [], []
+        for k in range(1, hops + 1):
+            level = np.flatnonzero(on & (from_src == k))
+            keys = (frontier[:, None] * len(self.names) + level[None, :]).ravel()
+            link = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+            hit = self._keys[link] == keys
+            link = link[hit]
+            owner = np.repeat(np.arange(len(frontier)), len(level))[hit]
+            target = np.tile(np.arange(len(level)), len(frontier))[hit]
+            part = share[owner] / np.bincount(owner, minlength=len(frontier))[owner]
+            ids.append(link)
+            fracs.append(part)
+            share = np.bincount(target, weights=part, minlength=len(level))
+            reach = np.full(len(level), -np.inf)
+            np.maximum.at(reach, target, latency[owner] + self._lat[link])
+            frontier, latency = level, reach
+        return np.concatenate(ids), np.concatenate(fracs), float(latency.max())
+
+
+_FAR = np.iinfo(np.int16).max
+
+
+def _bfs_depth(csr, source: int) -> np.ndarray:
+    """Hops from ``source`` to every node (-1 where unreachable), from scipy's C breadth-first
+    search: each node's depth follows its predecessor chain, one jump per level for all at once."""
+    order, pred = breadth_first_order(csr, source, directed=True, return_predecessors=True)
+    depth = np.full(csr.shape[0], -1, dtype=np.int16)
+    depth[source] = 0
+    reached, up = order[1:], pred[order[1:]]
+    hops = np.ones(len(reached), dtype=np.int16)
+    while (more := up != source).any():
+        up[more] = pred[up[more]]
+        hops[more] += 1
+    depth[reached] = hops
+    return depth
 
 
 def _suffix(name: str) -> str:
@@ -116,7 +178,7 @@ class Router:
         self._nic_routes: dict = {}
         self._attach_of: dict = {}
         for n in self.fabric.names:
-            if graph.nodes[n][KIND] == "nic" and len(self.fabric.neighbors[self.fabric.index[n]]) != 1:
+            if graph.nodes[n][KIND] == "nic" and len(self.fabric.neighbors(self.fabric.index[n])) != 1:
                 raise ValueError(f"NIC {n!r} must have exactly one fabric port")
 
     def _local(self, name: str) -> tuple[int, int]:
@@ -152,7 +214,7 @@ class Router:
         key = (src, dst)
         if key in self._nic_routes:
             return self._nic_routes[key]
-        up, down = self.fabric.neighbors[src][0], self.fabric.neighbors[dst][0]
+        up, down = self.fabric.neighbors(src)[0], self.fabric.neighbors(dst)[0]
         first, last = self.fabric.edge[(src, up)], self.fabric.edge[(down, dst)]
         links, lat = ((), 0.0) if up == down else self.fabric.route(up, down)
         result = (((src, up, 1.0),) + links + ((down, dst, 1.0),), lat + first[1] + last[1])
@@ -175,7 +237,7 @@ class Router:
     def _attachment(self, host: int) -> tuple:
         if host not in self._attach_of:
             self._attach_of[host] = tuple(
-                self.fabric.neighbors[self.fabric.index[f"h{host}.{s}"]][0] for s in self.nic_suffixes)
+                self.fabric.neighbors(self.fabric.index[f"h{host}.{s}"])[0] for s in self.nic_suffixes)
         return self._attach_of[host]
 
     def _least_hop_pairs(self, ls, ld, sw_src, sw_dst) -> list[tuple[str, str]]:

@@ -19,6 +19,7 @@ class HeapCore:
 
     def __init__(self):
         self.now = 0.0
+        self.handled = 0          # callbacks run: the simulation's events
         self._queue: list = []
         self._seq = 0
 
@@ -29,6 +30,7 @@ class HeapCore:
     def run(self) -> None:
         while self._queue:
             self.now, _, fn = heapq.heappop(self._queue)
+            self.handled += 1
             fn()
 
 
@@ -41,13 +43,18 @@ class SimPyCore:
         import simpy
 
         self.env = simpy.Environment()
+        self.handled = 0
 
     @property
     def now(self) -> float:
         return self.env.now
 
     def after(self, delay: float, fn) -> None:
-        self.env.timeout(max(0.0, delay)).callbacks.append(lambda _event: fn())
+        self.env.timeout(max(0.0, delay)).callbacks.append(lambda _event: self._handle(fn))
+
+    def _handle(self, fn) -> None:
+        self.handled += 1
+        fn()
 
     def run(self) -> None:
         self.env.run()

@@ -48,6 +48,7 @@ class SimResult:
     ops: list = field(default_factory=list)        # (stage, kind, microbatch, start, end)
     transfers: list = field(default_factory=list)  # (kind, microbatch, src, dst, start, end)
     buckets: list = field(default_factory=list)    # (stage, index, ready, start, end)
+    events: int = 0                                # callbacks the event core ran
 
 
 class _Stage:
@@ -79,6 +80,7 @@ class StepSim:
         self.core.run()
         ends = [max(st.end, st.comm_end) for st in self.stages]
         self.result.stage_end_s, self.result.end_s = ends, max(ends)
+        self.result.events = self.core.handled
         return self.result
 
     # --- the compute stream -------------------------------------------------------------------
