@@ -2,8 +2,8 @@
 """The event engine's cores, measured: the same step simulation (pipeline stages x microbatches
 under 1F1B, every stage's gradient buckets sharing its NIC with the transfers) on the heap core
 written for it and on SimPy; median seconds of 5 runs each, the events they handled and the
-end time (which must agree). Also the cost of ``perfmodel predict --engine des`` against the
-analytical engine on one plan.
+end time (which must agree). Then ``perfmodel predict --engine des`` against the analytical
+engine for GPT-3 175B on 1024 and 16,384 A100s (issue 12's targets), with events per second.
 
 Usage: python benchmarks/bench_des.py [--stages 16] [--microbatches 64] [--buckets 40]
 """
@@ -48,11 +48,17 @@ def main() -> None:
         print(f"{core:6s} {t:9.4f} {work_items / t:10.0f} {r.end_s:10.3f}")
     if len(ends) == 2:
         print(f"# same end time on both cores: {abs(ends['heap'] - ends['simpy']) < 1e-9}")
-    kw = dict(model="gpt3-175b", cluster="dgx-a100", gpus=1024, tp=8, pp=16, mbs=1, gbs=1536)
-    for engine in ("analytical", "des"):
-        t, r = _median_s(lambda engine=engine: predict(**kw, engine=engine), repeats=3)
-        print(f"# predict gpt3-175b on 1024 A100 (tp 8, pp 16, 96 microbatches), engine {engine}: {t:.3f} s, "
-              f"step {r.step_time_s:.3f} s")
+    print("# predict gpt3-175b, dgx-a100, tp 8, pp 8, 1F1B, 96 microbatches per step (issue 12: des at most "
+          "2 s on 1024 GPUs, 30 s on 16,384); warm caches, median of 3")
+    print(f"{'GPUs':>6s} {'engine':10s} {'median s':>9s} {'events':>8s} {'events/s':>9s} {'step s':>8s}")
+    for gpus in (1024, 16384):
+        kw = dict(model="gpt3-175b", cluster="dgx-a100", gpus=gpus, tp=8, pp=8, mbs=1, gbs=96 * gpus // 64,
+                  allow_oom=True)
+        predict(**kw)   # build the cluster and its fabric views once
+        for engine in ("analytical", "des"):
+            t, r = _median_s(lambda engine=engine: predict(**kw, engine=engine), repeats=3)
+            rate = f"{r.simulated_events / t:9.0f}" if r.simulated_events else f"{'-':>9s}"
+            print(f"{gpus:6d} {engine:10s} {t:9.3f} {r.simulated_events:8d} {rate} {r.step_time_s:8.3f}")
 
 
 if __name__ == "__main__":

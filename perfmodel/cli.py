@@ -68,6 +68,9 @@ def _plan_args(p, sweep: bool = False) -> None:
         p.add_argument("--trace", metavar="FILE.json", help="write the step's timeline as Chrome trace-event JSON "
                        "(open in ui.perfetto.dev): per pipeline stage its forward/backward operations, transfers "
                        "with flow arrows, then the exposed reduction and optimizer (gpipe, 1f1b)")
+        p.add_argument("--timeline", metavar="FILE.png",
+                       help="draw the same timeline as a picture (.png, .svg or .pdf): a row per stream of each "
+                       "stage; with --engine des also the gradient buckets as they share the NIC")
         p.add_argument("--hpz", action="store_true",
                        help="ZeRO++ hpZ (with --zero 3): a secondary parameter partition inside each node, so "
                        "backward gathers stay on the node's links (costs weights / local dp ranks of memory)")
@@ -187,14 +190,15 @@ def _say_idle(records) -> None:
 
 
 def _predict(args) -> None:
-    r = predict(args.model, args.cluster, policy=args.policy, trace=args.trace, **_plan_kwargs(args))
+    r = predict(args.model, args.cluster, policy=args.policy, trace=args.trace, timeline=args.timeline,
+                **_plan_kwargs(args))
     _say_idle([r])
     print(dump_json(r.to_dict()) if args.json else step_report(r))
 
 
 def _compare(args) -> None:
     kw = _plan_kwargs(args)
-    records = compare(args.model, args.cluster, args.policies, trace=args.trace, **kw)
+    records = compare(args.model, args.cluster, args.policies, trace=args.trace, timeline=args.timeline, **kw)
     _say_idle(records)
     print(dump_json([r.to_dict() for r in records]) if args.json else compare_report(records))
 

@@ -20,11 +20,13 @@ from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy, split_policies
 from perfmodel.simulate.step import StageWork, simulate
+from perfmodel.timeline import plot_timeline
 from perfmodel.trace import trace_events, write_trace
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp,
                             overlap_buckets, pipeline_time, split_kernel)
 from perfmodel.workload import load_model
 from topologies import InputError, cluster_for
+from topologies.clikit import check_writable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +54,7 @@ class StepRecord:
     error_estimate: dict            # {axis: relative RMS error of its largest collective}
     kernel_s: dict                  # {axis: {critical_s, beside_compute_s}}: compression kernels per step (stage 0)
     engine: str                     # analytical, or des (perfmodel.simulate: link sharing simulated)
+    simulated_events: int           # events the des engine handled for this step (0 for analytical)
     idle_policy_axes: tuple         # axes the policy compresses that carry no traffic in this plan
     compute_detail: dict            # compute_s of the busiest stage as gemm_s, attention_s, memory_bound_s
     collectives: dict               # {event: "op:algorithm:compressor"}
@@ -226,7 +229,8 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", dp_overlap: bool = True,
             hpz: bool = False, allow_oom: bool = False,
             overlap_slowdown: float | None = None, calibration: str | None = None,
-            trace: str | list | None = None, trace_pid: int = 0, engine: str = "analytical") -> StepRecord:
+            trace: str | list | None = None, trace_pid: int = 0, engine: str = "analytical",
+            timeline: str | None = None) -> StepRecord:
     """Predict one training step of ``model`` on ``cluster`` (see the CLI's ``predict --help``).
 
     Raises InputError (naming the field) for an invalid plan, and when the plan does not fit
@@ -236,8 +240,10 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     events are appended to (processes numbered from ``trace_pid``). ``engine``: ``analytical``
     (closed forms) or ``des`` (``perfmodel.simulate``: the pipeline and every stage's gradient
     buckets as events, links shared between concurrent traffic; the difference is the
-    breakdown's ``contention_s``).
+    breakdown's ``contention_s``). ``timeline``: a PNG path for the same events as a picture
+    (``perfmodel.timeline``). Output paths are checked before any work.
     """
+    _check_outputs(trace, timeline)
     calib = load_calibration(calibration)
     arch = load_model(model)
     built, ranks = cluster_for(cluster, nodes=nodes, gpus=gpus)   # a partial last node where gpus asks
@@ -268,17 +274,31 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     sim = None
     if engine == "des":
         sim, out.contention_s = _contention(arch, plan, env, pol, stages)
-    if trace is not None:
+    if trace is not None or timeline is not None:
         events = trace_events(stages, plan, vars(out), pol.text, trace_pid, sim)
         if isinstance(trace, list):
             trace.extend(events)
-        else:
+        elif trace is not None:
             write_trace(trace, events)
+        if timeline is not None:
+            plot_timeline(events, timeline, f"{arch.name} on {built.name} ({ranks} GPUs): {pol.text}, {engine}")
     base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, overlap_slowdown), engine)
-    return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base, engine)
+    return _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base, engine,
+                   sim.events if sim else 0)
 
 
 ENGINES = ("analytical", "des")
+PICTURES = ("png", "svg", "pdf")
+
+
+def _check_outputs(trace, timeline) -> None:
+    """Refuse output paths that cannot be written, or a picture format we do not draw, first."""
+    if isinstance(trace, str):
+        check_writable(trace, "trace")
+    if timeline is not None:
+        check_writable(timeline, "timeline")
+        if timeline.rsplit(".", 1)[-1].lower() not in PICTURES:
+            raise InputError("timeline", timeline, "a picture path ending in " + ", ".join("." + p for p in PICTURES))
 
 
 def idle_axes(policy, tally) -> tuple:
@@ -300,12 +320,10 @@ def _bucket_runs(arch, plan, env, policy, mesh, s: int, layers: tuple) -> tuple:
 
 def _simulate(arch, plan, env, policy, stages):
     """The step's pipeline and every stage's buckets on the event engine (perfmodel.simulate)."""
-    if plan.virtual_stages > 1:
-        raise InputError("engine", "des", "a gpipe or 1f1b schedule (interleaving has no operation timeline yet)")
     mesh, layers = mesh_for(plan), plan.stage_layers(arch.num_layers)
     work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
                       buckets=_bucket_runs(arch, plan, env, policy, mesh, s, layers)) for s, st in enumerate(stages)]
-    return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap)
+    return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap, chunks=plan.virtual_stages)
 
 
 def _contention(arch, plan, env, policy, stages) -> tuple:
@@ -337,7 +355,8 @@ def _hpz_ranks(plan, built) -> int:
     return len(mesh_for(plan).node_groups("dp", built.gpus_per_host)[0])
 
 
-def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base, engine) -> StepRecord:
+def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base, engine,
+            simulated_events: int = 0) -> StepRecord:
     step = out.total
     tokens = plan.gbs * plan.seq
     model_flops = arch.model_flops_per_token(plan.seq) * tokens
@@ -355,15 +374,22 @@ def _record(arch, built, dev, plan, pol, out, tally, stages, memory, fits, base,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error.get(a, 0.0) for a in ("dp", "zero", "tp", "pp") if a in tally.error},
         collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan),
-        engine=engine, idle_policy_axes=idle_axes(pol, tally))
+        engine=engine, simulated_events=simulated_events, idle_policy_axes=idle_axes(pol, tally))
 
 
-def compare(model: str, cluster: str, policies, trace: str | None = None, **plan) -> list[StepRecord]:
+def compare(model: str, cluster: str, policies, trace: str | None = None, timeline: str | None = None,
+            **plan) -> list[StepRecord]:
     """The same plan under several policies (a list, or a string as ``split_policies`` takes);
-    ``trace``: one timeline file with every policy's stages (``perfmodel.trace``)."""
+    ``trace``: one timeline file with every policy's stages (``perfmodel.trace``); ``timeline``:
+    the same as one picture."""
+    _check_outputs(trace, timeline)
     names = split_policies(policies) if isinstance(policies, str) else list(policies)
-    events: list | None = [] if trace is not None else None
+    events: list | None = [] if trace is not None or timeline is not None else None
     records = [predict(model, cluster, policy=p, trace=events, trace_pid=100 * i, **plan) for i, p in enumerate(names)]
     if trace is not None:
         write_trace(trace, events)
+    if timeline is not None:
+        first = records[0]
+        plot_timeline(events, timeline, f"{first.model} on {first.cluster} ({first.gpus} GPUs): "
+                      f"{len(records)} policies, {first.engine}")
     return records

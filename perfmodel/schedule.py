@@ -3,12 +3,20 @@
 ``stage_ops`` lists what one stage runs: ("F", i) / ("B", i) for microbatch i (GPipe: every
 forward, then every backward; 1F1B: ``pp - s - 1`` warm-up forwards on stage s, then one
 forward and one backward alternately, then the remaining backwards). realrun's trainer runs
-exactly these lists.
+exactly these lists. Interleaved 1F1B (Narayanan et al. SC21, as Megatron-LM's
+``forward_backward_pipelining_with_interleaving`` orders it) gives each stage V model chunks,
+chunk c of stage s being virtual stage ``c p + s``; its operations are ("F", i, c) / ("B", i, c):
+forwards walk microbatches in groups of p through chunk 0, then chunk 1, ...; backwards the
+same through the chunks in reverse; ``2 (p - s - 1) + (V - 1) p`` warm-up forwards, then
+alternation. Each chunk operation takes 1/V of the stage's time; every chunk boundary is a
+transfer (the last stage's chunk c sends to the first stage's chunk c + 1).
 
 ``run_schedule`` times them. Between two operations a stage makes one exchange, as Megatron's
 ``send_forward_recv_backward`` and realrun's ``Comm.exchange`` do: it sends what the previous
 operation produced and receives what the next one needs, both posted together, and goes on
-when both are done. A transfer starts once its sender and its receiver have both posted it
+when both are done (under interleaving a stage waits only for what it receives: its sends
+are posted and left, as Megatron's batched isend/irecv of that schedule; waiting for both
+deadlocks its order). A transfer starts once its sender and its receiver have both posted it
 (a rendezvous: NCCL's and gloo's point-to-point messages of this size) and its directed link
 is free (messages on one link go in order), and takes the transfer time of its direction.
 This is an exact evaluation of the schedule's dependency graph, not a closed form: with free
@@ -20,12 +28,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+BLOCKING = ("gpipe", "1f1b")   # exchanges wait for sends too (realrun's, Megatron's send_*_recv_*)
 
 
-def stage_ops(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
-    """The operations of ``stage`` in order (module doc)."""
+def stage_ops(name: str, stage: int, stages: int, microbatches: int, chunks: int = 1) -> list[tuple]:
+    """The operations of ``stage`` in order (module doc); ``chunks``: V of ``interleaved``."""
     m = microbatches
+    if name == "interleaved":
+        return _interleaved_ops(stage, stages, m, chunks)
     if name == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warm = min(stages - stage - 1, m)
@@ -33,6 +44,23 @@ def stage_ops(name: str, stage: int, stages: int, microbatches: int) -> list[tup
     for i in range(m - warm):
         ops += [("F", warm + i), ("B", i)]
     return ops + [("B", i) for i in range(m - warm, m)]
+
+
+def _interleaved_ops(s: int, p: int, m: int, v: int) -> list[tuple[str, int, int]]:
+    if m % p:
+        raise ValueError(f"interleaving needs microbatches ({m}) divisible by stages ({p})")
+
+    def unit(k: int, forward: bool) -> tuple[int, int]:
+        group, pos = divmod(k, p * v)
+        chunk = pos // p
+        return group * p + pos % p, chunk if forward else v - 1 - chunk
+
+    total = m * v
+    warm = min(total, 2 * (p - s - 1) + (v - 1) * p)
+    ops = [("F", *unit(k, True)) for k in range(warm)]
+    for k in range(total - warm):
+        ops += [("F", *unit(warm + k, True)), ("B", *unit(k, False))]
+    return ops + [("B", *unit(k, False)) for k in range(total - warm, total)]
 
 
 @dataclass(frozen=True)
@@ -52,33 +80,45 @@ class Timeline:
     end_s: float               # when the last stage finishes its last operation
     busy_s: tuple              # per stage: seconds in operations
     finish_s: tuple            # per stage: when its last exchange completed
-    ops: tuple = ()            # (stage, "F" or "B", microbatch, start s, end s)
-    transfers: tuple = ()      # ("act" or "grad", microbatch, from stage, to stage, start s, end s)
+    ops: tuple = ()            # (stage, "F" or "B", microbatch, start s, end s[, chunk])
+    transfers: tuple = ()      # ("act" or "grad", microbatch, from stage, to stage[, chunk], start s, end s)
 
 
-def exchanges(name: str, s: int, p: int, m: int) -> list[tuple[list, tuple | None]]:
+def exchanges(name: str, s: int, p: int, m: int, chunks: int = 1) -> list[tuple[list, tuple | None]]:
     """Per operation: (transfers of the exchange before it, the operation); a last exchange
-    with the final send and None. A transfer is (kind, microbatch, from stage, to stage)."""
+    with the final send and None. A transfer is (kind, microbatch, from stage, to stage), with
+    the sending chunk appended under interleaving."""
     out, pending = [], None
-    for kind, i in stage_ops(name, s, p, m):
+    for op in stage_ops(name, s, p, m, chunks):
+        kind, i = op[0], op[1]
+        here = (op[2] if len(op) > 2 else 0) * p + s            # virtual stage
         recv = None
-        if kind == "F" and s > 0:
-            recv = ("act", i, s - 1, s)
-        elif kind == "B" and s < p - 1:
-            recv = ("grad", i, s + 1, s)
-        out.append(([t for t in (pending, recv) if t], (kind, i)))
-        pending = ("act", i, s, s + 1) if kind == "F" and s < p - 1 else \
-            ("grad", i, s, s - 1) if kind == "B" and s > 0 else None
+        if kind == "F" and here > 0:
+            recv = _transfer("act", i, here - 1, s, p, chunks)
+        elif kind == "B" and here < p * chunks - 1:
+            recv = _transfer("grad", i, here + 1, s, p, chunks)
+        out.append(([t for t in (pending, recv) if t], op))
+        pending = _transfer("act", i, here, (here + 1) % p, p, chunks) if kind == "F" and here < p * chunks - 1 \
+            else _transfer("grad", i, here, (here - 1) % p, p, chunks) if kind == "B" and here > 0 else None
     out.append(([pending] if pending else [], None))
     return out
 
 
-def run_schedule(name: str, stages: list[StageCost], microbatches: int) -> Timeline:
+def _transfer(kind: str, i: int, sender: int, to: int, p: int, chunks: int):
+    """The transfer from virtual stage ``sender`` to stage ``to``; None inside one GPU (p = 1)."""
+    src = sender % p
+    if src == to:
+        return None
+    return (kind, i, src, to) + ((sender // p,) if chunks > 1 else ())
+
+
+def run_schedule(name: str, stages: list[StageCost], microbatches: int, chunks: int = 1) -> Timeline:
     """Time ``microbatches`` through ``stages`` under schedule ``name`` (module doc)."""
     if name not in SCHEDULES:
         raise ValueError(f"schedule {name!r}: one of {', '.join(SCHEDULES)}")
     p, m = len(stages), microbatches
-    plans = [exchanges(name, s, p, m) for s in range(p)]
+    plans = [exchanges(name, s, p, m, chunks) for s in range(p)]
+    blocking = name in BLOCKING
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
     posted: dict = {}      # transfer -> {stage: time it posted it}
     done: dict = {}        # transfer -> end time
@@ -91,19 +131,20 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int) -> Timel
             transfers, op = plans[s][pos[s]]
             for t in transfers:
                 posted.setdefault(t, {}).setdefault(s, clock[s])
-            if not all(t in done or len(posted[t]) == 2 for t in transfers):
+            awaited = [t for t in transfers if blocking or t[3] == s]
+            if not all(t in done or len(posted[t]) == 2 for t in awaited):
                 continue
             for t in transfers:
-                if t not in done:
-                    kind, _, src, dst = t
+                if t not in done and len(posted[t]) == 2:
+                    kind, _, src, dst = t[:4]
                     cost = stages[src].send_fwd if kind == "act" else stages[src].send_bwd
                     start = max(max(posted[t].values()), link_free.get((src, dst), 0.0))
                     done[t] = link_free[(src, dst)] = start + cost
                     moved.append((*t, start, start + cost))
-            clock[s] = max([clock[s]] + [done[t] for t in transfers])
+            clock[s] = max([clock[s]] + [done[t] for t in awaited])
             if op is not None:
-                d = stages[s].fwd if op[0] == "F" else stages[s].bwd
-                ops.append((s, op[0], op[1], clock[s], clock[s] + d))
+                d = (stages[s].fwd if op[0] == "F" else stages[s].bwd) / chunks
+                ops.append((s, op[0], op[1], clock[s], clock[s] + d) + tuple(op[2:]))
                 clock[s] += d
                 busy[s] += d
             pos[s] += 1

@@ -5,8 +5,8 @@ TP collectives, their compression kernels and (ZeRO-3) their exposed gathers; th
 activation and gradient transfers are priced apart (``send_fwd``, ``send_bwd``, with their
 kernels). GPipe and 1F1B are timed operation by operation (``perfmodel.schedule``: a transfer
 costs where a stage waits for it; for uniform stages and free transfers the familiar
-``(m + p - 1) T``); interleaving with V virtual stages keeps the closed form
-``m T_max + (sum_s T_s - T_max) / V`` (Narayanan et al. SC21). DP buckets become ready
+``(m + p - 1) T``); interleaving with V virtual stages too (for uniform stages and free
+transfers it gives ``m T + (p - 1) T / V``, Narayanan et al. SC21; tested). DP buckets become ready
 evenly through the last backward of stage 0 (which ends the pipeline) and run back to back
 on their own stream; only the tail after that backward is exposed. Compute that runs beside
 the DP traffic is slowed by ``overlap_slowdown`` (a fraction of the overlapped time: SMs and
@@ -91,17 +91,13 @@ def overlap_buckets(runs, window: float) -> tuple[float, float]:
 
 def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int,
                   schedule: str = "1f1b") -> tuple[float, float, int]:
-    """(pipeline seconds, bubble seconds, bottleneck stage index): the closed form for
-    interleaving (``virtual`` > 1), the schedule timed operation by operation otherwise. The
-    bottleneck is the busiest stage; the bubble is what its idle time holds beyond its own
-    transfers (see ``exposed_pp``)."""
+    """(pipeline seconds, bubble seconds, bottleneck stage index): the schedule timed operation
+    by operation (interleaving with ``virtual`` chunks per stage too). The bottleneck is the
+    busiest stage; the bubble is what its idle time holds beyond its own transfers (see
+    ``exposed_pp``)."""
     totals = [s.total for s in stages]
-    if virtual > 1:
-        worst = max(range(len(stages)), key=totals.__getitem__)
-        bubble = (sum(totals) - totals[worst]) / virtual
-        return microbatches * totals[worst] + bubble, bubble, worst
     costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
-    timeline = run_schedule(schedule, costs, microbatches)
+    timeline = run_schedule("interleaved" if virtual > 1 else schedule, costs, microbatches, virtual)
     worst = max(range(len(stages)), key=lambda i: (timeline.busy_s[i], totals[i]))
     idle = max(0.0, timeline.end_s - timeline.busy_s[worst])
     return timeline.end_s, idle - exposed_pp(stages[worst], microbatches, idle)[0], worst

@@ -5,8 +5,10 @@ forward and backward operations of every microbatch, TP collectives and kernels 
 ``send ->`` and ``send <-`` (activation and gradient transfers, each with a flow arrow to the
 receiving stage), and after the pipeline ``after backward`` on stage 0: the exposed gradient
 reduction, parameter gathers and the optimizer, as the analytical breakdown prices them. The
-operations are those ``perfmodel.schedule.run_schedule`` timed (GPipe, 1F1B); interleaved
-schedules are priced in closed form and have no operation timeline.
+operations are those ``perfmodel.schedule.run_schedule`` timed (GPipe, 1F1B, interleaved 1F1B
+with each model chunk's operations and transfers named by chunk). From the event engine
+(``--engine des``) also a ``gradient buckets`` track and counters of the busiest links (flows
+sharing each stage's NIC over time). ``perfmodel.timeline`` draws the same events as a PNG.
 """
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import json
 
 from perfmodel.schedule import StageCost, run_schedule
 from topologies.clikit import atomic_write
-from topologies.errors import InputError
 
 US = 1e6
 COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS = 0, 1, 2, 3, 4
@@ -34,27 +35,26 @@ def _offset(event: dict, first_pid: int) -> dict:
 
 
 def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
-    if plan.virtual_stages > 1:
-        raise InputError("trace", f"interleaved:{plan.virtual_stages}", "a gpipe or 1f1b schedule (interleaving is "
-                         "priced in closed form, without an operation timeline)")
     if sim is None:
         costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
-        timeline = run_schedule(plan.schedule, costs, plan.microbatches)
+        timeline = run_schedule(plan.schedule, costs, plan.microbatches, plan.virtual_stages)
     else:
         timeline = sim
     events = _names(len(stages), label)
-    for s, kind, mb, start, end in timeline.ops:
-        events.append(_slice(s, COMPUTE, f"{'forward' if kind == 'F' else 'backward'} mb{mb}", start, end,
-                             {"microbatch": mb, "stage": s}))
-    for n, (kind, mb, src, dst, start, end) in enumerate(timeline.transfers):
+    for s, kind, mb, start, end, *chunk in timeline.ops:
+        args = {"microbatch": mb, "stage": s, **({"chunk": chunk[0]} if chunk else {})}
+        events.append(_slice(s, COMPUTE, f"{'forward' if kind == 'F' else 'backward'} mb{mb}{_chunk(chunk)}",
+                             start, end, args))
+    for n, (kind, mb, src, dst, *chunk, start, end) in enumerate(timeline.transfers):
         track = SEND_NEXT if kind == "act" else SEND_PREV
-        name = f"{'activation' if kind == 'act' else 'gradient'} mb{mb} -> stage {dst}"
+        name = f"{'activation' if kind == 'act' else 'gradient'} mb{mb}{_chunk(chunk)} -> stage {dst}"
         events.append(_slice(src, track, name, start, end, {"microbatch": mb, "to_stage": dst}))
         events.append({"ph": "s", "id": n, "name": "p2p", "cat": "pp", "pid": src, "tid": track, "ts": start * US})
         events.append({"ph": "f", "bp": "e", "id": n, "name": "p2p", "cat": "pp", "pid": dst, "tid": COMPUTE,
                        "ts": end * US})
     for s, index, ready, start, end in getattr(timeline, "buckets", ()):
         events.append(_slice(s, BUCKETS, f"gradient bucket {index}", start, end, {"ready_s": ready}))
+    events += _link_counters(getattr(timeline, "link_flows", {}))
     t = timeline.end_s
     if sim is not None:   # the simulated span holds the buckets: only what follows them remains
         breakdown = {k: v for k, v in breakdown.items() if k != "dp_comm_exposed_s"}
@@ -64,6 +64,21 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
             events.append(_slice(0, AFTER, name, t, t + breakdown[key], {}))
             t += breakdown[key]
     return events
+
+
+def _chunk(chunk: list) -> str:
+    """`` chunk c`` for an operation or transfer of interleaving's model chunk c."""
+    return f" chunk {chunk[0]}" if chunk else ""
+
+
+def _link_counters(link_flows: dict) -> list[dict]:
+    """Counter tracks of the busiest simulated links: flows sharing each over time (a stage's
+    NIC ``out`` and ``in``; more than one flow means each gets a share)."""
+    out = []
+    for (direction, stage), samples in link_flows.items():
+        name = f"NIC {direction} flows"
+        out += [{"ph": "C", "name": name, "pid": stage, "ts": t * US, "args": {"flows": n}} for t, n in samples]
+    return out
 
 
 def _names(stages: int, label: str) -> list[dict]:

@@ -29,8 +29,10 @@ class Network:
     def __init__(self, core):
         self.core = core
         self.active: list[Flow] = []
+        self.link_flows: dict = {}     # link -> [(time, flows on it from then on), ...]: trace counters
         self._last = 0.0
         self._version = 0
+        self._load: dict = {}
 
     def start(self, links: tuple, alone_s: float, done) -> Flow:
         """Start a flow that alone would take ``alone_s`` seconds; ``done()`` when it ends."""
@@ -53,11 +55,24 @@ class Network:
                 load[link] = load.get(link, 0) + 1
         for f in self.active:
             f.rate = min((1.0 / load[link] for link in f.links), default=1.0)
+        self._count(load)
         self._version += 1
         if self.active:
             nxt = min(f.remaining / f.rate for f in self.active)
             version = self._version
             self.core.after(nxt, lambda: self._finish(version))
+
+    def _count(self, load: dict) -> None:
+        for link in load.keys() | self._load.keys():
+            if load.get(link, 0) != self._load.get(link, 0):
+                self.link_flows.setdefault(link, []).append((self.core.now, load.get(link, 0)))
+        self._load = load
+
+    def busiest(self, limit: int) -> list:
+        """Up to ``limit`` links, most busy seconds first (seconds with at least one flow)."""
+        def busy(samples):
+            return sum(t1 - t0 for (t0, n), (t1, _) in zip(samples, samples[1:]) if n)
+        return sorted(self.link_flows, key=lambda link: -busy(self.link_flows[link]))[:limit]
 
     def _finish(self, version: int) -> None:
         if version != self._version:   # a start or end since changed every rate: a newer event stands

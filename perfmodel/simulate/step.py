@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfmodel.schedule import exchanges
+from perfmodel.schedule import BLOCKING, exchanges
 from perfmodel.simulate.core import CORES
 from perfmodel.simulate.network import Network
+
+
+BUSIEST_LINKS = 8   # links whose active-flow counts a trace shows
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class SimResult:
     transfers: list = field(default_factory=list)  # (kind, microbatch, src, dst, start, end)
     buckets: list = field(default_factory=list)    # (stage, index, ready, start, end)
     events: int = 0                                # callbacks the event core ran
+    link_flows: dict = field(default_factory=dict)  # busiest links: [(time, active flows), ...]
 
 
 class _Stage:
@@ -62,12 +66,12 @@ class _Stage:
 
 class StepSim:
     def __init__(self, stages: list[StageWork], schedule: str, microbatches: int, overlap: bool = True,
-                 core: str = "heap"):
+                 core: str = "heap", chunks: int = 1):
         self.core = CORES[core]()
         self.net = Network(self.core)
-        self.overlap = overlap
+        self.overlap, self.chunks, self.blocking = overlap, chunks, schedule in BLOCKING
         p, m = len(stages), microbatches
-        self.stages = [_Stage(self, s, w, exchanges(schedule, s, p, m)) for s, w in enumerate(stages)]
+        self.stages = [_Stage(self, s, w, exchanges(schedule, s, p, m, chunks)) for s, w in enumerate(stages)]
         self.last_backward = {s: max(i for i, (_, op) in enumerate(st.items) if op and op[0] == "B")
                               for s, st in enumerate(self.stages)}
         self.posted: dict = {}
@@ -81,6 +85,7 @@ class StepSim:
         ends = [max(st.end, st.comm_end) for st in self.stages]
         self.result.stage_end_s, self.result.end_s = ends, max(ends)
         self.result.events = self.core.handled
+        self.result.link_flows = {link: self.net.link_flows[link] for link in self.net.busiest(BUSIEST_LINKS)}
         return self.result
 
     # --- the compute stream -------------------------------------------------------------------
@@ -98,7 +103,7 @@ class StepSim:
                 ends.add(st.s)
                 if len(ends) == 2:
                     self._transfer(t)
-        if not all(t in self.done for t in transfers):
+        if not all(t in self.done for t in transfers if self.blocking or t[3] == st.s):
             st.waiting = True
             return
         st.waiting = False
@@ -106,26 +111,26 @@ class StepSim:
             st.pos += 1
             self._advance(st)
             return
-        kind, mb = op
-        d = st.work.fwd if kind == "F" else st.work.bwd
+        kind, mb = op[0], op[1]
+        d = (st.work.fwd if kind == "F" else st.work.bwd) / self.chunks
         start = self.core.now
         if self.overlap and st.pos == self.last_backward[st.s]:
             self._buckets_ready(st, start, d)
         st.pos += 1
 
         def finished():
-            self.result.ops.append((st.s, kind, mb, start, self.core.now))
+            self.result.ops.append((st.s, kind, mb, start, self.core.now) + tuple(op[2:]))
             self._advance(st)
         self.core.after(d, finished)
 
     def _transfer(self, t) -> None:
-        kind, mb, src, dst = t
+        kind, mb, src, dst = t[:4]
         alone = self.stages[src].work.send_fwd if kind == "act" else self.stages[src].work.send_bwd
         start = self.core.now
 
         def arrived():
             self.done[t] = self.core.now
-            self.result.transfers.append((kind, mb, src, dst, start, self.core.now))
+            self.result.transfers.append((kind, mb, src, dst) + t[4:] + (start, self.core.now))
             for s in (src, dst):
                 if self.stages[s].waiting:
                     self._advance(self.stages[s])
@@ -158,6 +163,6 @@ class StepSim:
 
 
 def simulate(stages: list[StageWork], schedule: str, microbatches: int, overlap: bool = True,
-             core: str = "heap") -> SimResult:
-    """Simulate one step of ``stages`` (module doc)."""
-    return StepSim(stages, schedule, microbatches, overlap, core).run()
+             core: str = "heap", chunks: int = 1) -> SimResult:
+    """Simulate one step of ``stages`` (module doc); ``chunks``: V of the interleaved schedule."""
+    return StepSim(stages, schedule, microbatches, overlap, core, chunks).run()

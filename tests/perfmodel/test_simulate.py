@@ -66,6 +66,8 @@ PLANS = [dict(model=m, cluster=c, nodes=n, tp=tp, pp=1, mbs=mbs, gbs=gbs, zero=z
          for pol in ("none", "naive:int8", "dp=ef(topk(0.01))+int8")]
 PLANS += [dict(model="gpt2-medium", cluster="dgx-a100", gpus=pp * 2, tp=2, pp=pp, mbs=1, gbs=gbs, policy=pol)
           for pp in (2, 4) for gbs in (8, 16) for pol in ("none", "naive:fp16")]
+PLANS += [dict(model="gpt2-medium", cluster="dgx-a100", gpus=pp * 2, tp=2, pp=pp, mbs=1, gbs=gbs, policy=pol,
+               schedule="interleaved:2") for pp in (2, 4) for gbs in (8, 16) for pol in ("none", "naive:fp16")]
 
 
 def test_the_engines_agree_where_nothing_shares_a_link():

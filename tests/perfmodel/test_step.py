@@ -45,7 +45,8 @@ def _st(fwd, bwd, send=0.0):
 
 def test_pipeline_time_by_hand():
     stages = [_st(0.5, 0.5), _st(1.0, 1.0), _st(0.5, 0.5)]
-    assert pipeline_time(stages, 4, 2) == (9.0, 1.0, 1)     # interleaved: the closed form
+    total, bubble, worst = pipeline_time(stages, 6, 2)        # interleaved: timed too
+    assert worst == 1 and total >= 6 * 2.0 and bubble == pytest.approx(total - 12.0)
     # timed: the busiest stage (8 s of work) starts after stage 0's first forward and ends
     # before stage 0's last backward; the closed form m T_max + sum of the others says 10
     total, bubble, worst = pipeline_time(stages, 4, 1)
@@ -54,6 +55,18 @@ def test_pipeline_time_by_hand():
     for schedule in ("1f1b", "gpipe"):
         total, bubble, _ = pipeline_time(uniform, 8, 1, schedule)
         assert total == pytest.approx((8 + 4 - 1) * 1.5) and bubble == pytest.approx(3 * 1.5)
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (8, 16, 3), (2, 2, 3)])
+def test_interleaved_schedule_gives_the_published_bubble(p, m, v):
+    """Uniform stages, free transfers: m T + (p - 1) T / V (Narayanan et al. SC21)."""
+    t = run_schedule("interleaved", [StageCost(1.0, 2.0)] * p, m, v)
+    assert t.end_s == pytest.approx(m * 3.0 + (p - 1) * 3.0 / v)
+    for s in range(p):
+        ops = stage_ops("interleaved", s, p, m, v)
+        assert sorted(ops) == sorted((k, i, c) for k in "FB" for i in range(m) for c in range(v))
+    costly = run_schedule("interleaved", [StageCost(1.0, 2.0, 0.1, 0.1)] * p, m, v)
+    assert len(costly.transfers) == 2 * m * (p * v - 1) and costly.end_s > t.end_s
 
 
 def test_two_stages_four_microbatches_one_f_one_b_by_hand():
