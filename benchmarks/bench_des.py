@@ -56,7 +56,7 @@ def main() -> None:
                   allow_oom=True)
         predict(**kw)   # build the cluster and its fabric views once
         for engine in ("analytical", "des"):
-            t, r = _median_s(lambda engine=engine: predict(**kw, engine=engine), repeats=3)
+            t, r = _median_s(lambda engine=engine, kw=kw: predict(**kw, engine=engine), repeats=3)
             rate = f"{r.simulated_events / t:9.0f}" if r.simulated_events else f"{'-':>9s}"
             print(f"{gpus:6d} {engine:10s} {t:9.3f} {r.simulated_events:8d} {rate} {r.step_time_s:8.3f}")
 
