@@ -23,6 +23,7 @@ from perfmodel.simulate.step import StageWork, simulate
 from perfmodel.timeline import plot_timeline
 from perfmodel.trace import trace_events, write_trace
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp,
+                            zero3_backward, zero3_forward,
                             overlap_buckets, pipeline_time, split_kernel)
 from perfmodel.workload import load_model
 from topologies import InputError, cluster_for
@@ -104,7 +105,8 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, kernel * event.count)
     if plan.zero == 3 and plan.dp > 1:
-        fwd, bwd, k_fwd, k_bwd = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally if s == 0 else None)
+        fwd, bwd, k_fwd, k_bwd, st.zero3_layers = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc,
+                                                                  tally if s == 0 else None)
         st.zero3, st.compression = fwd + bwd, st.compression + k_fwd + k_bwd
         st.fwd_op, st.bwd_op = st.fwd_op + fwd + k_fwd, st.bwd_op + bwd + k_bwd
     return st
@@ -128,11 +130,12 @@ def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
         st.bwd += seconds
 
 
-def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple[float, float, float, float]:
-    """Per microbatch: (forward, backward) exposed communication seconds, and (forward, backward)
-    kernel seconds. A layer's gather, prefetched, hides its wire time behind the previous layer's
-    compute (the first one cannot); its kernels run on the GPU that computes and are charged in
-    full wherever they run (``KERNEL_SM_SHARE``)."""
+def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple:
+    """Per microbatch: (forward, backward) exposed communication seconds, (forward, backward)
+    kernel seconds, and the per-layer shape the event engine runs. A layer's gather, prefetched,
+    hides its wire time behind the previous layer's compute (the first one cannot), its gradients'
+    reduce-scatter behind the next layers' (``zero3_forward``, ``zero3_backward``); its kernels run
+    on the GPU that computes and are charged in full wherever they run (``KERNEL_SM_SHARE``)."""
     events = comm.dp_events(arch.layer_params() / plan.tp * layers, arch.layer_params() / plan.tp,
                             plan, mesh, layers, env.built.gpus_per_host)
     t = {e.name: split_kernel(_cost(env, e, policy)) for e in events}
@@ -143,9 +146,10 @@ def _zero3_exposed(arch, plan, env, policy, mesh, layers, sc, tally) -> tuple[fl
             tally.add_kernel(e.axis, split_kernel(rec)[1] * e.count, beside_compute=True)
     (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = t["zero.allgather.fwd"], t["zero.allgather.bwd"], t["dp.reduce_scatter.bwd"]
     fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
-    fwd = ag_f + layers * max(0.0, ag_f - fwd_layer)
-    bwd = layers * max(0.0, ag_b + rs - bwd_layer)
-    return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs)
+    fwd = zero3_forward(layers, fwd_layer, ag_f) - sc.fwd_s
+    bwd = zero3_backward(layers, bwd_layer, ag_b, rs) - sc.bwd_s
+    shape = (layers, fwd_layer, bwd_layer, ag_f, ag_b, rs)
+    return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs), shape
 
 
 def _step(arch, plan, env, policy):
@@ -322,7 +326,8 @@ def _simulate(arch, plan, env, policy, stages):
     """The step's pipeline and every stage's buckets on the event engine (perfmodel.simulate)."""
     mesh, layers = mesh_for(plan), plan.stage_layers(arch.num_layers)
     work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
-                      buckets=_bucket_runs(arch, plan, env, policy, mesh, s, layers)) for s, st in enumerate(stages)]
+                      buckets=_bucket_runs(arch, plan, env, policy, mesh, s, layers), zero3=st.zero3_layers)
+            for s, st in enumerate(stages)]
     return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap, chunks=plan.virtual_stages)
 
 

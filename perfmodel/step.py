@@ -45,6 +45,7 @@ class StageTime:
     send_fwd: float = 0.0     # activation to the next stage, kernels included
     send_bwd: float = 0.0     # gradient to the previous stage, kernels included
     hardware_flops: float = 0.0   # FLOPs executed per microbatch, recompute included (not time)
+    zero3_layers: tuple = ()  # ZeRO-3: (layers, fwd and bwd compute per layer, gather fwd, bwd, reduce-scatter)
     compute_parts: tuple = (0.0, 0.0, 0.0)   # of ``compute``: GEMMs, attention, memory-bound work
 
     @property
@@ -101,6 +102,32 @@ def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int,
     worst = max(range(len(stages)), key=lambda i: (timeline.busy_s[i], totals[i]))
     idle = max(0.0, timeline.end_s - timeline.busy_s[worst])
     return timeline.end_s, idle - exposed_pp(stages[worst], microbatches, idle)[0], worst
+
+
+def zero3_forward(layers: int, compute: float, gather: float) -> float:
+    """Seconds of one forward operation under ZeRO-3 with one layer of prefetch: a layer's
+    parameter gather (``gather`` seconds) runs on the communication stream, issued when the
+    previous layer starts computing (the first one before it); a layer computes once its gather
+    is done and the previous layer is (DeepSpeed's prefetch; the event engine runs the same)."""
+    return zero3_backward(layers, compute, gather, 0.0)
+
+
+def zero3_backward(layers: int, compute: float, gather: float, reduce: float) -> float:
+    """Seconds of one backward operation under ZeRO-3: layers in reverse, each waiting for its
+    gathered parameters (the next one's gather issued as it starts), each followed by the
+    reduce-scatter of its gradients (``reduce`` seconds); gathers and reduce-scatters share one
+    stream in the order they are issued; the operation ends when the last one has. With
+    ``reduce`` 0 it is the forward operation (``zero3_forward``)."""
+    comm = ready = gather                     # the first layer's gather, issued with the operation
+    t = 0.0
+    for layer in range(layers):
+        start = max(t, ready)
+        if layer + 1 < layers:
+            comm = ready = max(start, comm) + gather      # the next layer's, issued as this one starts
+        t = start + compute
+        if reduce:
+            comm = max(t, comm) + reduce                   # this layer's gradients, as it ends
+    return max(t, comm)
 
 
 def exposed_pp(stage: StageTime, microbatches: int, idle: float) -> tuple[float, float]:

@@ -9,7 +9,7 @@ from topologies.clikit import atomic_write
 
 KINDS = (("forward", "#4c72b0"), ("backward", "#55a868"), ("activation", "#c44e52"), ("gradient mb", "#dd8452"),
          ("gradient bucket", "#8172b3"), ("optimizer", "#937860"), ("gradient reduction", "#da8bc3"),
-         ("compute slowed", "#8c8c8c"))
+         ("compute slowed", "#8c8c8c"), ("gather", "#64b5cd"), ("reduce-scatter", "#ccb974"))
 
 
 def _colour(name: str) -> str:

@@ -7,7 +7,8 @@ receiving stage), and after the pipeline ``after backward`` on stage 0: the expo
 reduction, parameter gathers and the optimizer, as the analytical breakdown prices them. The
 operations are those ``perfmodel.schedule.run_schedule`` timed (GPipe, 1F1B, interleaved 1F1B
 with each model chunk's operations and transfers named by chunk). From the event engine
-(``--engine des``) also a ``gradient buckets`` track and counters of the busiest links (flows
+(``--engine des``) also a ``gradient buckets`` track, ZeRO-3's per-layer gathers and
+reduce-scatters (one layer of prefetch) and counters of the busiest links (flows
 sharing each stage's NIC over time). ``perfmodel.timeline`` draws the same events as a PNG.
 """
 from __future__ import annotations
@@ -18,9 +19,9 @@ from perfmodel.schedule import StageCost, run_schedule
 from topologies.clikit import atomic_write
 
 US = 1e6
-COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS = 0, 1, 2, 3, 4
+COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS, LAYERS = 0, 1, 2, 3, 4, 5
 TRACKS = {COMPUTE: "compute", SEND_NEXT: "send ->", SEND_PREV: "send <-", AFTER: "after backward",
-          BUCKETS: "gradient buckets"}
+          BUCKETS: "gradient buckets", LAYERS: "ZeRO-3 gathers, reduce-scatters"}
 
 
 def trace_events(stages, plan, breakdown: dict, label: str = "", first_pid: int = 0, sim=None) -> list[dict]:
@@ -54,6 +55,8 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
                        "ts": end * US})
     for s, index, ready, start, end in getattr(timeline, "buckets", ()):
         events.append(_slice(s, BUCKETS, f"gradient bucket {index}", start, end, {"ready_s": ready}))
+    for s, kind, layer, mb, start, end in getattr(timeline, "layer_comm", ()):
+        events.append(_slice(s, LAYERS, f"{kind} layer {layer} mb{mb}", start, end, {"layer": layer, "microbatch": mb}))
     events += _link_counters(getattr(timeline, "link_flows", {}))
     t = timeline.end_s
     if sim is not None:   # the simulated span holds the buckets: only what follows them remains

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfmodel.schedule import BLOCKING, exchanges
+from perfmodel.step import zero3_backward
 from perfmodel.simulate.core import CORES
 from perfmodel.simulate.network import Network
 
@@ -42,6 +43,7 @@ class StageWork:
     send_fwd: float
     send_bwd: float
     buckets: tuple = ()
+    zero3: tuple = ()     # (layers, fwd and bwd compute per layer, gather fwd, gather bwd, reduce-scatter)
 
 
 @dataclass
@@ -51,6 +53,7 @@ class SimResult:
     ops: list = field(default_factory=list)        # (stage, kind, microbatch, start, end)
     transfers: list = field(default_factory=list)  # (kind, microbatch, src, dst, start, end)
     buckets: list = field(default_factory=list)    # (stage, index, ready, start, end)
+    layer_comm: list = field(default_factory=list)  # ZeRO-3: (stage, "gather"/"reduce-scatter", layer, mb, start, end)
     events: int = 0                                # callbacks the event core ran
     link_flows: dict = field(default_factory=dict)  # busiest links: [(time, active flows), ...]
 
@@ -121,7 +124,10 @@ class StepSim:
         def finished():
             self.result.ops.append((st.s, kind, mb, start, self.core.now) + tuple(op[2:]))
             self._advance(st)
-        self.core.after(d, finished)
+        if st.work.zero3:
+            _Layers(self, st, kind == "F", mb, d, finished).start()
+        else:
+            self.core.after(d, finished)
 
     def _transfer(self, t) -> None:
         kind, mb, src, dst = t[:4]
@@ -160,6 +166,71 @@ class StepSim:
             self.result.buckets.append((st.s, index, ready, start, self.core.now))
             self._next_bucket(st)
         self.net.start((("out", st.s), ("in", st.s)), seconds, finished)
+
+
+class _Layers:
+    """One operation of a ZeRO-3 stage layer by layer: compute on the compute stream, parameter
+    gathers (one layer ahead) and gradient reduce-scatters on one communication stream in the
+    order issued, each a flow on the rank's NIC; the rest of the operation (TP, kernels) after
+    the layers. ``perfmodel.step.zero3_backward`` is the same without other traffic (tested)."""
+
+    def __init__(self, sim: StepSim, st: _Stage, forward: bool, mb: int, seconds: float, done):
+        layers, c_f, c_b, g_f, g_b, rs = st.work.zero3
+        self.sim, self.st, self.mb, self.done = sim, st, mb, done
+        self.compute, self.gather = (c_f, g_f) if forward else (c_b, g_b)
+        self.reduce = 0.0 if forward else rs
+        self.order = list(range(layers)) if forward else list(range(layers - 1, -1, -1))
+        alone = zero3_backward(layers, self.compute, self.gather, self.reduce)
+        self.rest = max(0.0, seconds - alone)       # TP and kernels: the operation beyond its layers
+        self.pos, self.computing, self.gathered, self.reducing = 0, False, set(), 0
+        self.queue, self.comm_busy = [], False
+
+    def start(self) -> None:
+        self._issue("gather", self.order[0], self.gather)
+
+    def _issue(self, kind: str, layer: int, seconds: float) -> None:
+        self.queue.append((kind, layer, seconds))
+        self._pump()
+
+    def _pump(self) -> None:
+        if self.comm_busy or not self.queue:
+            return
+        kind, layer, seconds = self.queue.pop(0)
+        self.comm_busy, begin, s = True, self.sim.core.now, self.st.s
+
+        def ended():
+            self.comm_busy = False
+            self.sim.result.layer_comm.append((s, kind, layer, self.mb, begin, self.sim.core.now))
+            if kind == "gather":
+                self.gathered.add(layer)
+                self._compute()
+            else:
+                self.reducing -= 1
+                self._finish()
+            self._pump()
+        self.sim.net.start((("out", s), ("in", s)), seconds, ended)
+
+    def _compute(self) -> None:
+        if self.computing or self.pos == len(self.order) or self.order[self.pos] not in self.gathered:
+            return
+        self.computing = True
+        if self.pos + 1 < len(self.order):
+            self._issue("gather", self.order[self.pos + 1], self.gather)
+        self.sim.core.after(self.compute, self._computed)
+
+    def _computed(self) -> None:
+        layer, self.computing = self.order[self.pos], False
+        self.pos += 1
+        if self.reduce:
+            self.reducing += 1
+            self._issue("reduce-scatter", layer, self.reduce)
+        self._compute()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.pos == len(self.order) and not self.computing and not self.reducing:
+            self.pos += 1          # once
+            self.sim.core.after(self.rest, self.done)
 
 
 def simulate(stages: list[StageWork], schedule: str, microbatches: int, overlap: bool = True,

@@ -24,7 +24,8 @@ def test_the_trace_holds_every_operation_and_transfer_of_the_schedule(tmp_path):
     end = max(e["ts"] + e["dur"] for e in slices) / 1e6
     assert end == pytest.approx(r.step_time_s, rel=1e-6)    # the pipeline, then what follows backward
     names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert names == {"compute", "send ->", "send <-", "after backward", "gradient buckets"}
+    assert names == {"compute", "send ->", "send <-", "after backward", "gradient buckets",
+                     "ZeRO-3 gathers, reduce-scatters"}
 
 
 def test_each_stage_runs_its_operations_one_after_another(tmp_path):
