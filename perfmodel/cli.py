@@ -71,6 +71,10 @@ def _plan_args(p, sweep: bool = False) -> None:
         p.add_argument("--timeline", metavar="FILE.png",
                        help="draw the same timeline as a picture (.png, .svg or .pdf): a row per stream of each "
                        "stage; with --engine des also the gradient buckets as they share the NIC")
+        p.add_argument("--tp-overlap", action="store_true",
+                       help="overlap TP all-gathers and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; "
+                       "needs --sequence-parallel): all but 1/tp of them hide behind the GEMMs, which they slow by "
+                       "the overlap slowdown")
         p.add_argument("--hpz", action="store_true",
                        help="ZeRO++ hpZ (with --zero 3): a secondary parameter partition inside each node, so "
                        "backward gathers stay on the node's links (costs weights / local dp ranks of memory)")
@@ -168,7 +172,7 @@ def _plan_kwargs(args, sweep: bool = False) -> dict:
     if not sweep:
         dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
         kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
-                  hpz=args.hpz)
+                  hpz=args.hpz, tp_overlap=args.tp_overlap)
     return kw
 
 

@@ -93,6 +93,7 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
                    hardware_flops=sc.hardware_flops, compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s))
     m = plan.microbatches
+    layer_tp = {"fwd": 0.0, "bwd": 0.0}
     events = comm.tp_events(arch, plan, mesh, layers) + comm.vocab_events(arch, plan, mesh, first, last)
     for event in events + comm.pp_events(arch, plan, mesh):
         rec = _cost(env, event, policy)
@@ -101,15 +102,38 @@ def _stage(arch, plan, env, policy, mesh, s, layers, tally) -> StageTime:
         setattr(st, event.axis, getattr(st, event.axis) + wire * per_mb)
         st.compression += kernel * per_mb
         _place(st, event, rec.time_s * per_mb, kernel * per_mb)
+        if event.name.startswith("tp."):
+            layer_tp[event.phase] += wire * per_mb
         if s == 0:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, kernel * event.count)
+    if plan.tp_overlap:
+        _overlap_tp(st, layer_tp, sc, plan.tp, env.overlap_slowdown)
     if plan.zero == 3 and plan.dp > 1:
         fwd, bwd, k_fwd, k_bwd, st.zero3_layers = _zero3_exposed(arch, plan, env, policy, mesh, layers, sc,
                                                                   tally if s == 0 else None)
         st.zero3, st.compression = fwd + bwd, st.compression + k_fwd + k_bwd
         st.fwd_op, st.bwd_op = st.fwd_op + fwd + k_fwd, st.bwd_op + bwd + k_bwd
     return st
+
+
+def _overlap_tp(st: StageTime, layer_tp: dict, sc, tp: int, slowdown: float) -> None:
+    """Megatron's TP communication overlap (``--tp-comm-overlap``, Transformer Engine): each
+    layer's all-gathers and reduce-scatters are split into ``tp`` chunks pipelined against the
+    GEMMs that consume or produce them, so all but the first chunk hide behind the operation's
+    GEMM seconds. The hidden seconds slow the GEMMs by ``overlap_slowdown`` (SMs given to the
+    communication, as for DP overlap); ``tp_comm`` keeps the exposed part and that slowdown."""
+    share = {"fwd": sc.fwd_s, "bwd": sc.bwd_s}
+    total = max(sc.fwd_s + sc.bwd_s, 1e-30)
+    for phase, seconds in layer_tp.items():
+        gemm = sc.gemm_s * share[phase] / total
+        saved = min(seconds * (1 - 1 / tp), gemm) * (1 - slowdown)
+        st.tp -= saved
+        if phase == "fwd":
+            st.fwd_op -= saved
+        else:
+            st.bwd_op -= saved
+            st.bwd -= saved
 
 
 def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
@@ -231,7 +255,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
             recompute: str = "none", schedule: str = "1f1b", policy: str = "none",
             compute_dtype: str | None = None, grad_dtype: str = "fp32",
             bucket_bytes: int = DEFAULT_BUCKET_BYTES, order: str = "tp,pp,dp", dp_overlap: bool = True,
-            hpz: bool = False, allow_oom: bool = False,
+            hpz: bool = False, tp_overlap: bool = False, allow_oom: bool = False,
             overlap_slowdown: float | None = None, calibration: str | None = None,
             trace: str | list | None = None, trace_pid: int = 0, engine: str = "analytical",
             timeline: str | None = None) -> StepRecord:
@@ -261,7 +285,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
     plan = make_plan(arch, ranks, tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                      sequence_parallel=sequence_parallel, recompute=recompute, schedule=schedule,
                      compute_dtype=dtype, grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=order,
-                     dp_overlap=dp_overlap, hpz=hpz)
+                     dp_overlap=dp_overlap, hpz=hpz, tp_overlap=tp_overlap)
     if not 0 <= overlap_slowdown < 1:
         raise InputError("overlap_slowdown", overlap_slowdown, "a fraction in [0, 1)")
     pol = parse_policy(policy)

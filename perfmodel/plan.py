@@ -41,6 +41,7 @@ class ParallelPlan:
     order: tuple = AXES
     dp_overlap: bool = True   # gradient buckets reduced during backward (DDP, Megatron); False: after it
     hpz: bool = False         # ZeRO++ hpZ: a secondary ZeRO-3 parameter partition inside each node
+    tp_overlap: bool = False  # TP collectives overlapped with their GEMMs (Megatron --tp-comm-overlap)
 
     @property
     def gpus(self) -> int:
@@ -78,7 +79,8 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
               mbs: int = 1, gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
               recompute: str = "none", schedule: str = "1f1b", compute_dtype: str = "bf16",
               grad_dtype: str = "fp32", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-              order: str = "tp,pp,dp", dp_overlap: bool = True, hpz: bool = False) -> ParallelPlan:
+              order: str = "tp,pp,dp", dp_overlap: bool = True, hpz: bool = False,
+              tp_overlap: bool = False) -> ParallelPlan:
     """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field."""
     tp, pp, mbs = _positive("tp", tp), _positive("pp", pp), _positive("mbs", mbs)
     if gpus % (tp * pp):
@@ -105,6 +107,9 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
         raise InputError("zero", zero, "0, 1, 2 or 3")
     if hpz and zero != 3:
         raise InputError("hpz", hpz, "only with zero 3 (a secondary partition of ZeRO-3's parameters)")
+    if tp_overlap and (tp == 1 or not sequence_parallel):
+        raise InputError("tp_overlap", tp_overlap, "only with tp > 1 and sequence parallelism (the overlap splits "
+                         "its all-gathers and reduce-scatters against the GEMMs)")
     if recompute not in RECOMPUTE:
         raise InputError("recompute", recompute, " or ".join(RECOMPUTE))
     for field, value in (("compute_dtype", compute_dtype), ("grad_dtype", grad_dtype)):
@@ -120,7 +125,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
                         sequence_parallel=bool(sequence_parallel) and tp > 1, recompute=recompute,
                         schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
                         grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes, dp_overlap=bool(dp_overlap),
-                        hpz=bool(hpz) and dp > 1)
+                        hpz=bool(hpz) and dp > 1, tp_overlap=bool(tp_overlap))
 
 
 def divisors(n: int) -> list[int]:

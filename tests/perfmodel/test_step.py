@@ -11,6 +11,7 @@ from perfmodel.mesh import mesh_for
 from perfmodel.pipeline import predict
 from perfmodel.plan import make_plan
 from perfmodel.schedule import StageCost, run_schedule, stage_ops
+from topologies import InputError
 from perfmodel.step import StageTime, overlap_buckets, pipeline_time
 from perfmodel.workload import load_model
 
@@ -269,3 +270,18 @@ def test_a_policy_axis_with_no_traffic_is_reported(cli):
     assert proc.returncode == 0
     lines = [line for line in proc.stderr.splitlines() if "has no traffic" in line]
     assert len(lines) == 3 and all("int8" in line for line in lines)
+
+
+def test_tp_overlap_hides_all_but_a_chunk_behind_the_gemms():
+    kw = dict(model="gpt3-1.3b", cluster="commodity-25g", nodes=2, tp=4, pp=1, mbs=2, gbs=64,
+              sequence_parallel=True, allow_oom=True)
+    plain, hidden = predict(**kw), predict(**kw, tp_overlap=True)
+    tp0, tp1 = plain.breakdown["tp_comm_s"], hidden.breakdown["tp_comm_s"]
+    assert tp0 / 4 * 0.999 <= tp1 < tp0                       # one chunk of four stays exposed
+    assert 0 < plain.step_time_s - hidden.step_time_s <= tp0 - tp1 + 1e-12   # a shorter backward hides less DP
+    assert sum(hidden.breakdown.values()) == pytest.approx(hidden.step_time_s)
+    none = predict(**kw, tp_overlap=True, overlap_slowdown=0.0)
+    assert none.breakdown["tp_comm_s"] < tp1                   # the slowdown is charged to tp_comm
+    with pytest.raises(InputError) as err:
+        predict(**{**kw, "sequence_parallel": False}, tp_overlap=True)
+    assert err.value.field == "tp_overlap"
