@@ -27,6 +27,7 @@ the bubble (docs/design.md, Pipeline timeline). Cost grows with stages x microba
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 BLOCKING = ("gpipe", "1f1b")   # exchanges wait for sends too (realrun's, Megatron's send_*_recv_*)
@@ -84,10 +85,11 @@ class Timeline:
     transfers: tuple = ()      # ("act" or "grad", microbatch, from stage, to stage[, chunk], start s, end s)
 
 
-def exchanges(name: str, s: int, p: int, m: int, chunks: int = 1) -> list[tuple[list, tuple | None]]:
+@lru_cache(maxsize=1024)
+def exchanges(name: str, s: int, p: int, m: int, chunks: int = 1) -> tuple:
     """Per operation: (transfers of the exchange before it, the operation); a last exchange
     with the final send and None. A transfer is (kind, microbatch, from stage, to stage), with
-    the sending chunk appended under interleaving."""
+    the sending chunk appended under interleaving. Cached (the same shapes recur)."""
     out, pending = [], None
     for op in stage_ops(name, s, p, m, chunks):
         kind, i = op[0], op[1]
@@ -97,11 +99,11 @@ def exchanges(name: str, s: int, p: int, m: int, chunks: int = 1) -> list[tuple[
             recv = _transfer("act", i, here - 1, s, p, chunks)
         elif kind == "B" and here < p * chunks - 1:
             recv = _transfer("grad", i, here + 1, s, p, chunks)
-        out.append(([t for t in (pending, recv) if t], op))
+        out.append((tuple(t for t in (pending, recv) if t), op))
         pending = _transfer("act", i, here, (here + 1) % p, p, chunks) if kind == "F" and here < p * chunks - 1 \
             else _transfer("grad", i, here, (here - 1) % p, p, chunks) if kind == "B" and here > 0 else None
-    out.append(([pending] if pending else [], None))
-    return out
+    out.append(((pending,) if pending else (), None))
+    return tuple(out)
 
 
 def _transfer(kind: str, i: int, sender: int, to: int, p: int, chunks: int):
@@ -113,7 +115,14 @@ def _transfer(kind: str, i: int, sender: int, to: int, p: int, chunks: int):
 
 
 def run_schedule(name: str, stages: list[StageCost], microbatches: int, chunks: int = 1) -> Timeline:
-    """Time ``microbatches`` through ``stages`` under schedule ``name`` (module doc)."""
+    """Time ``microbatches`` through ``stages`` under schedule ``name`` (module doc). Cached:
+    policies that change only what runs after the pipeline (gradients, ZeRO-1/2 gathers) give
+    the same stage costs, and a search meets them many times."""
+    return _run_schedule(name, tuple(stages), microbatches, chunks)
+
+
+@lru_cache(maxsize=4096)
+def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int) -> Timeline:
     if name not in SCHEDULES:
         raise ValueError(f"schedule {name!r}: one of {', '.join(SCHEDULES)}")
     p, m = len(stages), microbatches
@@ -125,32 +134,38 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int, chunks: 
     ops, moved = [], []
     link_free: dict = {}   # (from, to) -> time the link is next free
     waiting = set(range(p))
-    while waiting:
+
+    def advance(s: int) -> bool:
+        """Run stage ``s``'s next exchange and operation if what it waits for is there."""
+        transfers, op = plans[s][pos[s]]
+        for t in transfers:
+            posted.setdefault(t, {}).setdefault(s, clock[s])
+        awaited = [t for t in transfers if blocking or t[3] == s]
+        if not all(t in done or len(posted[t]) == 2 for t in awaited):
+            return False
+        for t in transfers:
+            if t not in done and len(posted[t]) == 2:
+                kind, _, src, dst = t[:4]
+                cost = stages[src].send_fwd if kind == "act" else stages[src].send_bwd
+                start = max(max(posted[t].values()), link_free.get((src, dst), 0.0))
+                done[t] = link_free[(src, dst)] = start + cost
+                moved.append((*t, start, start + cost))
+        clock[s] = max([clock[s]] + [done[t] for t in awaited])
+        if op is not None:
+            d = (stages[s].fwd if op[0] == "F" else stages[s].bwd) / chunks
+            ops.append((s, op[0], op[1], clock[s], clock[s] + d) + tuple(op[2:]))
+            clock[s] += d
+            busy[s] += d
+        pos[s] += 1
+        return True
+
+    while waiting:      # each stage runs as far as it can (messages on a link still match in order)
         progressed = False
         for s in sorted(waiting):
-            transfers, op = plans[s][pos[s]]
-            for t in transfers:
-                posted.setdefault(t, {}).setdefault(s, clock[s])
-            awaited = [t for t in transfers if blocking or t[3] == s]
-            if not all(t in done or len(posted[t]) == 2 for t in awaited):
-                continue
-            for t in transfers:
-                if t not in done and len(posted[t]) == 2:
-                    kind, _, src, dst = t[:4]
-                    cost = stages[src].send_fwd if kind == "act" else stages[src].send_bwd
-                    start = max(max(posted[t].values()), link_free.get((src, dst), 0.0))
-                    done[t] = link_free[(src, dst)] = start + cost
-                    moved.append((*t, start, start + cost))
-            clock[s] = max([clock[s]] + [done[t] for t in awaited])
-            if op is not None:
-                d = (stages[s].fwd if op[0] == "F" else stages[s].bwd) / chunks
-                ops.append((s, op[0], op[1], clock[s], clock[s] + d) + tuple(op[2:]))
-                clock[s] += d
-                busy[s] += d
-            pos[s] += 1
+            while pos[s] < len(plans[s]) and advance(s):
+                progressed = True
             if pos[s] == len(plans[s]):
                 waiting.discard(s)
-            progressed = True
         if not progressed:
             raise RuntimeError(f"schedule {name} deadlocks on {p} stages x {m} microbatches")
     return Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock), ops=tuple(ops),

@@ -1,0 +1,236 @@
+"""The user's question: which plan and which compression, under an error budget, train fastest?
+
+``search`` predicts every candidate plan (tp, pp, dp, mbs, ZeRO stage, recompute, sequence
+parallelism, schedule, hpZ where it exists) under every compression policy built from per-axis
+candidate specs, keeps the policies whose every axis is within its error budget, and ranks:
+
+* **Candidates** (``--candidates``): ``axis=spec|spec|...`` per axis, ``;`` between axes; axes
+  left out stay uncompressed. The policies are their product, per plan only over the axes
+  that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one).
+* **Error budget** (``--max-error``): the relative RMS error of one application of a spec on
+  unit-Gaussian data (the model's ``error`` convention) must be at most the axis's budget. On
+  ``dp`` (gradients) a spec with error feedback is compensated across steps: what it drops is
+  added back to the next step's gradient, and error-feedback SGD converges for any contraction
+  (Stich et al. 2018, Karimireddy et al. 2019: ``||C(x) - x|| < ||x||``), so there the rule is
+  error < 1. Defaults and why (``DEFAULT_MAX_ERROR``): activations (tp, pp) and gathered
+  parameters (zero) feed the next computation with nothing to correct them, so 1%: blockwise
+  int8 (0.8%) and the 16-bit floats pass, fp8 (3.6%) and int4 (14.6%) do not; gradients without
+  error feedback 5%: fp8 passes, int4 needs error feedback.
+* **Ranking**: by step time, with the speedup over the *best uncompressed plan* (the number a
+  user comes for) and, labelled apart, over the same plan uncompressed; the **Pareto front** of
+  step time against total error (per-axis errors added in quadrature, as chained stages are).
+
+Speed: plans that share stage costs share their pipeline evaluation (``run_schedule`` is
+cached), collective costs are cached per (cluster, group, size, spec); plans are spread over
+``workers`` processes. ``benchmarks/bench_search.py`` prints evaluations per minute.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, field
+
+from perfmodel.compression import compile_spec
+from perfmodel.pipeline import predict
+from perfmodel.plan_sweep import candidate_plans
+from perfmodel.policy import POLICY_AXES
+from topologies import InputError
+
+DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4));"
+                      "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8")
+DEFAULT_MAX_ERROR = {"dp": 0.05, "tp": 0.01, "pp": 0.01, "zero": 0.01}
+EF_LIMIT = 1.0      # error feedback converges for contractions: error < 1
+
+
+def parse_candidates(text: str) -> dict[str, list[str]]:
+    """``dp=none|int8;tp=none|fp16`` -> {axis: [spec, ...]} (every spec compiled: bad ones refused)."""
+    out: dict[str, list[str]] = {}
+    for item in (i.strip() for i in str(text).split(";") if i.strip()):
+        axis, sep, specs = item.partition("=")
+        axis = axis.strip()
+        if not sep or axis not in POLICY_AXES:
+            raise InputError("candidates", item, "axis=spec|spec|... with axis one of " + ", ".join(POLICY_AXES))
+        if axis in out:
+            raise InputError("candidates", item, f"each axis once ({axis} repeats)")
+        names = [s.strip() for s in specs.split("|") if s.strip()]
+        if not names:
+            raise InputError("candidates", item, "at least one spec after =")
+        for spec in names:
+            compile_spec(spec)          # an unknown or malformed spec is one error naming it
+        out[axis] = list(dict.fromkeys(names))
+    if not out:
+        raise InputError("candidates", text, "axis=spec|spec|... items separated by ;")
+    return out
+
+
+def parse_max_error(text: str | dict | None) -> dict[str, float]:
+    """``dp=0.05,tp=0.01`` over the defaults -> {axis: budget}."""
+    budget = dict(DEFAULT_MAX_ERROR)
+    items = text.items() if isinstance(text, dict) else \
+        ((k.strip(), v) for k, _, v in (i.partition("=") for i in str(text or "").split(",") if i.strip()))
+    for axis, value in items:
+        if axis not in POLICY_AXES:
+            raise InputError("max_error", f"{axis}={value}", "axis=number with axis one of " + ", ".join(POLICY_AXES))
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise InputError("max_error", f"{axis}={value}", "a relative RMS error >= 0") from None
+        if not number >= 0 or math.isinf(number):
+            raise InputError("max_error", f"{axis}={value}", "a relative RMS error >= 0")
+        budget[axis] = number
+    return budget
+
+
+def admits(axis: str, spec: str, budget: dict) -> bool:
+    """Whether ``spec`` on ``axis`` is within the budget (module doc: error feedback on dp)."""
+    codec = compile_spec(spec)
+    if axis == "dp" and codec.error_feedback:
+        return codec.error < EF_LIMIT
+    return codec.error <= budget[axis]
+
+
+@dataclass
+class SearchResult:
+    rows: list                 # one dict per evaluated (plan, policy), fastest first
+    best_uncompressed: dict | None
+    pareto: list               # rows on the front, by total error
+    plans: int                 # candidate plans
+    skipped_oom: int           # plans that do not fit
+    evaluated: int             # (plan, policy) predictions
+    seconds: float
+    dropped: dict = field(default_factory=dict)   # {axis: [specs over budget]}
+    budget: dict = field(default_factory=dict)
+
+    @property
+    def per_minute(self) -> float:
+        return 60.0 * self.evaluated / self.seconds if self.seconds > 0 else 0.0
+
+
+def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8, recompute: str = "none",
+               zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"), sequence_parallel=(False, True),
+               hpz=(False, True)) -> list[dict]:
+    """Every plan to try: ``plan_sweep.candidate_plans`` times sequence parallelism (tp > 1),
+    schedules (interleaving where pp > 1; invalid ones are refused by ``make_plan`` and skipped)
+    and hpZ (ZeRO-3 with dp > 1)."""
+    out = []
+    for base in candidate_plans(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero):
+        sps = sequence_parallel if base["tp"] > 1 else (False,)
+        scheds = schedules if base["pp"] > 1 else schedules[:1]
+        hpzs = hpz if base["zero"] == 3 and base["dp"] > 1 else (False,)
+        for sp, sched, h in itertools.product(sps, scheds, hpzs):
+            out.append({**base, "sequence_parallel": sp, "schedule": sched, "hpz": h})
+    return out
+
+
+def _active_axes(plan: dict) -> set:
+    axes = set()
+    if plan["tp"] > 1:
+        axes.add("tp")
+    if plan["pp"] > 1:
+        axes.add("pp")
+    if plan["dp"] > 1:
+        axes.add("dp")
+        if plan["zero"] >= 1:
+            axes.add("zero")
+    return axes
+
+
+def policies_for(plan: dict, candidates: dict) -> list[str]:
+    """Policy texts for ``plan``: the product of the admitted candidates of its active axes."""
+    active = [a for a in POLICY_AXES if a in _active_axes(plan) and a in candidates]
+    choices = [[(a, s) for s in candidates[a]] for a in active]
+    out = []
+    for combo in itertools.product(*choices):
+        items = [f"{a}={s}" for a, s in combo if not compile_spec(s).is_none]
+        out.append(",".join(items) if items else "none")
+    return list(dict.fromkeys(out))
+
+
+def _row(record, plan: dict) -> dict:
+    errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
+    return {"policy": record.policy, **{k: plan[k] for k in ("tp", "pp", "dp", "mbs", "zero", "recompute",
+                                                              "sequence_parallel", "schedule", "hpz")},
+            "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
+            "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
+            **{f"error_{a}": e for a, e in errors.items()},
+            "total_error": math.sqrt(sum(e * e for e in errors.values())),
+            "memory_GiB": record.memory_per_gpu_bytes / 2**30}
+
+
+def _evaluate(job) -> tuple[list, int]:
+    """Rows of one plan under its policies (the uncompressed one first); (rows, 1 if it does not fit)."""
+    model, cluster, where, gbs, plan, candidates, fixed = job
+    rows = []
+    for policy in ["none"] + [p for p in policies_for(plan, candidates) if p != "none"]:
+        try:
+            rows.append(_row(predict(model, cluster, **where, gbs=gbs, policy=policy, **plan, **fixed), plan))
+        except InputError as err:
+            if err.field == "memory":
+                return [], 1
+            if err.field in ("schedule", "sequence_parallel", "hpz"):
+                return [], 0            # a combination the plan does not allow
+            raise
+    return rows, 0
+
+
+def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
+           candidates: str | dict = DEFAULT_CANDIDATES, max_error: str | dict | None = None, max_mbs: int = 8,
+           recompute: str = "none", zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"),
+           sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
+           **fixed) -> SearchResult:
+    """Search plans x policies (module doc). ``workers``: processes (None: every core);
+    ``progress(done, total)`` after each plan; ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
+    import time
+
+    start = time.perf_counter()
+    budget = parse_max_error(max_error)
+    cands = parse_candidates(candidates) if isinstance(candidates, str) else {a: list(s) for a, s in candidates.items()}
+    admitted = {a: [s for s in specs if admits(a, s, budget)] for a, specs in cands.items()}
+    dropped = {a: [s for s in specs if s not in admitted[a]] for a, specs in cands.items()}
+    for axis, specs in admitted.items():
+        if not specs:
+            admitted[axis] = ["none"]
+    where = {"gpus": gpus, "nodes": nodes}
+    plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
+                       tuple(sequence_parallel), tuple(hpz))
+    jobs = [(model, cluster, where, gbs, plan, admitted, fixed) for plan in plans]
+    rows, skipped = [], 0
+    for i, (plan_rows, oom) in enumerate(_run(jobs, workers)):
+        rows += plan_rows
+        skipped += oom
+        if progress:
+            progress(i + 1, len(jobs))
+    return _result(rows, len(plans), skipped, time.perf_counter() - start, dropped, budget)
+
+
+def _run(jobs: list, workers: int | None):
+    workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
+    if workers == 1 or len(jobs) < 2:
+        yield from map(_evaluate, jobs)
+        return
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with context.Pool(workers) as pool:
+        yield from pool.imap_unordered(_evaluate, jobs, chunksize=max(1, len(jobs) // (8 * workers)))
+
+
+def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict) -> SearchResult:
+    rows.sort(key=lambda r: (r["step_time_s"], r["total_error"], r["policy"]))
+    plain = [r for r in rows if r["policy"] == "none"]
+    best = plain[0] if plain else None
+    for r in rows:
+        r["speedup_vs_best_uncompressed"] = best["step_time_s"] / r["step_time_s"] if best else float("nan")
+    return SearchResult(rows=rows, best_uncompressed=best, pareto=pareto_front(rows), plans=plans,
+                        skipped_oom=skipped, evaluated=len(rows), seconds=seconds, dropped=dropped, budget=budget)
+
+
+def pareto_front(rows: list) -> list:
+    """Rows no other row beats on both step time and total error, by total error."""
+    front, fastest = [], math.inf
+    for r in sorted(rows, key=lambda r: (r["total_error"], r["step_time_s"])):
+        if r["step_time_s"] < fastest:
+            front.append(r)
+            fastest = r["step_time_s"]
+    return front
