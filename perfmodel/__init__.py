@@ -4,6 +4,8 @@
             recompute="full", policy="hybrid")            -> StepRecord
     compare(model, cluster, ["none", "hybrid"], **plan)  -> [StepRecord]
     sweep_plans(model, cluster, gpus=..., gbs=..., policies="none;hybrid") -> SweepResult
+    search(model, cluster, gpus=..., gbs=..., candidates="dp=none|int8;tp=none|fp16",
+           max_error="tp=0.01")                          -> SearchResult (ranked, pareto, rows)
     collective_time("allreduce", 1 << 30, cluster="dgx-h100", nodes=4, compressor="int8")
                                                           -> CollectiveRecord
 """
@@ -13,7 +15,8 @@ from perfmodel.pipeline import StepRecord, compare, predict
 from perfmodel.record import CollectiveRecord, busbw_factor
 from perfmodel.plan_sweep import SweepResult
 from perfmodel.plan_sweep import sweep_plans
+from perfmodel.search import SearchResult, search  # noqa: E402  (the function shadows its module's name)
 
 __all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "StepRecord", "SweepResult", "busbw_factor",
-           "collective_time", "compare", "compile_spec", "parse_spec", "predict", "sweep_plans"]
+           "collective_time", "compare", "compile_spec", "parse_spec", "predict", "search", "SearchResult", "sweep_plans"]
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ import sys
 from perfmodel.collective import DTYPES, OPS
 from perfmodel.pipeline import compare, predict
 from perfmodel.plan import DEFAULT_BUCKET_BYTES
-from perfmodel.report import catalog_report, compare_report, step_report, sweep_csv, sweep_table
+from perfmodel.report import plan_text, catalog_report, compare_report, step_report, sweep_csv, sweep_table
 from perfmodel.plan_sweep import sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
 from perfmodel.collective_sweep import parse_compressors, parse_sweep, sweep_collectives
@@ -22,6 +22,7 @@ EPILOG = """examples:
   perfmodel compare --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
       --zero 1 --recompute full --policies none,naive:int8,hybrid
   perfmodel sweep --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --policies none,hybrid
+  perfmodel search --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --plot pareto.png
   perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
   perfmodel catalog models
 """
@@ -114,6 +115,7 @@ def _parser() -> Parser:
     sw.add_argument("--max-mbs", type=positive_int, default=8, help="largest microbatch size tried (>= 1)")
     sw.add_argument("--top", type=positive_int, default=10, help="rows in the table (>= 1)")
     sw.add_argument("--csv", help="write every evaluated (plan, policy) to this CSV")
+    _search_parser(sub)
     ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
     ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "all"))
     _collective_parser(sub)
@@ -130,6 +132,46 @@ def _parser() -> Parser:
                      "(e.g. emulated:hosts=4,bandwidth=1gbit)")
     cal.add_argument("--json", action="store_true", help="print the profile instead of the summary table")
     return p
+
+
+SEARCH_EPILOG = """examples:
+  perfmodel search --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536
+  perfmodel search --model gpt3-1.3b --cluster commodity-25g --gpus 32 --gbs 256 \
+      --candidates "dp=none|int8|ef(topk(0.01))+int8;tp=none|fp16" --max-error tp=0.001 \
+      --csv all.csv --plot pareto.png
+
+error budget defaults: dp=0.05 tp=0.01 pp=0.01 zero=0.01 (relative RMS error as the collectives
+apply the spec; on dp, a spec with error feedback needs only error < 1: what it drops returns the
+next step). Activations and gathered parameters have nothing to correct their error: 1% admits
+int8 (0.8%) and 16-bit floats, not fp8 (3.6%) or int4 (14.6%).
+"""
+
+
+def _search_parser(sub) -> None:
+    from perfmodel.search import DEFAULT_CANDIDATES
+
+    se = sub.add_parser("search", help="best plan x compression under an error budget, Pareto front",
+                        description="Search parallel plans (tp, pp, dp, mbs, ZeRO, recompute, sequence parallelism, "
+                        "schedule, hpZ) and compression policies built from per-axis candidates; keep those within "
+                        "the per-axis error budget; rank by step time with the speedup over the best uncompressed "
+                        "plan; print the Pareto front of step time against error.", epilog=SEARCH_EPILOG,
+                        formatter_class=RAW)
+    _cluster_args(se, "dgx-a100")
+    se.add_argument("--gbs", type=int, required=True, help="global batch size")
+    se.add_argument("--seq", type=int, help="sequence length (default the model's)")
+    se.add_argument("--candidates", default=DEFAULT_CANDIDATES,
+                    help="per-axis candidate specs: 'dp=none|int8|...;tp=none|fp16;...' (default: %(default)s)")
+    se.add_argument("--max-error", default="", help="per-axis budgets over the defaults, e.g. 'dp=0.1,tp=0.001'")
+    se.add_argument("--recompute", default="none", help="none, selective, full or any (default: %(default)s)")
+    se.add_argument("--schedules", default="1f1b,interleaved:2",
+                    help="pipeline schedules to try, comma-separated (default: %(default)s)")
+    se.add_argument("--max-mbs", type=positive_int, default=8, help="largest microbatch size (default: %(default)s)")
+    se.add_argument("--top", type=positive_int, default=10, help="rows in the table (default: %(default)s)")
+    se.add_argument("--workers", type=positive_int, help="processes (default: every core)")
+    se.add_argument("--csv", help="write every evaluated (plan, policy), within the budget or not, to this CSV")
+    se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
+    se.add_argument("--calibration", help="calibration profile JSON")
+    se.add_argument("--json", action="store_true", help="print the ranked rows and the front as JSON")
 
 
 CALIBRATE_EPILOG = """examples:
@@ -227,6 +269,55 @@ def _sweep(args) -> None:
     print(sweep_table(result.records, args.top) if result.records else "no plan fits; try --recompute any")
 
 
+def _search(args) -> None:
+    from perfmodel.plots import plot_pareto
+    from perfmodel.report import search_csv, search_table
+    from perfmodel.search import search
+
+    for path, field in ((args.csv, "csv"), (args.plot, "plot")):
+        if path:
+            check_writable(path, field)
+    if args.plot and args.plot.rsplit(".", 1)[-1].lower() not in ("png", "svg", "pdf"):
+        raise InputError("plot", args.plot, "a picture path ending in .png, .svg or .pdf")
+    schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
+    result = search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
+                    candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,
+                    schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
+                    progress=Progress("plans"))
+    if args.csv:
+        atomic_write(args.csv, lambda h: h.write(search_csv(result.rows)))
+    if args.plot:
+        plot_pareto(result, args.plot, f"{args.model} on {args.cluster}, gbs {args.gbs}")
+    if args.json:
+        print(dump_json({"ranked": result.ranked[:args.top], "pareto": result.pareto,
+                         "best_uncompressed": result.best_uncompressed, "evaluated": result.evaluated,
+                         "plans": result.plans, "skipped_oom": result.skipped_oom, "budget": result.budget}))
+        return
+    print(_search_summary(args, result))
+    if not result.ranked:
+        print("no plan fits within the budget; try --recompute any or a larger --max-error")
+        return
+    print(search_table(result.ranked, args.top, title="# fastest within the error budget"))
+    print()
+    print(search_table(result.pareto, len(result.pareto),
+                       title="# Pareto front: no other row is both faster and of less total error"))
+
+
+def _search_summary(args, result) -> str:
+    budget = ", ".join(f"{a}={v:g}" for a, v in result.budget.items())
+    dropped = "; ".join(f"{a}: {', '.join(v)}" for a, v in result.dropped.items() if v) or "none"
+    best = result.best_uncompressed
+    lines = [f"# {args.model} on {args.cluster}, gbs {args.gbs}: {result.plans} plans, {result.skipped_oom} do not "
+             f"fit; {result.evaluated} (plan, policy) predictions in {result.seconds:.1f} s "
+             f"({result.per_minute:,.0f}/min), {len(result.ranked)} within the budget"
+             + (f"; all in {args.csv}" if args.csv else ""),
+             f"# error budget: {budget} (dp with error feedback: < 1); candidates over it: {dropped}"]
+    if best:
+        lines.append(f"# best uncompressed plan: {plan_text(best)}, {best['step_time_s']:.4g} s per step "
+                     "('vs best none' compares every row with it)")
+    return "\n".join(lines)
+
+
 def _chunks(text):
     if text == "auto":
         return "auto"
@@ -297,7 +388,7 @@ def _calibrate(args) -> None:
                 title="# largest residuals of the tier fit (all are in the profile under fits)"))
 
 
-COMMANDS = {"calibrate": _calibrate, "predict": _predict, "compare": _compare, "sweep": _sweep,
+COMMANDS = {"calibrate": _calibrate, "predict": _predict, "compare": _compare, "sweep": _sweep, "search": _search,
             "collective": _collective, "catalog": lambda args: print(catalog_report(args.kind))}
 
 

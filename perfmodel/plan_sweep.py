@@ -70,11 +70,20 @@ def sweep_plans(model: str, cluster: str, *, gpus: int | None = None, nodes: int
     return SweepResult(records=records, evaluated=len(records), skipped_oom=skipped, plans=len(plans))
 
 
-def plan_row(r: StepRecord) -> dict:
-    """A flat row for tables and CSV."""
+def best_uncompressed_s(records) -> float:
+    """The fastest uncompressed step among the records' plans (each record knows its own plan's:
+    its step time times its speedup over it), so no policy list needs ``none``."""
+    return min((r.step_time_s * r.speedup_vs_uncompressed for r in records), default=float("nan"))
+
+
+def plan_row(r: StepRecord, best_none_s: float | None = None) -> dict:
+    """A flat row for tables and CSV: both speedups (over the best uncompressed plan, over the
+    same plan uncompressed) and the error of every axis."""
     p = r.plan
     return {"policy": r.policy, "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "mbs": p["mbs"], "zero": p["zero"],
             "recompute": p["recompute"], "step_time_s": r.step_time_s, "samples_per_s": r.samples_per_s,
             "model_tflops_per_gpu": r.model_tflops_per_gpu, "mfu": r.mfu,
+            "speedup_vs_best_uncompressed": (best_none_s / r.step_time_s) if best_none_s else float("nan"),
             "speedup_vs_uncompressed": r.speedup_vs_uncompressed,
+            **{f"error_{a}": r.error_estimate.get(a, 0.0) for a in ("dp", "zero", "tp", "pp")},
             "memory_GiB": r.memory_per_gpu_bytes / 2**30}

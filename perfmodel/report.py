@@ -5,7 +5,7 @@ import csv
 import io
 
 from perfmodel.catalogs import gpu_catalog
-from perfmodel.plan_sweep import plan_row
+from perfmodel.plan_sweep import best_uncompressed_s, plan_row
 from perfmodel.workload import model_catalog
 from topologies import catalog_names, load_spec
 from topologies.clikit import table
@@ -88,19 +88,22 @@ def compare_report(records) -> str:
 
 
 def sweep_table(records, top: int) -> str:
+    best = best_uncompressed_s(records)
     rows = []
     for i, r in enumerate(records[:top], 1):
-        d = plan_row(r)
+        d = plan_row(r, best)
         rows.append((i, d["policy"], d["tp"], d["pp"], d["dp"], d["mbs"], d["zero"], d["recompute"],
-                     d["step_time_s"], d["samples_per_s"], d["model_tflops_per_gpu"], 100 * d["mfu"],
-                     d["speedup_vs_uncompressed"], d["memory_GiB"]))
+                     d["step_time_s"], d["samples_per_s"], 100 * d["mfu"], d["speedup_vs_best_uncompressed"],
+                     d["speedup_vs_uncompressed"], d["error_dp"], d["error_zero"], d["error_tp"], d["error_pp"],
+                     d["memory_GiB"]))
     return table(("#", "policy", "tp", "pp", "dp", "mbs", "zero", "recompute", "step_s", "samples/s",
-                  "TFLOPS", "MFU%", "speedup", "mem GiB"), rows)
+                  "MFU%", "vs best none", "vs same plan", "err dp", "err zero", "err tp", "err pp", "mem GiB"), rows)
 
 
 def sweep_csv(records) -> bytes:
     buf = io.StringIO()
-    rows = [plan_row(r) for r in records]
+    best = best_uncompressed_s(records)
+    rows = [plan_row(r, best) for r in records]
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["policy"])
     writer.writeheader()
     writer.writerows(rows)
@@ -123,3 +126,29 @@ def catalog_report(kind: str) -> str:
         rows = [(n, s["gpu"], s["description"]) for n, s in specs]
         parts.append(table(("cluster", "gpu", "description"), rows))
     return "\n\n".join(parts)
+
+
+def plan_text(r: dict) -> str:
+    extra = (" sp" if r["sequence_parallel"] else "") + (f" {r['schedule']}" if r["schedule"] != "1f1b" else "") \
+        + (" hpz" if r["hpz"] else "") + (f" rc={r['recompute']}" if r["recompute"] != "none" else "")
+    return f"tp{r['tp']} pp{r['pp']} dp{r['dp']} mbs{r['mbs']} z{r['zero']}{extra}"
+
+
+def search_table(rows: list, top: int, title: str | None = None) -> str:
+    """Ranked (plan, policy) rows: both speedups, per-axis errors (dp gradients, zero gathered
+    parameters, tp and pp activations)."""
+    out = []
+    for i, r in enumerate(rows[:top], 1):
+        out.append((i, r["policy"], plan_text(r), r["step_time_s"], r["speedup_vs_best_uncompressed"],
+                    r["speedup_vs_same_plan_uncompressed"], r["error_dp"], r["error_zero"], r["error_tp"],
+                    r["error_pp"], 100 * r["mfu"], r["memory_GiB"]))
+    return table(("#", "policy", "plan", "step_s", "vs best none", "vs same plan", "err dp", "err zero", "err tp",
+                  "err pp", "MFU%", "mem GiB"), out, title=title)
+
+
+def search_csv(rows: list) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["policy"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue().encode()

@@ -114,59 +114,94 @@ def _transfer(kind: str, i: int, sender: int, to: int, p: int, chunks: int):
     return (kind, i, src, to) + ((sender // p,) if chunks > 1 else ())
 
 
-def run_schedule(name: str, stages: list[StageCost], microbatches: int, chunks: int = 1) -> Timeline:
-    """Time ``microbatches`` through ``stages`` under schedule ``name`` (module doc). Cached:
+def run_schedule(name: str, stages: list[StageCost], microbatches: int, chunks: int = 1,
+                 record: bool = True) -> Timeline:
+    """Time ``microbatches`` through ``stages`` under schedule ``name`` (module doc); ``record``:
+    keep every operation and transfer (a trace needs them, a step time does not). Cached:
     policies that change only what runs after the pipeline (gradients, ZeRO-1/2 gathers) give
     the same stage costs, and a search meets them many times."""
-    return _run_schedule(name, tuple(stages), microbatches, chunks)
+    if name not in SCHEDULES:
+        raise ValueError(f"schedule {name!r}: one of {', '.join(SCHEDULES)}")
+    return _run_schedule(name, tuple(stages), microbatches, chunks, record)
+
+
+@lru_cache(maxsize=256)
+def _compiled(name: str, p: int, m: int, chunks: int) -> tuple:
+    """The schedule's exchanges with transfers numbered: per stage its steps (transfer ids,
+    awaited ids, operation code 0/1/2 for none/F/B, operation); per transfer (src, dst, kind
+    0/1 for act/grad) and its tuple."""
+    ids: dict = {}
+    blocking = name in BLOCKING
+    plans = []
+    for s in range(p):
+        steps = []
+        for transfers, op in exchanges(name, s, p, m, chunks):
+            tids = tuple(ids.setdefault(t, len(ids)) for t in transfers)
+            awaited = tuple(ids[t] for t in transfers if blocking or t[3] == s)
+            steps.append((tids, awaited, 0 if op is None else 1 if op[0] == "F" else 2, op))
+        plans.append(tuple(steps))
+    keys = tuple(ids)
+    return tuple(plans), tuple((t[2], t[3], 0 if t[0] == "act" else 1) for t in keys), keys
 
 
 @lru_cache(maxsize=4096)
-def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int) -> Timeline:
-    if name not in SCHEDULES:
-        raise ValueError(f"schedule {name!r}: one of {', '.join(SCHEDULES)}")
+def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, record: bool) -> Timeline:
     p, m = len(stages), microbatches
-    plans = [exchanges(name, s, p, m, chunks) for s in range(p)]
-    blocking = name in BLOCKING
+    plans, links, keys = _compiled(name, p, m, chunks)
+    sent = [-1.0] * len(links)        # when the sender posted each transfer
+    taken = [-1.0] * len(links)       # when the receiver did
+    done = [-1.0] * len(links)        # when it ended
+    link_free = [[0.0] * p for _ in range(p)]   # messages on one directed link go in order
+    send = [(st.send_fwd, st.send_bwd) for st in stages]
+    run = [(0.0, st.fwd / chunks, st.bwd / chunks) for st in stages]
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
-    posted: dict = {}      # transfer -> {stage: time it posted it}
-    done: dict = {}        # transfer -> end time
     ops, moved = [], []
-    link_free: dict = {}   # (from, to) -> time the link is next free
-    waiting = set(range(p))
 
     def advance(s: int) -> bool:
         """Run stage ``s``'s next exchange and operation if what it waits for is there."""
-        transfers, op = plans[s][pos[s]]
-        for t in transfers:
-            posted.setdefault(t, {}).setdefault(s, clock[s])
-        awaited = [t for t in transfers if blocking or t[3] == s]
-        if not all(t in done or len(posted[t]) == 2 for t in awaited):
-            return False
-        for t in transfers:
-            if t not in done and len(posted[t]) == 2:
-                kind, _, src, dst = t[:4]
-                cost = stages[src].send_fwd if kind == "act" else stages[src].send_bwd
-                start = max(max(posted[t].values()), link_free.get((src, dst), 0.0))
-                done[t] = link_free[(src, dst)] = start + cost
-                moved.append((*t, start, start + cost))
-        clock[s] = max([clock[s]] + [done[t] for t in awaited])
-        if op is not None:
-            d = (stages[s].fwd if op[0] == "F" else stages[s].bwd) / chunks
-            ops.append((s, op[0], op[1], clock[s], clock[s] + d) + tuple(op[2:]))
-            clock[s] += d
+        tids, awaited, code, op = plans[s][pos[s]]
+        now = clock[s]
+        for t in tids:
+            src, dst, _ = links[t]
+            if src == s:
+                if sent[t] < 0:
+                    sent[t] = now
+                    if taken[t] >= 0:
+                        wake.add(dst)       # the receiver may be waiting for this
+            elif taken[t] < 0:
+                taken[t] = now
+                if sent[t] >= 0:
+                    wake.add(src)
+        for t in awaited:
+            if done[t] < 0 and (sent[t] < 0 or taken[t] < 0):
+                return False
+        for t in tids:
+            if done[t] < 0 and sent[t] >= 0 and taken[t] >= 0:
+                src, dst, kind = links[t]
+                start = max(sent[t], taken[t], link_free[src][dst])
+                done[t] = link_free[src][dst] = start + send[src][kind]
+                if record:
+                    moved.append((*keys[t], start, done[t]))
+        for t in awaited:
+            if done[t] > now:
+                now = done[t]
+        if code:
+            d = run[s][code]
+            if record:
+                ops.append((s, op[0], op[1], now, now + d) + tuple(op[2:]))
+            now += d
             busy[s] += d
+        clock[s] = now
         pos[s] += 1
         return True
 
-    while waiting:      # each stage runs as far as it can (messages on a link still match in order)
-        progressed = False
-        for s in sorted(waiting):
-            while pos[s] < len(plans[s]) and advance(s):
-                progressed = True
-            if pos[s] == len(plans[s]):
-                waiting.discard(s)
-        if not progressed:
-            raise RuntimeError(f"schedule {name} deadlocks on {p} stages x {m} microbatches")
+    wake = set(range(p))     # stages that may advance: all at first, then those a peer posted to
+    while wake:
+        s = min(wake)
+        wake.discard(s)
+        while pos[s] < len(plans[s]) and advance(s):
+            pass
+    if any(pos[s] < len(plans[s]) for s in range(p)):
+        raise RuntimeError(f"schedule {name} deadlocks on {p} stages x {m} microbatches")
     return Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock), ops=tuple(ops),
                     transfers=tuple(moved))

@@ -92,7 +92,7 @@ def admits(axis: str, spec: str, budget: dict) -> bool:
 
 @dataclass
 class SearchResult:
-    rows: list                 # one dict per evaluated (plan, policy), fastest first
+    rows: list                 # one dict per evaluated (plan, policy), fastest first (``within_budget`` or not)
     best_uncompressed: dict | None
     pareto: list               # rows on the front, by total error
     plans: int                 # candidate plans
@@ -101,6 +101,11 @@ class SearchResult:
     seconds: float
     dropped: dict = field(default_factory=dict)   # {axis: [specs over budget]}
     budget: dict = field(default_factory=dict)
+
+    @property
+    def ranked(self) -> list:
+        """The rows within the error budget, fastest first."""
+        return [r for r in self.rows if r["within_budget"]]
 
     @property
     def per_minute(self) -> float:
@@ -147,7 +152,20 @@ def policies_for(plan: dict, candidates: dict) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _row(record, plan: dict) -> dict:
+def _within(record, budget: dict) -> bool:
+    """Every axis's error as predicted for its collectives (two quantizations in an all-reduce
+    add up) within the budget; error feedback on dp: a contraction."""
+    for axis, error in record.error_estimate.items():
+        spec = record.policy_axes[axis]["spec"]
+        if axis == "dp" and compile_spec(spec).error_feedback:
+            if error >= EF_LIMIT:
+                return False
+        elif error > budget[axis] * (1 + 1e-12):
+            return False
+    return True
+
+
+def _row(record, plan: dict, budget: dict) -> dict:
     errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
     return {"policy": record.policy, **{k: plan[k] for k in ("tp", "pp", "dp", "mbs", "zero", "recompute",
                                                               "sequence_parallel", "schedule", "hpz")},
@@ -155,16 +173,16 @@ def _row(record, plan: dict) -> dict:
             "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
             **{f"error_{a}": e for a, e in errors.items()},
             "total_error": math.sqrt(sum(e * e for e in errors.values())),
-            "memory_GiB": record.memory_per_gpu_bytes / 2**30}
+            "within_budget": _within(record, budget), "memory_GiB": record.memory_per_gpu_bytes / 2**30}
 
 
 def _evaluate(job) -> tuple[list, int]:
     """Rows of one plan under its policies (the uncompressed one first); (rows, 1 if it does not fit)."""
-    model, cluster, where, gbs, plan, candidates, fixed = job
+    model, cluster, where, gbs, plan, candidates, budget, fixed = job
     rows = []
     for policy in ["none"] + [p for p in policies_for(plan, candidates) if p != "none"]:
         try:
-            rows.append(_row(predict(model, cluster, **where, gbs=gbs, policy=policy, **plan, **fixed), plan))
+            rows.append(_row(predict(model, cluster, **where, gbs=gbs, policy=policy, **plan, **fixed), plan, budget))
         except InputError as err:
             if err.field == "memory":
                 return [], 1
@@ -194,7 +212,7 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
     where = {"gpus": gpus, "nodes": nodes}
     plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
                        tuple(sequence_parallel), tuple(hpz))
-    jobs = [(model, cluster, where, gbs, plan, admitted, fixed) for plan in plans]
+    jobs = [(model, cluster, where, gbs, plan, admitted, budget, fixed) for plan in plans]
     rows, skipped = [], 0
     for i, (plan_rows, oom) in enumerate(_run(jobs, workers)):
         rows += plan_rows
@@ -212,8 +230,21 @@ def _run(jobs: list, workers: int | None):
     import multiprocessing
 
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with context.Pool(workers) as pool:
-        yield from pool.imap_unordered(_evaluate, jobs, chunksize=max(1, len(jobs) // (8 * workers)))
+    pool = context.Pool(workers, initializer=_worker_signals)
+    try:
+        yield from pool.imap_unordered(_evaluate, jobs)   # one plan each: their costs differ a hundredfold
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _worker_signals() -> None:
+    """Workers end quietly when the pool ends them (the CLI's own handlers are the parent's)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict) -> SearchResult:
@@ -222,7 +253,8 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
     best = plain[0] if plain else None
     for r in rows:
         r["speedup_vs_best_uncompressed"] = best["step_time_s"] / r["step_time_s"] if best else float("nan")
-    return SearchResult(rows=rows, best_uncompressed=best, pareto=pareto_front(rows), plans=plans,
+    return SearchResult(rows=rows, best_uncompressed=best, pareto=pareto_front([r for r in rows if r["within_budget"]]),
+                        plans=plans,
                         skipped_oom=skipped, evaluated=len(rows), seconds=seconds, dropped=dropped, budget=budget)
 
 

@@ -98,7 +98,7 @@ def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int,
     ``exposed_pp``)."""
     totals = [s.total for s in stages]
     costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
-    timeline = run_schedule("interleaved" if virtual > 1 else schedule, costs, microbatches, virtual)
+    timeline = run_schedule("interleaved" if virtual > 1 else schedule, costs, microbatches, virtual, record=False)
     worst = max(range(len(stages)), key=lambda i: (timeline.busy_s[i], totals[i]))
     idle = max(0.0, timeline.end_s - timeline.busy_s[worst])
     return timeline.end_s, idle - exposed_pp(stages[worst], microbatches, idle)[0], worst
