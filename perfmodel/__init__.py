@@ -17,6 +17,6 @@ from perfmodel.plan_sweep import SweepResult
 from perfmodel.plan_sweep import sweep_plans
 from perfmodel.search import SearchResult, search  # noqa: E402  (the function shadows its module's name)
 
-__all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "StepRecord", "SweepResult", "busbw_factor",
-           "collective_time", "compare", "compile_spec", "parse_spec", "predict", "search", "SearchResult", "sweep_plans"]
+__all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "SearchResult", "StepRecord", "SweepResult", "busbw_factor",
+           "collective_time", "compare", "compile_spec", "parse_spec", "predict", "search", "sweep_plans"]
 __version__ = "0.1.0"
