@@ -27,7 +27,18 @@ def _terminate(signum, frame):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage dump) and exit code 2."""
+    """argparse with a one-line error (no usage dump), exit code 2, and ``--version`` on every
+    command and subcommand."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("commpress")
+        except PackageNotFoundError:      # run from a source tree that was never installed
+            text = "unknown"
+        self.add_argument("--version", action="version", version=f"%(prog)s (commpress) {text}")
 
     def error(self, message):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")

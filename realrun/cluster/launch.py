@@ -10,6 +10,7 @@ ends the run: the others are stopped and the error names the rank.
 from __future__ import annotations
 
 import os
+import sys
 
 from realrun import procs as procs_
 from realrun.cluster import emulated
@@ -27,6 +28,14 @@ def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int, wo
     return env
 
 
+def python_of_this_environment(argv: list[str]) -> list[str]:
+    """``python``/``python3`` as the command means the interpreter running commpress (its
+    environment has torch and realrun), not whichever is first on PATH."""
+    if argv and argv[0] in ("python", "python3"):
+        return [sys.executable, *argv[1:]]
+    return list(argv)
+
+
 def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, port: int = MASTER_PORT,
         quiet_ranks: bool = True, hosts: int | None = None) -> None:
     """Run ``argv`` as one rank per host of cluster ``name`` (the first ``hosts`` hosts, default
@@ -38,6 +47,7 @@ def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, p
     world = spec.hosts if hosts is None else hosts
     if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= spec.hosts:
         raise InputError("hosts", hosts, f"an integer from 1 to {spec.hosts} (the cluster's hosts)")
+    argv = python_of_this_environment(argv)
     procs = []
     try:
         for r in range(world):
