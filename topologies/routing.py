@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import breadth_first_order
 
 from topologies.attrs import BANDWIDTH, HOST, KIND, LATENCY, TIER
 from topologies.cluster import Cluster
@@ -60,6 +58,8 @@ class _Graphlet:
         self.keys = list(zip(self._rows.tolist(), self.indices.tolist()))
         self._keys = self._rows * size + self.indices      # sorted: CSR order is (u, v) order
         self._degree = np.diff(self.indptr)
+        from scipy.sparse import csr_matrix   # scipy loads when a cluster is routed, not at import
+
         self._csr = csr_matrix((np.ones(len(order)), self.indices, self.indptr), shape=(size, size))
         self._dist: dict[int, np.ndarray] = {}
         self._routes: dict[tuple[int, int], tuple] = {}
@@ -147,6 +147,8 @@ _FAR = np.iinfo(np.int16).max
 def _bfs_depth(csr, source: int) -> np.ndarray:
     """Hops from ``source`` to every node (-1 where unreachable), from scipy's C breadth-first
     search: each node's depth follows its predecessor chain, one jump per level for all at once."""
+    from scipy.sparse.csgraph import breadth_first_order
+
     order, pred = breadth_first_order(csr, source, directed=True, return_predecessors=True)
     depth = np.full(csr.shape[0], -1, dtype=np.int16)
     depth[source] = 0

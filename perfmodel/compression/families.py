@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
-from scipy.stats import norm
 
 from perfmodel.compression.grammar import _fmt
 from topologies.errors import InputError
 
+_NORMAL = NormalDist()   # the unit Gaussian of the error convention (stdlib: no scipy.stats at import)
 FP_MANTISSA_BITS = {"fp16": 10, "bf16": 7, "e4m3": 3, "e5m2": 2}
 SCALE_BYTES = 4            # one float32 scale per block
 INDEX_BYTES = 4            # int32 index per kept value
@@ -399,8 +400,8 @@ class TopK(Family):
     def error(self):
         if self.density >= 1:
             return 0.0
-        t = norm.ppf(1.0 - self.density / 2.0)
-        kept_energy = self.density + 2.0 * t * norm.pdf(t)
+        t = _NORMAL.inv_cdf(1.0 - self.density / 2.0)
+        kept_energy = self.density + 2.0 * t * _NORMAL.pdf(t)
         return math.sqrt(max(0.0, 1.0 - kept_energy))
 
 
