@@ -72,6 +72,9 @@ def _plan_args(p, sweep: bool = False) -> None:
         p.add_argument("--timeline", metavar="FILE.png",
                        help="draw the same timeline as a picture (.png, .svg or .pdf): a row per stream of each "
                        "stage; with --engine des also the gradient buckets as they share the NIC")
+        p.add_argument("--deepspeed", metavar="ds_config.json",
+                       help="take ZeRO stage, qwZ/qgZ/hpZ, fp16/bf16, micro batch, accumulation and batch size from a "
+                       "DeepSpeed config (printed as mapped; keys it cannot honour are refused)")
         p.add_argument("--tp-overlap", action="store_true",
                        help="overlap TP all-gathers and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; "
                        "needs --sequence-parallel): all but 1/tp of them hide behind the GEMMs, which they slow by "
@@ -235,15 +238,39 @@ def _say_idle(records) -> None:
                   file=sys.stderr)
 
 
+def _deepspeed(args, kw: dict, policy: str) -> tuple[dict, str]:
+    """``kw`` and ``policy`` with a DeepSpeed config's plan and ZeRO++ items applied (stderr says how)."""
+    if not args.deepspeed:
+        return kw, policy
+    from perfmodel.deepspeed import map_config, read_config
+    from topologies import cluster_for
+
+    built, ranks = cluster_for(args.cluster, nodes=args.nodes, gpus=args.gpus)
+    try:
+        ds = map_config(read_config(args.deepspeed), built.gpus_per_host, ranks, args.tp, args.pp)
+    except InputError as err:
+        for line in getattr(err, "refused", ()):
+            print(f"perfmodel: deepspeed: cannot honour {line}", file=sys.stderr)
+        raise
+    for line in ds.mapped:
+        print(f"perfmodel: deepspeed: {line}", file=sys.stderr)
+    if ds.ignored:
+        print(f"perfmodel: deepspeed: ignored (no effect on a step's time here): {', '.join(ds.ignored)}",
+              file=sys.stderr)
+    if ds.policy_items:
+        policy = ",".join(([policy] if policy != "none" else []) + ds.policy_items)
+    return {**kw, **ds.plan}, policy
+
+
 def _predict(args) -> None:
-    r = predict(args.model, args.cluster, policy=args.policy, trace=args.trace, timeline=args.timeline,
-                **_plan_kwargs(args))
+    kw, policy = _deepspeed(args, _plan_kwargs(args), args.policy)
+    r = predict(args.model, args.cluster, policy=policy, trace=args.trace, timeline=args.timeline, **kw)
     _say_idle([r])
     print(dump_json(r.to_dict()) if args.json else step_report(r))
 
 
 def _compare(args) -> None:
-    kw = _plan_kwargs(args)
+    kw, _ = _deepspeed(args, _plan_kwargs(args), "none")
     records = compare(args.model, args.cluster, args.policies, trace=args.trace, timeline=args.timeline, **kw)
     _say_idle(records)
     print(dump_json([r.to_dict() for r in records]) if args.json else compare_report(records))

@@ -1,0 +1,170 @@
+"""A DeepSpeed config as a plan and a policy (``perfmodel predict --deepspeed ds_config.json``).
+
+Mapped (DeepSpeed's config reference, https://www.deepspeed.ai/docs/config-json/):
+
+* ``zero_optimization.stage`` -> ``zero``; ``overlap_comm`` -> ``dp_overlap``;
+  ``reduce_bucket_size`` (elements) -> ``bucket_bytes`` at the gradient dtype's width;
+* ``zero_optimization.zero_quantized_weights`` -> ``zero=int8`` (ZeRO++ qwZ, blockwise int8);
+  ``zero_quantized_gradients`` -> ``dp=int4`` (qgZ); ``zero_hpz_partition_size`` equal to the
+  GPUs of a node -> ``hpz`` (the secondary partition inside each node; another size is refused);
+* ``fp16.enabled`` / ``bf16.enabled`` -> ``compute_dtype``;
+* ``train_micro_batch_size_per_gpu`` -> ``mbs``; ``train_batch_size`` -> ``gbs``, or
+  ``mbs x gradient_accumulation_steps x dp`` without it (both given: they must agree).
+
+Keys that do not change a step's time in this model (optimizer and scheduler settings, logging,
+gradient clipping, other bucket sizes and ZeRO tuning knobs) are ignored and listed; any other
+key is refused, one line each, because a prediction that silently dropped it (CPU offload,
+sparse attention, a communication dtype) would be wrong.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from topologies.errors import InputError
+
+IGNORED = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+           "prescale_gradients", "gradient_predivide_factor", "dump_state", "flops_profiler", "tensorboard",
+           "wandb", "csv_monitor", "comms_logger", "zero_allow_untested_optimizer", "memory_breakdown",
+           "fp16.loss_scale", "fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
+           "fp16.min_loss_scale", "fp16.auto_cast", "bf16.immediate_grad_update",
+           "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
+           "zero_optimization.allgather_bucket_size", "zero_optimization.reduce_scatter",
+           "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
+           "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
+           "zero_optimization.stage3_gather_16bit_weights_on_model_save", "zero_optimization.sub_group_size",
+           "zero_optimization.round_robin_gradients", "zero_optimization.elastic_checkpoint",
+           "zero_optimization.load_from_fp32_weights", "zero_optimization.ignore_unused_parameters"}
+MAPPED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16.enabled",
+          "bf16.enabled", "zero_optimization.stage", "zero_optimization.overlap_comm",
+          "zero_optimization.reduce_bucket_size", "zero_optimization.zero_quantized_weights",
+          "zero_optimization.zero_quantized_gradients", "zero_optimization.zero_hpz_partition_size"}
+GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass
+class DeepSpeedPlan:
+    plan: dict = field(default_factory=dict)        # keyword arguments of ``predict``
+    policy_items: list = field(default_factory=list)
+    mapped: list = field(default_factory=list)      # "key=value -> what" lines
+    ignored: list = field(default_factory=list)
+
+
+def _flatten(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name not in ("optimizer", "scheduler", "flops_profiler", "tensorboard",
+                                                     "wandb", "csv_monitor", "comms_logger"):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def read_config(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except OSError as err:
+        raise InputError("deepspeed", path, f"a readable DeepSpeed config JSON ({err.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError("deepspeed", path, f"valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise InputError("deepspeed", path, "a JSON object")
+    return config
+
+
+def map_config(config: dict, gpus_per_node: int, gpus: int, tp: int = 1, pp: int = 1) -> DeepSpeedPlan:
+    """The plan keywords and policy items of ``config`` for a job of ``gpus`` GPUs (dp = gpus / (tp pp))."""
+    flat = _flatten(config)
+    refused = [k for k in flat if k not in MAPPED and k not in IGNORED and k.split(".")[0] not in IGNORED]
+    if refused:
+        err = InputError("deepspeed", f"{len(refused)} key(s) it cannot honour",
+                         "keys commpress models (remove them to predict without them)")
+        err.refused = [f"{k}={json.dumps(flat[k])}" for k in refused]
+        raise err
+    out = DeepSpeedPlan(ignored=sorted(k for k in flat if k not in MAPPED))
+    _precision(flat, out)
+    _zero(flat, out, gpus_per_node)
+    _batch(flat, out, gpus // max(1, tp * pp))
+    return out
+
+
+def _say(out: DeepSpeedPlan, key: str, value, what: str) -> None:
+    out.mapped.append(f"{key}={json.dumps(value)} -> {what}")
+
+
+def _flag(flat: dict, key: str) -> bool:
+    value = flat.get(key, False)
+    if not isinstance(value, bool):
+        raise InputError("deepspeed", f"{key}={json.dumps(value)}", "true or false")
+    return value
+
+
+def _precision(flat: dict, out: DeepSpeedPlan) -> None:
+    fp16, bf16 = _flag(flat, "fp16.enabled"), _flag(flat, "bf16.enabled")
+    if fp16 and bf16:
+        raise InputError("deepspeed", "fp16.enabled and bf16.enabled", "at most one of them true")
+    for key, on, dtype in (("fp16.enabled", fp16, "fp16"), ("bf16.enabled", bf16, "bf16")):
+        if on:
+            out.plan["compute_dtype"] = dtype
+            _say(out, key, True, f"--compute-dtype {dtype}")
+
+
+def _zero(flat: dict, out: DeepSpeedPlan, gpus_per_node: int) -> None:
+    stage = flat.get("zero_optimization.stage", 0)
+    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+        raise InputError("deepspeed", f"zero_optimization.stage={json.dumps(stage)}", "0, 1, 2 or 3")
+    out.plan["zero"] = stage
+    _say(out, "zero_optimization.stage", stage, f"--zero {stage}")
+    if "zero_optimization.overlap_comm" in flat:
+        out.plan["dp_overlap"] = _flag(flat, "zero_optimization.overlap_comm")
+        _say(out, "zero_optimization.overlap_comm", out.plan["dp_overlap"],
+             "gradients reduced during backward" if out.plan["dp_overlap"] else "--no-dp-overlap")
+    if "zero_optimization.reduce_bucket_size" in flat:
+        elements = flat["zero_optimization.reduce_bucket_size"]
+        if isinstance(elements, bool) or not isinstance(elements, (int, float)) or elements < 1:
+            raise InputError("deepspeed", f"zero_optimization.reduce_bucket_size={json.dumps(elements)}",
+                             "a positive number of elements")
+        out.plan["bucket_bytes"] = int(elements) * GRAD_BYTES["fp32"]
+        _say(out, "zero_optimization.reduce_bucket_size", elements, f"--bucket {int(elements) * 4} (fp32 gradients)")
+    if _flag(flat, "zero_optimization.zero_quantized_weights"):
+        out.policy_items.append("zero=int8")
+        _say(out, "zero_optimization.zero_quantized_weights", True, "policy zero=int8 (qwZ)")
+    if _flag(flat, "zero_optimization.zero_quantized_gradients"):
+        out.policy_items.append("dp=int4")
+        _say(out, "zero_optimization.zero_quantized_gradients", True, "policy dp=int4 (qgZ)")
+    size = flat.get("zero_optimization.zero_hpz_partition_size", 1)
+    if size not in (1, gpus_per_node) or isinstance(size, bool):
+        raise InputError("deepspeed", f"zero_optimization.zero_hpz_partition_size={json.dumps(size)}",
+                         f"1 or the GPUs of a node ({gpus_per_node}): hpZ is modelled as a partition inside each node")
+    if size == gpus_per_node and size > 1:
+        out.plan["hpz"] = True
+        _say(out, "zero_optimization.zero_hpz_partition_size", size, "--hpz")
+
+
+def _positive(flat: dict, key: str):
+    value = flat.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InputError("deepspeed", f"{key}={json.dumps(value)}", "a positive integer")
+    return value
+
+
+def _batch(flat: dict, out: DeepSpeedPlan, dp: int) -> None:
+    mbs = _positive(flat, "train_micro_batch_size_per_gpu")
+    gas = _positive(flat, "gradient_accumulation_steps")
+    gbs = _positive(flat, "train_batch_size")
+    if mbs is not None:
+        out.plan["mbs"] = mbs
+        _say(out, "train_micro_batch_size_per_gpu", mbs, f"--mbs {mbs}")
+    if gbs is None and mbs is not None:
+        gbs = mbs * (gas or 1) * dp
+        _say(out, "gradient_accumulation_steps", gas or 1, f"--gbs {gbs} (mbs x accumulation x dp {dp})")
+    elif gbs is not None:
+        if mbs is not None and gas is not None and gbs != mbs * gas * dp:
+            raise InputError("deepspeed", f"train_batch_size={gbs}",
+                             f"train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp = {mbs * gas * dp}")
+        _say(out, "train_batch_size", gbs, f"--gbs {gbs}")
+    if gbs is not None:
+        out.plan["gbs"] = gbs
