@@ -53,6 +53,9 @@ def test_cli_prints_the_mapping_and_predicts(cli, tmp_path):
     assert record["plan"]["zero"] == 3 and record["plan"]["hpz"] and record["plan"]["gbs"] == 256
     assert record["policy_axes"]["dp"]["spec"] == "int4" and record["policy_axes"]["zero"]["spec"] == "int8"
     assert "deepspeed: zero_optimization.stage=3 -> --zero 3" in proc.stderr
-    path.write_text(json.dumps({"sparse_attention": {"mode": "fixed"}, "zero_optimization": {"offload_param": {"device": "cpu"}}}))
+    path.write_text(json.dumps({"sparse_attention": {"mode": "fixed"},
+                                "zero_optimization": {"offload_param": {"device": "cpu"}}}))
     bad = cli(*args, check_rc=2)
-    assert sum(line.startswith("perfmodel: deepspeed: cannot honour") for line in bad.stderr.splitlines()) == 2 and bad.stderr.strip().splitlines()[-1].startswith("perfmodel: error")
+    lines = bad.stderr.strip().splitlines()
+    assert sum(line.startswith("perfmodel: deepspeed: cannot honour") for line in lines) == 2
+    assert lines[-1].startswith("perfmodel: error")
