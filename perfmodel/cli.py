@@ -72,6 +72,8 @@ def _plan_args(p, sweep: bool = False) -> None:
         p.add_argument("--timeline", metavar="FILE.png",
                        help="draw the same timeline as a picture (.png, .svg or .pdf): a row per stream of each "
                        "stage; with --engine des also the gradient buckets as they share the NIC")
+        p.add_argument("--plot", metavar="FILE.png", help="draw the step's breakdown as stacked bars (one per policy "
+                       "with compare; .png, .svg or .pdf)")
         p.add_argument("--deepspeed", metavar="ds_config.json",
                        help="take ZeRO stage, qwZ/qgZ/hpZ, fp16/bf16, micro batch, accumulation and batch size from a "
                        "DeepSpeed config (printed as mapped; keys it cannot honour are refused)")
@@ -207,6 +209,8 @@ def _collective_parser(sub) -> None:
     c.add_argument("--placement", default="packed", choices=("packed", "spread"))
     c.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
     c.add_argument("--json", action="store_true", help="print a JSON list of records")
+    c.add_argument("--plot", metavar="FILE.png", help="draw busbw and speedup against size per compressor "
+                   "(with --sweep; .png, .svg or .pdf)")
 
 
 def _plan_kwargs(args, sweep: bool = False) -> dict:
@@ -263,15 +267,25 @@ def _deepspeed(args, kw: dict, policy: str) -> tuple[dict, str]:
 
 
 def _predict(args) -> None:
+    from perfmodel.plots import check_picture, plot_breakdown
+
+    check_picture(args.plot)
     kw, policy = _deepspeed(args, _plan_kwargs(args), args.policy)
     r = predict(args.model, args.cluster, policy=policy, trace=args.trace, timeline=args.timeline, **kw)
+    if args.plot:
+        plot_breakdown([r], args.plot)
     _say_idle([r])
     print(dump_json(r.to_dict()) if args.json else step_report(r))
 
 
 def _compare(args) -> None:
+    from perfmodel.plots import check_picture, plot_breakdown
+
+    check_picture(args.plot)
     kw, _ = _deepspeed(args, _plan_kwargs(args), "none")
     records = compare(args.model, args.cluster, args.policies, trace=args.trace, timeline=args.timeline, **kw)
+    if args.plot:
+        plot_breakdown(records, args.plot)
     _say_idle(records)
     print(dump_json([r.to_dict() for r in records]) if args.json else compare_report(records))
 
@@ -301,11 +315,11 @@ def _search(args) -> None:
     from perfmodel.report import search_csv, search_table
     from perfmodel.search import search
 
-    for path, field in ((args.csv, "csv"), (args.plot, "plot")):
-        if path:
-            check_writable(path, field)
-    if args.plot and args.plot.rsplit(".", 1)[-1].lower() not in ("png", "svg", "pdf"):
-        raise InputError("plot", args.plot, "a picture path ending in .png, .svg or .pdf")
+    from perfmodel.plots import check_picture
+
+    if args.csv:
+        check_writable(args.csv, "csv")
+    check_picture(args.plot)
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     result = search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
                     candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,
@@ -373,11 +387,18 @@ def _speedup_matrix(records, compressors) -> str:
 
 
 def _collective(args) -> None:
+    from perfmodel.plots import check_picture
+
+    check_picture(args.plot)
     sizes = parse_sweep(args.sweep) if args.sweep else [parse_size(args.size)]
     compressors = parse_compressors(args.compressor)
     records = sweep_collectives(args.op, sizes, compressors, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
                     algorithm=args.algorithm, dtype=args.dtype, chunks=_chunks(args.chunks),
                     placement=args.placement, calibration=args.calibration)
+    if args.plot:
+        from perfmodel.plots import plot_collectives
+
+        plot_collectives(records, args.plot, f"{args.op} on {records[0].cluster} ({records[0].gpus} GPUs)")
     if args.json:
         print(dump_json([r.to_dict() for r in records]))
         return

@@ -6,13 +6,13 @@ import io
 from topologies.clikit import atomic_write
 
 
-def _figure(width: float = 8.0, height: float = 5.0):
+def _figure(width: float = 8.0, height: float = 5.0, cols: int = 1):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt, *plt.subplots(figsize=(width, height))
+    return plt, *plt.subplots(1, cols, figsize=(width, height))
 
 
 def _save(plt, fig, path: str) -> str:
@@ -46,5 +46,77 @@ def plot_pareto(result, path: str, title: str = "") -> str:
     ax.set_xlabel("total error (per-axis relative RMS errors in quadrature)")
     ax.set_ylabel("step time (s)")
     ax.set_title(title or "search: step time against error")
+    ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+BREAKDOWN_PARTS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "compression_s", "bubble_s",
+                   "optimizer_s", "overlap_slowdown_s", "contention_s")
+
+
+def plot_breakdown(records, path: str, title: str = "") -> str:
+    """Stacked seconds of one step per policy (``predict``: one bar; ``compare``: one per policy)."""
+    plt, fig, ax = _figure(max(5.0, 1.3 * len(records) + 3), 4.5)
+    names = [r.policy for r in records]
+    bottom = [0.0] * len(records)
+    for part in BREAKDOWN_PARTS:
+        values = [r.breakdown.get(part, 0.0) for r in records]
+        if any(values):
+            ax.bar(names, values, bottom=bottom, label=part.removesuffix("_s").replace("_", " "))
+            bottom = [b + v for b, v in zip(bottom, values)]
+    for x, (r, top) in enumerate(zip(records, bottom)):
+        ax.annotate(f"{r.speedup_vs_uncompressed:.2f}x", (x, top), ha="center", xytext=(0, 3),
+                    textcoords="offset points", fontsize=8)
+    ax.set_ylabel("seconds per step")
+    ax.tick_params(axis="x", rotation=20)
+    ax.set_title(title or f"{records[0].model} on {records[0].cluster} ({records[0].gpus} GPUs)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(plt, fig, path)
+
+
+def plot_collectives(records, path: str, title: str = "") -> str:
+    """busbw and speedup over uncompressed against message size, one line per compressor."""
+    plt, fig, (bw, speed) = _figure(11.0, 4.2, cols=2)
+    for name in dict.fromkeys(r.compressor for r in records):
+        points = sorted((r.size_bytes, r.busbw_GBps, r.speedup_vs_none) for r in records if r.compressor == name)
+        sizes = [p[0] for p in points]
+        bw.plot(sizes, [p[1] for p in points], "o-", label=name)
+        speed.plot(sizes, [p[2] for p in points], "o-", label=name)
+    for ax, label in ((bw, "busbw (GB/s)"), (speed, "speedup over uncompressed")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel(label)
+    speed.axhline(1.0, color="grey", linewidth=0.8)
+    bw.legend(fontsize=8)
+    fig.suptitle(title)
+    return _save(plt, fig, path)
+
+
+def check_picture(path: str | None, field: str = "plot") -> None:
+    """Refuse, before any work, a picture path that cannot be written or is not .png/.svg/.pdf."""
+    from topologies.clikit import check_writable
+    from topologies.errors import InputError
+
+    if path is None:
+        return
+    check_writable(path, field)
+    if path.rsplit(".", 1)[-1].lower() not in ("png", "svg", "pdf"):
+        raise InputError(field, path, "a picture path ending in .png, .svg or .pdf")
+
+
+def plot_measured_collectives(records: list[dict], path: str, title: str = "") -> str:
+    """Measured busbw against size per compressor and algorithm, from ``realrun bench`` records
+    (the measurements schema: size_bytes, time_s, world)."""
+    from perfmodel.record import busbw_factor
+
+    plt, fig, ax = _figure(7.0, 4.5)
+    for key in dict.fromkeys((r["compressor"], r.get("algorithm", "auto")) for r in records):
+        points = sorted((r["size_bytes"], r["size_bytes"] / r["time_s"] * busbw_factor(r["op"], r["world"]) / 1e9)
+                        for r in records if (r["compressor"], r.get("algorithm", "auto")) == key)
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=f"{key[0]} ({key[1]})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("measured busbw (GB/s)")
+    ax.set_title(title or "realrun bench")
     ax.legend(fontsize=8)
     return _save(plt, fig, path)

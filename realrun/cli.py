@@ -59,6 +59,8 @@ def _parser() -> Parser:
     b.add_argument("--threads", type=int, default=1, help="CPU threads per local rank (default 1: ranks share "
                    "the cores the way the model of an emulated host assumes)")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON Lines (atomically)")
+    b.add_argument("--plot", metavar="FILE.png", help="collectives: draw measured busbw against size per "
+                   "compressor and algorithm (.png, .svg or .pdf)")
     _cluster_parser(sub)
     _loop_parsers(sub)
     train_cli.add_parser(sub, _command)
@@ -191,8 +193,11 @@ def _kernel_row(r: dict) -> tuple:
 
 
 def _bench(args) -> None:
+    from perfmodel.plots import check_picture
+
     if args.json:
         check_writable(args.json, "json")   # before measuring: results are never lost to a bad path
+    check_picture(args.plot)
     sizes, specs = _sizes(args.sizes), parse_compressors(args.compressors)
     _positive("iters", args.iters)
     _positive("warmup", args.warmup, 0)
@@ -215,6 +220,10 @@ def _bench(args) -> None:
         print(f"# realrun bench {args.op}: world={world} backend={args.backend} iters={args.iters} "
               f"(time = median over iterations of the slowest rank)" + (" under torchrun" if torchrun else ""))
         print(table(HEAD, [_row(r) for r in records]))
+        if args.plot:
+            from perfmodel.plots import plot_measured_collectives
+
+            plot_measured_collectives(records, args.plot, f"realrun bench {args.op}: {world} ranks, {args.backend}")
     if args.json:
         atomic_write(args.json, lambda h: h.write("".join(json.dumps(r) + "\n" for r in records).encode()))
 
