@@ -28,7 +28,7 @@ test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check topologies perfmodel realrun tests benchmarks scripts
+	$(BIN)/ruff check topologies perfmodel realrun tests benchmarks scripts notebooks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -30,4 +30,4 @@ def test_measured_busbw_picture(tmp_path):
     records = [dict(op="allreduce", compressor=c, algorithm="auto", world=2, size_bytes=s, time_s=s / 1e9 / f)
                for c, f in (("none", 1.0), ("int8", 2.5)) for s in (2**20, 2**22)]
     path = plot_measured_collectives(records, str(tmp_path / "bench.png"))
-    assert open(path, "rb").read()[:8] == PNG
+    assert (tmp_path / "bench.png").read_bytes()[:8] == PNG and path.endswith("bench.png")
