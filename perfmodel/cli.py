@@ -122,7 +122,7 @@ def _parser() -> Parser:
     sw.add_argument("--csv", help="write every evaluated (plan, policy) to this CSV")
     _search_parser(sub)
     ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
-    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "all"))
+    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "compressors", "all"))
     _collective_parser(sub)
     cal = sub.add_parser("calibrate", help="fit a calibration profile from measured records",
                          description="Fit alpha, beta and base latency per tier class (uncompressed collective "

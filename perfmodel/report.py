@@ -125,7 +125,32 @@ def catalog_report(kind: str) -> str:
         specs = [(n, load_spec(n)[0]) for n in catalog_names()]
         rows = [(n, s["gpu"], s["description"]) for n, s in specs]
         parts.append(table(("cluster", "gpu", "description"), rows))
+    if kind in ("compressors", "all"):
+        parts.append(compressor_catalog())
     return "\n\n".join(parts)
+
+
+def compressor_catalog() -> str:
+    """Every compressor family: its arguments with their defaults, and each example spec's wire
+    ratio on 64 Mi fp32 values and relative RMS error on unit-Gaussian data (the model's numbers)."""
+    from perfmodel.compression import compile_spec
+    from perfmodel.compression.families import FAMILIES
+
+    rows = []
+    count = 64 * 2**20
+    for name, family in FAMILIES.items():
+        args = ", ".join(p.name + ("" if p.required else f"={p.default if p.default is not None else 'unset'}")
+                         for p in family.PARAMS) or "-"
+        for i, example in enumerate(family.EXAMPLES or (name,)):
+            codec = compile_spec(example)
+            ratio = 4 * count / codec.wire_bytes(count, 4)
+            rows.append((name if i == 0 else "", args if i == 0 else "", example, ratio, codec.error,
+                         "yes" if codec.lossless else "no"))
+    rows.append(("ef(...)", "spec", "ef(topk(0.01))+int8", 4 * count / compile_spec("ef(topk(0.01))+int8").wire_bytes(
+        count, 4), compile_spec("ef(topk(0.01))+int8").error, "no"))
+    return table(("family", "arguments (default)", "example", "ratio fp32", "error", "lossless"), rows,
+                 title="# compressors: chain with + (applied left to right), ef(SPEC) adds error feedback; "
+                 "ratio = fp32 bytes / wire bytes for 64 Mi values; error = relative RMS error, unit-Gaussian data")
 
 
 def plan_text(r: dict) -> str:

@@ -31,3 +31,13 @@ def test_measured_busbw_picture(tmp_path):
                for c, f in (("none", 1.0), ("int8", 2.5)) for s in (2**20, 2**22)]
     path = plot_measured_collectives(records, str(tmp_path / "bench.png"))
     assert (tmp_path / "bench.png").read_bytes()[:8] == PNG and path.endswith("bench.png")
+
+
+def test_catalog_lists_every_compressor_family(cli):
+    from perfmodel.compression.families import FAMILIES
+
+    out = cli("perfmodel", "catalog", "compressors", check_rc=0).stdout
+    names = {line.split()[0] for line in out.splitlines()[3:] if line and not line.startswith(" ")}
+    assert set(FAMILIES) <= names
+    int8 = next(line for line in out.splitlines() if line.startswith("int8 "))
+    assert "block=256" in int8 and "3.938" in int8
