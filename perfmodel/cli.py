@@ -35,9 +35,10 @@ def _size(text):
     return parse_size(text, "bucket")
 
 
-def _cluster_args(p, default_cluster: str) -> None:
-    p.add_argument("--model", default="gpt-neox-20b", help="catalog model or a model TOML path")
-    p.add_argument("--cluster", default=default_cluster, help="catalog cluster or a cluster TOML path")
+def _cluster_args(p) -> None:
+    p.add_argument("--model", required=True, help="catalog model (perfmodel catalog models) or a model TOML path")
+    p.add_argument("--cluster", required=True, help="catalog cluster (perfmodel catalog clusters) or a cluster "
+                   "TOML path")
     p.add_argument("--gpus", type=int, help="GPUs in the job; not a whole number of nodes: as few nodes as hold "
                    "them, the last one partly used")
     p.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
@@ -99,13 +100,13 @@ def _parser() -> Parser:
     pr = sub.add_parser("predict", help="one training step: time, breakdown, TFLOPS, speedup",
                         description="Predict one training step of a model on a cluster under a parallel "
                         "plan and a compression policy.", epilog=EPILOG, formatter_class=RAW)
-    _cluster_args(pr, "lassen")
+    _cluster_args(pr)
     _plan_args(pr)
     pr.add_argument("--policy", default="none", help=POLICY_HELP)
     cp = sub.add_parser("compare", help="several policies side by side on one plan",
                         description="The same plan under several compression policies, side by side.",
                         epilog=EPILOG, formatter_class=RAW)
-    _cluster_args(cp, "lassen")
+    _cluster_args(cp)
     _plan_args(cp)
     cp.add_argument("--policies", default="none,naive:int8,hybrid",
                     help="policies separated by commas (AXIS=SPEC items attach to the policy before "
@@ -113,7 +114,7 @@ def _parser() -> Parser:
     sw = sub.add_parser("sweep", help="every valid plan x policies, ranked",
                         description="Every valid (tp, pp, dp, mbs, zero) plan under each policy; prints the "
                         "top plans and writes all to --csv.", epilog=EPILOG, formatter_class=RAW)
-    _cluster_args(sw, "dgx-a100")
+    _cluster_args(sw)
     _plan_args(sw, sweep=True)
     sw.add_argument("--policies", default="none,hybrid", help="policies separated by commas or semicolons "
                     "(as in compare)")
@@ -161,7 +162,7 @@ def _search_parser(sub) -> None:
                         "the per-axis error budget; rank by step time with the speedup over the best uncompressed "
                         "plan; print the Pareto front of step time against error.", epilog=SEARCH_EPILOG,
                         formatter_class=RAW)
-    _cluster_args(se, "dgx-a100")
+    _cluster_args(se)
     se.add_argument("--gbs", type=int, required=True, help="global batch size")
     se.add_argument("--seq", type=int, help="sequence length (default the model's)")
     se.add_argument("--candidates", default=DEFAULT_CANDIDATES,
