@@ -1,17 +1,24 @@
 """A picture of a cluster: hosts side by side, their GPUs and switches, the fabric above.
 
-Links are coloured by tier. Levels of fabric switches come from their hop distance to
-the nearest NIC, so any builder draws without special cases.
+Links are coloured by tier, with one colour per tier name on every cluster (``TIER_COLOURS``),
+and the legend gives each tier's bandwidth per direction; a second legend names the node kinds.
+Levels of fabric switches come from their hop distance to the nearest NIC, so any builder draws
+without special cases; within a level switches sit over the mean position of what they connect
+below (a rail's leaf over its rail's NICs), which keeps a rail-optimized fabric readable.
 """
 from __future__ import annotations
+
+import io
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from topologies.attrs import HOST, KIND, LOCAL, TIER  # noqa: E402
+from topologies.clikit import atomic_write  # noqa: E402
 from topologies.cluster import Cluster  # noqa: E402
 from topologies.errors import InputError  # noqa: E402
 
@@ -19,6 +26,10 @@ _ROW = {"gpu": 0.0, "nvswitch": 1.0, "pcie_switch": 1.0, "cpu": 1.6, "nic": 2.4}
 _COLOR = {"gpu": "#76b900", "nvswitch": "#1f77b4", "pcie_switch": "#9467bd", "cpu": "#8c564b",
           "nic": "#ff7f0e", "switch": "#7f7f7f", "router": "#7f7f7f"}
 MAX_DRAWN_NODES = 32
+# Fixed per tier name across clusters (inside a node warm, fabric tiers cool); others get grey.
+TIER_COLOURS = {"nvlink": "#2ca02c", "xgmi": "#17becf", "xbus": "#bcbd22", "pcie": "#9467bd",
+                "ib-leaf": "#1f77b4", "ib-spine": "#d62728", "ib-core": "#8c564b", "eth-leaf": "#ff7f0e",
+                "eth-spine": "#e377c2", "ss-edge": "#7f7f7f"}
 
 
 def _positions(cluster: Cluster) -> dict:
@@ -42,9 +53,16 @@ def _positions(cluster: Cluster) -> dict:
     span = cluster.hosts * width
     for lvl in sorted({level.get(n, 1) for n in fabric}):
         row = [n for n in fabric if level.get(n, 1) == lvl]
+        row.sort(key=lambda n: _below(graph, pos, n))
         for i, n in enumerate(row):
             pos[n] = ((i + 0.5) * span / len(row) - 0.5, 2.4 + 1.6 * lvl)
     return pos
+
+
+def _below(graph, pos: dict, node) -> float:
+    """Mean x of the already placed neighbours (the level below): where a switch belongs."""
+    xs = [pos[v][0] for v in graph.adj[node] if v in pos]
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 def draw(cluster: Cluster, path: str) -> str:
@@ -52,20 +70,26 @@ def draw(cluster: Cluster, path: str) -> str:
     if cluster.hosts > MAX_DRAWN_NODES:
         raise InputError("nodes", cluster.hosts, f"at most {MAX_DRAWN_NODES} to draw readably")
     graph, pos = cluster.graph, _positions(cluster)
-    tiers = sorted({d[TIER] for _, _, d in graph.edges(data=True)})
-    cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(max(8, cluster.hosts * 3.2), 6))
-    for i, tier in enumerate(tiers):
+    fig, ax = plt.subplots(figsize=(max(8, cluster.hosts * 3.2), 7))
+    for tier, facts in sorted(cluster.tiers.items()):
         edges = [(u, v) for u, v, d in graph.edges(data=True) if d[TIER] == tier]
-        nx.draw_networkx_edges(graph, pos, edgelist=edges, edge_color=[cmap(i % 10)], ax=ax,
-                               width=1.6, label=tier)
+        low, high = facts["min_bandwidth_Bps"] / 1e9, facts["max_bandwidth_Bps"] / 1e9
+        rate = f"{low:g} GB/s" if low == high else f"{low:g}-{high:g} GB/s"
+        nx.draw_networkx_edges(graph, pos, edgelist=edges, edge_color=[TIER_COLOURS.get(tier, "#aaaaaa")], ax=ax,
+                               width=1.6, label=f"{tier} ({rate} per direction)")
     colors = [_COLOR[d[KIND]] for _, d in graph.nodes(data=True)]
     nx.draw_networkx_nodes(graph, pos, node_color=colors, node_size=140, ax=ax)
-    ax.legend(title="tier", loc="upper left", fontsize=8)
+    tiers = ax.legend(title="link tier", loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=8, ncol=2)
+    ax.add_artist(tiers)
+    kinds = sorted({d[KIND] for _, d in graph.nodes(data=True)}, key=list(_COLOR).index)
+    ax.legend(handles=[Line2D([], [], marker="o", linestyle="", color=_COLOR[k], label=k.replace("_", " "))
+                       for k in kinds], title="node", loc="upper right", bbox_to_anchor=(1.0, 0.0), fontsize=8,
+              ncol=len(kinds))
     ax.set_title(f"{cluster.name}: {cluster.hosts} nodes x {cluster.gpus_per_host} GPUs "
                  f"({cluster.node_builder} nodes, {cluster.fabric_builder} fabric)")
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.rsplit(".", 1)[-1].lower() if "." in path else "png", dpi=110)
     plt.close(fig)
-    return path
+    return atomic_write(path, lambda h: h.write(buffer.getvalue()))

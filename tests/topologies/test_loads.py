@@ -78,3 +78,15 @@ def test_symmetric_loads_at_1024_gpus(name, nodes):
                    [tuple(range(j, gpus, 8)) for j in range(8)]):
         for make in PATTERNS:
             _same(_pattern(cluster, groups, make), pattern_by_flow(cluster, groups, make))
+
+
+def test_every_catalog_tier_has_its_own_fixed_colour(tmp_path):
+    from topologies.draw import TIER_COLOURS, draw
+
+    tiers = set()
+    for name in catalog_names():
+        cluster = build_cluster(name, nodes=2)
+        tiers |= set(cluster.tiers)
+    assert tiers <= set(TIER_COLOURS) and len(set(TIER_COLOURS.values())) == len(TIER_COLOURS)
+    path = draw(build_cluster("dgx-a100", nodes=2), str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.endswith("c.png")
