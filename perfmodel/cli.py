@@ -201,7 +201,8 @@ def _collective_parser(sub) -> None:
     size = c.add_mutually_exclusive_group()
     size.add_argument("--size", default="1GiB", help="message size: 4096, 64KiB, 256MiB, 1GB")
     size.add_argument("--sweep", metavar="MIN:MAX", help="doubling sizes from MIN to MAX")
-    c.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="element type (default fp32)")
+    c.add_argument("--dtype", type=_dtype, default="fp32", metavar="TYPE",
+                   help="element type, nccl-tests' names (float, half, bfloat16) or fp32, fp16, bf16 (default float)")
     c.add_argument("--compressor", default="none",
                    help="spec or comma-separated specs, e.g. 'none,int8,ef(topk(0.01))+int8'")
     c.add_argument("--algorithm", default="auto", help="ring, tree, recursive_doubling, "
@@ -373,8 +374,19 @@ HEAD = ("size", "count", "type", "compressor", "algorithm", "proto", "chunks", "
         "algbw", "busbw", "sent_bytes", "ratio", "speedup", "error")
 
 
+NCCL_TYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16"}   # nccl-tests' -d names
+NCCL_NAME = {v: k for k, v in NCCL_TYPES.items()}
+
+
+def _dtype(text: str) -> str:
+    dtype = NCCL_TYPES.get(text, text)
+    if dtype not in DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r}: float, half or bfloat16 (or fp32, fp16, bf16)")
+    return dtype
+
+
 def _row(r) -> tuple:
-    return (format_size(r.size_bytes), r.count, r.dtype, r.compressor, r.algorithm, r.protocol,
+    return (format_size(r.size_bytes), r.count, NCCL_NAME.get(r.dtype, r.dtype), r.compressor, r.algorithm, r.protocol,
             r.chunks, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps, int(r.sent_bytes),
             r.compression_ratio, r.speedup_vs_none, r.error_estimate)
 
@@ -405,7 +417,7 @@ def _collective(args) -> None:
         return
     first = records[0]
     print(f"# perfmodel collective {args.op}: cluster={first.cluster} nodes={first.nodes} "
-          f"gpus={first.gpus} dtype={args.dtype} algorithm={args.algorithm}")
+          f"gpus={first.gpus} dtype={NCCL_NAME.get(args.dtype, args.dtype)} algorithm={args.algorithm}")
     print("# time_us, algbw and busbw (GB/s) as nccl-tests; sent_bytes = payload bytes one rank sends; "
           "error = relative RMS error (unit-Gaussian data)")
     print(table(HEAD, [_row(r) for r in records]))

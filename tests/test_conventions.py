@@ -23,3 +23,14 @@ def test_python_means_this_environment_s_interpreter():
 def test_predictions_ask_for_model_and_cluster(cli, command):
     proc = cli("perfmodel", command, check_rc=2)
     assert "--model" in proc.stderr and "--cluster" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_nccl_tests_type_names(cli):
+    out = cli("perfmodel", "collective", "allreduce", "--cluster", "dgx-a100", "--nodes", "1", "--size", "1MiB",
+              "--dtype", "bfloat16", check_rc=0).stdout
+    assert "dtype=bfloat16" in out and " bfloat16 " in out
+    same = cli("perfmodel", "collective", "allreduce", "--cluster", "dgx-a100", "--nodes", "1", "--size", "1MiB",
+               "--dtype", "bf16", "--json", check_rc=0).stdout
+    assert '"dtype": "bf16"' in same
+    bad = cli("perfmodel", "collective", "allreduce", "--dtype", "double", check_rc=2)
+    assert "float, half or bfloat16" in bad.stderr
