@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 from topologies.attrs import GraphError
 from topologies.errors import InputError
@@ -168,12 +169,13 @@ def atomic_write(path: str, write) -> str:
 
 
 class Progress:
-    """A progress bar on stderr: redrawn in place on a terminal, a line per 10% otherwise."""
+    """A progress bar on stderr: redrawn in place on a terminal; elsewhere (a log, a pipe) one
+    line when the work is done, so logs hold one line per long job, not one per case."""
 
     def __init__(self, label: str, stream=None, width: int = 30):
         self.label, self.stream, self.width = label, stream or sys.stderr, width
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self._last_decile = -1
+        self._start = time.perf_counter()
 
     def __call__(self, done: int, total: int) -> None:
         frac = done / total if total else 1.0
@@ -182,7 +184,6 @@ class Progress:
             self.stream.write(f"\r{self.label} [{bar:<{self.width}}] {done}/{total}")
             if done >= total:
                 self.stream.write("\n")
-        elif int(frac * 10) != self._last_decile:
-            self._last_decile = int(frac * 10)
-            self.stream.write(f"{self.label}: {done}/{total}\n")
+        elif done >= total:
+            self.stream.write(f"{self.label}: {done}/{total} in {time.perf_counter() - self._start:.1f} s\n")
         self.stream.flush()
