@@ -38,7 +38,8 @@ def test_unwritable_outputs_are_refused_before_any_work(cli, tmp_path):
     missing = tmp_path / "no" / "such" / "dir"
     for args in (("topologies", "export", "dgx-a100", "-o", str(missing / "g.graphml")),
                  ("topologies", "draw", "lassen", "-o", str(missing / "g.png")),
-                 ("perfmodel", "sweep", "--model", "gpt2-small", "--gbs", "8", "--csv", str(missing / "s.csv"))):
+                 ("perfmodel", "sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--gbs", "8",
+                  "--csv", str(missing / "s.csv"))):
         proc = cli(*args)
         assert proc.returncode == 2 and "existing folder" in proc.stderr, args
         assert len(proc.stderr.strip().splitlines()) == 1
