@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from topologies.errors import InputError
+from topologies.errors import InputError, RunError
 
 GRACE_S = 5.0        # seconds a rank gets to exit after SIGTERM before SIGKILL
 POLL_S = 0.05
@@ -57,7 +57,8 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> None:
         for r, p in enumerate(procs):
             if p.poll() not in (None, 0):
                 how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit {p.returncode}"
-                raise InputError("rank", r, f"a rank that succeeds ({how}: {tail(p)})")
+                raise RunError("rank", r, f"rank {r} of {len(procs)} failed ({how}): {tail(p)}; "
+                               "the other ranks were stopped")
         if all(p.poll() == 0 for p in procs):
             return
         if time.monotonic() > deadline:

@@ -34,3 +34,22 @@ def test_nccl_tests_type_names(cli):
     assert '"dtype": "bf16"' in same
     bad = cli("perfmodel", "collective", "allreduce", "--dtype", "double", check_rc=2)
     assert "float, half or bfloat16" in bad.stderr
+
+
+def test_a_failed_rank_says_which_and_what_happened():
+    import subprocess
+
+    from realrun import procs
+    from topologies.errors import InputError, RunError
+
+    ranks = [procs.start([sys.executable, "-c", "import time; time.sleep(5)"], quiet=True),
+             procs.start([sys.executable, "-c", "import sys; sys.exit('no data here')"], quiet=True)]
+    try:
+        with pytest.raises(RunError) as err:
+            procs.wait_all(ranks, timeout_s=30)
+    finally:
+        procs.stop_all(ranks)
+    text = str(err.value)
+    assert text.startswith("rank 1 of 2 failed (exit 1): no data here") and "\n" not in text
+    assert isinstance(err.value, InputError) and err.value.field == "rank"
+    assert all(p.poll() is not None for p in ranks) and subprocess is not None

@@ -9,3 +9,15 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         super().__init__(f"{field}={value!r}: {allowed}")
+
+
+class RunError(InputError):
+    """A run that cannot go on, said as what is wrong and what to do (one line, exit code 2):
+    a rank that failed, a missing dependency. ``field`` still names what it concerns."""
+
+    def __init__(self, field: str, value, message: str):
+        super().__init__(field, value, message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.args[0]

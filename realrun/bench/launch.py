@@ -15,7 +15,7 @@ import tempfile
 from realrun import procs
 from realrun.bench.config import BenchConfig
 from realrun.bench.worker import worker
-from topologies.errors import InputError
+from topologies.errors import RunError
 
 WORKER = "realrun.bench"   # its __main__: one rank
 
@@ -23,7 +23,9 @@ WORKER = "realrun.bench"   # its __main__: one rank
 def run_collectives(config: BenchConfig) -> list[dict]:
     """Start ``config.world`` local ranks and return their records (rank 0's view)."""
     if importlib.util.find_spec("torch") is None:
-        raise InputError("backend", config.backend, "torch installed: pip install 'commpress[real]'")
+        raise RunError("backend", config.backend, "torch is not installed in this environment, and realrun's "
+                       "collectives run on torch.distributed: pip install 'commpress[real]' (or your own CUDA "
+                       "build of torch >= 2.4 first)")
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "config.json")
         with open(cfg, "w") as handle:

@@ -314,7 +314,7 @@ def test_a_dead_rank_ends_the_run_with_one_line(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 2 and "realrun: error: rank=1" in err and "killed by signal 9" in err
+    assert proc.returncode == 2 and "realrun: error: rank 1 of" in err and "killed by signal 9" in err
     assert not _children(proc.pid)
 
 
