@@ -53,3 +53,9 @@ def test_a_failed_rank_says_which_and_what_happened():
     assert text.startswith("rank 1 of 2 failed (exit 1): no data here") and "\n" not in text
     assert isinstance(err.value, InputError) and err.value.field == "rank"
     assert all(p.poll() is not None for p in ranks) and subprocess is not None
+
+
+def test_help_shows_defaults(cli):
+    out = cli("perfmodel", "predict", "--help", check_rc=0).stdout
+    assert "(default: 1f1b)" in out and "(default: analytical)" in out
+    assert "(default: 25MiB)" in out or "25MiB" in out

@@ -27,11 +27,25 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; every option's default in its help, unless the
+    help already says it or there is none to say."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if "default" in text.lower() or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage dump), exit code 2, and ``--version`` on every
-    command and subcommand."""
+    """argparse with a one-line error (no usage dump), exit code 2, ``--version`` on every
+    command and subcommand, and defaults shown in ``--help``."""
 
     def __init__(self, *args, **kwargs):
+        if kwargs.get("formatter_class") in (None, argparse.RawDescriptionHelpFormatter, argparse.HelpFormatter):
+            kwargs["formatter_class"] = DefaultsFormatter
         super().__init__(*args, **kwargs)
         from importlib.metadata import PackageNotFoundError, version
 
