@@ -386,7 +386,7 @@ def _dtype(text: str) -> str:
 
 
 def _row(r) -> tuple:
-    return (format_size(r.size_bytes), r.count, NCCL_NAME.get(r.dtype, r.dtype), r.compressor, r.algorithm, r.protocol,
+    return (r.size_bytes, r.count, NCCL_NAME.get(r.dtype, r.dtype), r.compressor, r.algorithm, r.protocol,
             r.chunks, r.time_s * 1e6, r.algbw_GBps, r.busbw_GBps, int(r.sent_bytes),
             r.compression_ratio, r.speedup_vs_none, r.error_estimate)
 
@@ -418,7 +418,7 @@ def _collective(args) -> None:
     first = records[0]
     print(f"# perfmodel collective {args.op}: cluster={first.cluster} nodes={first.nodes} "
           f"gpus={first.gpus} dtype={NCCL_NAME.get(args.dtype, args.dtype)} algorithm={args.algorithm}")
-    print("# time_us, algbw and busbw (GB/s) as nccl-tests; sent_bytes = payload bytes one rank sends; "
+    print("# size in bytes, time_us, algbw and busbw (GB/s) as nccl-tests; sent_bytes = payload bytes one rank sends; "
           "error = relative RMS error (unit-Gaussian data)")
     print(table(HEAD, [_row(r) for r in records]))
     if len(compressors) > 1:

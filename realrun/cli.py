@@ -174,7 +174,7 @@ HEAD = ("size", "count", "type", "compressor", "algorithm", "time_us", "min_us",
 
 def _row(r: dict) -> tuple:
     algbw = r["size_bytes"] / r["time_s"] / 1e9 if r["time_s"] else 0.0
-    return (format_size(r["size_bytes"]), r["size_bytes"] // 4, "float", r["compressor"], r["algorithm"],
+    return (r["size_bytes"], r["size_bytes"] // 4, "float", r["compressor"], r["algorithm"],
             r["time_s"] * 1e6, r["time_min_s"] * 1e6, r["time_max_s"] * 1e6, algbw, algbw * r["busbw_factor"],
             int(r["wire_bytes"]), r["size_bytes"] / max(r["wire_bytes"], 1), r["compress_s"] * 1e6,
             r["decompress_s"] * 1e6, r["max_rel_error"])
