@@ -24,7 +24,7 @@ REQUIRED = {
 }
 COMPUTE_OPS = ("gemm", "attention", "elementwise")
 NUMBERS = ("world", "size_bytes", "wire_bytes", "time_s", "compress_s", "decompress_s", "max_rel_error",
-           "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes")
+           "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes", "wrong")
 
 
 def make_record(kind: str, **fields) -> dict:

@@ -169,14 +169,14 @@ def _positive(field: str, value: int, low: int = 1) -> int:
 
 
 HEAD = ("size", "count", "type", "compressor", "algorithm", "time_us", "min_us", "max_us", "algbw", "busbw",
-        "wire_bytes", "ratio", "compress_us", "decompress_us", "max_rel_err")
+        "#wrong", "wire_bytes", "ratio", "compress_us", "decompress_us", "max_rel_err")
 
 
 def _row(r: dict) -> tuple:
     algbw = r["size_bytes"] / r["time_s"] / 1e9 if r["time_s"] else 0.0
     return (r["size_bytes"], r["size_bytes"] // 4, "float", r["compressor"], r["algorithm"],
             r["time_s"] * 1e6, r["time_min_s"] * 1e6, r["time_max_s"] * 1e6, algbw, algbw * r["busbw_factor"],
-            int(r["wire_bytes"]), r["size_bytes"] / max(r["wire_bytes"], 1), r["compress_s"] * 1e6,
+            r.get("wrong", "-"), int(r["wire_bytes"]), r["size_bytes"] / max(r["wire_bytes"], 1), r["compress_s"] * 1e6,
             r["decompress_s"] * 1e6, r["max_rel_error"])
 
 

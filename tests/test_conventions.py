@@ -59,3 +59,19 @@ def test_help_shows_defaults(cli):
     out = cli("perfmodel", "predict", "--help", check_rc=0).stdout
     assert "(default: 1f1b)" in out and "(default: analytical)" in out
     assert "(default: 25MiB)" in out or "25MiB" in out
+
+
+def test_wrong_elements_count_what_the_spec_does_not_allow():
+    torch = pytest.importorskip("torch")
+    from realrun.bench.worker import wrong_elements
+
+    exact = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    assert wrong_elements("none", exact.clone(), exact) == 0
+    bad = exact.clone()
+    bad[3], bad[7] = float("nan"), bad[7] + 1.0
+    assert wrong_elements("none", bad, exact) == 2
+    assert wrong_elements("lossless", bad, exact) == 2
+    noisy = exact + 0.01 * torch.randn(10_000, generator=torch.Generator().manual_seed(1))
+    assert wrong_elements("int8", noisy, exact) == 0          # 1% noise within 10x int8's predicted 0.8%
+    noisy[5] += 5.0
+    assert wrong_elements("int8", noisy, exact) == 1

@@ -51,9 +51,31 @@ def _case(op, spec, alg, x, exact, iters, warmup):
     worst = torch.tensor(times, dtype=torch.float64, device=x.device)   # NCCL reduces device tensors only
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))
-    err_t = torch.tensor([err], dtype=torch.float64, device=x.device)
-    dist.all_reduce(err_t, op=dist.ReduceOp.MAX)
-    return worst.cpu().numpy(), float(err_t.item())
+    stats = torch.tensor([err, wrong_elements(spec, result, exact)], dtype=torch.float64, device=x.device)
+    dist.all_reduce(stats[:1], op=dist.ReduceOp.MAX)
+    dist.all_reduce(stats[1:], op=dist.ReduceOp.SUM)
+    return worst.cpu().numpy(), float(stats[0].item()), int(stats[1].item())
+
+
+WRONG_SIGMAS = 10.0      # a lossy result's element is wrong beyond 10x the spec's predicted RMS error
+EXACT_RTOL = 1e-5        # an exact spec's, beyond float32 summation-order differences
+
+
+def wrong_elements(spec: str, result, exact) -> int:
+    """nccl-tests' #wrong for compressed collectives: elements that are not finite, or farther
+    from the exact result than the spec allows: ``EXACT_RTOL`` of the largest value for exact
+    (lossless) specs, else ``WRONG_SIGMAS`` times the relative RMS error perfmodel predicts for
+    one application, times the result's RMS."""
+    import torch
+
+    from perfmodel.compression import compile_spec
+
+    codec = compile_spec(spec)
+    diff = (result - exact).abs().double()
+    lossless = codec.is_none or codec.lossless
+    scale = float(exact.double().abs().max()) if lossless else float(exact.double().pow(2).mean().sqrt())
+    bound = (EXACT_RTOL if lossless else WRONG_SIGMAS * max(codec.error, EXACT_RTOL)) * max(scale, 1e-30)
+    return int((~torch.isfinite(result)).sum()) + int((diff > bound).sum())
 
 
 def _exact(op, x, world, rank):
@@ -96,9 +118,9 @@ def worker(rank: int, world: int, store: str | None, cfg: BenchConfig, out: str,
         if cfg.backend == "nccl":
             x = x.cuda()
         exact = _exact(cfg.op, x, world, rank)
-        worst, err = _case(cfg.op, spec, alg, x, exact, cfg.iters, cfg.warmup)
+        worst, err, wrong = _case(cfg.op, spec, alg, x, exact, cfg.iters, cfg.warmup)
         if rank == 0:
-            records.append(_record(cfg, size, spec, alg, worst, err, world))
+            records.append({**_record(cfg, size, spec, alg, worst, err, world), "wrong": wrong})
             print(f"bench {cfg.op}: {i + 1}/{len(cfg.cases)} {spec} {alg} {size} B", file=sys.stderr, flush=True)
     if rank == 0:
         with open(out, "w") as handle:
