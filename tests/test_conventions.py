@@ -75,3 +75,14 @@ def test_wrong_elements_count_what_the_spec_does_not_allow():
     assert wrong_elements("int8", noisy, exact) == 0          # 1% noise within 10x int8's predicted 0.8%
     noisy[5] += 5.0
     assert wrong_elements("int8", noisy, exact) == 1
+
+
+@pytest.mark.parametrize("module", ["perfmodel.cli", "realrun.cli", "topologies.cli"])
+def test_commands_import_without_the_heavy_libraries(module):
+    """What made imports slow (numba, scipy.stats, scipy's graph routines, torch) loads when used."""
+    import subprocess
+
+    code = (f"import sys, {module}; heavy = [m for m in ('numba', 'scipy.stats', 'scipy.sparse.csgraph', 'torch') "
+            "if m in sys.modules]; print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", out
