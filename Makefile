@@ -11,8 +11,11 @@ $(BIN)/python:
 
 # constraints.txt pins what CI runs (torch 2.13.0 CPU from local disk, zfpy 1.0.1); the
 # package's own requirements are ranges.
-$(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt
-	$(BIN)/pip install --quiet -c constraints.txt -e .
+# The demo installs the package itself (no editable install: setuptools warns on every one), so
+# it is rebuilt when a source file changes.
+SOURCES := $(shell find topologies perfmodel realrun -name '*.py' -o -name '*.toml' -o -name '*.cu')
+$(VENV)/.core: $(BIN)/python pyproject.toml constraints.txt $(SOURCES)
+	$(BIN)/pip install --quiet -c constraints.txt .
 	touch $@
 
 $(VENV)/.dev: $(BIN)/python pyproject.toml constraints.txt
