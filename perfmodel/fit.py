@@ -293,7 +293,11 @@ def summary(profile: dict) -> list[tuple]:
             rows.append((f"  {cls} {prim}", f"alpha {p['step_us']:.1f} us/step, bw_fraction {p['bw_fraction']:.3f}",
                          ""))
     for dev, over in profile.get("devices", {}).items():
-        rows.append((f"device {dev}", f"launch {over['kernel_launch_us']:.1f} us", "median intercept"))
+        if "kernel_launch_us" in over:   # absent where the intercepts' median was not positive
+            rows.append((f"device {dev}", f"launch {over['kernel_launch_us']:.1f} us", "median intercept"))
+        fitted = ", ".join(k for k in over if k != "kernel_launch_us")
+        if fitted:
+            rows.append((f"device {dev}", fitted, "fitted from compute records"))
     for spec, k in profile.get("kernels", {}).items():
         r2 = profile["fits"]["kernels"].get(spec, {}).get("r2_compress", math.nan)
         rows.append((f"kernel {spec}", f"compress {k['compress_GBps']:.3f} GB/s, decompress "

@@ -248,3 +248,13 @@ def test_the_in_run_factor_follows_message_size():
     assert calib.in_run_factor("int8", 2**18) == 0.5 and calib.in_run_factor("int8", 2**26) == 2.0
     assert calib.in_run_factor("int8", 2**22) == pytest.approx(1.25)   # halfway in log size
     assert calib.in_run_factor("fp16", 2**22) == 1.0
+
+
+def test_summary_without_a_fitted_launch_cost():
+    """A profile whose launch intercept was not positive has no kernel_launch_us: the summary
+    still prints (it once raised KeyError under a noisy calibration)."""
+    from perfmodel.fit import summary
+
+    profile = {"devices": {"cpu-host": {"gemm_efficiency": {"1": 0.5}}}, "fits": {"kernels": {}}}
+    rows = summary(profile)
+    assert any("gemm_efficiency" in str(r) for r in rows)
