@@ -51,10 +51,11 @@ class _Links:
     """Directed links of one graphlet as arrays: bandwidth, latency, tier id."""
 
     def __init__(self, graphlet: _Graphlet, tier_ids: dict):
-        self.keys = graphlet.keys          # link id = the graphlet's CSR position
-        self.bw = np.array([graphlet.edge[k][0] for k in self.keys], dtype=float)
-        self.lat = np.array([graphlet.edge[k][1] for k in self.keys], dtype=float)
-        self.tier = np.array([tier_ids.setdefault(graphlet.edge[k][2], len(tier_ids)) for k in self.keys],
+        keys = graphlet.keys               # link id = the graphlet's CSR position
+        self.count = len(keys)
+        self.bw = np.array([graphlet.edge[k][0] for k in keys], dtype=float)
+        self.lat = np.array([graphlet.edge[k][1] for k in keys], dtype=float)
+        self.tier = np.array([tier_ids.setdefault(graphlet.edge[k][2], len(tier_ids)) for k in keys],
                              dtype=np.int64)
 
 
@@ -84,10 +85,15 @@ class HostSymmetricLoads:
         self.to_nic = [np.array([self.host.distance(g, n) for n in self.nic_loc]) for g in self.gpu_loc]
         self.from_nic = [np.array([self.host.distance(n, g) for n in self.nic_loc]) for g in self.gpu_loc]
 
+    @property
+    def tier_names(self) -> dict:
+        """Tier id -> name (ids are handed out as links are read)."""
+        return {v: k for k, v in self.tier_ids.items()}
+
     # --- inside a host -------------------------------------------------------------------
     def _routes_in_host(self) -> None:
         ends = self.gpu_loc + self.nic_loc
-        size, links = len(ends), len(self.hlinks.keys)
+        size, links = len(ends), self.hlinks.count
         self.route = np.zeros((size, size, links))
         self.route_lat = np.zeros((size, size))
         for a, u in enumerate(ends):
@@ -99,30 +105,24 @@ class HostSymmetricLoads:
 
     # --- NICs and their switches ---------------------------------------------------------
     def _nics(self, graph) -> None:
+        """Each NIC's switch and its port: the graph is undirected, so one bandwidth, latency
+        and tier serve the uplink and the downlink (their loads are kept apart)."""
         hosts, nics = self.hosts, len(self.nic_suffixes)
         self.attach = np.zeros((hosts, nics), dtype=np.int64)
-        up_bw, up_lat, dn_bw, dn_lat = (np.zeros((hosts, nics)) for _ in range(4))
-        up_tier, dn_tier = [], []
+        bw, lat = np.zeros((hosts, nics)), np.zeros((hosts, nics))
+        tiers = []
         adj, switch = graph.adj, self.switch.index
         for h in range(hosts):
             for i, s in enumerate(self.nic_suffixes):
                 ((sw, link),) = [(v, d) for v, d in adj[f"h{h}.{s}"].items() if v in switch]
-                self.attach[h, i] = switch[sw]
-                # an undirected graph: one attribute set for both directions of the NIC's port
-                up_bw[h, i] = dn_bw[h, i] = link[BANDWIDTH]
-                up_lat[h, i] = dn_lat[h, i] = link[LATENCY]
+                self.attach[h, i], bw[h, i], lat[h, i] = switch[sw], link[BANDWIDTH], link[LATENCY]
                 if h == 0:
-                    up_tier.append(link[TIER])
-                    dn_tier.append(link[TIER])
-        self.up = (up_bw, up_lat, np.array([self.tier_ids.setdefault(t, len(self.tier_ids)) for t in up_tier]))
-        self.down = (dn_bw, dn_lat, np.array([self.tier_ids.setdefault(t, len(self.tier_ids)) for t in dn_tier]))
-        classes, self.attach_class = np.unique(self.attach, axis=0, return_inverse=True)
-        self.attach_class = self.attach_class.reshape(-1)
-        self.class_switches = classes
-        self.class_up_lat = np.zeros((len(classes), nics))
-        self.class_dn_lat = np.zeros((len(classes), nics))
-        np.maximum.at(self.class_up_lat, self.attach_class, up_lat)
-        np.maximum.at(self.class_dn_lat, self.attach_class, dn_lat)
+                    tiers.append(self.tier_ids.setdefault(link[TIER], len(self.tier_ids)))
+        self.port = (bw, lat, np.array(tiers))
+        self.class_switches, inverse = np.unique(self.attach, axis=0, return_inverse=True)
+        self.attach_class = inverse.reshape(-1)
+        self.class_port_lat = np.zeros((len(self.class_switches), nics))
+        np.maximum.at(self.class_port_lat, self.attach_class, lat)
 
     def _nic_pairs(self, ls: int, ld: int, cs: int, cd: int) -> tuple:
         """(i, j) NIC index pairs of least total hops from local GPU ls to ld between hosts of
@@ -154,7 +154,7 @@ class HostSymmetricLoads:
         src, dst, weight = src[keep], dst[keep], weight[keep].astype(float)
         hs, ls = np.divmod(src, self.gph)
         hd, ld = np.divmod(dst, self.gph)
-        host_load = np.zeros((self.hosts, len(self.hlinks.keys)))
+        host_load = np.zeros((self.hosts, self.hlinks.count))
         same = hs == hd
         worst = self._same_host(hs[same], ls[same], ld[same], weight[same], host_load)
         rows = [(host_load, self.hlinks.bw, self.hlinks.lat, self.hlinks.tier)]
@@ -168,17 +168,17 @@ class HostSymmetricLoads:
     def _first_path_tiers(self, hs, ls, hd, ld) -> list:
         """Tiers in the order the pattern's first flow meets them: the order ties between
         equally busy tiers are reported in (as ``Router``, which meets links flow by flow)."""
-        names = {v: k for k, v in self.tier_ids.items()}
+        names = self.tier_names
         if hs == hd:
             path = self.host.route(self.gpu_loc[ls], self.gpu_loc[ld])[0]
             return [self.host.edge[(u, v)][2] for u, v, _ in path]
         i, j = self._nic_pairs(int(ls), int(ld), int(self.attach_class[hs]), int(self.attach_class[hd]))[0]
         up, down = self.class_switches[self.attach_class[hs], i], self.class_switches[self.attach_class[hd], j]
         out = [self.host.edge[(u, v)][2] for u, v, _ in self.host.route(self.gpu_loc[ls], self.nic_loc[i])[0]]
-        out.append(names[int(self.up[2][i])])
+        out.append(names[int(self.port[2][i])])
         if up != down:
             out += [self.switch.edge[(u, v)][2] for u, v, _ in self.switch.route(int(up), int(down))[0]]
-        out.append(names[int(self.down[2][j])])
+        out.append(names[int(self.port[2][j])])
         return out + [self.host.edge[(u, v)][2] for u, v, _ in self.host.route(self.nic_loc[j], self.gpu_loc[ld])[0]]
 
     def _same_host(self, h, ls, ld, w, host_load) -> float:
@@ -214,9 +214,10 @@ class HostSymmetricLoads:
         host_load += from_nic.reshape(self.hosts, n * g) @ self.route[g:, :g].reshape(n * g, -1)
         up_load = to_nic.reshape(self.hosts, g, n).sum(axis=1)
         down_load = from_nic.reshape(self.hosts, n, g).sum(axis=2)
-        rows.append((up_load, self.up[0], self.up[1], np.broadcast_to(self.up[2], up_load.shape)))
+        port = (self.port[0], self.port[1], np.broadcast_to(self.port[2], up_load.shape))
+        rows.append((up_load, *port))
         worst = self._through_switches(cs[flow], i, cd[flow], j, part, ls[flow], ld[flow], rows)
-        rows.append((down_load, self.down[0], self.down[1], np.broadcast_to(self.down[2], down_load.shape)))
+        rows.append((down_load, *port))
         return worst
 
     def _through_switches(self, cs, i, cd, j, part, ls, ld, rows) -> float:
@@ -228,7 +229,7 @@ class HostSymmetricLoads:
         pair_keys, inverse = np.unique(up * size + down, return_inverse=True)
         weight = np.bincount(inverse.reshape(-1), weights=part)
         self.switch.prefetch(np.unique(pair_keys % size).tolist())
-        load = np.zeros(len(self.slinks.keys))
+        load = np.zeros(self.slinks.count)
         middle_lat = np.zeros(len(pair_keys))
         for k, (key, wt) in enumerate(zip(pair_keys.tolist(), weight.tolist())):
             u, v = divmod(key, size)
@@ -236,12 +237,12 @@ class HostSymmetricLoads:
                 ids, frac, middle_lat[k] = self.switch.route_ids(u, v)
                 load[ids] += wt * frac
         rows.append((load, self.slinks.bw, self.slinks.lat, self.slinks.tier))
-        lat = (self.route_lat[ls, g + i] + self.class_up_lat[cs, i] + middle_lat[inverse.reshape(-1)]
-               + self.class_dn_lat[cd, j] + self.route_lat[g + j, ld])
+        lat = (self.route_lat[ls, g + i] + self.class_port_lat[cs, i] + middle_lat[inverse.reshape(-1)]
+               + self.class_port_lat[cd, j] + self.route_lat[g + j, ld])
         return float(lat.max())
 
     def _per_tier(self, rows, first: list) -> tuple:
-        names = {v: k for k, v in self.tier_ids.items()}
+        names = self.tier_names
         out: dict = {t: None for t in first}
         for load, bw, lat, tier in rows:
             load = np.asarray(load)
