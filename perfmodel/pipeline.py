@@ -20,6 +20,7 @@ from perfmodel.mesh import mesh_for
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, make_plan
 from perfmodel.policy import parse_policy, split_policies
 from perfmodel.simulate.step import StageWork, simulate
+from perfmodel.plots import check_picture
 from perfmodel.timeline import plot_timeline
 from perfmodel.trace import trace_events, write_trace
 from perfmodel.step import (DEFAULT_OVERLAP_SLOWDOWN, KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp,
@@ -316,17 +317,13 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", *, gpus: int |
 
 
 ENGINES = ("analytical", "des")
-PICTURES = ("png", "svg", "pdf")
 
 
 def _check_outputs(trace, timeline) -> None:
     """Refuse output paths that cannot be written, or a picture format we do not draw, first."""
     if isinstance(trace, str):
         check_writable(trace, "trace")
-    if timeline is not None:
-        check_writable(timeline, "timeline")
-        if timeline.rsplit(".", 1)[-1].lower() not in PICTURES:
-            raise InputError("timeline", timeline, "a picture path ending in " + ", ".join("." + p for p in PICTURES))
+    check_picture(timeline, "timeline")
 
 
 def idle_axes(policy, tally) -> tuple:

@@ -6,7 +6,7 @@ import io
 from topologies.clikit import atomic_write
 
 
-def _figure(width: float = 8.0, height: float = 5.0, cols: int = 1):
+def new_figure(width: float = 8.0, height: float = 5.0, cols: int = 1):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -15,7 +15,7 @@ def _figure(width: float = 8.0, height: float = 5.0, cols: int = 1):
     return plt, *plt.subplots(1, cols, figsize=(width, height))
 
 
-def _save(plt, fig, path: str) -> str:
+def save_figure(plt, fig, path: str) -> str:
     buffer = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buffer, format=path.rsplit(".", 1)[-1].lower() if "." in path else "png", dpi=110)
@@ -26,7 +26,7 @@ def _save(plt, fig, path: str) -> str:
 def plot_pareto(result, path: str, title: str = "") -> str:
     """Every (plan, policy) within the budget as step time against total error, the Pareto front
     joined and numbered as its table, the best uncompressed plan marked."""
-    plt, fig, ax = _figure()
+    plt, fig, ax = new_figure()
     rows = result.ranked
     ax.scatter([r["total_error"] for r in rows], [r["step_time_s"] for r in rows], s=6, color="#bbbbbb",
                label=f"(plan, policy) within budget ({len(rows)})")
@@ -47,7 +47,7 @@ def plot_pareto(result, path: str, title: str = "") -> str:
     ax.set_ylabel("step time (s)")
     ax.set_title(title or "search: step time against error")
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 BREAKDOWN_PARTS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "compression_s", "bubble_s",
@@ -56,7 +56,7 @@ BREAKDOWN_PARTS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "
 
 def plot_breakdown(records, path: str, title: str = "") -> str:
     """Stacked seconds of one step per policy (``predict``: one bar; ``compare``: one per policy)."""
-    plt, fig, ax = _figure(max(5.0, 1.3 * len(records) + 3), 4.5)
+    plt, fig, ax = new_figure(max(5.0, 1.3 * len(records) + 3), 4.5)
     names = [r.policy for r in records]
     bottom = [0.0] * len(records)
     for part in BREAKDOWN_PARTS:
@@ -71,12 +71,12 @@ def plot_breakdown(records, path: str, title: str = "") -> str:
     ax.tick_params(axis="x", rotation=20)
     ax.set_title(title or f"{records[0].model} on {records[0].cluster} ({records[0].gpus} GPUs)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def plot_collectives(records, path: str, title: str = "") -> str:
     """busbw and speedup over uncompressed against message size, one line per compressor."""
-    plt, fig, (bw, speed) = _figure(11.0, 4.2, cols=2)
+    plt, fig, (bw, speed) = new_figure(11.0, 4.2, cols=2)
     for name in dict.fromkeys(r.compressor for r in records):
         points = sorted((r.size_bytes, r.busbw_GBps, r.speedup_vs_none) for r in records if r.compressor == name)
         sizes = [p[0] for p in points]
@@ -89,7 +89,7 @@ def plot_collectives(records, path: str, title: str = "") -> str:
     speed.axhline(1.0, color="grey", linewidth=0.8)
     bw.legend(fontsize=8)
     fig.suptitle(title)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def check_picture(path: str | None, field: str = "plot") -> None:
@@ -109,7 +109,7 @@ def plot_measured_collectives(records: list[dict], path: str, title: str = "") -
     (the measurements schema: size_bytes, time_s, world)."""
     from perfmodel.record import busbw_factor
 
-    plt, fig, ax = _figure(7.0, 4.5)
+    plt, fig, ax = new_figure(7.0, 4.5)
     for key in dict.fromkeys((r["compressor"], r.get("algorithm", "auto")) for r in records):
         points = sorted((r["size_bytes"], r["size_bytes"] / r["time_s"] * busbw_factor(r["op"], r["world"]) / 1e9)
                         for r in records if (r["compressor"], r.get("algorithm", "auto")) == key)
@@ -119,4 +119,4 @@ def plot_measured_collectives(records: list[dict], path: str, title: str = "") -
     ax.set_ylabel("measured busbw (GB/s)")
     ax.set_title(title or "realrun bench")
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)

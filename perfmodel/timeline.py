@@ -3,9 +3,7 @@ of each; ranks of a stage are alike), bars coloured by kind of work, from the sa
 Chrome trace (``perfmodel.trace``). For readers without ui.perfetto.dev at hand."""
 from __future__ import annotations
 
-import io
-
-from topologies.clikit import atomic_write
+from perfmodel.plots import new_figure, save_figure
 
 KINDS = (("forward", "#4c72b0"), ("backward", "#55a868"), ("activation", "#c44e52"), ("gradient mb", "#dd8452"),
          ("gradient bucket", "#8172b3"), ("optimizer", "#937860"), ("gradient reduction", "#da8bc3"),
@@ -29,14 +27,10 @@ def _rows(events: list[dict]) -> tuple[list, dict]:
 def plot_timeline(events: list[dict], path: str, title: str = "") -> str:
     """Draw ``events`` (Chrome trace events) to ``path`` (PNG, or any suffix matplotlib knows),
     written atomically; returns ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     labels, row = _rows(events)
-    fig, ax = plt.subplots(figsize=(12, 0.35 * len(labels) + 1.6))
+    plt, fig, ax = new_figure(12, 0.35 * len(labels) + 1.6)
     bars: dict = {}
     for e in events:
         if e.get("ph") == "X":
@@ -50,8 +44,4 @@ def plot_timeline(events: list[dict], path: str, title: str = "") -> str:
     seen = {colour for _, colour in bars}
     ax.legend(handles=[Patch(color=c, label=k) for k, c in KINDS if c in seen], loc="lower center",
               bbox_to_anchor=(0.5, 1.0), ncol=len(seen), fontsize=8, frameon=False)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=path.rsplit(".", 1)[-1].lower() if "." in path else "png", dpi=110)
-    plt.close(fig)
-    return atomic_write(path, lambda h: h.write(buffer.getvalue()))
+    return save_figure(plt, fig, path)
