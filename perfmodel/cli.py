@@ -314,7 +314,7 @@ def _sweep(args) -> None:
 
 def _search(args) -> None:
     from perfmodel.plots import plot_pareto
-    from perfmodel.report import search_csv, search_table
+    from perfmodel.report import rows_csv, search_table
     from perfmodel.search import search
 
     from perfmodel.plots import check_picture
@@ -328,7 +328,7 @@ def _search(args) -> None:
                     schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
                     progress=Progress("plans"))
     if args.csv:
-        atomic_write(args.csv, lambda h: h.write(search_csv(result.rows)))
+        atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
         plot_pareto(result, args.plot, f"{args.model} on {args.cluster}, gbs {args.gbs}")
     if args.json:

@@ -39,7 +39,7 @@ MAPPED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumu
           "bf16.enabled", "zero_optimization.stage", "zero_optimization.overlap_comm",
           "zero_optimization.reduce_bucket_size", "zero_optimization.zero_quantized_weights",
           "zero_optimization.zero_quantized_gradients", "zero_optimization.zero_hpz_partition_size"}
-GRAD_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+GRAD_BYTES = 4   # DeepSpeed keeps the gradients it reduces in fp32 (the plan's grad_dtype default)
 
 
 @dataclass
@@ -127,8 +127,9 @@ def _zero(flat: dict, out: DeepSpeedPlan, gpus_per_node: int) -> None:
         if isinstance(elements, bool) or not isinstance(elements, (int, float)) or elements < 1:
             raise InputError("deepspeed", f"zero_optimization.reduce_bucket_size={json.dumps(elements)}",
                              "a positive number of elements")
-        out.plan["bucket_bytes"] = int(elements) * GRAD_BYTES["fp32"]
-        _say(out, "zero_optimization.reduce_bucket_size", elements, f"--bucket {int(elements) * 4} (fp32 gradients)")
+        out.plan["bucket_bytes"] = int(elements) * GRAD_BYTES
+        _say(out, "zero_optimization.reduce_bucket_size", elements,
+             f"--bucket {out.plan['bucket_bytes']} (fp32 gradients)")
     if _flag(flat, "zero_optimization.zero_quantized_weights"):
         out.policy_items.append("zero=int8")
         _say(out, "zero_optimization.zero_quantized_weights", True, "policy zero=int8 (qwZ)")

@@ -101,9 +101,13 @@ def sweep_table(records, top: int) -> str:
 
 
 def sweep_csv(records) -> bytes:
-    buf = io.StringIO()
     best = best_uncompressed_s(records)
-    rows = [plan_row(r, best) for r in records]
+    return rows_csv([plan_row(r, best) for r in records])
+
+
+def rows_csv(rows: list[dict]) -> bytes:
+    """CSV of flat rows (the keys of the first are the header): sweep's and search's files."""
+    buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["policy"])
     writer.writeheader()
     writer.writerows(rows)
@@ -169,11 +173,3 @@ def search_table(rows: list, top: int, title: str | None = None) -> str:
                     r["error_pp"], 100 * r["mfu"], r["memory_GiB"]))
     return table(("#", "policy", "plan", "step_s", "vs best none", "vs same plan", "err dp", "err zero", "err tp",
                   "err pp", "MFU%", "mem GiB"), out, title=title)
-
-
-def search_csv(rows: list) -> bytes:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["policy"])
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue().encode()

@@ -37,8 +37,6 @@ def test_nccl_tests_type_names(cli):
 
 
 def test_a_failed_rank_says_which_and_what_happened():
-    import subprocess
-
     from realrun import procs
     from topologies.errors import InputError, RunError
 
@@ -52,7 +50,7 @@ def test_a_failed_rank_says_which_and_what_happened():
     text = str(err.value)
     assert text.startswith("rank 1 of 2 failed (exit 1): no data here") and "\n" not in text
     assert isinstance(err.value, InputError) and err.value.field == "rank"
-    assert all(p.poll() is not None for p in ranks) and subprocess is not None
+    assert all(p.poll() is not None for p in ranks)      # the sleeping rank was stopped too
 
 
 def test_help_shows_defaults(cli):

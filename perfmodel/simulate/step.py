@@ -183,7 +183,7 @@ class _Layers:
         alone = zero3_backward(layers, self.compute, self.gather, self.reduce)
         self.rest = max(0.0, seconds - alone)       # TP and kernels: the operation beyond its layers
         self.pos, self.computing, self.gathered, self.reducing = 0, False, set(), 0
-        self.queue, self.comm_busy = [], False
+        self.queue, self.comm_busy, self.ended = [], False, False
 
     def start(self) -> None:
         self._issue("gather", self.order[0], self.gather)
@@ -228,8 +228,8 @@ class _Layers:
         self._finish()
 
     def _finish(self) -> None:
-        if self.pos == len(self.order) and not self.computing and not self.reducing:
-            self.pos += 1          # once
+        if self.pos == len(self.order) and not self.computing and not self.reducing and not self.ended:
+            self.ended = True
             self.sim.core.after(self.rest, self.done)
 
 
