@@ -64,7 +64,7 @@ def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:
     return value
 
 
-def _schedule(text: str) -> tuple[str, int]:
+def parse_schedule(text: str) -> tuple[str, int]:
     name, _, v = str(text).partition(":")
     if name not in SCHEDULES or (v and name != "interleaved"):
         raise InputError("schedule", text, "gpipe, 1f1b or interleaved:V")
@@ -99,7 +99,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
         near = sorted({max(step, gbs // step * step), (gbs // step + 1) * step})
         raise InputError("gbs", gbs, f"a multiple of mbs x dp = {step} (nearest: "
                          + " or ".join(map(str, near)) + ")")
-    name, virtual = _schedule(schedule)
+    name, virtual = parse_schedule(schedule)
     if virtual > 1 and (model.num_layers % (pp * virtual) or (gbs // (mbs * dp)) % pp):
         raise InputError("schedule", schedule, f"interleaving needs num_layers divisible by pp x V and "
                          f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from perfmodel.compression import compile_spec
 from perfmodel.pipeline import predict
+from perfmodel.plan import parse_schedule
 from perfmodel.plan_sweep import candidate_plans
 from perfmodel.policy import POLICY_AXES
 from topologies import InputError
@@ -209,6 +210,8 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
     for axis, specs in admitted.items():
         if not specs:
             admitted[axis] = ["none"]
+    for schedule in schedules:      # a bad name is an error, not a schedule no plan allows
+        parse_schedule(schedule)
     where = {"gpus": gpus, "nodes": nodes}
     plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
                        tuple(sequence_parallel), tuple(hpz))

@@ -107,3 +107,10 @@ def test_sweep_rows_carry_errors_and_both_speedups():
     row = plan_row(res.records[0], best)
     assert row["error_tp"] >= 0 and row["error_dp"] > 0
     assert row["speedup_vs_best_uncompressed"] == pytest.approx(best / res.records[0].step_time_s)
+
+
+@pytest.mark.parametrize("schedules", [("1f1b", "zigzag"), ("interleaved:1",)])
+def test_a_bad_schedule_is_an_error_not_an_empty_search(schedules):
+    with pytest.raises(InputError) as err:
+        perfmodel.search("gpt2-medium", "dgx-a100", gpus=8, gbs=32, schedules=schedules)
+    assert err.value.field == "schedule"
