@@ -11,7 +11,7 @@
 """
 from perfmodel.collective import DTYPES, OPS, collective_time
 from perfmodel.compression import Codec, compile_spec, parse_spec
-from perfmodel.pipeline import StepRecord, compare, predict
+from perfmodel.prediction import StepRecord, compare, predict
 from perfmodel.record import CollectiveRecord, busbw_factor
 from perfmodel.plan_sweep import SweepResult
 from perfmodel.plan_sweep import sweep_plans

@@ -5,8 +5,8 @@ import argparse
 import sys
 
 from perfmodel.collective import DTYPES, OPS
-from perfmodel.pipeline import compare, predict
-from perfmodel.plan import DEFAULT_BUCKET_BYTES
+from perfmodel.prediction import PredictOptions, compare, predict, request_and_options
+from perfmodel.plan import DEFAULT_BUCKET_BYTES, PlanRequest
 from perfmodel.report import plan_text, catalog_report, compare_report, step_report, sweep_csv, sweep_table
 from perfmodel.plan_sweep import sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
@@ -216,6 +216,8 @@ def _collective_parser(sub) -> None:
 
 
 def _plan_kwargs(args, sweep: bool = False) -> dict:
+    """The plan and option fields the arguments give, by their names in PlanRequest and
+    PredictOptions (a sweep varies the layout itself: without tp, pp, dp, zero, ...)."""
     kw = dict(calibration=args.calibration, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
@@ -225,6 +227,12 @@ def _plan_kwargs(args, sweep: bool = False) -> dict:
         kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
                   hpz=args.hpz, tp_overlap=args.tp_overlap)
     return kw
+
+
+def _request(args, policy: str = "none") -> tuple[PlanRequest, PredictOptions]:
+    """The PlanRequest and PredictOptions of predict and compare (a DeepSpeed config applied)."""
+    kw, policy = _deepspeed(args, _plan_kwargs(args), policy)
+    return request_and_options(policy=policy, trace=args.trace, timeline=args.timeline, **kw)
 
 
 def _int(field, text):
@@ -272,8 +280,7 @@ def _predict(args) -> None:
     from perfmodel.plots import check_picture, plot_breakdown
 
     check_picture(args.plot)
-    kw, policy = _deepspeed(args, _plan_kwargs(args), args.policy)
-    r = predict(args.model, args.cluster, policy=policy, trace=args.trace, timeline=args.timeline, **kw)
+    r = predict(args.model, args.cluster, *_request(args, args.policy))
     if args.plot:
         plot_breakdown([r], args.plot)
     _say_idle([r])
@@ -284,8 +291,7 @@ def _compare(args) -> None:
     from perfmodel.plots import check_picture, plot_breakdown
 
     check_picture(args.plot)
-    kw, _ = _deepspeed(args, _plan_kwargs(args), "none")
-    records = compare(args.model, args.cluster, args.policies, trace=args.trace, timeline=args.timeline, **kw)
+    records = compare(args.model, args.cluster, args.policies, *_request(args))
     if args.plot:
         plot_breakdown(records, args.plot)
     _say_idle(records)

@@ -24,15 +24,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.mesh import Mesh
-from perfmodel.plan import DTYPE_BYTES, ParallelPlan
+from perfmodel.plan import ParallelPlan
 from perfmodel.workload import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
 class CommEvent:
     name: str
-    axis: str            # dp, zero, tp, pp
+    axis: str            # a perfmodel.axes name: dp, zero, tp, pp
     op: str
     nbytes: int
     dtype: str
@@ -139,3 +140,58 @@ def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> l
     return [CommEvent(name="dp.allreduce.tied_embedding", axis="dp", op="allreduce", nbytes=size,
                       dtype=plan.grad_dtype, group=pairs[0], concurrent=pairs, count=1, where="tail",
                       phase="step")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    """One pipeline stage of a plan, as the axes' event generators see it (``perfmodel.axes``)."""
+
+    model: ModelSpec
+    plan: ParallelPlan
+    mesh: Mesh
+    stage: int
+    layers: int
+    gpus_per_host: int = 1
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.plan.pp - 1
+
+    def stage_params(self) -> float:
+        from perfmodel.memory import stage_params
+
+        return stage_params(self.model, self.plan, self.layers, self.first, self.last)
+
+
+def _data_parallel(ctx: StageContext) -> list[CommEvent]:
+    """``dp_events`` of the stage: per-layer shards under ZeRO-3, the stage's buckets otherwise."""
+    plan, layer = ctx.plan, ctx.model.layer_params() / ctx.plan.tp
+    params = layer * ctx.layers if plan.zero == 3 else ctx.stage_params()
+    return dp_events(params, layer if plan.zero == 3 else 0, plan, ctx.mesh, ctx.layers, ctx.gpus_per_host)
+
+
+def tensor_parallel_events(ctx: StageContext) -> list[CommEvent]:
+    """The tp axis: every layer's collectives, and the vocabulary-parallel ends on the first and
+    last stage."""
+    return (tp_events(ctx.model, ctx.plan, ctx.mesh, ctx.layers)
+            + vocab_events(ctx.model, ctx.plan, ctx.mesh, ctx.first, ctx.last))
+
+
+def pipeline_events(ctx: StageContext) -> list[CommEvent]:
+    """The pp axis: activations to the next stage and gradients to the previous one."""
+    return pp_events(ctx.model, ctx.plan, ctx.mesh)
+
+
+def gradient_events(ctx: StageContext) -> list[CommEvent]:
+    """The dp axis: the stage's gradient reduction; on the first stage, the tied embedding's sum."""
+    own = [e for e in _data_parallel(ctx) if e.axis == "dp"]
+    return own + (tied_embedding_events(ctx.model, ctx.plan, ctx.mesh) if ctx.first else [])
+
+
+def gather_events(ctx: StageContext) -> list[CommEvent]:
+    """The zero axis: ZeRO's parameter gathers of the stage."""
+    return [e for e in _data_parallel(ctx) if e.axis == "zero"]

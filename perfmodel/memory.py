@@ -11,11 +11,21 @@ fragmentation: an assumption of 2 GiB.
 """
 from __future__ import annotations
 
-from perfmodel.plan import DTYPE_BYTES, ParallelPlan
+from perfmodel.axes import AXES
+from perfmodel.dtypes import DTYPE_BYTES
+from perfmodel.plan import ParallelPlan
 from perfmodel.workload import ModelSpec
 
 OPTIMIZER_BYTES = 12
 RESERVE_BYTES = 2 * 2**30
+
+
+def shards(plan: ParallelPlan, kind: str) -> int:
+    """How many ways the axes' declarations (``Axis.memory``) split memory of ``kind``."""
+    ways = 1
+    for axis in AXES.values():
+        ways *= axis.memory(plan).get(kind, 1)
+    return ways
 
 
 def stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool) -> float:
@@ -27,7 +37,7 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool,
         params += model.head_params() + model.hidden_size * (2 if model.biased else 1)
         if model.tied_embeddings and not first:
             params += model.embedding_params()
-    return params / plan.tp
+    return params / shards(plan, "params")
 
 
 def in_flight(plan: ParallelPlan, stage: int) -> float:
@@ -45,12 +55,11 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
     copy of the weights is partitioned over ``hpz_ranks`` (the dp group's ranks in a node)."""
     first, last = stage == 0, stage == plan.pp - 1
     params = stage_params(model, plan, layers, first, last)
-    dp = plan.dp
     out = {
-        "weights": params * DTYPE_BYTES[plan.compute_dtype] / (dp if plan.zero >= 3 else 1),
+        "weights": params * DTYPE_BYTES[plan.compute_dtype] / shards(plan, "weights"),
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
-        "gradients": params * DTYPE_BYTES[plan.grad_dtype] / (dp if plan.zero >= 2 else 1),
-        "optimizer": params * OPTIMIZER_BYTES / (dp if plan.zero >= 1 else 1),
+        "gradients": params * DTYPE_BYTES[plan.grad_dtype] / shards(plan, "gradients"),
+        "optimizer": params * OPTIMIZER_BYTES / shards(plan, "optimizer"),
         "activations": layers * in_flight(plan, stage) * model.activation_bytes_per_layer(
             plan.mbs, plan.seq, plan.tp, plan.sequence_parallel, plan.recompute),
         "logits": (plan.mbs * plan.seq * model.vocab_size * 4 / plan.tp) if last else 0.0,

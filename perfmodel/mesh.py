@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from perfmodel.plan import ParallelPlan
+from perfmodel.plan import MESH_AXES, ParallelPlan
 
 
 class Groups(tuple):
@@ -30,7 +30,7 @@ class Mesh:
         self.order = tuple(order)
         ranks = np.arange(tp * pp * dp).reshape([self.sizes[a] for a in reversed(self.order)])
         self.groups = {}
-        for axis in ("tp", "pp", "dp"):
+        for axis in MESH_AXES:
             dim = len(self.order) - 1 - self.order.index(axis)
             rows = np.moveaxis(ranks, dim, -1).reshape(-1, self.sizes[axis])
             self.groups[axis] = Groups(tuple(int(r) for r in row) for row in rows)

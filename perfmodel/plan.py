@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
+from perfmodel.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
 from topologies.errors import InputError
 
-SCHEDULES = ("1f1b", "gpipe", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-AXES = ("tp", "pp", "dp")
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+MESH_AXES = ("tp", "pp", "dp")   # the mesh's dimensions; ``order`` permutes them, innermost first
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
@@ -38,7 +38,7 @@ class ParallelPlan:
     compute_dtype: str = "bf16"
     grad_dtype: str = "fp32"
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
-    order: tuple = AXES
+    order: tuple = MESH_AXES
     dp_overlap: bool = True   # gradient buckets reduced during backward (DDP, Megatron); False: after it
     hpz: bool = False         # ZeRO++ hpZ: a secondary ZeRO-3 parameter partition inside each node
     tp_overlap: bool = False  # TP collectives overlapped with their GEMMs (Megatron --tp-comm-overlap)
@@ -56,6 +56,39 @@ class ParallelPlan:
         """Layers per stage (earlier stages take the remainder)."""
         base, extra = divmod(num_layers, self.pp)
         return tuple(base + (1 if s < extra else 0) for s in range(self.pp))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """A plan as a user asks for it, before ``make_plan`` validates it against a model and the
+    job's GPUs: the same fields and defaults as ``make_plan``'s keywords, with ``dp`` possibly
+    ``auto`` and ``compute_dtype`` None (the device's: bf16 where it has it, else fp16), and the
+    job's size on the cluster (``gpus`` or ``nodes``; default: the catalog's nodes)."""
+
+    gpus: int | None = None
+    nodes: int | None = None
+    tp: int = 1
+    pp: int = 1
+    dp: int | str = "auto"
+    zero: int = 0
+    mbs: int = 1
+    gbs: int | None = None
+    seq: int | None = None
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    compute_dtype: str | None = None
+    grad_dtype: str = "fp32"
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    order: str = "tp,pp,dp"
+    dp_overlap: bool = True
+    hpz: bool = False
+    tp_overlap: bool = False
+
+    def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
+        """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
+        fields = {k: v for k, v in vars(self).items() if k not in ("gpus", "nodes", "compute_dtype")}
+        return make_plan(model, gpus, compute_dtype=self.compute_dtype or compute_dtype, **fields)
 
 
 def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:
@@ -118,7 +151,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
     if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
         raise InputError("bucket_bytes", bucket_bytes, "a positive number of bytes")
     axes = tuple(a.strip() for a in str(order).split(","))
-    if sorted(axes) != sorted(AXES):
+    if sorted(axes) != sorted(MESH_AXES):
         raise InputError("order", order, "a permutation of tp,pp,dp (innermost first)")
     seq = model.seq_len if seq is None else _positive("seq", seq)
     return ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,

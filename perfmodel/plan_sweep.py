@@ -11,7 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from perfmodel.pipeline import StepRecord, predict
+from perfmodel.prediction import StepRecord, predict
 from perfmodel.plan import RECOMPUTE, divisors
 from perfmodel.policy import split_policies
 from perfmodel.workload import load_model

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from perfmodel.axes import NAMES as POLICY_AXES
 from perfmodel.compression import Codec, compile_spec, split_top_level
 from topologies.errors import InputError
 from topologies.units import parse_size
 
-POLICY_AXES = ("dp", "zero", "tp", "pp")
 MIB = 2**20
 PRESETS = {
     "hybrid": {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0),

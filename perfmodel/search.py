@@ -31,16 +31,18 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
-from perfmodel.pipeline import predict
 from perfmodel.plan import parse_schedule
 from perfmodel.plan_sweep import candidate_plans
 from perfmodel.policy import POLICY_AXES
+from perfmodel.prediction import predict
+from perfmodel.workload import load_model
 from topologies import InputError
 
 DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4));"
                       "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8")
-DEFAULT_MAX_ERROR = {"dp": 0.05, "tp": 0.01, "pp": 0.01, "zero": 0.01}
+DEFAULT_MAX_ERROR = {name: axis.max_error for name, axis in AXES.items()}   # declared per axis
 EF_LIMIT = 1.0      # error feedback converges for contractions: error < 1
 
 
@@ -86,7 +88,7 @@ def parse_max_error(text: str | dict | None) -> dict[str, float]:
 def admits(axis: str, spec: str, budget: dict) -> bool:
     """Whether ``spec`` on ``axis`` is within the budget (module doc: error feedback on dp)."""
     codec = compile_spec(spec)
-    if axis == "dp" and codec.error_feedback:
+    if AXES[axis].feedback and codec.error_feedback:
         return codec.error < EF_LIMIT
     return codec.error <= budget[axis]
 
@@ -129,22 +131,10 @@ def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8
     return out
 
 
-def _active_axes(plan: dict) -> set:
-    axes = set()
-    if plan["tp"] > 1:
-        axes.add("tp")
-    if plan["pp"] > 1:
-        axes.add("pp")
-    if plan["dp"] > 1:
-        axes.add("dp")
-        if plan["zero"] >= 1:
-            axes.add("zero")
-    return axes
-
-
-def policies_for(plan: dict, candidates: dict) -> list[str]:
-    """Policy texts for ``plan``: the product of the admitted candidates of its active axes."""
-    active = [a for a in POLICY_AXES if a in _active_axes(plan) and a in candidates]
+def policies_for(plan: dict, candidates: dict, model=None) -> list[str]:
+    """Policy texts for ``plan``: the product of the admitted candidates of its active axes
+    (``perfmodel.axes.active_axes``; with ``model``, as its tied embedding makes them)."""
+    active = [a for a in active_axes(plan, model) if a in candidates]
     choices = [[(a, s) for s in candidates[a]] for a in active]
     out = []
     for combo in itertools.product(*choices):
@@ -158,7 +148,7 @@ def _within(record, budget: dict) -> bool:
     add up) within the budget; error feedback on dp: a contraction."""
     for axis, error in record.error_estimate.items():
         spec = record.policy_axes[axis]["spec"]
-        if axis == "dp" and compile_spec(spec).error_feedback:
+        if AXES[axis].feedback and compile_spec(spec).error_feedback:
             if error >= EF_LIMIT:
                 return False
         elif error > budget[axis] * (1 + 1e-12):
@@ -181,7 +171,7 @@ def _evaluate(job) -> tuple[list, int]:
     """Rows of one plan under its policies (the uncompressed one first); (rows, 1 if it does not fit)."""
     model, cluster, where, gbs, plan, candidates, budget, fixed = job
     rows = []
-    for policy in ["none"] + [p for p in policies_for(plan, candidates) if p != "none"]:
+    for policy in ["none"] + [p for p in policies_for(plan, candidates, load_model(model)) if p != "none"]:
         try:
             rows.append(_row(predict(model, cluster, **where, gbs=gbs, policy=policy, **plan, **fixed), plan, budget))
         except InputError as err:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfmodel.axes import ISSUE_ORDER
 from perfmodel.schedule import StageCost, run_schedule
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
@@ -31,11 +32,11 @@ KERNEL_SM_SHARE = 1.0
 
 @dataclass
 class StageTime:
-    """Per-microbatch seconds of one stage, by kind."""
+    """Per-microbatch seconds of one stage, by kind; ``comm_s``: the wire seconds of each axis
+    whose events sit on the critical path ({axis: seconds}: tp and pp)."""
 
     compute: float = 0.0
-    tp: float = 0.0
-    pp: float = 0.0
+    comm_s: dict = field(default_factory=dict)
     compression: float = 0.0
     zero3: float = 0.0
     bwd: float = 0.0          # the backward part (for the DP overlap window)
@@ -48,9 +49,18 @@ class StageTime:
     zero3_layers: tuple = ()  # ZeRO-3: (layers, fwd and bwd compute per layer, gather fwd, bwd, reduce-scatter)
     compute_parts: tuple = (0.0, 0.0, 0.0)   # of ``compute``: GEMMs, attention, memory-bound work
 
+    def comm(self, axis: str) -> float:
+        return self.comm_s.get(axis, 0.0)
+
+    def add_comm(self, axis: str, seconds: float) -> None:
+        self.comm_s[axis] = self.comm_s.get(axis, 0.0) + seconds
+
     @property
     def total(self) -> float:
-        return self.compute + self.tp + self.pp + self.compression + self.zero3
+        seconds = self.compute
+        for axis in ISSUE_ORDER:           # the same sum, in the same order, whatever axes exist
+            seconds += self.comm(axis)
+        return seconds + self.compression + self.zero3
 
 
 @dataclass
@@ -135,7 +145,7 @@ def exposed_pp(stage: StageTime, microbatches: int, idle: float) -> tuple[float,
     its own transfers' kernels first, then their wire time, the rest is bubble."""
     idle = max(0.0, idle)
     kernel = min(idle, microbatches * stage.pp_kernel)
-    return kernel + min(idle - kernel, microbatches * stage.pp), kernel
+    return kernel + min(idle - kernel, microbatches * stage.comm("pp")), kernel
 
 
 @dataclass

@@ -24,7 +24,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from perfmodel.pipeline import predict as predict_step
+from perfmodel.prediction import predict as predict_step
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL
 from realrun.train.config import TrainConfig
 from realrun.train.report import WARMUP_STEPS

@@ -6,15 +6,15 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
-from perfmodel.plan import ParallelPlan, make_plan
+from perfmodel.axes import active_axes
+from perfmodel.plan import DEFAULT_BUCKET_BYTES, ParallelPlan, make_plan
 from perfmodel.policy import POLICY_AXES, parse_policy
 from perfmodel.workload import load_model
 from realrun.comm.names import OP_TIMEOUT_S
 from topologies.errors import InputError
 
-BUCKET_BYTES = 25 * 2**20   # DDP's default bucket (bucket_cap_mb=25): the unit the dp policy sees
 MAX_STEPS = 1_000_000
-SCHEDULES = ("1f1b", "gpipe")   # pipeline schedules realrun runs (perfmodel also models interleaved)
+RUN_SCHEDULES = ("1f1b", "gpipe")   # the pipeline schedules realrun runs (perfmodel models interleaved too)
 DEVICES = ("auto", "cpu", "cuda")   # auto: a GPU (NCCL, CuPy compressors) where CUDA is available
 
 
@@ -48,7 +48,7 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 10
     error_every: int = 10
-    bucket_bytes: int = BUCKET_BYTES
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
     metrics: str | None = None
     op_timeout_s: float = OP_TIMEOUT_S
     threads: int = 1
@@ -65,8 +65,8 @@ class TrainConfig:
         _int("zero", self.zero, 0, 1)
         if self.device not in DEVICES:
             raise InputError("device", self.device, " or ".join(DEVICES))
-        if self.schedule not in SCHEDULES:
-            raise InputError("schedule", self.schedule, " or ".join(SCHEDULES))
+        if self.schedule not in RUN_SCHEDULES:
+            raise InputError("schedule", self.schedule, " or ".join(RUN_SCHEDULES))
         for key in ("num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size"):
             if getattr(arch, key) % self.tp:
                 raise InputError("tp", self.tp, f"a divisor of the model's {key} ({getattr(arch, key)})")
@@ -119,9 +119,7 @@ class TrainConfig:
 
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""
-        pol = parse_policy(self.policy)
-        active = ({"dp"} | ({"tp"} if self.tp > 1 else set()) | ({"pp"} if self.pp > 1 else set())
-                  | ({"zero"} if self.zero and self.dp > 1 else set()))
+        pol, active = parse_policy(self.policy), active_axes(self, load_model(self.model))
         return [a for a in POLICY_AXES if a not in active and not pol.axis(a).codec_for(math.inf).is_none]
 
     def to_json(self) -> str:

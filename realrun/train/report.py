@@ -3,11 +3,16 @@ from __future__ import annotations
 
 import statistics
 
+from perfmodel.axes import AXES
 from realrun.train.trainer import PHASES
 from topologies.clikit import atomic_write, table
 
 WARMUP_STEPS = 2   # steps left out of the median step time (first-call allocations, numba compiles)
-AXES = ("dp", "tp", "pp", "zero")   # the record's {axis}_wire_bytes
+
+
+def _axes(record: dict, suffix: str) -> list[str]:
+    """The axes (``perfmodel.axes``) a step record measures ``{axis}{suffix}`` for, in its order."""
+    return [k.removesuffix(suffix) for k in record if k.endswith(suffix) and k.removesuffix(suffix) in AXES]
 
 
 def summary(records: list[dict]) -> dict:
@@ -17,9 +22,9 @@ def summary(records: list[dict]) -> dict:
            "final_val_loss": vals[-1]["val_loss"] if vals else None}
     for key in PHASES:
         out[f"median_{key}"] = statistics.median(r[key] for r in steady)
-    for axis in AXES:
+    for axis in _axes(records[0], "_wire_bytes"):
         out[f"{axis}_wire_bytes_per_step"] = statistics.median(r[f"{axis}_wire_bytes"] for r in steady)
-    for axis in ("dp", "tp", "pp"):
+    for axis in _axes(records[0], "_rel_error"):
         errors = [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
         out[f"{axis}_rel_error"] = statistics.median(errors) if errors else None
     return out
@@ -30,9 +35,10 @@ def summary_table(s: dict) -> str:
             ("validation loss (last)", "-" if s["final_val_loss"] is None else f"{s['final_val_loss']:.4f}")]
     rows += [(k.removeprefix("median_").removesuffix("_s") + " s (median)", f"{s[k]:.4f}")
              for k in s if k.startswith("median_")]
-    rows += [(f"{axis} payload bytes/step/rank", f"{s[f'{axis}_wire_bytes_per_step']:,.0f}") for axis in AXES]
+    rows += [(f"{axis} payload bytes/step/rank", f"{s[f'{axis}_wire_bytes_per_step']:,.0f}")
+             for axis in _axes(s, "_wire_bytes_per_step")]
     rows += [(f"{axis} relative error (measured, median)", f"{s[f'{axis}_rel_error']:.3g}")
-             for axis in ("dp", "tp", "pp") if s[f"{axis}_rel_error"] is not None]
+             for axis in _axes(s, "_rel_error") if s[f"{axis}_rel_error"] is not None]
     return table(("", "value"), rows)
 
 

@@ -3,7 +3,8 @@
 Each step: ``microbatches`` forward/backward passes on this replica's data through its
 pipeline under the schedule (``pipeline``; gradients accumulate; with tensor parallelism the
 layers' reductions run inside them, see ``tensor_parallel``), the tied embedding's gradient
-summed between first and last stage, then the gradients are reduced bucket by bucket (``BUCKET_BYTES``, in reverse
+summed between first and last stage, then the gradients are reduced bucket by bucket
+(``DEFAULT_BUCKET_BYTES``, in reverse
 parameter order as DDP builds them) through ``realrun.comm`` with the spec the policy's
 ``dp`` axis gives the bucket's size (``ef(...)`` keeps one residual per bucket), averaged,
 and AdamW steps (with ZeRO-1: reduce-scatter, a sharded step and an all-gather, see ``zero``).

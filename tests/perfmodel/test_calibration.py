@@ -4,7 +4,7 @@ import pytest
 
 from perfmodel import collective_time
 from perfmodel.calibration import SCHEMA, load_calibration
-from perfmodel.pipeline import predict
+from perfmodel.prediction import predict
 from topologies.errors import InputError
 
 PROFILE = {

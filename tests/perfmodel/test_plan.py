@@ -1,7 +1,7 @@
 import pytest
 
 from perfmodel.mesh import mesh_for
-from perfmodel.pipeline import predict
+from perfmodel.prediction import predict
 from perfmodel.plan import make_plan
 from perfmodel.policy import parse_policy, split_policies
 from perfmodel.workload import load_model

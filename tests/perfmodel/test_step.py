@@ -8,7 +8,7 @@ from perfmodel import comm
 from perfmodel.catalogs import device
 from perfmodel.compute import stage_compute
 from perfmodel.mesh import mesh_for
-from perfmodel.pipeline import predict
+from perfmodel.prediction import predict
 from perfmodel.plan import make_plan
 from perfmodel.schedule import StageCost, run_schedule, stage_ops
 from topologies import InputError
@@ -41,7 +41,7 @@ def test_overlap_closed_form_matches_simulation(n, spacing, dur, tail):
 
 
 def _st(fwd, bwd, send=0.0):
-    return StageTime(compute=fwd + bwd, fwd_op=fwd, bwd_op=bwd, pp=2 * send, send_fwd=send, send_bwd=send)
+    return StageTime(compute=fwd + bwd, fwd_op=fwd, bwd_op=bwd, comm_s={"pp": 2 * send}, send_fwd=send, send_bwd=send)
 
 
 def test_pipeline_time_by_hand():

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from perfmodel.pipeline import predict
+from perfmodel.prediction import predict
 from topologies.catalog import load_spec
 from topologies.errors import InputError
 

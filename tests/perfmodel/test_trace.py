@@ -4,7 +4,7 @@ import json
 import pytest
 
 from perfmodel import predict
-from perfmodel.pipeline import compare
+from perfmodel.prediction import compare
 
 KW = dict(model="gpt2-medium", cluster="commodity-25g", nodes=2, tp=1, pp=4, mbs=1, gbs=32)   # dp 4, 8 microbatches
 

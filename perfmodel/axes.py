@@ -1,0 +1,107 @@
+"""Parallel axes, each declared once: what it carries, its groups, its events, memory and error.
+
+An ``Axis`` is the one place that says, for a parallel axis: the tensor kind its traffic
+carries (the name a policy compresses), the mesh dimension whose groups it communicates over,
+the generator of its communication events (``perfmodel.comm``), the memory it divides, the
+error semantics of compressing it (and the search's default budget), where its exposed
+seconds go in the step's breakdown, and when it carries traffic (``active``). Plan, mesh,
+comm, memory, policy, search, the reports and realrun's trainer read these declarations;
+adding an axis is one more entry here, its event generator and its runtime collective.
+
+Axes name the kind of tensor at every ZeRO stage (docs/design.md, Compressors): ``dp`` the
+gradient reduction (all-reduce, or reduce-scatter under ZeRO; also the tied embedding's
+gradient sum between the first and last stage), ``zero`` ZeRO's parameter gathers, ``tp``
+activations and their gradients inside a layer, ``pp`` activations between stages.
+
+Error semantics (``error``): ``reduced`` tensors are summed over the group, so an all-reduce
+compresses them at every hop it decodes and re-encodes; with error feedback what one step
+drops is re-sent by the next (``feedback``: the search admits any contraction there);
+``forwarded`` tensors are compressed once at the source and feed the next computation
+uncorrected. Default budgets (``max_error``, relative RMS on unit-Gaussian data): 5% on
+gradients, 1% on what feeds the next computation (``perfmodel.search`` explains why).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from perfmodel import comm
+from perfmodel.plan import MESH_AXES
+
+
+def _degree(plan, name: str) -> int:
+    """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike."""
+    return plan[name] if isinstance(plan, Mapping) else getattr(plan, name)
+
+
+def _ties_stages(plan, model) -> bool:
+    """The tied embedding's gradient is summed between the first and last pipeline stage."""
+    return model is not None and bool(model.tied_embeddings) and _degree(plan, "pp") > 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Axis:
+    """One parallel axis (module doc). ``events(ctx)`` lists its communication events on one
+    pipeline stage (``perfmodel.comm.StageContext``)."""
+
+    name: str
+    tensor: str                           # what its traffic carries
+    mesh_axis: str                        # the mesh dimension whose groups it uses
+    error: str                            # reduced (summed over the group) or forwarded (compressed once)
+    feedback: bool                        # error feedback compensates its error across steps
+    max_error: float                      # the search's default budget
+    breakdown: str                        # the StepRecord breakdown key of its exposed seconds
+    active: Callable                      # (plan, model or None) -> whether it moves anything
+    events: Callable                      # StageContext -> [CommEvent] on one stage
+    memory: Callable = lambda plan: {}    # plan -> {memory kind: divisor} it shards
+    description: str = ""
+
+    def degree(self, plan) -> int:
+        return _degree(plan, self.mesh_axis)
+
+
+def _zero_shards(plan) -> dict:
+    """ZeRO's sharding over the dp group (Rajbhandari et al., SC20): optimizer states from
+    stage 1, gradients from 2, weights from 3."""
+    dp, zero = _degree(plan, "dp"), _degree(plan, "zero")
+    return {"optimizer": dp if zero >= 1 else 1, "gradients": dp if zero >= 2 else 1,
+            "weights": dp if zero >= 3 else 1}
+
+
+DP = Axis(name="dp", tensor="gradients", mesh_axis="dp", error="reduced", feedback=True, max_error=0.05,
+          breakdown="dp_comm_exposed_s", events=comm.gradient_events,
+          active=lambda plan, model=None: _degree(plan, "dp") > 1 or _ties_stages(plan, model),
+          description="gradient reduction: all-reduce, or reduce-scatter under ZeRO; tied embeddings")
+ZERO = Axis(name="zero", tensor="parameters", mesh_axis="dp", error="forwarded", feedback=False, max_error=0.01,
+            breakdown="dp_comm_exposed_s", events=comm.gather_events,
+            active=lambda plan, model=None: _degree(plan, "dp") > 1 and _degree(plan, "zero") >= 1,
+            memory=_zero_shards, description="ZeRO's parameter all-gathers (after the step, or per layer at 3)")
+TP = Axis(name="tp", tensor="activations", mesh_axis="tp", error="reduced", feedback=False, max_error=0.01,
+          breakdown="tp_comm_s", events=comm.tensor_parallel_events,
+          active=lambda plan, model=None: _degree(plan, "tp") > 1,
+          memory=lambda plan: {"params": _degree(plan, "tp")},
+          description="activations and their gradients inside a layer")
+PP = Axis(name="pp", tensor="activations", mesh_axis="pp", error="forwarded", feedback=False, max_error=0.01,
+          breakdown="pp_comm_s", events=comm.pipeline_events,
+          active=lambda plan, model=None: _degree(plan, "pp") > 1,
+          description="activations and their gradients between pipeline stages")
+
+AXES: dict[str, Axis] = {a.name: a for a in (DP, ZERO, TP, PP)}
+NAMES = tuple(AXES)                       # the order policies, reports and records list axes in
+ISSUE_ORDER = ("tp", "pp", "zero", "dp")  # the order a step issues them: TP and PP inside every
+#                                           microbatch, ZeRO's gathers before the layers they feed,
+#                                           the gradient reductions after
+
+
+def active_axes(plan, model=None) -> tuple[str, ...]:
+    """The axes that carry traffic in ``plan`` (a ParallelPlan, realrun TrainConfig or plan
+    dict); with ``model``, the tied embedding's gradient sum counts for dp when pp > 1."""
+    return tuple(name for name, axis in AXES.items() if axis.active(plan, model))
+
+
+def step_events(ctx: comm.StageContext) -> list:
+    """Every axis's events on one stage, in the order the step issues them (``ISSUE_ORDER``)."""
+    return [e for name in ISSUE_ORDER for e in AXES[name].events(ctx)]
+
+
+__all__ = ["AXES", "Axis", "ISSUE_ORDER", "MESH_AXES", "NAMES", "active_axes", "step_events"]

@@ -1,0 +1,212 @@
+"""The ``analytical`` engine: every event costed on the fabric, closed forms for the overlap.
+
+Per stage, the axes' events (``perfmodel.axes.step_events``) are placed by where they sit
+(``CommEvent.where``): ``critical`` ones inside every microbatch's operations (TP) or its
+transfers (PP); ``zero3`` ones layer by layer inside the operations (``step.zero3_forward``,
+``zero3_backward``); on stage 0, which ends the pipeline, ``overlap`` ones (gradient buckets)
+against its last backward and ``tail`` ones after it. The pipeline is the schedule timed
+operation by operation (``step.pipeline_time``). ``perfmodel.step`` holds the formulas and
+says what each assumes.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from perfmodel.axes import step_events
+from perfmodel.collective import collective_on
+from perfmodel.collectives.fabric import make_ctx
+from perfmodel.comm import StageContext
+from perfmodel.compute import optimizer_time_s, stage_compute
+from perfmodel.engines import StepInputs, StepTiming, register
+from perfmodel.memory import shards, stage_params
+from perfmodel.mesh import mesh_for
+from perfmodel.step import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
+                            pipeline_time, split_kernel, zero3_backward, zero3_forward)
+
+
+def cost(env, event, policy):
+    """The collective record of one event under the policy (cached: buckets repeat sizes)."""
+    axis = policy.axis(event.axis)
+    return _cost_cached(env.built, env.calib, event.op, event.nbytes, axis.codec_for(event.nbytes),
+                        axis.spec_for(event.nbytes), event.dtype, event.group, event.concurrent)
+
+
+@lru_cache(maxsize=65536)
+def _cost_cached(built, calib, op, nbytes, codec, label, dtype, group, concurrent):
+    ctx = make_ctx(built, group, concurrent, calib)
+    return collective_on(built, ctx, op, nbytes, calib.codec(codec) if calib else codec, dtype, label=label)
+
+
+def stage_events(step: StepInputs, s: int) -> list:
+    """Every axis's events on stage ``s`` of the step's plan."""
+    plan = step.plan
+    ctx = StageContext(model=step.model, plan=plan, mesh=mesh_for(plan), stage=s,
+                       layers=plan.stage_layers(step.model.num_layers)[s], gpus_per_host=step.env.built.gpus_per_host)
+    return step_events(ctx)
+
+
+def _stage(step: StepInputs, s: int, layers: int, events: list, tally: Tally) -> StageTime:
+    plan, env, policy = step.plan, step.env, step.policy
+    sc = stage_compute(step.model, plan, env.dev, layers, s == 0, s == plan.pp - 1)
+    st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
+                   hardware_flops=sc.hardware_flops, compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s))
+    m = plan.microbatches
+    layer_tp = {"fwd": 0.0, "bwd": 0.0}
+    for event in (e for e in events if e.where == "critical"):
+        rec = cost(env, event, policy)
+        wire, kernel = split_kernel(rec)
+        per_mb = event.count / m
+        st.add_comm(event.axis, wire * per_mb)
+        st.compression += kernel * per_mb
+        _place(st, event, rec.time_s * per_mb, kernel * per_mb)
+        if event.axis == "tp":
+            layer_tp[event.phase] += wire * per_mb
+        if s == 0:
+            tally.add(event, rec, event.count)
+            tally.add_kernel(event.axis, kernel * event.count)
+    if plan.tp_overlap:
+        _overlap_tp(st, layer_tp, sc, plan.tp, env.overlap_slowdown)
+    zero3 = [e for e in events if e.where == "zero3"]
+    if zero3:
+        fwd, bwd, k_fwd, k_bwd, st.zero3_layers = _zero3_exposed(step, zero3, layers, sc, tally if s == 0 else None)
+        st.zero3, st.compression = fwd + bwd, st.compression + k_fwd + k_bwd
+        st.fwd_op, st.bwd_op = st.fwd_op + fwd + k_fwd, st.bwd_op + bwd + k_bwd
+    return st
+
+
+def _overlap_tp(st: StageTime, layer_tp: dict, sc, tp: int, slowdown: float) -> None:
+    """Megatron's TP communication overlap (``--tp-comm-overlap``, Transformer Engine): each
+    layer's all-gathers and reduce-scatters are split into ``tp`` chunks pipelined against the
+    GEMMs that consume or produce them, so all but the first chunk hide behind the operation's
+    GEMM seconds. The hidden seconds slow the GEMMs by ``overlap_slowdown`` (SMs given to the
+    communication, as for DP overlap); the tp seconds keep the exposed part and that slowdown."""
+    share = {"fwd": sc.fwd_s, "bwd": sc.bwd_s}
+    total = max(sc.fwd_s + sc.bwd_s, 1e-30)
+    for phase, seconds in layer_tp.items():
+        gemm = sc.gemm_s * share[phase] / total
+        saved = min(seconds * (1 - 1 / tp), gemm) * (1 - slowdown)
+        st.add_comm("tp", -saved)
+        if phase == "fwd":
+            st.fwd_op -= saved
+        else:
+            st.bwd_op -= saved
+            st.bwd -= saved
+
+
+def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
+    """Where an event's per-microbatch seconds block: a transfer of its direction (pp) or the
+    stage's forward or backward operation; backward ones also count in the DP window."""
+    fwd = event.phase == "fwd"
+    if event.axis == "pp":
+        st.pp_kernel += kernel
+        if fwd:
+            st.send_fwd += seconds
+        else:
+            st.send_bwd += seconds
+    elif fwd:
+        st.fwd_op += seconds
+    else:
+        st.bwd_op += seconds
+    if not fwd:
+        st.bwd += seconds
+
+
+def _zero3_exposed(step: StepInputs, events: list, layers: int, sc, tally) -> tuple:
+    """Per microbatch: (forward, backward) exposed communication seconds, (forward, backward)
+    kernel seconds, and the per-layer shape the event engine runs. A layer's gather, prefetched,
+    hides its wire time behind the previous layer's compute (the first one cannot), its gradients'
+    reduce-scatter behind the next layers' (``zero3_forward``, ``zero3_backward``); its kernels run
+    on the GPU that computes and are charged in full wherever they run (``KERNEL_SM_SHARE``)."""
+    env, policy = step.env, step.policy
+    t = {e.name: split_kernel(cost(env, e, policy)) for e in events}
+    if tally is not None:
+        for e in events:
+            rec = cost(env, e, policy)
+            tally.add(e, rec, e.count)
+            tally.add_kernel(e.axis, split_kernel(rec)[1] * e.count, beside_compute=True)
+    (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = t["zero.allgather.fwd"], t["zero.allgather.bwd"], t["dp.reduce_scatter.bwd"]
+    fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
+    fwd = zero3_forward(layers, fwd_layer, ag_f) - sc.fwd_s
+    bwd = zero3_backward(layers, bwd_layer, ag_b, rs) - sc.bwd_s
+    shape = (layers, fwd_layer, bwd_layer, ag_f, ag_b, rs)
+    return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs), shape
+
+
+def time_stages(step: StepInputs) -> tuple[list[StageTime], list[list], Tally]:
+    """Every stage's times and events; the tally counts stage 0's (the stage that ends the step)."""
+    tally, layers = Tally(), step.plan.stage_layers(step.model.num_layers)
+    events = [stage_events(step, s) for s in range(len(layers))]
+    stages = [_stage(step, s, n, events[s], tally) for s, n in enumerate(layers)]
+    return stages, events, tally
+
+
+def _pipeline_breakdown(stages: list[StageTime], plan) -> Breakdown:
+    """The pipeline's seconds by kind, as seen on its bottleneck stage (they sum to the
+    pipeline's time): its operations' parts, its transfers where it waited, the bubble."""
+    total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)
+    b, m = stages[worst], plan.microbatches
+    pp, compression = m * b.comm("pp"), m * b.compression
+    if plan.virtual_stages == 1:
+        exposed, kernel = exposed_pp(b, m, max(0.0, total - bubble - m * (b.fwd_op + b.bwd_op)))
+        pp, compression = exposed - kernel, m * (b.compression - b.pp_kernel) + kernel
+    return Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.comm("tp"), pp_comm_s=pp, compression_s=compression,
+                     dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
+
+
+def _dp_overlap(buckets, step: StepInputs, window, out: Breakdown, tally: Tally) -> None:
+    """Gradient buckets against a backward ``window`` (0: none to hide behind, all exposed).
+    Their wire time hides behind the backward where it can (compute beside it slowed by
+    ``overlap_slowdown``); their kernels are charged wherever they run: exposed ones in the
+    tail, hidden ones as compute they displace (``KERNEL_SM_SHARE``)."""
+    env = step.env
+    records = [cost(env, e, step.policy) for e in buckets]
+    runs = [(e.ready_at * window, e.spacing * window, e.count, r.time_s) for e, r in zip(buckets, records)]
+    exposed, hidden = overlap_buckets(runs, window)
+    kernel = sum(split_kernel(r)[1] * e.count for e, r in zip(buckets, records))
+    busy = exposed + hidden
+    k_exposed = kernel * exposed / busy if busy > 0 else 0.0
+    k_hidden = (kernel - k_exposed) * KERNEL_SM_SHARE
+    out.dp_comm_exposed_s += exposed - k_exposed
+    out.compression_s += k_exposed + k_hidden
+    out.overlap_slowdown_s += env.overlap_slowdown * max(0.0, hidden - (kernel - k_exposed))
+    for e, r in zip(buckets, records):
+        tally.add(e, r, e.count)
+    if buckets:
+        tally.add_kernel("dp", k_exposed)
+        tally.add_kernel("dp", k_hidden, beside_compute=True)
+
+
+def _exposed(out: Breakdown, tally: Tally, event, rec) -> None:
+    """A collective on the critical path after backward: wire time to dp_comm_exposed_s, kernels
+    to compression_s."""
+    wire, kernel = split_kernel(rec)
+    out.dp_comm_exposed_s += wire * event.count
+    out.compression_s += kernel * event.count
+    tally.add(event, rec, event.count)
+    tally.add_kernel(event.axis, kernel * event.count)
+
+
+def bucket_window(step: StepInputs, stages: list[StageTime]) -> float:
+    """The backward window stage 0's gradient buckets hide behind (0 without DP overlap)."""
+    return stages[0].bwd if step.plan.dp_overlap else 0.0
+
+
+class AnalyticalEngine:
+    """Closed forms (module doc)."""
+
+    name = "analytical"
+
+    def time_step(self, step: StepInputs) -> StepTiming:
+        plan = step.plan
+        stages, events, tally = time_stages(step)
+        out = _pipeline_breakdown(stages, plan)
+        first = events[0]
+        _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
+        for event in (e for e in first if e.where == "tail"):
+            _exposed(out, tally, event, cost(step.env, event, step.policy))
+        params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1)
+        out.optimizer_s = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
+        return StepTiming(breakdown=out, tally=tally, stages=stages, extra={"events": events})
+
+
+ANALYTICAL = register(AnalyticalEngine())
