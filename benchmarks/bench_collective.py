@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Performance of the collective model (issue targets in brackets):
+"""Performance of the collective model (targets in brackets):
 
 1. one ``collective_time`` on a 1024-GPU cluster with the fabric view cached [< 100 us];
 2. a 30-size sweep x 10 compressors on ``dgx-h100 --nodes 128``, topology build included [< 1 s].

@@ -3,7 +3,7 @@
 under 1F1B, every stage's gradient buckets sharing its NIC with the transfers) on the heap core
 written for it and on SimPy; median seconds of 5 runs each, the events they handled and the
 end time (which must agree). Then ``perfmodel predict --engine des`` against the analytical
-engine for GPT-3 175B on 1024 and 16,384 A100s (issue 12's targets), with events per second.
+engine for GPT-3 175B on 1024 and 16,384 A100s (targets: des at most 2 s and 30 s), with events per second.
 
 Usage: python benchmarks/bench_des.py [--stages 16] [--microbatches 64] [--buckets 40]
 """
@@ -48,7 +48,7 @@ def main() -> None:
         print(f"{core:6s} {t:9.4f} {work_items / t:10.0f} {r.end_s:10.3f}")
     if len(ends) == 2:
         print(f"# same end time on both cores: {abs(ends['heap'] - ends['simpy']) < 1e-9}")
-    print("# predict gpt3-175b, dgx-a100, tp 8, pp 8, 1F1B, 96 microbatches per step (issue 12: des at most "
+    print("# predict gpt3-175b, dgx-a100, tp 8, pp 8, 1F1B, 96 microbatches per step (targets: des at most "
           "2 s on 1024 GPUs, 30 s on 16,384); warm caches, median of 3")
     print(f"{'GPUs':>6s} {'engine':10s} {'median s':>9s} {'events':>8s} {'events/s':>9s} {'step s':>8s}")
     for gpus in (1024, 16384):

@@ -2,7 +2,7 @@
 """The first prediction on a large cluster: a cold ``perfmodel.predict`` (graph built, fabric
 views computed, nothing cached) of gpt3-175b, tp 8, pp 8, 96 microbatches per DP replica, on
 dgx-a100 at each size, each in a fresh process; seconds and peak resident memory. Then one warm
-predict. Targets (issue 12): 16,384 GPUs at most 1 s, 131,072 at most 10 s and 1 GiB.
+predict. Targets: 16,384 GPUs at most 1 s, 131,072 at most 10 s and 1 GiB.
 
 Usage: python benchmarks/bench_fabric_view.py [--gpus 1024 16384 131072]
 """

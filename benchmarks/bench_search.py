@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """``perfmodel search`` throughput: (plan, policy) evaluations per minute with the default
 candidates and budget, cold (each run a fresh process: nothing cached), on one worker and on
-every core. Target (issue 13): at least 100,000 per minute on this machine.
+every core. Target: at least 100,000 per minute on this machine.
 
 Usage: python benchmarks/bench_search.py [--quick]
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Performance of the step model (issue targets in brackets):
+"""Performance of the step model (targets in brackets):
 
 1. one ``predict`` with catalogs loaded and the plan's fabric views cached [< 10 ms];
 2. the sweep of every valid plan of gpt3-175b on 1024 GPUs of dgx-a100 for 5 policies [< 60 s],
@@ -13,7 +13,7 @@ import argparse
 import statistics
 import time
 
-from perfmodel.pipeline import predict
+from perfmodel.prediction import predict
 from perfmodel.plan_sweep import sweep_plans
 
 POLICIES = "none;naive:int8;hybrid;naive:fp16;dp=ef(topk(0.01))+int8,zero=ef(topk(0.01))+int8"

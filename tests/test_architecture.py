@@ -48,3 +48,25 @@ def test_perfmodel_installs_without_torch():
     pins = (ROOT / "constraints.txt").read_text().split()
     assert "torch==2.13.0" in pins and "zfpy==1.0.1" in pins   # what CI installs
     assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
+
+
+def _top_level_imports(path: Path):
+    """Modules a file imports at module level (not inside functions: those load on use)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module.split(".")[0]
+
+
+def test_topologies_imports_networkx_and_numpy_and_loads_the_rest_on_use():
+    """docs/design.md, Layering: at import, topologies needs networkx and numpy only; scipy
+    (routing) and matplotlib (draw, imported by the CLI only when drawing) load on use."""
+    import sys
+
+    allowed = set(sys.stdlib_module_names) | {"topologies", "networkx", "numpy", "__future__"}
+    bad = []
+    for path in (ROOT / "topologies").rglob("*.py"):
+        extra = {"matplotlib"} if path.name == "draw.py" else set()
+        bad += [f"{path.name} imports {m}" for m in _top_level_imports(path) if m not in allowed | extra]
+    assert not bad, bad

@@ -1,0 +1,68 @@
+"""The axis declarations (perfmodel.axes) are what the rest of the model reads, and they agree
+with the events their generators produce."""
+from dataclasses import fields
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel.axes import AXES, ISSUE_ORDER, NAMES, active_axes, step_events
+from perfmodel.comm import StageContext
+from perfmodel.memory import shards
+from perfmodel.mesh import mesh_for
+from perfmodel.plan import MESH_AXES, make_plan
+from perfmodel.policy import POLICY_AXES, parse_policy
+from perfmodel.search import DEFAULT_MAX_ERROR
+from perfmodel.step import Breakdown
+from perfmodel.workload import load_model
+
+
+def _events(model, plan, gpus_per_host=8):
+    mesh = mesh_for(plan)
+    return [step_events(StageContext(model=model, plan=plan, mesh=mesh, stage=s, layers=n,
+                                     gpus_per_host=gpus_per_host))
+            for s, n in enumerate(plan.stage_layers(model.num_layers))]
+
+
+def test_every_reader_takes_the_declared_axes():
+    assert POLICY_AXES == NAMES and set(ISSUE_ORDER) == set(AXES)
+    assert set(DEFAULT_MAX_ERROR) == set(AXES)
+    assert set(parse_policy("none").axes) == set(AXES)
+    breakdown = {f.name for f in fields(Breakdown)}
+    for axis in AXES.values():
+        assert axis.mesh_axis in MESH_AXES and axis.breakdown in breakdown
+        assert axis.error in ("reduced", "forwarded") and 0 < axis.max_error < 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=st.sampled_from(["gpt3-1.3b", "llama3-8b", "gpt2-medium"]), tp=st.sampled_from([1, 2, 4]),
+       pp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 4]), zero=st.sampled_from([0, 1, 2, 3]),
+       sp=st.booleans())
+def test_an_axis_is_active_exactly_where_its_generator_moves_something(model, tp, pp, dp, zero, sp):
+    arch = load_model(model)
+    plan = make_plan(arch, tp * pp * dp, tp=tp, pp=pp, zero=zero, mbs=1, gbs=dp * pp * 2, sequence_parallel=sp)
+    per_stage = _events(arch, plan)
+    moved = {e.axis for stage in per_stage for e in stage}
+    assert set(active_axes(plan, arch)) == moved
+    for stage in per_stage:                      # each generator yields its own axis only, in issue order
+        order = [ISSUE_ORDER.index(e.axis) for e in stage]
+        assert order == sorted(order)
+        for name, axis in AXES.items():
+            assert all(e.axis == name for e in axis.events(StageContext(
+                model=arch, plan=plan, mesh=mesh_for(plan), stage=0, layers=plan.stage_layers(arch.num_layers)[0])))
+
+
+def test_active_axes_reads_plan_dicts_and_tied_embeddings():
+    tied = load_model("gpt3-1.3b")
+    assert tied.tied_embeddings
+    plan = {"tp": 1, "pp": 4, "dp": 1, "zero": 0}
+    assert active_axes(plan) == ("pp",)                       # structure alone
+    assert active_axes(plan, tied) == ("dp", "pp")            # the tied embedding's gradient sum is dp traffic
+    assert active_axes({"tp": 2, "pp": 1, "dp": 2, "zero": 1}) == ("dp", "zero", "tp")
+
+
+@pytest.mark.parametrize("zero, expected", [(0, (1, 1, 1)), (1, (4, 1, 1)), (2, (4, 4, 1)), (3, (4, 4, 4))])
+def test_zero_axis_declares_its_memory_shards(zero, expected):
+    plan = make_plan(load_model("gpt3-1.3b"), 8, tp=2, zero=zero, gbs=4)
+    assert tuple(shards(plan, k) for k in ("optimizer", "gradients", "weights")) == expected
+    assert shards(plan, "params") == 2                        # the tp axis splits every parameter
