@@ -10,7 +10,7 @@ puts TP innermost (inside a node), then PP, then DP.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
 from perfmodel.schedule import SCHEDULES
@@ -87,8 +87,7 @@ class PlanRequest:
 
     def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
         """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
-        fields = {k: v for k, v in vars(self).items() if k not in ("gpus", "nodes", "compute_dtype")}
-        return make_plan(model, gpus, compute_dtype=self.compute_dtype or compute_dtype, **fields)
+        return make_plan(model, gpus, self, compute_dtype=self.compute_dtype or compute_dtype)
 
 
 def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:
@@ -108,17 +107,16 @@ def parse_schedule(text: str) -> tuple[str, int]:
     return name, int(v)
 
 
-def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto", zero: int = 0,
-              mbs: int = 1, gbs: int | None = None, seq: int | None = None, sequence_parallel: bool = False,
-              recompute: str = "none", schedule: str = "1f1b", compute_dtype: str = "bf16",
-              grad_dtype: str = "fp32", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-              order: str = "tp,pp,dp", dp_overlap: bool = True, hpz: bool = False,
-              tp_overlap: bool = False) -> ParallelPlan:
-    """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field."""
-    tp, pp, mbs = _positive("tp", tp), _positive("pp", pp), _positive("mbs", mbs)
+def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, **fields) -> ParallelPlan:
+    """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field. The plan is
+    ``request`` (a PlanRequest) or its fields as keywords (``make_plan(m, 8, tp=2, zero=1)``);
+    an open ``compute_dtype`` means bf16."""
+    r = replace(request or PlanRequest(), **fields)
+    tp, pp, mbs = _positive("tp", r.tp), _positive("pp", r.pp), _positive("mbs", r.mbs)
+    zero, recompute, schedule, order = r.zero, r.recompute, r.schedule, r.order
     if gpus % (tp * pp):
         raise InputError("tp*pp", tp * pp, f"a divisor of the {gpus} GPUs")
-    dp = gpus // (tp * pp) if dp in ("auto", None) else _positive("dp", dp, "an integer >= 1 or auto")
+    dp = gpus // (tp * pp) if r.dp in ("auto", None) else _positive("dp", r.dp, "an integer >= 1 or auto")
     if dp * tp * pp != gpus:
         raise InputError("dp", dp, f"dp x tp x pp = {gpus} GPUs (auto: {gpus // (tp * pp)})")
     if model.num_heads % tp or model.num_kv_heads % tp:
@@ -126,7 +124,7 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
                          f"{model.num_kv_heads}")
     if pp > model.num_layers:
         raise InputError("pp", pp, f"at most num_layers {model.num_layers}")
-    gbs = mbs * dp if gbs is None else _positive("gbs", gbs)
+    gbs = mbs * dp if r.gbs is None else _positive("gbs", r.gbs)
     if gbs % (mbs * dp):
         step = mbs * dp
         near = sorted({max(step, gbs // step * step), (gbs // step + 1) * step})
@@ -136,29 +134,35 @@ def make_plan(model: ModelSpec, gpus: int, *, tp: int = 1, pp: int = 1, dp="auto
     if virtual > 1 and (model.num_layers % (pp * virtual) or (gbs // (mbs * dp)) % pp):
         raise InputError("schedule", schedule, f"interleaving needs num_layers divisible by pp x V and "
                          f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
-    if zero not in (0, 1, 2, 3):
-        raise InputError("zero", zero, "0, 1, 2 or 3")
-    if hpz and zero != 3:
-        raise InputError("hpz", hpz, "only with zero 3 (a secondary partition of ZeRO-3's parameters)")
-    if tp_overlap and (tp == 1 or not sequence_parallel):
-        raise InputError("tp_overlap", tp_overlap, "only with tp > 1 and sequence parallelism (the overlap splits "
-                         "its all-gathers and reduce-scatters against the GEMMs)")
-    if recompute not in RECOMPUTE:
-        raise InputError("recompute", recompute, " or ".join(RECOMPUTE))
-    for field, value in (("compute_dtype", compute_dtype), ("grad_dtype", grad_dtype)):
-        if value not in ("fp32", "bf16", "fp16"):
-            raise InputError(field, value, "fp32, bf16 or fp16")
-    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
-        raise InputError("bucket_bytes", bucket_bytes, "a positive number of bytes")
+    _check_options(r, tp)
+    compute_dtype = r.compute_dtype or "bf16"
     axes = tuple(a.strip() for a in str(order).split(","))
     if sorted(axes) != sorted(MESH_AXES):
         raise InputError("order", order, "a permutation of tp,pp,dp (innermost first)")
-    seq = model.seq_len if seq is None else _positive("seq", seq)
+    seq = model.seq_len if r.seq is None else _positive("seq", r.seq)
     return ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
-                        sequence_parallel=bool(sequence_parallel) and tp > 1, recompute=recompute,
+                        sequence_parallel=bool(r.sequence_parallel) and tp > 1, recompute=recompute,
                         schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
-                        grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, order=axes, dp_overlap=bool(dp_overlap),
-                        hpz=bool(hpz) and dp > 1, tp_overlap=bool(tp_overlap))
+                        grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes, order=axes,
+                        dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap))
+
+
+def _check_options(r: PlanRequest, tp: int) -> None:
+    """ZeRO, hpZ, TP overlap, recompute, dtypes and bucket size of a request (one field each)."""
+    if r.zero not in (0, 1, 2, 3):
+        raise InputError("zero", r.zero, "0, 1, 2 or 3")
+    if r.hpz and r.zero != 3:
+        raise InputError("hpz", r.hpz, "only with zero 3 (a secondary partition of ZeRO-3's parameters)")
+    if r.tp_overlap and (tp == 1 or not r.sequence_parallel):
+        raise InputError("tp_overlap", r.tp_overlap, "only with tp > 1 and sequence parallelism (the overlap splits "
+                         "its all-gathers and reduce-scatters against the GEMMs)")
+    if r.recompute not in RECOMPUTE:
+        raise InputError("recompute", r.recompute, " or ".join(RECOMPUTE))
+    for field, value in (("compute_dtype", r.compute_dtype or "bf16"), ("grad_dtype", r.grad_dtype)):
+        if value not in ("fp32", "bf16", "fp16"):
+            raise InputError(field, value, "fp32, bf16 or fp16")
+    if isinstance(r.bucket_bytes, bool) or not isinstance(r.bucket_bytes, int) or r.bucket_bytes < 1:
+        raise InputError("bucket_bytes", r.bucket_bytes, "a positive number of bytes")
 
 
 def divisors(n: int) -> list[int]:
