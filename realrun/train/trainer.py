@@ -176,17 +176,16 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
         t = now(run.device)
         opt.step()
         optim = now(run.device) - t
-    kernels = {name: s.compress_s + s.decompress_s for name, s in
-               (("tp", tp_stats), ("pp", pipe.stats), ("dp", stats), ("zero", zero_stats))}
+    measured = {"dp": (stats, dp_error), "tp": (tp_stats, tp_error), "pp": (pipe.stats, pipe.error),
+                "zero": (zero_stats, None)}   # perfmodel.axes names; zero: its error is not measured
+    kernels = {axis: st.compress_s + st.decompress_s for axis, (st, _) in measured.items()}
     times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
                               max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
                               max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim)))
     times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
-            "dp_wire_bytes": stats.bytes_out, "tp_wire_bytes": tp_stats.bytes_out,
-            "pp_wire_bytes": pipe.stats.bytes_out, "zero_wire_bytes": zero_stats.bytes_out,
-            **{f"{axis}_rel_error": e.value() if e else None for axis, e in
-               (("dp", dp_error), ("tp", tp_error), ("pp", pipe.error))}}
+            **{f"{axis}_wire_bytes": st.bytes_out for axis, (st, _) in measured.items()},
+            **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}}
 
 
 def device_of(cfg: TrainConfig, rank: int) -> torch.device:
