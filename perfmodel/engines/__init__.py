@@ -5,11 +5,15 @@ returns a ``StepTiming`` (the breakdown, the tally of wire bytes, errors and ker
 per-stage times the trace draws, and its simulation if it ran one). ``analytical`` prices every
 event in closed forms and runs the pipeline schedule operation by operation; ``des`` runs the
 same stage costs as events with link sharing (``perfmodel.simulate``) and reports the
-difference as ``contention_s``. Adding an engine is one module that registers itself here.
+difference as ``contention_s``. Adding an engine is one module in this package that registers
+itself (``register``); ``engine_for`` imports every module here.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Protocol
 
 from topologies import InputError
@@ -69,6 +73,9 @@ def engine_for(name: str) -> Engine:
     return ENGINES[name]
 
 
+@cache
 def _load() -> None:
-    """Import the built-in engines (they register themselves)."""
-    from perfmodel.engines import analytical, des  # noqa: F401
+    """Import every module of this package once: each engine registers itself (analytical first)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__))
+    for name in ["analytical"] + [n for n in names if n != "analytical"]:
+        importlib.import_module(f"{__name__}.{name}")
