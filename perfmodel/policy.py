@@ -28,7 +28,7 @@ Presets (``PRESETS``; each axis's spec and minimum message size):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from perfmodel.axes import NAMES as POLICY_AXES
 from perfmodel.compression import Codec, compile_spec, split_top_level
@@ -46,17 +46,27 @@ PRESETS = {
 }
 
 
+_NONE = compile_spec("none")
+
+
 @dataclass(frozen=True)
 class AxisPolicy:
+    """One axis's spec and the smallest message it compresses; the spec is compiled once, here
+    (``codec``), and the compiled object is what the model and the runtime use."""
+
     spec: str = "none"
     min_bytes: int = 0
+    codec: Codec = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "codec", compile_spec(self.spec))
 
     def spec_for(self, nbytes: float) -> str:
         return self.spec if nbytes >= self.min_bytes else "none"
 
     def codec_for(self, nbytes: float) -> Codec:
-        """The compiled spec for a message of ``nbytes`` (compiled once: ``compile_spec`` caches)."""
-        return compile_spec(self.spec_for(nbytes))
+        """The compiled spec for a message of ``nbytes`` (below ``min_bytes``: uncompressed)."""
+        return self.codec if nbytes >= self.min_bytes else _NONE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +79,7 @@ class CompressionPolicy:
 
     @property
     def is_none(self) -> bool:
-        return all(compile_spec(a.spec).is_none for a in self.axes.values())
+        return all(a.codec.is_none for a in self.axes.values())
 
     def describe(self) -> dict:
         return {a: {"spec": p.spec, "min_bytes": p.min_bytes} for a, p in self.axes.items()}
@@ -82,7 +92,6 @@ def _preset(item: str) -> dict | None:
         return {a: AxisPolicy(spec, m) for a, (spec, m) in PRESETS[item].items()}
     if item.startswith("naive:"):
         spec = item[len("naive:"):]
-        compile_spec(spec)
         return {a: AxisPolicy(spec) for a in POLICY_AXES}
     return None
 
@@ -105,7 +114,6 @@ def parse_policy(text: str) -> CompressionPolicy:
         if attr == "min":
             axes[axis] = replace(axes[axis], min_bytes=parse_size(value, f"policy.{axis}.min"))
         else:
-            compile_spec(value)
             axes[axis] = replace(axes[axis], spec=value.strip())
     return CompressionPolicy(text=text, axes=axes)
 
