@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+PUBLISHED = ROOT / "validation" / "published"   # other people's measurements, with their sources
 
 
 def run_cli(*args, check_rc=None):
@@ -25,7 +25,6 @@ def cli():
 
 
 @pytest.fixture
-def shared_data():
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"reference data not found at {SHARED_DATA}")
-    return SHARED_DATA
+def published():
+    """The folder of published reference tables (committed, so it is never missing)."""
+    return PUBLISHED
