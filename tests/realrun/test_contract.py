@@ -1,6 +1,8 @@
 """One contract per compressor: every family resolves on every side it claims, a new family
 is one module (shown by one defined here), and no corrupted payload is ever decoded."""
+import inspect
 import math
+import re
 import struct
 
 import numpy as np
@@ -13,7 +15,7 @@ from perfmodel.compression import families
 from realrun.compressors import Compressor, fast
 from realrun.compressors.payload import CHECKSUM_AT, MAX_COUNT, checksum, seal
 from realrun.compressors.stages import Stage
-from realrun.gpu import gpu_families
+from realrun.gpu import gpu_families, kernels
 from topologies.errors import InputError
 
 pytest.importorskip("zfpy", reason="the real extra (zfpy, pysz, numcodecs) is not installed")
@@ -33,6 +35,20 @@ def test_gpu_implementations_belong_to_registered_families():
     assert set(gpu_families()) <= set(families.FAMILIES)
     for name in gpu_families():
         assert families.FAMILIES[name].IMPLEMENTATIONS["cupy"] is not None
+
+
+def test_the_gpu_backend_covers_exactly_the_families_it_declares():
+    """Without CuPy too: the families of the GPU backend's declaration (``SERVES``) are exactly
+    those with a cupy implementation, each the same stage class as on the host (one stage, two
+    backends); the kernels they declare are exactly the kernels kernels.cu defines and the
+    backend launches, so no family claims a kernel that is missing and no kernel is dead."""
+    assert {cls.NAME for cls in kernels.SERVES} == set(gpu_families())
+    for cls in kernels.SERVES:
+        assert cls.IMPLEMENTATIONS["cupy"] is cls.IMPLEMENTATIONS["numpy"], cls.NAME
+    declared = {name for serves in kernels.SERVES.values() for name in serves.kernels}
+    defined = set(re.findall(r'extern "C" __global__ void (\w+)', kernels.kernel_source()))
+    launched = set(re.findall(r'_launch\("(\w+)"', inspect.getsource(kernels)))
+    assert declared == defined == launched
 
 
 def test_a_family_without_an_implementation_is_a_clear_error():
