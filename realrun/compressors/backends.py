@@ -11,16 +11,18 @@ top-k selection and scatter, and the payload checksum's reduction. Two backends 
   for the families it declares (a family without a GPU path is refused when a GPU compressor is
   built, never run on the host).
 
-Both produce the reference's bytes (tests compare them). ``Backend`` also carries what differs
-between host and device memory for metadata: host metadata is ``bytes``, device metadata a
-uint8 device array (``meta``, ``view``, ``join``), so chains, error feedback and payload
-assembly (``compressor.py``) are written once too. Adding a backend is a module that defines a
-``Backend`` subclass as ``BACKEND`` and its entry in ``BACKENDS``.
+Both implement ``Kernels`` and produce the reference's bytes (tests compare them). ``Backend``
+also carries what differs between host and device memory for metadata: host metadata is
+``bytes``, device metadata a uint8 device array (``meta``, ``view``, ``join``), so chains, error
+feedback and payload assembly (``compressor.py``) are written once too. Adding a backend is a
+module that defines a ``Backend`` subclass (implementing ``Kernels``) as ``BACKEND``, and its
+entry in ``BACKENDS``.
 """
 from __future__ import annotations
 
 import importlib
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 
@@ -31,8 +33,10 @@ BACKENDS = {"numpy": "realrun.compressors.fast", "cupy": "realrun.gpu.kernels"}
 
 
 class Backend:
-    """The primitives over one array module. The base is the host side (numpy arrays, bytes
-    metadata) with no kernels; a backend overrides what it compiles and lists its casts."""
+    """What stages and payloads need of one array module: its metadata form, whether its
+    kernels run (``compiled``, ``serves``, ``casts``) and the checksum's reduction. The base is
+    the host side (numpy arrays, bytes metadata, no kernels); a backend subclasses it and
+    implements ``Kernels``."""
 
     NAME = "numpy"
     CASTS = frozenset()   # cast formats (fp16, bf16, e4m3, e5m2) with a kernel here
@@ -76,38 +80,37 @@ class Backend:
         weights = xp.arange(1, 2 * int(words.size), 2, dtype=xp.uint64)
         return int((words.astype(xp.uint64) * weights).sum())
 
+
+class Kernels(Protocol):
+    """The hot-path primitives of a compiled backend (numba, CuPy), on float32 values of its
+    array module; ``work(tag, n, dtype)`` gives a stage's reusable host scratch arrays. Stages
+    call one only where ``Backend.serves`` (or ``casts``) says yes, else they run the reference."""
+
     def quantize(self, x, block: int, bits: int, work):
         """Blockwise absmax codes of float32 ``x`` in ``bits`` (8, or 4 packed two per byte, low
         nibble first) as uint8, and the float32 scale of every block."""
-        raise NotImplementedError(self.NAME)
 
     def dequantize(self, values, scales, n: int, block: int, bits: int, top: float, out, work):
         """float32 values of ``n`` codes into ``out``, clipped to +-``top``."""
-        raise NotImplementedError(self.NAME)
 
     def sign_encode(self, x, block: int, work):
         """Sign bits (1 = non-negative or NaN, eight per byte, LSB first) and mean |x| per block."""
-        raise NotImplementedError(self.NAME)
 
     def sign_decode(self, bits, scales, n: int, block: int, top: float, out):
-        raise NotImplementedError(self.NAME)
+        """+-scale of each value's block into ``out`` (clipped to +-``top``), by its sign bit."""
 
     def cast_encode(self, fmt: str, x, work):
         """The codes of float32 ``x`` in ``fmt`` (one of ``CASTS``)."""
-        raise NotImplementedError(self.NAME)
 
     def cast_decode(self, fmt: str, codes, out):
         """float32 values of ``codes`` into ``out``."""
-        raise NotImplementedError(self.NAME)
 
     def topk(self, x, k: int, work):
         """Ascending indices and values of the ``k`` largest |x| (0 < k < n), ties at the
         threshold keeping the lowest indices (the reference's rule)."""
-        raise NotImplementedError(self.NAME)
 
     def scatter(self, values, idx, out):
         """``out`` zeroed, then ``out[idx] = values``."""
-        raise NotImplementedError(self.NAME)
 
 
 @cache
