@@ -1,14 +1,18 @@
 """The numba kernels behind ``realrun.compressors.fast`` (compiled on first use, cached on disk).
 
 Kept apart so that importing realrun does not import numba (a quarter of a second): ``fast``
-loads this module the first time a compiled path runs.
+(the numba backend) loads this module the first time a compiled path runs. This module owns
+the kernels and imports nothing from ``fast``.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-from realrun.compressors.fast import MAGIC, TINY
+from realrun.compressors.stages import TINY
+
+ROUND_BIAS = np.float32(1.5 * 2**23)   # y + ROUND_BIAS - ROUND_BIAS == rint(y) in float32 for |y| < 2**22
+
 
 @njit(parallel=True, cache=True)
 def quantize_absmax(x, block, levels, codes, scales):
@@ -43,9 +47,9 @@ def quantize_absmax(x, block, levels, codes, scales):
             for i in range(xs.size):
                 v = xs[i] if np.isfinite(xs[i]) else np.float32(0.0)
                 cs[i] = min(max(np.rint(v / safe), -levels), levels)
-        else:   # finite block: MAGIC rounds half to even (a subnormal scale may pass the levels)
+        else:   # finite block: ROUND_BIAS rounds half to even (a subnormal scale may pass the levels)
             for i in range(xs.size):
-                cs[i] = min(max((xs[i] / safe + MAGIC) - MAGIC, -levels), levels)
+                cs[i] = min(max((xs[i] / safe + ROUND_BIAS) - ROUND_BIAS, -levels), levels)
 
 @njit(parallel=True, cache=True)
 def pack_nibbles(codes, out):

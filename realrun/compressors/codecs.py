@@ -1,5 +1,6 @@
 """Stages backed by external codecs and linear algebra: PowerSGD, zfp (zfpy), SZ3 (pysz),
-lossless (numcodecs). zfp, SZ3 and numcodecs come with the ``real`` extra."""
+lossless (numcodecs), MPC. zfp, SZ3 and numcodecs come with the ``real`` extra. Host only:
+none of these has a GPU path (a GPU compressor refuses them)."""
 from __future__ import annotations
 
 
@@ -32,7 +33,7 @@ def _finite(name: str, x: np.ndarray) -> None:
 
 
 @families.PowerSgd.implements("numpy")
-class PowerSgd(Stage):
+class PowerSgdStage(Stage):
     """Rank-r approximation by one power iteration with warm start (Vogels et al. 2019): the
     buffer as an m x n matrix (zero padded), P = M Q, orthogonalized, Q = M^T P; payload P, Q
     with columns balanced so that neither factor overflows. Q starts from (seed) random and
@@ -76,7 +77,7 @@ class PowerSgd(Stage):
 
 
 @families.Zfp.implements("numpy")
-class Zfp(Stage):
+class ZfpStage(Stage):
     """zfp through zfpy, headerless: fixed rate is exact (``rate`` bits per value, 64-bit
     words); tolerance and precision produce a blob of data-dependent length."""
 
@@ -103,7 +104,7 @@ class Zfp(Stage):
 
 
 @families.Sz3.implements("numpy")
-class Sz3(Stage):
+class Sz3Stage(Stage):
     """SZ3 through pysz with an absolute or value-range-relative error bound."""
 
     def encode(self, x, ctx):
@@ -128,7 +129,7 @@ class Sz3(Stage):
 
 
 @families.Lossless.implements("numpy")
-class Lossless(Stage):
+class LosslessStage(Stage):
     """A byte shuffle (or Blosc bit shuffle) and zstd or lz4 from numcodecs; bit-exact."""
 
     def _codec(self, itemsize):
@@ -159,7 +160,7 @@ class Lossless(Stage):
 
 
 @families.Mpc.implements("numpy")
-class Mpc(Stage):
+class MpcStage(Stage):
     """MPC's four stages in numpy (realrun.compressors.mpc); bit-exact for every float pattern."""
 
     def encode(self, x, ctx):

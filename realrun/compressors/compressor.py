@@ -7,6 +7,11 @@
 Body layout: every stage's metadata in order, then the last stage's values (raw when the size
 is known from the element count, else an 8-byte length and the blob). ``len(payload)`` equals
 perfmodel's ``Codec.wire_bytes`` for every fixed-size spec.
+
+Chains, error feedback, the header, the checksum and the checks before decoding are written
+once here, for any array backend (``backends``): ``Compressor`` takes host arrays and makes
+``Payload`` bytes; ``realrun.gpu.GpuCompressor`` is the same class with device edges (CuPy
+arrays in, a device uint8 array out).
 """
 from __future__ import annotations
 
@@ -16,10 +21,10 @@ import numpy as np
 
 from perfmodel.compression import families
 from perfmodel.compression.codec import EF as EFNode
-from perfmodel.compression.codec import Codec, compile_spec
+from perfmodel.compression.codec import Codec, compile_spec, header_bytes
 from perfmodel.compression.families import Family
-from realrun.compressors import codecs, stages  # noqa: F401  (codecs registers its implementations)
-from realrun.compressors.payload import DTYPES, Header, Payload, seal, spec_digest
+from realrun.compressors import backends, codecs, stages  # noqa: F401  (codecs registers its implementations)
+from realrun.compressors.payload import DTYPES, MAX_NDIM, Header, Payload, seal, spec_digest
 from topologies.errors import InputError
 
 LENGTH = struct.Struct("<Q")
@@ -46,6 +51,10 @@ class ChainStage(stages.Stage):
         for part, _, d in self._walk(0, dtype):
             part.check(d)
 
+    def leaves(self, dtype):
+        for part, _, d in self._walk(0, dtype):
+            yield from part.leaves(d)
+
     def layout(self, n, dtype):
         meta, lay = 0, None
         for part, m, d in self._walk(n, dtype):
@@ -54,11 +63,11 @@ class ChainStage(stages.Stage):
         return families.Layout(lay.count, lay.dtype, meta)
 
     def encode(self, x, ctx):
-        metas = []
+        be, metas = backends.of(x), []
         for part in self.parts:
             x, meta = part.encode(x, ctx)
             metas.append(meta)
-        return x, b"".join(metas)
+        return x, be.join(metas)
 
     def decode(self, values, meta, n, dtype, ctx):
         steps = list(self._walk(n, dtype))
@@ -85,6 +94,9 @@ class ErrorFeedbackStage(stages.Stage):
     def check(self, dtype):
         self.inner.check(dtype)
 
+    def leaves(self, dtype):
+        yield from self.inner.leaves(dtype)
+
     def layout(self, n, dtype):
         return self.inner.layout(n, dtype)
 
@@ -100,7 +112,8 @@ class ErrorFeedbackStage(stages.Stage):
 
 
 def build_stage(node, backend: str = "numpy"):
-    """The implementation tree of a compiled spec's root (perfmodel's Codec.root)."""
+    """The implementation tree of a compiled spec's root (perfmodel's Codec.root), every family
+    from its implementation registered for ``backend`` (a clear error where there is none)."""
     if isinstance(node, Family):
         return node.implementation(backend)(node)
     if isinstance(node, EFNode):
@@ -155,12 +168,16 @@ def _check_out(out, shape, dtype) -> np.ndarray:
 class Compressor:
     """Compress and decompress with one spec (a string, parsed once here, or a compiled
     ``Codec``); stateful parts (error feedback residuals, PowerSGD warm start, random draws)
-    live in ``self.ctx``. Every payload is checked whole before it is decoded (``Header``)."""
+    live in ``self.ctx``. Every payload is checked whole before it is decoded (``Header``).
+    ``BACKEND`` names the implementations built (perfmodel's registry key): ``numpy`` here,
+    for host arrays; the stages pick numba or the reference by themselves."""
+
+    BACKEND = "numpy"
 
     def __init__(self, spec: str | Codec, seed: int = 0):
         codec = spec if isinstance(spec, Codec) else compile_spec(spec)
         self.spec, self.codec = codec.text, codec
-        self.root = build_stage(codec.root)
+        self.root = build_stage(codec.root, self.BACKEND)
         self.ctx = stages.CompressorState(seed=seed)
         self.digest = spec_digest(self.spec)
 
@@ -173,15 +190,21 @@ class Compressor:
         flat = np.ascontiguousarray(arr).reshape(-1)
         if self.codec.is_none:
             return Payload(flat.tobytes() if out is None else _assemble([], flat, out))
+        header, meta, prefix, values = self._encode(flat, arr.shape, key)
+        buf = _assemble([header.pack(), meta, prefix], values, out)
+        seal(buf)
+        return Payload(buf)
+
+    def _encode(self, flat, shape, key: str):
+        """(header without its checksum, metadata, length prefix, values) of a flat array of
+        any backend: the stages run, the call is counted."""
         self.root.check(flat.dtype)
         self.ctx.key, self.ctx.out = key, None
         values, meta = self.root.encode(flat, self.ctx)
         self.ctx.step += 1
-        header = Header(dtype=flat.dtype, shape=tuple(arr.shape) or (1,), digest=self.digest).pack()
+        header = Header(dtype=flat.dtype, shape=tuple(shape) or (1,), digest=self.digest)
         prefix = LENGTH.pack(values.nbytes) if self.root.layout(0, flat.dtype).dtype is None else b""
-        buf = _assemble([header, meta, prefix], values, out)
-        seal(buf)
-        return Payload(buf)
+        return header, meta, prefix, values
 
     def decompress(self, payload: Payload, like=None, out=None) -> np.ndarray:
         """The array back; for ``none`` (raw bytes, no header) pass ``like`` (shape and dtype).
@@ -190,23 +213,37 @@ class Compressor:
         data = memoryview(payload.data if isinstance(payload, Payload) else payload).cast("B")
         if self.codec.is_none:
             return self._raw(data, like, out)
-        header, offset = Header.unpack(data)
-        if header.digest != self.digest:
-            raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
-        n, dtype = header.count, header.dtype
-        values, meta = self._split(data, offset, n, dtype)
-        self.ctx.out = None if out is None else _check_out(out, header.shape, dtype)
-        try:
-            decoded = self.root.decode(values, meta, n, dtype, self.ctx)
-        finally:
-            self.ctx.out = None
-        if np.size(decoded) != n:
-            raise InputError("payload", f"{np.size(decoded)} decoded values", f"{n} values (header)")
-        result = np.asarray(decoded, dtype=dtype).reshape(header.shape)
+        header, values, meta = self._parse(np.frombuffer(data, np.uint8))
+        decoded = self._decode(header, values, meta, None if out is None else _check_out(out, header.shape,
+                                                                                          header.dtype))
+        result = np.asarray(decoded, dtype=header.dtype).reshape(header.shape)
         if out is not None and not np.shares_memory(result, out):
             out[...] = result
             return out
         return result if out is None else out
+
+    def _parse(self, data):
+        """(header, values, metadata) of a payload, a uint8 array of any backend: the header's
+        fields, the body's checksum, the spec digest and the body's length are checked first."""
+        be = backends.of(data)
+        header, offset = Header.unpack(be.to_host(data[:header_bytes(MAX_NDIM)]), verify=False)
+        body = data[offset:]
+        header.verify(body)
+        if header.digest != self.digest:
+            raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
+        values, meta = self._split(body, header.count, header.dtype, be)
+        return header, values, meta
+
+    def _decode(self, header, values, meta, out):
+        """The flat decoded values (into ``out`` where given, a flat array of the right size)."""
+        self.ctx.out = out
+        try:
+            decoded = self.root.decode(values, meta, header.count, header.dtype, self.ctx)
+        finally:
+            self.ctx.out = None
+        if np.size(decoded) != header.count:
+            raise InputError("payload", f"{np.size(decoded)} decoded values", f"{header.count} values (header)")
+        return decoded
 
     def _raw(self, data, like, out):
         if like is None:
@@ -219,18 +256,18 @@ class Compressor:
         _check_out(out, like.shape, like.dtype)[:] = raw.reshape(-1)
         return out
 
-    def _split(self, data, offset: int, n: int, dtype) -> tuple[np.ndarray, bytes]:
-        """(values, metadata) of a payload body, its length checked against the layout."""
+    def _split(self, body, n: int, dtype, be) -> tuple:
+        """(values, metadata) of a payload body (a uint8 array), its length checked against the layout."""
         lay = self.root.layout(n, dtype)
-        body = len(data) - offset
-        meta = bytes(data[offset:offset + lay.meta_bytes])
+        meta = be.meta(body[:lay.meta_bytes])
         if lay.dtype is not None:
-            if body != lay.meta_bytes + lay.value_bytes:
-                raise InputError("payload", f"{body} body bytes", f"{lay.meta_bytes + lay.value_bytes} bytes "
+            if len(body) != lay.meta_bytes + lay.value_bytes:
+                raise InputError("payload", f"{len(body)} body bytes", f"{lay.meta_bytes + lay.value_bytes} bytes "
                                  f"for {n} values under {self.spec}")
-            return np.frombuffer(data, lay.dtype, count=lay.count, offset=offset + lay.meta_bytes), meta
-        start = offset + lay.meta_bytes + LENGTH.size
-        if body < lay.meta_bytes + LENGTH.size or LENGTH.unpack_from(data, start - LENGTH.size)[0] != len(data) - start:
-            raise InputError("payload", f"{body} body bytes", f"{lay.meta_bytes} metadata bytes, an 8-byte length "
+            return be.view(body[lay.meta_bytes:], lay.dtype), meta
+        start = lay.meta_bytes + LENGTH.size
+        if len(body) < start or LENGTH.unpack(bytes(be.to_host(body[start - LENGTH.size:start])))[0] != \
+                len(body) - start:
+            raise InputError("payload", f"{len(body)} body bytes", f"{lay.meta_bytes} metadata bytes, an 8-byte length "
                              "and that many bytes of encoded values")
-        return np.frombuffer(data, np.uint8, offset=start), meta
+        return body[start:], meta

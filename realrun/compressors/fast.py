@@ -1,22 +1,25 @@
-"""Compiled CPU paths (numba) for the hot compressors; byte-identical to the numpy reference.
+"""The numba backend: compiled CPU paths for the hot stages, byte-identical to the numpy reference.
 
 numpy alone reaches 0.04-0.1 of memcpy on these (its float32->float16 cast runs at 0.8 GB/s on
 the development machine); numba compiles the single-pass loops to machine code and runs them
-on every core. Used when numba is installed (the ``real`` extra); otherwise the numpy
-reference runs. NaN inputs: the fp16 path writes a quiet NaN where numpy may keep other
-payload bits; decoded values are NaN either way.
+on every core. Used for float32 numpy input when numba is installed (the ``real`` extra);
+otherwise the numpy reference runs. NaN inputs: the fp16 path writes a quiet NaN where numpy
+may keep other payload bits; decoded values are NaN either way.
+
+The compiled kernels are in ``_kernels`` (which imports nothing from here); this module wraps
+them and is the ``Backend`` that stages call (``NumbaBackend``). numba itself is imported the
+first time a compiled path runs, so importing realrun stays quick.
 """
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import numpy as np
 
+from realrun.compressors.backends import Backend
+
 AVAILABLE = importlib.util.find_spec("numba") is not None   # numba itself loads on first use
-KERNELS = frozenset(('quantize_absmax', 'pack_nibbles', '_lane_mean', '_pack_signs', 'sign_encode', 'sign_decode',
-                      '_key', '_histogram', '_bin_of_rank', '_collect', 'weighted_sum', 'scatter', 'dequantize',
-                      'unpack_nibbles', 'to_bf16_bits', 'from_bf16_bits', '_f2h', 'to_fp16_bits', 'lookup',
-                      'from_fp16_bits'))
 
 
 def _k():
@@ -24,14 +27,6 @@ def _k():
     from realrun.compressors import _kernels
 
     return _kernels
-
-
-def __getattr__(name: str):
-    if name in KERNELS:
-        return getattr(_k(), name)
-    raise AttributeError(name)
-TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
-MAGIC = np.float32(1.5 * 2**23)   # y + MAGIC - MAGIC == rint(y) in float32 for |y| < 2**22
 
 
 def _chunks() -> int:
@@ -124,3 +119,60 @@ def topk(x: np.ndarray, k: int, idx=None, values=None) -> tuple[np.ndarray, np.n
     idx, values = _empty(k, np.int64, idx), _empty(k, np.float32, values)
     _k()._collect(x, bits, t, more, same, ties, _chunks(), idx, values)
     return idx, values
+
+
+_CASTS = {"fp16": (fp16_encode, fp16_decode), "bf16": (bf16_encode, bf16_decode)}
+
+
+class NumbaBackend(Backend):
+    """numpy arrays: the compiled kernels above where numba is installed (``AVAILABLE``, read at
+    every call so a test can switch it off), scratch arrays from the stage's workspace."""
+
+    NAME = "numba"
+    CASTS = frozenset(_CASTS)
+
+    @property
+    def compiled(self) -> bool:
+        return AVAILABLE
+
+    def weighted_sum(self, words) -> int:
+        return int(_k().weighted_sum(words)) if AVAILABLE else super().weighted_sum(words)
+
+    def quantize(self, x, block, bits, work):
+        n = len(x)
+        codes = work("codes", n, np.int8)
+        q, scale = quantize(x, block, 2 ** (bits - 1) - 1, codes, work("scales", math.ceil(n / block), np.float32))
+        if bits == 4:
+            return pack_int4(q, work("packed", (n + 1) // 2, np.uint8)), scale
+        return q.view(np.uint8), scale
+
+    def dequantize(self, values, scales, n, block, bits, top, out, work):
+        q = values.view(np.int8) if bits == 8 else unpack_int4(values, n, work("unpacked", n, np.int8))
+        _k().dequantize(np.ascontiguousarray(q), scales, block, top, out)
+        return out
+
+    def sign_encode(self, x, block, work):
+        bits = work("bits", math.ceil(len(x) / 8), np.uint8)
+        scales = work("scales", math.ceil(len(x) / block), np.float32)
+        _k().sign_encode(x, block, bits, scales)
+        return bits, scales
+
+    def sign_decode(self, bits, scales, n, block, top, out):
+        _k().sign_decode(bits, scales, block, top, out)
+        return out
+
+    def cast_encode(self, fmt, x, work):
+        return _CASTS[fmt][0](x, work("codes", len(x), np.uint16))
+
+    def cast_decode(self, fmt, codes, out):
+        return _CASTS[fmt][1](codes, out)
+
+    def topk(self, x, k, work):
+        return topk(x, k, work("idx", k, np.int64), work("values", k, x.dtype))
+
+    def scatter(self, values, idx, out):
+        _k().scatter(values, idx, out)
+        return out
+
+
+BACKEND = NumbaBackend()

@@ -11,11 +11,12 @@ The checksum is a position-weighted sum of the body's little-endian 32-bit words
 error inside one word (a changed word changes the sum by an odd multiple of a nonzero
 difference, never 0 mod 2^32) and any other corruption but with probability 2^-32; unlike
 CRC-32 it is one parallel reduction, so the GPU path computes the same value on the device
-(``realrun.gpu``). It costs one read of the body (numba: one pass, ~memcpy speed).
+(the body's backend does the reduction: ``backends``). It costs one read of the body (numba:
+one pass, ~memcpy speed).
 
 ``Header.unpack`` checks magic, version, dtype, ndim (at most ``MAX_NDIM``), that the count
-equals the product of the shape and stays under ``MAX_COUNT``, and the checksum: every field
-is checked before any byte of the body is interpreted.
+equals the product of the shape and stays under ``MAX_COUNT``, and the checksum (``verify``):
+every field is checked before any byte of the body is interpreted.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.compression.codec import HEADER_FIXED_BYTES, header_bytes
-from realrun.compressors import fast
+from realrun.compressors import backends
 from topologies.errors import InputError
 
 MAGIC, VERSION = b"CP", 2
@@ -44,18 +45,14 @@ def spec_digest(spec_text: str) -> bytes:
     return hashlib.blake2b(spec_text.encode(), digest_size=8).digest()
 
 
-def checksum(body, xp=np) -> int:
-    """The body checksum (module doc); ``body`` is a uint8 array of numpy or CuPy (``xp``)."""
+def checksum(body) -> int:
+    """The body checksum (module doc); ``body`` is a uint8 array of any backend (numpy, CuPy)."""
+    be = backends.of(body)
     n = int(body.size)
     whole = n // 4
-    words = body[: whole * 4].view(xp.uint32)
-    if xp is np and fast.AVAILABLE:
-        total = int(fast.weighted_sum(words))
-    else:
-        weights = xp.arange(1, 2 * whole, 2, dtype=xp.uint64)
-        total = int((words.astype(xp.uint64) * weights).sum())
+    total = be.weighted_sum(body[: whole * 4].view(be.xp.uint32))
     if n % 4:
-        tail = bytes(xp.asnumpy(body[whole * 4:]) if xp is not np else body[whole * 4:]).ljust(4, b"\0")
+        tail = bytes(be.to_host(body[whole * 4:])).ljust(4, b"\0")
         total += int.from_bytes(tail, "little") * (2 * whole + 1)
     return (total + n) & 0xFFFFFFFF
 
@@ -108,10 +105,15 @@ class Header:
             raise InputError("payload.count", count, f"the product of the shape {tuple(shape)}, "
                              f"at most {MAX_COUNT}")
         header = cls(dtype=DTYPES[code], shape=tuple(shape), digest=digest, checksum=check)
-        if verify and checksum(_as_u8(data)[end:]) != check:
-            raise InputError("payload.checksum", f"{check:#010x}", "the checksum of the body (the payload "
-                             "was corrupted on the way)")
+        if verify:
+            header.verify(_as_u8(data)[end:])
         return header, end
+
+    def verify(self, body) -> None:
+        """InputError unless ``body`` (a uint8 array of any backend) matches the checksum."""
+        if checksum(body) != self.checksum:
+            raise InputError("payload.checksum", f"{self.checksum:#010x}", "the checksum of the body (the payload "
+                             "was corrupted on the way)")
 
 
 def seal(buf) -> None:

@@ -1,10 +1,13 @@
-"""One class per compressor family, written against numpy; the reference implementation.
+"""One class per compressor family, written once; numpy is the reference implementation.
 
-A stage is the numpy implementation of one perfmodel family (its contract), registered
-against the family class with ``@Family.implements("numpy")``. Its layout (output values,
-their dtype, metadata bytes) is the family's ``layout``, so payload sizes are the model's
-wire sizes by construction. Stateful stages (randk, qsgd, powersgd) read a ``CompressorState``: seed,
-step number and the tensor's key.
+A stage implements one perfmodel family (its contract), registered against the family class
+with ``@Family.implements("numpy")`` (and ``"cupy"`` by ``realrun.gpu.kernels`` for the
+families the GPU backend declares: the same class runs there). Its layout (output values,
+their dtype, metadata bytes) is the family's ``layout``, so payload sizes are the model's wire
+sizes by construction. For its hot paths a stage asks the backend of its input
+(``backends.of``: numba for float32 numpy arrays where installed, CuPy RawKernels for CuPy
+arrays) and otherwise runs the numpy reference below. Stateful stages (randk, qsgd, powersgd)
+read a ``CompressorState``: seed, step number and the tensor's key.
 
 Non-finite input (documented, tested): block quantizers and sign decode a block holding a
 NaN or Inf as all NaN; top-k and rand-k keep what they select as it is; PowerSGD spreads
@@ -15,14 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from perfmodel.compression import families
-from realrun.compressors import casts, fast
+from realrun.compressors import backends, casts
 from topologies.errors import InputError
 
-TINY = np.float32(np.finfo(np.float32).smallest_subnormal)
+TINY = np.float32(np.finfo(np.float32).smallest_subnormal)   # the least block scale (absmax > 0)
 
 
 WORKSPACE_ENTRIES = 32   # scratch arrays kept per compressor (oldest dropped first)
@@ -52,15 +56,22 @@ class CompressorState:
             self.work.pop(next(iter(self.work)))
         return buf
 
-    def output(self, n: int, dtype) -> np.ndarray:
-        """The array a decoder's final values go to: the caller's ``out`` once, else a new one."""
+    def workspace(self, owner):
+        """``(tag, n, dtype) -> scratch array`` of one stage (what host kernels write into)."""
+        return partial(self.buffer, owner)
+
+    def output(self, n: int, dtype, xp=np):
+        """The array a decoder's final values go to: the caller's ``out`` once, else a new one
+        of the array module ``xp``."""
         out, self.out = self.out, None
-        return out if out is not None else np.empty(n, dtype)
+        return out if out is not None else xp.empty(n, dtype)
 
 
 class Stage:
-    """One family's numpy implementation: ``encode(x, ctx) -> (values, meta)`` and
-    ``decode(values, meta, n, dtype, ctx) -> array``, laid out as ``family.layout`` says."""
+    """One family's implementation: ``encode(x, ctx) -> (values, meta)`` and
+    ``decode(values, meta, n, dtype, ctx) -> array``, laid out as ``family.layout`` says.
+    ``values`` are an array of the input's module; ``meta`` is ``bytes`` on the host and a
+    uint8 device array on the GPU (``Backend.meta``), ``b""`` when empty."""
 
     def __init__(self, family: families.Family):
         self.family = family
@@ -76,6 +87,14 @@ class Stage:
     def check(self, dtype) -> None:
         self.family.accepts(dtype)
 
+    def leaves(self, dtype):
+        """(stage, its input dtype) for every family stage in this tree."""
+        yield self, np.dtype(dtype)
+
+    def passes(self, dtype) -> bool:
+        """Whether encode returns input of ``dtype`` unchanged (no kernel is involved)."""
+        return False
+
 
 @families.NoneFamily.implements("numpy")
 class NoneStage(Stage):
@@ -85,34 +104,39 @@ class NoneStage(Stage):
     def decode(self, values, meta, n, dtype, ctx):
         return values
 
+    def passes(self, dtype) -> bool:
+        return True
 
-class Cast(Stage):
-    FAST = None   # (encode, decode) compiled for float32 input where numba is installed
 
-    def _passes(self, dtype) -> bool:
+class CastStage(Stage):
+    """A cast to ``FORMAT`` codes: a backend's kernel for float32 where it has one, else the
+    reference (``to_codes`` / ``from_codes``); a narrower input passes through."""
+
+    FORMAT = ""
+
+    def passes(self, dtype) -> bool:
         return self.layout(1, dtype).dtype == dtype   # a narrower input is not cast
 
-    def _fast(self, dtype) -> bool:
-        return fast.AVAILABLE and self.FAST is not None and dtype == np.float32
-
     def encode(self, x, ctx):
-        if self._passes(x.dtype):
+        if self.passes(x.dtype):
             return x, b""
-        if self._fast(x.dtype):
-            return self.FAST[0](x, ctx.buffer(self, "codes", len(x), np.uint16)), b""
+        be = backends.of(x)
+        if be.casts(self.FORMAT, x.dtype):
+            return be.cast_encode(self.FORMAT, x, ctx.workspace(self)), b""
         return self.to_codes(x), b""
 
     def decode(self, values, meta, n, dtype, ctx):
-        if self._passes(dtype):
+        if self.passes(dtype):
             return values
-        if self._fast(dtype):
-            return self.FAST[1](values, ctx.output(n, np.float32))
+        be = backends.of(values)
+        if be.casts(self.FORMAT, dtype):
+            return be.cast_decode(self.FORMAT, values, ctx.output(n, np.float32, be.xp))
         return self.from_codes(values).astype(dtype)
 
 
 @families.Fp16.implements("numpy")
-class Fp16(Cast):
-    FAST = (fast.fp16_encode, fast.fp16_decode)
+class Fp16Stage(CastStage):
+    FORMAT = "fp16"
 
     def to_codes(self, x):
         with np.errstate(over="ignore"):
@@ -123,8 +147,8 @@ class Fp16(Cast):
 
 
 @families.Bf16.implements("numpy")
-class Bf16(Cast):
-    FAST = (fast.bf16_encode, fast.bf16_decode)
+class Bf16Stage(CastStage):
+    FORMAT = "bf16"
 
     def to_codes(self, x):
         return casts.to_bf16(x.astype(np.float32))
@@ -134,7 +158,10 @@ class Bf16(Cast):
 
 
 @families.Fp8.implements("numpy")
-class Fp8(Cast):
+class Fp8Stage(CastStage):
+    def __init__(self, family):
+        super().__init__(family)
+        self.FORMAT = self.params["format"]   # e4m3 or e5m2
 
     def to_codes(self, x):
         return casts.to_fp8(x.astype(np.float32), self.params["format"])
@@ -171,11 +198,14 @@ def _unpack_bits(data: np.ndarray, bits: int, n: int) -> np.ndarray:
     return np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
 
 
-class BlockQuant(Stage):
+class BlockQuantStage(Stage):
     """Blockwise absmax: ``scale = absmax / levels`` per block (fp32, at least the smallest
     subnormal when absmax > 0, one ulp up where rounding left levels x scale < absmax, as it
     does for subnormal blocks), codes = round(x / scale); |x - x'| <= scale / 2. A block with
-    a non-finite value gets a NaN scale."""
+    a non-finite value gets a NaN scale. ``KERNEL``: a backend's quantize kernel computes the
+    same codes (round to nearest in 4 or 8 bits); decoding 4 or 8 bits always has one."""
+
+    KERNEL = False
 
     @property
     def block(self) -> int:
@@ -201,13 +231,10 @@ class BlockQuant(Stage):
         return np.rint(np.where(np.isfinite(b), b, 0.0) / safe)
 
     def encode(self, x, ctx):
-        if fast.AVAILABLE and type(self) in (Int8, Int4) and x.dtype == np.float32:
-            codes = ctx.buffer(self, "codes", len(x), np.int8)
-            scales = ctx.buffer(self, "scales", math.ceil(len(x) / self.block), np.float32)
-            q, scale = fast.quantize(x, self.block, self.levels(), codes, scales)
-            if self.n_bits() == 4:
-                return fast.pack_int4(q, ctx.buffer(self, "packed", (len(x) + 1) // 2, np.uint8)), scale.tobytes()
-            return q.view(np.uint8), scale.tobytes()
+        be = backends.of(x)
+        if self.KERNEL and be.serves(x.dtype):
+            values, scales = be.quantize(x, self.block, self.n_bits(), ctx.workspace(self))
+            return values, be.meta(scales)
         b = _blocks(x, self.block)
         scale = self.scales(b)
         q = np.clip(self.quantize(b, scale, ctx), -self.levels(), self.levels()).astype(np.int64).reshape(-1)
@@ -220,31 +247,29 @@ class BlockQuant(Stage):
         return _unpack_bits(values, self.n_bits(), n) if self.n_bits() < 8 else values.view(np.int8).astype(np.int64)
 
     def decode(self, values, meta, n, dtype, ctx):
-        scale = np.frombuffer(meta, dtype=np.float32)
         top = np.finfo(dtype).max   # levels x rounded scale may pass the largest finite value
-        if fast.AVAILABLE and dtype == np.float32 and n and self.n_bits() in (4, 8):
-            q = values.view(np.int8) if self.n_bits() == 8 else \
-                fast.unpack_int4(values, n, ctx.buffer(self, "unpacked", n, np.int8))
-            out = ctx.output(n, dtype)
-            fast.dequantize(np.ascontiguousarray(q), scale, self.block, top, out)
-            return out
+        be = backends.of(values)
+        if be.serves(dtype) and self.n_bits() in (4, 8):
+            return be.dequantize(values, be.view(meta, np.float32), n, self.block, self.n_bits(), top,
+                                 ctx.output(n, dtype, be.xp), ctx.workspace(self))
+        scale = np.frombuffer(meta, dtype=np.float32)
         q = self.unpack(values, n)
         per = np.repeat(scale, self.block)[:n].astype(np.float64)
         return np.clip(q * per, -top, top).astype(dtype)
 
 
 @families.Int8.implements("numpy")
-class Int8(BlockQuant):
-    pass
+class Int8Stage(BlockQuantStage):
+    KERNEL = True
 
 
 @families.Int4.implements("numpy")
-class Int4(BlockQuant):
-    pass
+class Int4Stage(BlockQuantStage):
+    KERNEL = True
 
 
 @families.Qsgd.implements("numpy")
-class Qsgd(BlockQuant):
+class QsgdStage(BlockQuantStage):
     """QSGD per block: ``bits`` including sign; stochastic rounding draws from (seed, step)."""
 
     def quantize(self, b, scale, ctx):
@@ -257,7 +282,7 @@ class Qsgd(BlockQuant):
 
 
 @families.Sign.implements("numpy")
-class Sign(BlockQuant):
+class SignStage(BlockQuantStage):
     """1 bit per value (1 = non-negative) and the block's mean |x| as its scale."""
 
     def scales(self, b):
@@ -275,11 +300,10 @@ class Sign(BlockQuant):
             return ((quads[:, 0] + quads[:, 1]) / b.shape[1]).astype(np.float32)
 
     def encode(self, x, ctx):
-        if fast.AVAILABLE and x.dtype == np.float32 and len(x):
-            bits = ctx.buffer(self, "bits", math.ceil(len(x) / 8), np.uint8)
-            scales = ctx.buffer(self, "scales", math.ceil(len(x) / self.block), np.float32)
-            fast.sign_encode(x, self.block, bits, scales)
-            return bits, scales.tobytes()
+        be = backends.of(x)
+        if be.serves(x.dtype):
+            bits, scales = be.sign_encode(x, self.block, ctx.workspace(self))
+            return bits, be.meta(scales)
         b = _blocks(x, self.block)
         pad = b.size - len(x)
         scale = self.scales(b)
@@ -290,73 +314,76 @@ class Sign(BlockQuant):
 
     def decode(self, values, meta, n, dtype, ctx):
         top = np.finfo(dtype).max
-        if fast.AVAILABLE and dtype == np.float32 and n:
-            scales = np.frombuffer(meta, dtype=np.float32)
-            out = ctx.output(n, dtype)
-            fast.sign_decode(values, scales, self.block, top, out)
-            return out
+        be = backends.of(values)
+        if be.serves(dtype):
+            return be.sign_decode(values, be.view(meta, np.float32), n, self.block, top, ctx.output(n, dtype, be.xp))
         scale = np.repeat(np.frombuffer(meta, dtype=np.float32), self.block)[:n]
         sign = np.unpackbits(values, bitorder="little")[:n].astype(np.float64) * 2 - 1
         return np.clip(sign * scale, -top, top).astype(dtype)
 
 
+def select_largest(x, k: int, xp=np):
+    """Ascending positions of the k largest |x| (NaN ranks as Inf): every |x| above the k-th
+    largest, then the ties at it in index order. Written against ``xp`` (numpy or CuPy)."""
+    n = len(x)
+    if k == n:
+        return xp.arange(n)
+    mag = xp.abs(x)
+    mag = xp.where(xp.isnan(mag), xp.inf, mag)
+    t = xp.partition(mag, n - k)[n - k]
+    above = xp.flatnonzero(mag > t)
+    ties = xp.flatnonzero(mag == t)[: k - len(above)]
+    return xp.sort(xp.concatenate([above, ties]))   # disjoint sets: their sorted union
+
+
 @families.TopK.implements("numpy")
-class TopK(Stage):
+class TopKStage(Stage):
     """The ``density`` fraction of largest |x|: values, then int32 indices or a bitmap
     (whichever is smaller), in index order. NaN and Inf rank as largest and are kept."""
 
-    def select(self, x, ctx):
-        """Every |x| above the k-th largest, then the ties at it in index order; ascending."""
-        n, k = len(x), self.family.kept(len(x))
-        if k == n:
-            return np.arange(n)
-        mag = np.abs(x)
-        mag = np.where(np.isnan(mag), np.inf, mag)
-        t = np.partition(mag, n - k)[n - k]
-        above = np.flatnonzero(mag > t)
-        return np.union1d(above, np.flatnonzero(mag == t)[: k - len(above)])
-
     def encode(self, x, ctx):
-        k = self.family.kept(len(x))
-        if fast.AVAILABLE and x.dtype == np.float32 and 0 < k < len(x):
-            idx, values = fast.topk(x, k, ctx.buffer(self, "idx", k, np.int64), ctx.buffer(self, "values", k, x.dtype))
-            return values, self._index_bytes(idx, len(x))
-        idx = self.select(x, ctx)
-        return x[idx], self._index_bytes(idx, len(x))
+        n, k = len(x), self.family.kept(len(x))
+        be = backends.of(x)
+        if be.serves(x.dtype) and 0 < k < n:
+            idx, values = be.topk(x, k, ctx.workspace(self))
+        else:
+            idx = select_largest(x, k, be.xp)
+            values = x[idx]
+        return values, self._index_bytes(idx, n, be)
 
-    def _index_bytes(self, idx, n):
+    def _index_bytes(self, idx, n, be):
         if not self.family.index_bitmap(n):
-            return idx.astype(np.int32).tobytes()
-        mask = np.zeros(n, dtype=bool)
+            return be.meta(idx.astype(np.int32))
+        mask = be.xp.zeros(n, dtype=bool)
         mask[idx] = True
-        return np.packbits(mask, bitorder="little").tobytes()
+        return be.meta(be.xp.packbits(mask, bitorder="little"))
 
-    def indices(self, meta, n):
+    def indices(self, meta, n, be):
         """The kept positions, checked: k of them, strictly increasing, inside [0, n)."""
-        k = self.family.kept(n)
+        k, xp = self.family.kept(n), be.xp
         if not self.family.index_bitmap(n):
-            idx = np.frombuffer(meta, dtype=np.int32)
-            if len(idx) != k or (k and (idx[0] < 0 or idx[-1] >= n or np.any(np.diff(idx) <= 0))):
+            idx = be.view(meta, np.int32)
+            if len(idx) != k or (k and bool((idx[0] < 0) | (idx[-1] >= n) | xp.any(xp.diff(idx) <= 0))):
                 raise InputError("payload.indices", f"{len(idx)} indices", f"{k} increasing indices in [0, {n})")
             return idx
-        bits = np.unpackbits(np.frombuffer(meta, np.uint8), bitorder="little")
-        idx = np.flatnonzero(bits[:n])
-        if len(idx) != k or bits[n:].any():
+        bits = xp.unpackbits(be.view(meta, np.uint8), bitorder="little")
+        idx = xp.flatnonzero(bits[:n])
+        if len(idx) != k or bool(bits[n:].any()):
             raise InputError("payload.indices", f"a bitmap of {int(bits.sum())} positions", f"{k} positions below {n}")
         return idx
 
     def decode(self, values, meta, n, dtype, ctx):
-        out = ctx.output(n, dtype)
-        if fast.AVAILABLE and n:
-            fast.scatter(values, self.indices(meta, n), out)
-            return out
+        be = backends.of(values)
+        out = ctx.output(n, dtype, be.xp)
+        if be.compiled and n:
+            return be.scatter(values, self.indices(meta, n, be), out)
         out[:] = 0
-        out[self.indices(meta, n)] = values
+        out[self.indices(meta, n, be)] = values
         return out
 
 
 @families.RandK.implements("numpy")
-class RandK(TopK):
+class RandKStage(TopKStage):
     """``density`` of the positions drawn from (seed, step); the payload carries the step."""
 
     def _draw(self, n, seed, step):

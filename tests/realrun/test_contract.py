@@ -1,6 +1,8 @@
 """One contract per compressor: every family resolves on every side it claims, a new family
 is one module (shown by one defined here), and no corrupted payload is ever decoded."""
+import inspect
 import math
+import re
 import struct
 
 import numpy as np
@@ -10,10 +12,10 @@ from hypothesis import strategies as st
 
 from perfmodel import collective_time, compile_spec
 from perfmodel.compression import families
-from realrun import gpu
 from realrun.compressors import Compressor, fast
 from realrun.compressors.payload import CHECKSUM_AT, MAX_COUNT, checksum, seal
 from realrun.compressors.stages import Stage
+from realrun.gpu import gpu_families, kernels
 from topologies.errors import InputError
 
 pytest.importorskip("zfpy", reason="the real extra (zfpy, pysz, numcodecs) is not installed")
@@ -29,25 +31,26 @@ def test_every_family_has_a_numpy_implementation_and_examples_that_compile():
             assert name == compile_spec(spec).families[0].NAME
 
 
-def _gpu_kernel_classes() -> set:
-    """The kernel classes realrun.gpu defines: the leaves under its kernel base (a shared base
-    such as the block quantizer's is not one)."""
-    leaves, todo = set(), [gpu._Kernels]
-    while todo:
-        cls = todo.pop()
-        todo += cls.__subclasses__()
-        if not cls.__subclasses__():
-            leaves.add(cls)
-    return leaves
-
-
 def test_gpu_implementations_belong_to_registered_families():
-    """Every kernel class of realrun.gpu is the ``cupy`` implementation of a family in the grammar:
-    one registered on a class outside FAMILIES, under another backend name, or not at all is one
-    GpuCompressor never finds; and nothing landed on the base class that every family inherits."""
-    registered = {cls.IMPLEMENTATIONS["cupy"] for cls in families.FAMILIES.values() if "cupy" in cls.IMPLEMENTATIONS}
-    assert _gpu_kernel_classes() == registered
-    assert not families.Family.IMPLEMENTATIONS
+    """Every cupy implementation sits on a family of the grammar, and none landed on the base
+    class every family inherits (one there would claim the GPU for every family)."""
+    registered = {name for name, cls in families.FAMILIES.items() if "cupy" in cls.IMPLEMENTATIONS}
+    assert set(gpu_families()) == registered
+    assert "cupy" not in families.Family.IMPLEMENTATIONS
+
+
+def test_the_gpu_backend_covers_exactly_the_families_it_declares():
+    """Without CuPy too: the families of the GPU backend's declaration (``SERVES``) are exactly
+    those with a cupy implementation, each the same stage class as on the host (one stage, two
+    backends); the kernels they declare are exactly the kernels kernels.cu defines and the
+    backend launches, so no family claims a kernel that is missing and no kernel is dead."""
+    assert {cls.NAME for cls in kernels.SERVES} == set(gpu_families())
+    for cls in kernels.SERVES:
+        assert cls.IMPLEMENTATIONS["cupy"] is cls.IMPLEMENTATIONS["numpy"], cls.NAME
+    declared = {name for serves in kernels.SERVES.values() for name in serves.kernels}
+    defined = set(re.findall(r'extern "C" __global__ void (\w+)', kernels.kernel_source()))
+    launched = set(re.findall(r'_launch\("(\w+)"', inspect.getsource(kernels)))
+    assert declared == defined == launched
 
 
 def test_a_family_without_an_implementation_is_a_clear_error():

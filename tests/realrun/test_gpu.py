@@ -1,5 +1,5 @@
 """GPU compressors: the CUDA source compiles for sm_90 here; on a GPU (marker gpu) the
-payloads are byte-identical to the numpy reference."""
+payloads are byte-identical to the numpy reference, chains and error feedback included."""
 import re
 import shutil
 import subprocess
@@ -7,12 +7,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from realrun.compressors import Compressor
-from realrun.gpu import SOURCE, GpuCompressor, gpu_families
+from realrun.compressors import Compressor, fast
+from realrun.compressors.payload import checksum
+from realrun.gpu import SOURCE, GpuCompressor, gpu_families, kernels
 from topologies.errors import InputError
 
-KERNELS = ("quantize_absmax", "dequantize_absmax", "sign_pack", "sign_unpack", "gather_f32", "scatter_f32",
-           "to_fp8", "from_fp8")
+DECLARED_KERNELS = {name for serves in kernels.SERVES.values() for name in serves.kernels}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -23,15 +23,28 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size > 0
     declared = set(re.findall(r'extern "C" __global__ void (\w+)', SOURCE.read_text()))
-    assert declared == set(KERNELS)
+    assert declared == DECLARED_KERNELS
 
 
 def test_specs_without_a_gpu_path_are_refused():
-    for spec, field in (("zfp(rate=8)", "compressor"), ("ef(int8)", "compressor"), ("topk(0.1)+int8", "compressor"),
-                        ("sign(block=100)", "sign.block"), ("int4(block=7)", "int4.block")):
+    for spec, field in (("zfp(rate=8)", "compressor"), ("ef(zfp(rate=8))", "compressor"),
+                        ("topk(0.1)+lossless", "compressor"), ("bf16", "compressor"),
+                        ("fp16+int8", "compressor"),   # int8 would get float16: the kernels take float32
+                        ("sign(block=100)", "sign.block"), ("int4(block=7)", "int4.block"),
+                        ("ef(topk(0.1)+int4(block=5))", "int4.block")):
         with pytest.raises(InputError) as err:
             GpuCompressor(spec)
-        assert err.value.field == field
+        assert err.value.field == field, spec
+
+
+def test_chains_and_error_feedback_of_gpu_families_are_built():
+    """Chains and error feedback are the host's (written once); on the GPU they need only their
+    families' GPU paths. Error feedback keeps a residual per tensor: it needs the tensor's key."""
+    for spec in ("ef(int8)", "topk(0.1)+int8", "ef(topk(0.01))+int4", "topk(0.05)+fp16", "fp16+fp16"):
+        assert GpuCompressor(spec).root.name == Compressor(spec).root.name
+    with pytest.raises(InputError) as err:
+        GpuCompressor("ef(int8)").compress(np.zeros(8, np.float32))
+    assert err.value.field == "key"
 
 
 def _cupy_with_gpu():
@@ -61,6 +74,37 @@ def test_gpu_payload_is_byte_identical_to_numpy(spec, n):
     assert cp.asnumpy(payload).tobytes() == ref
     y = cp.asnumpy(gpu.decompress(payload))
     assert np.array_equal(y, Compressor(spec).decompress(ref), equal_nan=True)
+
+
+GPU_CHAINS = ["ef(int8)", "ef(topk(0.01))+int8", "topk(0.1)+int4", "topk(0.05)+fp16", "topk(0.5)+sign",
+              "topk(0.5)+fp8", "ef(sign)"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", GPU_CHAINS)
+@pytest.mark.parametrize("n", [255, 4097, 1 << 16])
+def test_gpu_chains_and_error_feedback_match_numpy_step_by_step(spec, n):
+    """The same residuals on both sides: every step's payload is the same bytes (metadata after
+    an odd-length bitmap is read from an aligned copy on the device)."""
+    cp = _cupy_with_gpu()
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    cpu, gpu = Compressor(spec), GpuCompressor(spec)
+    for step in range(3):
+        ref = cpu.compress(x * (1 + step), key="t").data
+        payload = gpu.compress(cp.asarray(x * (1 + step)), key="t")
+        assert cp.asnumpy(payload).tobytes() == ref, step
+        assert np.array_equal(cp.asnumpy(gpu.decompress(payload)), Compressor(spec).decompress(ref), equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 1003, 1 << 20, (1 << 20) + 3])
+def test_gpu_checksum_is_the_numba_and_numpy_checksum(n, monkeypatch):
+    cp = _cupy_with_gpu()
+    body = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    on_device = checksum(cp.asarray(body))
+    assert on_device == checksum(body)             # numba where installed
+    monkeypatch.setattr(fast, "AVAILABLE", False)
+    assert on_device == checksum(body)             # the numpy expression
 
 
 @pytest.mark.gpu
