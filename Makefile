@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-fast lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,12 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
+
+# The edit loop, a few minutes on 2 cores: no network namespaces, GPUs, multi-rank runs, notebooks
+# or slow tests (the pytest markers of pyproject.toml). `make test` stays the whole suite, as CI runs it.
+FAST := not distributed and not netns and not gpu and not slow and not notebooks
+test-fast: $(VENV)/.dev
+	$(BIN)/python -m pytest -q -m "$(FAST)"
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check topologies perfmodel realrun tests benchmarks scripts notebooks

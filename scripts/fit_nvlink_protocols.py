@@ -2,7 +2,7 @@
 """Fit the NVLink protocol table (perfmodel/catalog/protocols.toml [nvlink]) to measured
 nccl-tests all-reduce bus bandwidth on one 8x A100 NVSwitch node.
 
-Data: ../shared/data/allreduce_busbw_a100_8gpu.csv, the Azure ND A100 v4 rows (NCCL 2.18.5,
+Data: validation/published/allreduce_busbw_a100_8gpu.csv, the Azure ND A100 v4 rows (NCCL 2.18.5,
 1 KiB to 8 GiB). The model is perfmodel's own ring all-reduce on `dgx-a100 --nodes 1`, so the
 fitted numbers include the topology's path latency exactly as predictions use it. The fit
 minimises log busbw error (robust soft-L1 loss) over sizes >= --min-size and prints the
@@ -26,7 +26,7 @@ from perfmodel.collectives.phases import evaluate
 from perfmodel.collectives.plain import ring_allreduce
 from topologies import build_cluster
 
-DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "allreduce_busbw_a100_8gpu.csv"
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / "validation" / "published" / "allreduce_busbw_a100_8gpu.csv"
 
 
 def load_rows(path: Path, system_prefix: str = "Azure") -> tuple[np.ndarray, np.ndarray]:

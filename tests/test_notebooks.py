@@ -13,6 +13,7 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.slow
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path):
     nbformat = pytest.importorskip("nbformat")

@@ -75,6 +75,7 @@ def test_bench_runs_under_torchrun(tmp_path):
     assert len(records) == 1 and records[0]["world"] == 2
 
 
+@pytest.mark.distributed
 def test_kernels_shared_by_ranks_are_marked_and_accumulate():
     from realrun.bench import run_kernels_shared
 
