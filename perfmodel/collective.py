@@ -14,14 +14,16 @@ from perfmodel.collectives.compressed import COMPRESSED, Msg, movement, reducibl
 from perfmodel.collectives.fabric import Ctx, make_ctx
 from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier
 from perfmodel.collectives.plain import PLAIN
+from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.calibration import load_calibration
 from perfmodel.compression import Codec, compile_spec
 from perfmodel.record import CollectiveRecord, busbw_factor
 from topologies import InputError, cluster_for, place
 
 OPS = tuple(PLAIN)
-DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
-MAX_CHUNKS = 4096   # pipelining chunks: past a few hundred, per-chunk launch cost dominates any message
+DTYPES = {k: DTYPE_BYTES[k] for k in ("fp32", "bf16", "fp16")}   # the element types a collective takes
+# The most pipelining chunks a user may ask for: past a few hundred, per-chunk launches dominate any message.
+MAX_REQUESTED_CHUNKS = 4096
 REDUCTIONS = ("allreduce", "reduce_scatter")
 # What NCCL itself can run. 'auto' stays within these whenever the ordinary algorithm carries
 # the data (uncompressed, reducible payloads, data movement), so the uncompressed baseline is
@@ -106,8 +108,9 @@ def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", node
     CollectiveRecord (``.to_dict()`` for JSON).
     """
     _check(op, size_bytes, dtype)
-    if chunks != "auto" and (isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS):
-        raise InputError("chunks", chunks, f"an integer from 1 to {MAX_CHUNKS}, or auto")
+    bad_int = isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_REQUESTED_CHUNKS
+    if chunks != "auto" and bad_int:
+        raise InputError("chunks", chunks, f"an integer from 1 to {MAX_REQUESTED_CHUNKS}, or auto")
     calib = load_calibration(calibration)
     built, job = cluster_for(cluster, nodes=nodes, gpus=gpus)   # a partial last node where gpus asks
     ctx = resolve_context(built, ranks or job, placement if isinstance(placement, str) else tuple(placement),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from perfmodel.catalogs import PROTOCOL_NAMES, Device
 from perfmodel.collectives.fabric import Link
 
-MAX_CHUNKS = 64
+MAX_AUTO_CHUNKS = 64   # the most chunks ``auto`` tries: past it, per-chunk launches dominate any message
 
 
 PRIMITIVES = ("allreduce", "allgather", "alltoall", "p2p", "broadcast", "reduce_scatter", "sendrecv")
@@ -93,14 +93,14 @@ def pipelined(latency, launches_s, overhead, kernel, wire, k: int) -> float:
 
 def chunk_options(kernel: float, wire: float, overhead: float, chunks) -> list[int]:
     """Chunk counts worth trying: the given one, or the integers around the optimum
-    k* = sqrt(min(K, W) / O) of the pipelining formula (capped at MAX_CHUNKS)."""
+    k* = sqrt(min(K, W) / O) of the pipelining formula (capped at MAX_AUTO_CHUNKS)."""
     if chunks != "auto":
         return [chunks]
     if kernel == 0 or wire == 0:
         return [1]
-    best = math.sqrt(min(kernel, wire) / overhead) if overhead > 0 else MAX_CHUNKS
-    k = max(1, min(MAX_CHUNKS, int(best)))
-    return sorted({k, min(MAX_CHUNKS, k + 1)})
+    best = math.sqrt(min(kernel, wire) / overhead) if overhead > 0 else MAX_AUTO_CHUNKS
+    k = max(1, min(MAX_AUTO_CHUNKS, int(best)))
+    return sorted({k, min(MAX_AUTO_CHUNKS, k + 1)})
 
 
 def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
