@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from functools import lru_cache, partial
 
-from perfmodel.collectives.compressed import COMPRESSED, Msg, movement, reducible
+from perfmodel.collectives.compressed import Msg, movement, reducible
 from perfmodel.collectives.fabric import Ctx, make_ctx
 from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier
-from perfmodel.collectives.plain import PLAIN
+from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.calibration import load_calibration
 from perfmodel.compression import Codec, compile_spec

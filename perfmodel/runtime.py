@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from perfmodel.calibration import load_calibration
 from perfmodel.collective import DTYPES, resolve_context
-from perfmodel.collectives.compressed import COMPRESSED, Msg, reducible
+from perfmodel.collectives.compressed import Msg, reducible
+from perfmodel.collectives.registry import COMPRESSED
 from perfmodel.collectives.phases import AlgoCost, Timed, evaluate
 from perfmodel.compression import compile_spec
 from topologies import build_cluster

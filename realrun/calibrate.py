@@ -23,7 +23,7 @@ from realrun.bench.config import BenchCase
 KIB, MIB = 2**10, 2**20
 # uncompressed runs of each primitive realrun's algorithms use: torch's all-reduce (auto),
 # send/recv (ring), all-gather (allgather), all-to-all + all-gather (two_phase)
-ALGORITHMS = ("auto", "ring", "allgather", "two_phase")
+CALIBRATED_ALGORITHMS = ("auto", "ring", "allgather", "two_phase")   # realrun algorithms calibration times
 SIZES = (64 * KIB, 256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 QUICK_SIZES = (64 * KIB, 1 * MIB, 4 * MIB)
 BANDWIDTHS = (200 * 10**6, 500 * 10**6)
@@ -53,12 +53,14 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
     try:
         for bw in BANDWIDTHS if runner.emulated else (0,):
             runner.set_bandwidth(bw)
-            _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes x {len(ALGORITHMS)} algorithms")
+            _say(f"uncompressed all-reduce on {runner.topology()}: {len(sizes)} sizes x "
+                 f"{len(CALIBRATED_ALGORITHMS)} algorithms")
             config = BenchConfig.grid(op="allreduce", sizes=list(sizes), compressors=["none"],
-                                      algorithms=list(ALGORITHMS), iters=iters, warmup=1)
+                                      algorithms=list(CALIBRATED_ALGORITHMS), iters=iters, warmup=1)
             records += runner.collectives(config)
             if runner.emulated and runner.hosts > 2 and not quick:   # a pair of hosts: both ways at once
-                _say(f"uncompressed all-reduce on 2 of its hosts: {len(sizes)} sizes x {len(ALGORITHMS)} algorithms")
+                _say(f"uncompressed all-reduce on 2 of its hosts: {len(sizes)} sizes x "
+                     f"{len(CALIBRATED_ALGORITHMS)} algorithms")
                 records += runner.collectives(config, 2)
         if runner.emulated and not quick:   # the emulated hosts' shared cores are what it measures
             records += _in_run(runner, compressors, iters)

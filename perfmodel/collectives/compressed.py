@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from perfmodel.collectives.fabric import Ctx
 from perfmodel.collectives.phases import AlgoCost, Phase, stage, tagged
-from perfmodel.collectives.plain import PLAIN, lg
+from perfmodel.collectives.plain import direct_alltoall, lg, ring_gather
 from perfmodel.compression import Codec
 
 
@@ -90,19 +90,19 @@ def recursive_doubling_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
 
 def allgather_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
-    gather = PLAIN["allgather"]["ring"](ctx, p * m.w(S))
+    gather = ring_gather(ctx, p * m.w(S))
     return AlgoCost(stages=tagged(gather.stages, "allgather"), kernel_bytes=m.c(S) + p * m.d(S),
                     launches=2, hops=1)
 
 
 def _alltoall(ctx: Ctx, slice_payload: float) -> tuple:
-    return tagged(PLAIN["alltoall"]["direct"](ctx, ctx.ranks * slice_payload).stages, "alltoall")
+    return tagged(direct_alltoall(ctx, ctx.ranks * slice_payload).stages, "alltoall")
 
 
 def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     n = S / p
-    gather = PLAIN["allgather"]["ring"](ctx, p * m.w(n))
+    gather = ring_gather(ctx, p * m.w(n))
     return AlgoCost(stages=_alltoall(ctx, m.w(n)) + tagged(gather.stages, "allgather"),
                     kernel_bytes=m.c(S) + p * m.d(n) + m.c(n) + p * m.d(n),
                     launches=4, hops=2)
@@ -154,21 +154,13 @@ def recursive_doubling_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
                     kernel_bytes=sum(m.c(x) + m.d(x) for x in pieces), launches=2 * rounds, hops=rounds)
 
 
-COMPRESSED = {
-    "allreduce": {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
-                  "allgather": allgather_allreduce, "two_phase": two_phase_allreduce,
-                  "hierarchical": hierarchical_allreduce},
-    "reduce_scatter": {"ring": ring_reduce_scatter, "two_phase": two_phase_reduce_scatter,
-                       "recursive_doubling": recursive_doubling_reduce_scatter,
-                       "hierarchical": hierarchical_reduce_scatter},
-}
-
-
 def reducible(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
     """Reducible codec: compress S, the ordinary algorithm on each payload part, decompress."""
     S, p = m.size_bytes, ctx.ranks
     count = max(1, round(S / m.dtype_bytes)) if S else 0
     parts = m.codec.reduce_parts(count, m.dtype_bytes) if op == "allreduce" else [m.w(S)]
+    from perfmodel.collectives.registry import PLAIN   # the registry imports this module
+
     stages = tuple(st for part in parts for st in tagged(PLAIN[op][alg](ctx, part).stages, op))
     out = S if op == "allreduce" else S / p
     kernels = 0 if m.codec.is_none else 2 * len(parts)
@@ -187,6 +179,8 @@ def movement(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
         payload, comp, decomp = p * m.w(n), m.c(S), (p - 1) * m.d(n)
     else:  # broadcast, sendrecv
         payload, comp, decomp = m.w(S), m.c(S), m.d(S)
+    from perfmodel.collectives.registry import PLAIN   # the registry imports this module
+
     plain = PLAIN[op][alg](ctx, payload)
     return AlgoCost(stages=tagged(plain.stages, op), kernel_bytes=comp + decomp,
                     launches=0 if m.codec.is_none else 2, hops=0 if m.codec.lossless else 1)

@@ -106,17 +106,3 @@ def direct_alltoall(ctx: Ctx, S: float) -> AlgoCost:
 def direct_sendrecv(ctx: Ctx, S: float) -> AlgoCost:
     """Every rank sends S to the next (a pipeline stage boundary): one step of S."""
     return AlgoCost(stages=(stage(Phase(ctx.ring, 1, S)),))
-
-
-PLAIN = {
-    "allreduce": {"ring": ring_allreduce, "tree": tree_allreduce,
-                  "recursive_doubling": recursive_doubling_allreduce,
-                  "hierarchical": hierarchical_allreduce, "nvls": nvls_allreduce},
-    "reduce_scatter": {"ring": ring_gather, "recursive_doubling": recursive_doubling_gather,
-                       "hierarchical": hierarchical_gather},
-    "allgather": {"ring": ring_gather, "recursive_doubling": recursive_doubling_gather,
-                  "hierarchical": hierarchical_gather},
-    "broadcast": {"ring": ring_broadcast, "tree": tree_broadcast},
-    "alltoall": {"direct": direct_alltoall},
-    "sendrecv": {"direct": direct_sendrecv},
-}

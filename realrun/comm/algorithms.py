@@ -12,6 +12,7 @@ import torch
 
 from realrun.comm.exchange import (_array, _gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, on_gpu,
                                    sendrecv_bytes, world)
+from perfmodel.collectives.registry import implementations
 from realrun.comm.wire import BoundWire
 
 
@@ -181,6 +182,8 @@ def hierarchical_reduce_scatter(x: np.ndarray, c: BoundWire, group=None, *, loca
     return _reduce_scatter(mine, c, inter, per_node, "hrs2-")
 
 
-IMPLEMENTATIONS = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
-                   "allgather": allgather_allreduce, "two_phase": two_phase_allreduce,
-                   "hierarchical": hierarchical_allreduce, "pipelined": pipelined_allgather_allreduce}
+# Registered against perfmodel's declarations (perfmodel.collectives.registry): a name the model
+# does not declare for the runtime, or a declared one missing here, fails at import.
+IMPLEMENTATIONS = implementations(ring=ring_allreduce, recursive_doubling=recursive_doubling_allreduce,
+                                  allgather=allgather_allreduce, two_phase=two_phase_allreduce,
+                                  hierarchical=hierarchical_allreduce, pipelined=pipelined_allgather_allreduce)

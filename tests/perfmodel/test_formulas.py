@@ -4,10 +4,10 @@ import math
 import pytest
 
 from perfmodel.catalogs import Device, Protocol
-from perfmodel.collectives.compressed import COMPRESSED, Msg
+from perfmodel.collectives.compressed import Msg
 from perfmodel.collectives.fabric import Ctx, Link
 from perfmodel.collectives.phases import evaluate, pipelined
-from perfmodel.collectives.plain import PLAIN
+from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.compression import compile_spec
 from perfmodel.record import busbw_factor
 
