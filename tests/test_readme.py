@@ -36,3 +36,17 @@ def test_readme_model_toml_loads(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(toml)
     assert load_model(str(path)).params == load_model("llama3-8b").params
+
+
+def test_readme_layout_names_every_module():
+    """README's Layout lists every module of the three packages (by its name)."""
+    import re
+
+    text = README.read_text()
+    layout = text[text.index("## Layout"):]
+    layout = layout[:layout.index("```", layout.index("```") + 3)]
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", layout))
+    root = README.parent
+    missing = [str(p.relative_to(root)) for pkg in ("topologies", "perfmodel", "realrun")
+               for p in (root / pkg).rglob("*.py") if p.stem not in ("__init__", "__main__") and p.stem not in words]
+    assert not missing, missing
