@@ -6,10 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel import collective_time
-from perfmodel.collectives.compressed import COMPRESSED, Msg, movement
+from perfmodel.collectives.compressed import Msg, movement
 from perfmodel.collectives.fabric import make_ctx
 from perfmodel.collectives.phases import evaluate
-from perfmodel.collectives.plain import PLAIN
+from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.compression.codec import Applied
 from perfmodel.compression.families import Stream
 from topologies import build_cluster
