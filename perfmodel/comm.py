@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.mesh import Mesh
@@ -92,44 +93,56 @@ def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEven
                       where="critical", phase=phase) for phase in ("fwd", "bwd")]
 
 
-def dp_events(stage_params: float, layer_params: float, plan: ParallelPlan, mesh: Mesh,
-              layers: int, gpus_per_host: int = 1) -> list[CommEvent]:
-    """DP and ZeRO events of a stage. With hpZ (ZeRO-3), backward gathers read the secondary
-    partition inside the node: the dp group's ranks on this host (``gpus_per_host``)."""
+def _dp_group(mesh: Mesh) -> tuple:
+    return mesh.group_of("dp"), mesh.groups["dp"]
+
+
+def gradient_buckets(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    """The dp axis outside ZeRO-3: the stage's gradients in buckets during the last backward,
+    all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1, 2)."""
     if plan.dp == 1:
         return []
-    group, concurrent = mesh.group_of("dp"), mesh.groups["dp"]
+    group, concurrent = _dp_group(mesh)
     grad_bytes = int(stage_params) * DTYPE_BYTES[plan.grad_dtype]
-    param_bytes = int(stage_params) * DTYPE_BYTES[plan.compute_dtype]
-    if plan.zero == 3:
-        layer_grad = int(layer_params) * DTYPE_BYTES[plan.grad_dtype]
-        layer_param = int(layer_params) * DTYPE_BYTES[plan.compute_dtype]
-        per = plan.microbatches * layers
-        bwd_groups = mesh.node_groups("dp", gpus_per_host) if plan.hpz else concurrent
-        bwd_group = next(g for g in bwd_groups if group[0] in g)
-        return [CommEvent(name="zero.allgather.fwd", axis="zero", op="allgather", nbytes=layer_param,
-                          dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per,
-                          where="zero3", phase="fwd"),
-                CommEvent(name="zero.allgather.bwd", axis="zero", op="allgather", nbytes=layer_param,
-                          dtype=plan.compute_dtype, group=bwd_group, concurrent=bwd_groups, count=per,
-                          where="zero3", phase="bwd"),
-                CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter", nbytes=layer_grad,
-                          dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=per,
-                          where="zero3", phase="bwd")]
-    axis, op = "dp", "allreduce" if plan.zero == 0 else "reduce_scatter"   # gradients: the dp axis at every stage
+    op = "allreduce" if plan.zero == 0 else "reduce_scatter"
     full, rest = divmod(grad_bytes, plan.bucket_bytes)
     share = plan.bucket_bytes / max(grad_bytes, 1)
-    out = []
-    for size, count, first in ((plan.bucket_bytes, full, share), (rest, 1 if rest else 0, 1.0)):
-        if count:
-            out.append(CommEvent(name=f"{axis}.{op}.buckets", axis=axis, op=op, nbytes=size,
-                                 dtype=plan.grad_dtype, group=group, concurrent=concurrent, count=count,
-                                 where="overlap", phase="bwd", ready_at=first, spacing=share))
-    if plan.zero in (1, 2):
-        out.append(CommEvent(name="zero.allgather.params", axis="zero", op="allgather", nbytes=param_bytes,
-                             dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=1,
-                             where="tail", phase="step"))
-    return out
+    return [CommEvent(name=f"dp.{op}.buckets", axis="dp", op=op, nbytes=size, dtype=plan.grad_dtype, group=group,
+                      concurrent=concurrent, count=count, where="overlap", phase="bwd", ready_at=first,
+                      spacing=share)
+            for size, count, first in ((plan.bucket_bytes, full, share), (rest, 1 if rest else 0, 1.0)) if count]
+
+
+def parameter_gather(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    """The zero axis under ZeRO 1 and 2: the updated parameters all-gathered after the step."""
+    if plan.dp == 1 or plan.zero not in (1, 2):
+        return []
+    group, concurrent = _dp_group(mesh)
+    return [CommEvent(name="zero.allgather.params", axis="zero", op="allgather",
+                      nbytes=int(stage_params) * DTYPE_BYTES[plan.compute_dtype], dtype=plan.compute_dtype,
+                      group=group, concurrent=concurrent, count=1, where="tail", phase="step")]
+
+
+def _zero3(ctx: StageContext, axis: str) -> list[CommEvent]:
+    """ZeRO-3, every layer and microbatch: its parameters gathered before forward and backward
+    (zero axis; with hpZ the backward gathers read the secondary partition inside the node, the
+    dp group's ranks on this host) and its gradients reduce-scattered (dp axis)."""
+    plan, mesh = ctx.plan, ctx.mesh
+    if plan.dp == 1:
+        return []
+    group, concurrent = _dp_group(mesh)
+    layer_params = int(ctx.model.layer_params() / plan.tp)
+    per = plan.microbatches * ctx.layers
+    if axis == "dp":
+        return [CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter",
+                          nbytes=layer_params * DTYPE_BYTES[plan.grad_dtype], dtype=plan.grad_dtype, group=group,
+                          concurrent=concurrent, count=per, where="zero3", phase="bwd")]
+    bwd_groups = mesh.node_groups("dp", ctx.gpus_per_host) if plan.hpz else concurrent
+    bwd_group = next(g for g in bwd_groups if group[0] in g)
+    nbytes = layer_params * DTYPE_BYTES[plan.compute_dtype]
+    return [CommEvent(name=f"zero.allgather.{phase}", axis="zero", op="allgather", nbytes=nbytes,
+                      dtype=plan.compute_dtype, group=g, concurrent=c, count=per, where="zero3", phase=phase)
+            for phase, g, c in (("fwd", group, concurrent), ("bwd", bwd_group, bwd_groups))]
 
 
 def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
@@ -161,17 +174,12 @@ class StageContext:
     def last(self) -> bool:
         return self.stage == self.plan.pp - 1
 
+    @cached_property
     def stage_params(self) -> float:
-        from perfmodel.memory import stage_params
+        """Parameters one GPU of this stage holds (``perfmodel.memory.stage_params``)."""
+        from perfmodel.memory import stage_params   # memory reads the axes, which read this module
 
         return stage_params(self.model, self.plan, self.layers, self.first, self.last)
-
-
-def _data_parallel(ctx: StageContext) -> list[CommEvent]:
-    """``dp_events`` of the stage: per-layer shards under ZeRO-3, the stage's buckets otherwise."""
-    plan, layer = ctx.plan, ctx.model.layer_params() / ctx.plan.tp
-    params = layer * ctx.layers if plan.zero == 3 else ctx.stage_params()
-    return dp_events(params, layer if plan.zero == 3 else 0, plan, ctx.mesh, ctx.layers, ctx.gpus_per_host)
 
 
 def tensor_parallel_events(ctx: StageContext) -> list[CommEvent]:
@@ -188,10 +196,10 @@ def pipeline_events(ctx: StageContext) -> list[CommEvent]:
 
 def gradient_events(ctx: StageContext) -> list[CommEvent]:
     """The dp axis: the stage's gradient reduction; on the first stage, the tied embedding's sum."""
-    own = [e for e in _data_parallel(ctx) if e.axis == "dp"]
+    own = _zero3(ctx, "dp") if ctx.plan.zero == 3 else gradient_buckets(ctx.stage_params, ctx.plan, ctx.mesh)
     return own + (tied_embedding_events(ctx.model, ctx.plan, ctx.mesh) if ctx.first else [])
 
 
 def gather_events(ctx: StageContext) -> list[CommEvent]:
     """The zero axis: ZeRO's parameter gathers of the stage."""
-    return [e for e in _data_parallel(ctx) if e.axis == "zero"]
+    return _zero3(ctx, "zero") if ctx.plan.zero == 3 else parameter_gather(ctx.stage_params, ctx.plan, ctx.mesh)

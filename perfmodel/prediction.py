@@ -205,7 +205,7 @@ def _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine) -> 
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error[a] for a in NAMES if a in tally.error},
         collectives=tally.algorithms, kernel_s=tally.kernels, compute_detail=_compute_detail(stages, plan),
-        engine=engine, simulated_events=timing.events, idle_policy_axes=idle_axes(pol, plan, arch))
+        engine=engine, simulated_events=timing.simulated_events, idle_policy_axes=idle_axes(pol, plan, arch))
 
 
 def compare(model: str, cluster: str, policies, plan: PlanRequest | None = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
@@ -41,14 +41,15 @@ class StepInputs:
 
 @dataclass(eq=False)
 class StepTiming:
-    """An engine's answer (module doc); ``events``: what the des engine handled (0 analytical)."""
+    """An engine's answer (module doc): ``stage_events`` every stage's CommEvents, ``simulation``
+    and ``simulated_events`` what the des engine ran (None and 0 analytical)."""
 
     breakdown: object
     tally: object
     stages: list
+    stage_events: list
     simulation: object = None
-    events: int = 0
-    extra: dict = field(default_factory=dict)
+    simulated_events: int = 0
 
 
 class Engine(Protocol):

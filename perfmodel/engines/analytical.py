@@ -206,7 +206,7 @@ class AnalyticalEngine:
             _exposed(out, tally, event, cost(step.env, event, step.policy))
         params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1)
         out.optimizer_s = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
-        return StepTiming(breakdown=out, tally=tally, stages=stages, extra={"events": events})
+        return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
 
 
 ANALYTICAL = register(AnalyticalEngine())

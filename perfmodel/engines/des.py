@@ -8,7 +8,7 @@ two spans is the breakdown's ``contention_s`` (0 where nothing contends, tested)
 from __future__ import annotations
 
 from perfmodel.engines import StepInputs, StepTiming, register
-from perfmodel.engines.analytical import ANALYTICAL, bucket_window, cost, stage_events
+from perfmodel.engines.analytical import ANALYTICAL, bucket_window, cost
 from perfmodel.simulate.step import StageWork, simulate
 from perfmodel.step import overlap_buckets, pipeline_time
 
@@ -48,10 +48,9 @@ class EventEngine:
 
     def time_step(self, step: StepInputs) -> StepTiming:
         timing = ANALYTICAL.time_step(step)
-        events = timing.extra.get("events") or [stage_events(step, s) for s in range(len(timing.stages))]
-        sim = _simulate(step, timing.stages, events)
-        timing.breakdown.contention_s = sim.end_s - _analytical_span(step, timing.stages, events)
-        timing.simulation, timing.events = sim, sim.events
+        sim = _simulate(step, timing.stages, timing.stage_events)
+        timing.breakdown.contention_s = sim.end_s - _analytical_span(step, timing.stages, timing.stage_events)
+        timing.simulation, timing.simulated_events = sim, sim.events
         return timing
 
 

@@ -165,9 +165,10 @@ def test_event_volumes_match_closed_forms():
     pp = comm.pp_events(m, plan, mesh)
     assert [e.nbytes for e in pp] == [size // 4] * 2 and pp[0].count == plan.microbatches
     params = 1e9
-    dp = comm.dp_events(params, 0, plan, mesh, L)
+    dp = comm.gradient_buckets(params, plan, mesh)
     assert sum(e.nbytes * e.count for e in dp) == params * 4 and all(e.op == "allreduce" for e in dp)
-    z1 = comm.dp_events(params, 0, replace(plan, zero=1), mesh, L)
+    zero1 = replace(plan, zero=1)
+    z1 = comm.gradient_buckets(params, zero1, mesh) + comm.parameter_gather(params, zero1, mesh)
     rs = sum(e.nbytes * e.count for e in z1 if e.op == "reduce_scatter")
     ag = sum(e.nbytes * e.count for e in z1 if e.op == "allgather")
     assert (rs, ag) == (params * 4, params * 2)
