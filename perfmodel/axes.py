@@ -56,9 +56,6 @@ class Axis:
     memory: Callable = lambda plan: {}    # plan -> {memory kind: divisor} it shards
     description: str = ""
 
-    def degree(self, plan) -> int:
-        return _degree(plan, self.mesh_axis)
-
 
 def _zero_shards(plan) -> dict:
     """ZeRO's sharding over the dp group (Rajbhandari et al., SC20): optimizer states from
