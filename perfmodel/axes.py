@@ -22,7 +22,7 @@ gradients, 1% on what feeds the next computation (``perfmodel.search`` explains 
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfmodel import comm
@@ -31,7 +31,7 @@ from perfmodel.plan import MESH_AXES
 
 def _degree(plan, name: str) -> int:
     """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike."""
-    return plan[name] if isinstance(plan, Mapping) else getattr(plan, name)
+    return plan[name] if isinstance(plan, dict) else getattr(plan, name)
 
 
 def _ties_stages(plan, model) -> bool:

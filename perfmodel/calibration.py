@@ -41,8 +41,7 @@ from perfmodel.catalogs import PROTOCOL_NAMES, Device, Protocol, gpu_catalog, pr
 from perfmodel.collectives.fabric import PAIR
 from perfmodel.collectives.phases import PRIMITIVES
 from perfmodel.compression.codec import Codec, compile_spec
-from perfmodel.compression.families import DEFAULT_RATIO
-from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
+from perfmodel.compression.families import data_dependent
 from topologies.errors import InputError
 from topologies.units import TBps_to_Bps, us_to_s
 
@@ -122,19 +121,17 @@ class Calibration:
         return _primitive_table(self, tier_class)
 
     def spec(self, text: str) -> str:
-        """``text`` with the profile's ratio on every data-dependent stage that has none."""
-        if not self.ratios:
-            return text
-        return compile_spec(str(_with_ratios(parse_spec(text), self.ratios))).text
+        """``text``'s canonical form with the profile's ratio on every data-dependent stage that has none."""
+        return self.codec(compile_spec(text)).text
 
     def codec(self, codec: Codec) -> Codec:
         """``codec`` with the profile's ratios applied (the same object when there are none)."""
-        return codec if not self.ratios else _calibrated_codec(self, codec.text)
+        return codec if not self.ratios else _calibrated_codec(self, codec)
 
 
 @lru_cache(maxsize=4096)
-def _calibrated_codec(calib: Calibration, text: str) -> Codec:
-    return compile_spec(calib.spec(text))
+def _calibrated_codec(calib: Calibration, codec: Codec) -> Codec:
+    return codec.with_ratios(calib.ratios)
 
 
 @lru_cache(maxsize=64)
@@ -146,17 +143,6 @@ def _calibrated_device(calib: Calibration, dev: Device) -> Device:
 def _primitive_table(calib: Calibration, tier_class: str) -> dict:
     return {name: Protocol(name=name, base_s=0.0, step_s=us_to_s(v["step_us"]), bw_fraction=v["bw_fraction"])
             for name, v in calib.primitives.get(tier_class, {}).items()}
-
-
-def _with_ratios(node, ratios):
-    if isinstance(node, Call):
-        keys = {k for k, _ in node.kwargs}
-        if node.name in ratios and "ratio" not in keys:
-            return Call(name=node.name, args=node.args, kwargs=node.kwargs + (("ratio", ratios[node.name]),))
-        return node
-    if isinstance(node, ErrorFeedback):
-        return ErrorFeedback(inner=_with_ratios(node.inner, ratios))
-    return Chain(parts=tuple(_with_ratios(p, ratios) for p in node.parts))
 
 
 def _fail(key, value, allowed):
@@ -226,8 +212,8 @@ def _check(raw: dict) -> None:
                 _number(f"protocols.{cls}.{name}.{k}", v, -1e-12 if k != "bw_fraction" else 0.0,
                         1.0 if k == "bw_fraction" else float("inf"))
     for family, over in raw.get("compressors", {}).items():
-        if family not in DEFAULT_RATIO or set(over) != {"ratio"}:
-            _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(DEFAULT_RATIO))
+        if family not in data_dependent() or set(over) != {"ratio"}:
+            _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(data_dependent()))
         _number(f"compressors.{family}.ratio", over["ratio"], 0.999999)
     for cls, prims in raw.get("primitives", {}).items():
         if cls not in protocol_table():
@@ -276,7 +262,7 @@ def from_profile(raw: dict, path: str = "<profile>") -> Calibration:
     kernels, in_run = {}, {}
     for spec, over in raw.get("kernels", {}).items():
         try:
-            text = compile_spec(str(_with_ratios(parse_spec(spec), ratios))).text
+            text = compile_spec(spec).with_ratios(ratios).text
         except InputError as err:
             raise InputError(f"calibration.kernels.{spec}", spec, f"a compressor spec ({err})") from None
         kernels[text] = {int(r): (v["compress_GBps"] * 1e9, v["decompress_GBps"] * 1e9)

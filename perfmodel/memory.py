@@ -11,6 +11,8 @@ fragmentation: an assumption of 2 GiB.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from perfmodel.axes import AXES
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan import ParallelPlan
@@ -20,8 +22,10 @@ OPTIMIZER_BYTES = 12
 RESERVE_BYTES = 2 * 2**30
 
 
+@lru_cache(maxsize=4096)
 def shards(plan: ParallelPlan, kind: str) -> int:
-    """How many ways the axes' declarations (``Axis.memory``) split memory of ``kind``."""
+    """How many ways the axes' declarations (``Axis.memory``) split memory of ``kind`` (cached:
+    every stage of every plan asks)."""
     ways = 1
     for axis in AXES.values():
         ways *= axis.memory(plan).get(kind, 1)

@@ -111,7 +111,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field. The plan is
     ``request`` (a PlanRequest) or its fields as keywords (``make_plan(m, 8, tp=2, zero=1)``);
     an open ``compute_dtype`` means bf16."""
-    r = replace(request or PlanRequest(), **fields)
+    r = PlanRequest(**fields) if request is None else replace(request, **fields) if fields else request
     tp, pp, mbs = _positive("tp", r.tp), _positive("pp", r.pp), _positive("mbs", r.mbs)
     zero, recompute, schedule, order = r.zero, r.recompute, r.schedule, r.order
     if gpus % (tp * pp):

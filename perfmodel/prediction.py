@@ -91,8 +91,10 @@ def request_and_options(plan: PlanRequest | None = None, options: PredictOptions
     unknown = set(kw) - _PLAN_FIELDS - _OPTION_FIELDS
     if unknown:
         raise TypeError(f"predict() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    plan = replace(plan or PlanRequest(), **{k: v for k, v in kw.items() if k in _PLAN_FIELDS})
-    options = replace(options or PredictOptions(), **{k: v for k, v in kw.items() if k in _OPTION_FIELDS})
+    plan_kw = {k: v for k, v in kw.items() if k in _PLAN_FIELDS}
+    option_kw = {k: v for k, v in kw.items() if k in _OPTION_FIELDS}
+    plan = replace(plan, **plan_kw) if plan is not None else PlanRequest(**plan_kw)
+    options = replace(options, **option_kw) if options is not None else PredictOptions(**option_kw)
     return plan, options
 
 

@@ -156,10 +156,12 @@ def _within(record, budget: dict) -> bool:
     return True
 
 
+_PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz")
+
+
 def _row(record, plan: dict, budget: dict) -> dict:
     errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
-    return {"policy": record.policy, **{k: plan[k] for k in ("tp", "pp", "dp", "mbs", "zero", "recompute",
-                                                              "sequence_parallel", "schedule", "hpz")},
+    return {"policy": record.policy, **{k: plan[k] for k in _PLAN_KEYS},
             "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
             "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
             **{f"error_{a}": e for a, e in errors.items()},
@@ -241,7 +243,10 @@ def _worker_signals() -> None:
 
 
 def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict) -> SearchResult:
-    rows.sort(key=lambda r: (r["step_time_s"], r["total_error"], r["policy"]))
+    # Ties (plans the model cannot tell apart) ordered by the plan itself: the same rows in the same
+    # order however many workers finished in whatever order.
+    rows.sort(key=lambda r: (r["step_time_s"], r["total_error"], r["policy"],
+                             *(str(r[k]) for k in _PLAN_KEYS)))
     plain = [r for r in rows if r["policy"] == "none"]
     best = plain[0] if plain else None
     for r in rows:

@@ -81,6 +81,15 @@ def _build(tree):
     raise TypeError(tree)
 
 
+def _map(node, fn):
+    """The tree with every family replaced by ``fn(family)``."""
+    if isinstance(node, Family):
+        return fn(node)
+    if isinstance(node, EF):
+        return EF(_map(node.inner, fn))
+    return tuple(_map(p, fn) for p in node)
+
+
 def _text(node) -> str:
     if isinstance(node, Family):
         return str(node)
@@ -145,6 +154,18 @@ class Codec:
     @property
     def error_feedback(self) -> bool:
         return "ef(" in self.text
+
+    def with_ratios(self, ratios: dict) -> Codec:
+        """This codec with ``ratios`` ({family name: measured ratio}) on every data-dependent stage
+        that does not give its own (calibration transforms the compiled codec; nothing is re-parsed)."""
+        def calibrated(f: Family) -> Family:
+            if f.NAME in ratios and f.DEFAULT_RATIO and f.params.get("ratio") is None:
+                return f.with_params(ratio=ratios[f.NAME])
+            return f
+        if not any(f.NAME in ratios for f in self.families):
+            return self
+        root = _map(self.root, calibrated)
+        return Codec(text=_text(root), root=root)
 
     def apply(self, count: int, dtype_bytes: int) -> Applied:
         return _apply(self.root, Stream(count, float(count * dtype_bytes), message_dtype(dtype_bytes)))

@@ -6,7 +6,7 @@
 
 ``parse_spec`` returns a ``Call`` (one family with its arguments), a ``Chain`` of
 terms applied in order, or an ``ErrorFeedback`` around a spec. Arguments are checked
-against the family in ``families.py``; this module knows only the syntax.
+against the family (``contract.py``, the catalogue in ``families.py``); this module knows only the syntax.
 """
 from __future__ import annotations
 

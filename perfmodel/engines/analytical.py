@@ -37,12 +37,16 @@ def _cost_cached(built, calib, op, nbytes, codec, label, dtype, group, concurren
     return collective_on(built, ctx, op, nbytes, calib.codec(codec) if calib else codec, dtype, label=label)
 
 
-def stage_events(step: StepInputs, s: int) -> list:
-    """Every axis's events on stage ``s`` of the step's plan."""
-    plan = step.plan
-    ctx = StageContext(model=step.model, plan=plan, mesh=mesh_for(plan), stage=s,
-                       layers=plan.stage_layers(step.model.num_layers)[s], gpus_per_host=step.env.built.gpus_per_host)
-    return step_events(ctx)
+def stage_events(step: StepInputs, s: int) -> tuple:
+    """Every axis's events on stage ``s`` of the step's plan (the same under every policy)."""
+    return _stage_events(step.model, step.plan, s, step.env.built.gpus_per_host)
+
+
+@lru_cache(maxsize=8192)
+def _stage_events(model, plan, s: int, gpus_per_host: int) -> tuple:
+    ctx = StageContext(model=model, plan=plan, mesh=mesh_for(plan), stage=s,
+                       layers=plan.stage_layers(model.num_layers)[s], gpus_per_host=gpus_per_host)
+    return tuple(step_events(ctx))
 
 
 def _stage(step: StepInputs, s: int, layers: int, events: list, tally: Tally) -> StageTime:

@@ -24,7 +24,7 @@ from perfmodel.compression.codec import EF as EFNode
 from perfmodel.compression.codec import Codec, compile_spec, header_bytes
 from perfmodel.compression.families import Family
 from realrun.compressors import backends, codecs, stages  # noqa: F401  (codecs registers its implementations)
-from realrun.compressors.payload import DTYPES, MAX_NDIM, Header, Payload, seal, spec_digest
+from realrun.compressors.payload import MAX_NDIM, PAYLOAD_DTYPES, Header, Payload, seal, spec_digest
 from topologies.errors import InputError
 
 LENGTH = struct.Struct("<Q")
@@ -185,7 +185,7 @@ class Compressor:
         """``x`` compressed; with ``out`` (a writable buffer), the payload is written into its
         start and ``Payload.data`` is a view of it (reuse a buffer to skip page faults)."""
         arr = as_array(x)
-        if arr.dtype not in DTYPES.values():
+        if arr.dtype not in PAYLOAD_DTYPES.values():
             raise InputError("dtype", str(arr.dtype), "float16, float32 or float64")
         flat = np.ascontiguousarray(arr).reshape(-1)
         if self.codec.is_none:

@@ -34,8 +34,8 @@ MAGIC, VERSION = b"CP", 2
 _FIXED = struct.Struct("<2sBBB3sQ8sI4s")
 PAD = (b"\0" * 3, b"\0" * 4)
 assert _FIXED.size == HEADER_FIXED_BYTES
-DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16), 3: np.dtype(np.float64)}
-CODES = {v: k for k, v in DTYPES.items()}
+PAYLOAD_DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16), 3: np.dtype(np.float64)}
+DTYPE_CODES = {v: k for k, v in PAYLOAD_DTYPES.items()}
 MAX_NDIM = 8
 MAX_COUNT = 1 << 32   # values one payload may claim (16 GiB of float32): a decoder allocates this much
 CHECKSUM_AT = 24      # byte offset of the checksum inside the header
@@ -77,7 +77,7 @@ class Header:
         return header_bytes(len(self.shape))
 
     def pack(self) -> bytes:
-        fixed = _FIXED.pack(MAGIC, VERSION, CODES[self.dtype], len(self.shape), PAD[0], self.count, self.digest,
+        fixed = _FIXED.pack(MAGIC, VERSION, DTYPE_CODES[self.dtype], len(self.shape), PAD[0], self.count, self.digest,
                             self.checksum, PAD[1])
         return fixed + struct.pack(f"<{len(self.shape)}Q", *self.shape)
 
@@ -90,8 +90,8 @@ class Header:
         magic, version, code, ndim, pad, count, digest, check, pad2 = _FIXED.unpack_from(data, 0)
         if magic != MAGIC or version != VERSION or (pad, pad2) != PAD:
             raise InputError("payload", bytes(data[:4]), f"a commpress payload of format version {VERSION}")
-        if code not in DTYPES:
-            raise InputError("payload.dtype", code, "a dtype code of " + ", ".join(map(str, DTYPES)))
+        if code not in PAYLOAD_DTYPES:
+            raise InputError("payload.dtype", code, "a dtype code of " + ", ".join(map(str, PAYLOAD_DTYPES)))
         if not 1 <= ndim <= MAX_NDIM:
             raise InputError("payload.ndim", ndim, f"1 to {MAX_NDIM} dims")
         end = header_bytes(ndim)
@@ -104,7 +104,7 @@ class Header:
         if product != count or count > MAX_COUNT:
             raise InputError("payload.count", count, f"the product of the shape {tuple(shape)}, "
                              f"at most {MAX_COUNT}")
-        header = cls(dtype=DTYPES[code], shape=tuple(shape), digest=digest, checksum=check)
+        header = cls(dtype=PAYLOAD_DTYPES[code], shape=tuple(shape), digest=digest, checksum=check)
         if verify:
             header.verify(_as_u8(data)[end:])
         return header, end

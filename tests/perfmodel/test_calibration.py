@@ -69,3 +69,35 @@ def test_cli_takes_calibration(cli, tmp_path):
     out = cli("perfmodel", "collective", "allreduce", "--compressor", "sz3(abs=1e-4)", "--calibration", path,
               "--json", check_rc=0).stdout
     assert json.loads(out)[0]["compression_ratio"] == pytest.approx(20.0, rel=1e-3)
+
+
+def test_calibration_transforms_the_compiled_codec_without_parsing(tmp_path, monkeypatch):
+    """Ratios apply to the compiled tree: once a spec is compiled, nothing parses text again."""
+    from perfmodel.compression import compile_spec, grammar
+
+    codec = compile_spec("ef(int8+lossless)")
+    zfp = compile_spec("zfp(tolerance=1e-3)")
+    calib = load_calibration(_write(tmp_path, {**PROFILE, "compressors": {"zfp": {"ratio": 5.0}, "lossless": {
+        "ratio": 1.2}}}))
+
+    def refuse(text):
+        raise AssertionError(f"parsed again: {text}")
+
+    monkeypatch.setattr(grammar, "parse_spec", refuse)
+    monkeypatch.setattr("perfmodel.compression.codec.parse_spec", refuse)
+    out = calib.codec(codec)
+    assert out.text == "ef(int8(block=256)+lossless(codec=zstd,shuffle=byte,ratio=1.2))"
+    assert out.families[1].params["ratio"] == 1.2 and out.error_feedback
+    assert codec.families[1].params["ratio"] is None   # the original stays as it was
+    assert out.wire_bytes(1 << 20, 4) < codec.wire_bytes(1 << 20, 4)
+    assert calib.codec(zfp).text == "zfp(tolerance=0.001,ratio=5)"
+
+
+def test_a_spec_that_gives_its_ratio_keeps_it_and_exact_specs_are_untouched(tmp_path):
+    from perfmodel.compression import compile_spec
+
+    calib = load_calibration(_write(tmp_path, PROFILE))
+    given = compile_spec("sz3(abs=1e-4,ratio=3)")
+    assert calib.codec(given).text == given.text
+    exact = compile_spec("int8")
+    assert calib.codec(exact) is exact

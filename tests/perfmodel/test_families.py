@@ -77,3 +77,46 @@ def test_reducible_and_lossless_flags():
 def test_error_feedback_costs_traffic_not_wire():
     plain, ef = compile_spec("int8").apply(4096, 4), compile_spec("ef(int8)").apply(4096, 4)
     assert ef.values == plain.values and ef.compress_bytes > plain.compress_bytes
+
+
+def test_family_constants_are_attributes_of_the_family():
+    """A data-dependent family carries its own DEFAULT_RATIO and a ratio parameter; calibration's
+    allowed keys are read from the classes, not from a table of names."""
+    from perfmodel.compression.families import FAMILIES, data_dependent
+
+    ratios = data_dependent()
+    assert set(ratios) == {"zfp", "sz3", "lossless", "mpc"}
+    for name, ratio in ratios.items():
+        cls = FAMILIES[name]
+        assert ratio == cls.DEFAULT_RATIO >= 1 and "ratio" in [p.name for p in cls.PARAMS]
+    for name, cls in FAMILIES.items():
+        if name not in ratios:
+            assert all(f.exact for f in compile_spec(cls.examples()[0]).families), name
+
+
+def test_a_new_data_dependent_family_is_calibrated_by_its_class(tmp_path):
+    import json
+
+    from perfmodel.calibration import load_calibration
+    from perfmodel.compression import contract
+    from perfmodel.compression.lossless import Lossless
+
+    @contract.register
+    class Fancy(Lossless):
+        NAME, DEFAULT_RATIO = "fancy", 2.5
+
+    try:
+        assert compile_spec("fancy").wire_bytes(1 << 20, 4) < compile_spec("lossless").wire_bytes(1 << 20, 4)
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"schema": "commpress.calibration/1", "provenance": {},
+                                    "compressors": {"fancy": {"ratio": 4.0}}}))
+        calib = load_calibration(str(path))
+        assert calib.spec("fancy") == "fancy(codec=zstd,shuffle=byte,ratio=4)"
+    finally:
+        contract.unregister(Fancy)
+
+
+def test_cast_error_reads_the_mantissa_of_its_format():
+    assert compile_spec("fp8(format=e5m2)").error == pytest.approx(2.0 ** -3 / 3 ** 0.5)
+    assert compile_spec("fp8").error == pytest.approx(2.0 ** -4 / 3 ** 0.5)
+    assert compile_spec("bf16").error == pytest.approx(2.0 ** -8 / 3 ** 0.5)
