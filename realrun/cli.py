@@ -142,6 +142,10 @@ def _cluster_parser(sub) -> None:
     c.add_argument("--groups", type=int, default=1, help="up: groups of hosts behind trunks (two-tier)")
     c.add_argument("--trunk", default=None, help="up/shape: trunk rate between a group and the core")
     c.add_argument("--burst", default="128KiB", help="up: token bucket burst (default 128KiB, see docs)")
+    c.add_argument("--cpus-per-host", default="auto", metavar="SHARE",
+                   help="up: each host's fixed share of one core, a cgroup per host pinned to one core (auto: "
+                        "the most every core can give its hosts, 0.45 for 4 hosts on 2 cores; none: hosts "
+                        "time-share the cores). Recorded in the topology (cpu_share=) and every measurement")
     c.add_argument("--threads", type=int, default=1, help="run: OMP/numba threads per rank (default 1)")
     c.add_argument("--timeout", type=float, default=3600.0, help="run: seconds before every rank is stopped")
     c.add_argument("--json", action="store_true", help="status/up: print JSON")
@@ -247,7 +251,8 @@ def _cluster(args) -> None:
     if args.action == "up":
         spec = cluster.EmulatedSpec(hosts=args.hosts, bandwidth=args.bandwidth or "1gbit", slow_host=args.slow_host,
                                     slow_bandwidth=args.slow_bandwidth, groups=args.groups,
-                                    trunk_bandwidth=args.trunk, burst_bytes=parse_size(args.burst, "burst"))
+                                    trunk_bandwidth=args.trunk, burst_bytes=parse_size(args.burst, "burst"),
+                                    cpus_per_host=args.cpus_per_host)
         state = cluster.up(spec, args.name)
     elif args.action == "shape":
         cluster.shape(args.name, args.bandwidth, args.trunk)
@@ -269,8 +274,13 @@ def _cluster(args) -> None:
             print(f"cluster {name}: not up")
             continue
         print(f"cluster {name}: up  topology {info['topology']}")
+        share, cores = info["spec"]["cpus_per_host"], info["cores"]
         for ns, links in info["qdiscs"].items():
-            print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())))
+            host = int(ns.rsplit("-h", 1)[1]) if "-h" in ns else None
+            where = f"  cpu {share:g} of core {cores[host]}" if share is not None and host is not None else ""
+            print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())) + where)
+        if share is None:
+            print("  cpu: hosts time-share this machine's cores (no fixed share)")
 
 
 def _calibrate(args) -> None:

@@ -87,11 +87,12 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
     queue.put(out)
 
 
-def in_step(worker, args: tuple, ranks: int, threads: int = 1) -> list:
+def in_step(worker, args: tuple, ranks: int, threads: int = 1, place=None) -> list:
     """Run ``worker(barrier, queue, *args)`` in ``ranks`` spawned processes (``threads`` OMP and
     numba threads each) at once, as the ranks of an emulated cluster share this machine; each
     worker waits on the barrier before every timed case and puts one result on the queue.
-    Returns the results, one per process."""
+    ``place(i, pid)``, if given, runs as process ``i`` starts (an emulated host's cgroup: the
+    share its rank computes with). Returns the results, one per process."""
     import multiprocessing as mp
 
     saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
@@ -100,8 +101,10 @@ def in_step(worker, args: tuple, ranks: int, threads: int = 1) -> list:
     barrier, queue = ctx.Barrier(ranks, timeout=600), ctx.Queue()
     procs = [ctx.Process(target=worker, args=(barrier, queue, *args)) for _ in range(ranks)]
     try:
-        for proc in procs:
+        for i, proc in enumerate(procs):
             proc.start()
+            if place is not None:
+                place(i, proc.pid)
         return [queue.get(timeout=3600) for _ in procs]
     finally:
         for key, value in saved.items():
@@ -113,13 +116,14 @@ def in_step(worker, args: tuple, ranks: int, threads: int = 1) -> list:
                     proc.kill()
 
 
-def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1) -> list[dict]:
+def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1,
+                       place=None) -> list[dict]:
     """Compressor throughput with ``ranks`` processes (``threads`` threads each) computing at once,
     in step (a barrier before every case, each case run for at least ``SHARED_MIN_S`` so the
     scheduler interleaves them), as the ranks of an emulated cluster share this machine;
     decompression accumulates (as in a reduction). Mean times of the median process,
-    records marked ``concurrent = ranks``."""
-    results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads)
+    records marked ``concurrent = ranks``. ``place``: as ``in_step``'s."""
+    results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads, place)
     out = []
     for rows in zip(*results):
         size, spec, wire, comp, decomp = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]

@@ -8,8 +8,9 @@ Layout of cluster ``NAME`` (every name starts with ``cmp-NAME-``, so clusters co
   (veth ``t{g}`` / ``c{g}``), which emulates an inter-node tier and its oversubscription.
 
 Every link is limited in both directions with ``tc tbf`` (host egress on ``eth0``, switch
-egress on ``h{i}``; both trunk ends). Burst: ``DEFAULT_BURST``. State (the spec) lives in
-``STATE_DIR/NAME.json``; the namespaces are the truth, so ``down`` works without it.
+egress on ``h{i}``; both trunk ends). Burst: ``DEFAULT_BURST``. Each host has a fixed CPU
+share of one core (``cpus_per_host``, a cgroup per host: ``realrun.cluster.cpu``). State (the
+spec) lives in ``STATE_DIR/NAME.json``; the namespaces are the truth, so ``down`` works without it.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
-from realrun.cluster import netns
+from realrun.cluster import cpu, netns
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 from topologies.units import format_rate, parse_rate
@@ -39,7 +40,10 @@ NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
 class EmulatedSpec:
     """``hosts`` (2-8) on links of ``bandwidth`` (bits/s, or a tc rate string); optionally
     ``slow_host`` on ``slow_bandwidth``; ``groups`` (>1: groups of hosts behind trunks of
-    ``trunk_bandwidth``); ``burst_bytes`` of the token buckets."""
+    ``trunk_bandwidth``); ``burst_bytes`` of the token buckets; ``cpus_per_host``: the fixed
+    share of one core each host gets ("auto": the most every core can give its hosts, 0.45
+    for 4 hosts on 2 cores, or none where the machine has no cgroup cpu controller; "none":
+    hosts time-share the cores as the kernel pleases)."""
 
     hosts: int = 4
     bandwidth: int = 10**9
@@ -48,6 +52,7 @@ class EmulatedSpec:
     groups: int = 1
     trunk_bandwidth: int | None = None
     burst_bytes: int = DEFAULT_BURST
+    cpus_per_host: float | str | None = "auto"
 
     def __post_init__(self):
         for key in ("bandwidth", "slow_bandwidth", "trunk_bandwidth"):
@@ -65,6 +70,7 @@ class EmulatedSpec:
         if self.slow_host is not None:
             _check_int("slow_host", self.slow_host, 0, self.hosts - 1)
         _check_int("burst_bytes", self.burst_bytes, 1600, 64 * 2**20)
+        object.__setattr__(self, "cpus_per_host", _resolve_share(self.cpus_per_host, self.hosts))
 
     def host_rate(self, host: int) -> int:
         return self.slow_bandwidth if host == self.slow_host else self.bandwidth
@@ -82,7 +88,27 @@ class EmulatedSpec:
             parts += [f"groups={self.groups}", f"trunk={format_rate(self.trunk_bandwidth)}"]
         if self.slow_host is not None and self.slow_host < hosts:
             parts += [f"slow_host={self.slow_host}", f"slow_bandwidth={format_rate(self.slow_bandwidth)}"]
+        if self.cpus_per_host is not None:
+            parts.append(f"cpu_share={self.cpus_per_host:g}")
         return "emulated:" + ",".join(parts)
+
+    def cores(self) -> dict[int, int]:
+        """{host: the core it is pinned to} (empty without a fixed share)."""
+        cores = cpu.machine_cores()
+        return {h: cpu.core_of(h, cores) for h in range(self.hosts)} if self.cpus_per_host is not None else {}
+
+
+def _resolve_share(value, hosts: int) -> float | None:
+    if value is None or value == "none":
+        return None
+    if value == "auto":
+        return cpu.max_share(hosts) if cpu.hierarchy() else None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InputError("cpus_per_host", value, "a share of one core, auto or none") from None
+    return cpu.check_share(value, hosts)
 
 
 def _check_int(field, value, low, high):
@@ -164,6 +190,8 @@ def _build(spec: EmulatedSpec, name: str) -> None:
         netns.sh("ip", "addr", "add", f"{address(h)}/24", "dev", "eth0", ns=ns)
         netns.sh("ip", "link", "set", "eth0", "up", ns=ns)
         netns.enslave(sw, f"h{h}", f"br{spec.group_of(h)}")
+        if spec.cpus_per_host is not None:
+            cpu.create(ns, spec.cpus_per_host, spec.cores()[h])
     _limit(spec, name, replace=False)
 
 
@@ -185,7 +213,9 @@ def load(name: str) -> EmulatedSpec:
         raise InputError("name", name, "a cluster that is up (realrun cluster up --name ...)")
     try:
         with open(_state_path(name)) as handle:
-            return EmulatedSpec(**json.load(handle))
+            state = json.load(handle)
+        state.setdefault("cpus_per_host", None)   # a cluster built before hosts had a fixed share
+        return EmulatedSpec(**state)
     except (OSError, ValueError, TypeError) as err:
         raise InputError("name", name, f"a cluster with readable state in {STATE_DIR} ({err})") from None
 
@@ -217,7 +247,8 @@ def status(name: str | None = None) -> dict:
         state = "up" if present and spec else ("half-built" if present else "down")
         out[n] = {"up": state == "up", "state": state, "namespaces": present,
                   "spec": asdict(spec) if spec else None, "topology": spec.topology() if spec else None,
-                  "qdiscs": {ns: _tbf_rates(netns.qdiscs(ns)) for ns in present}}
+                  "qdiscs": {ns: _tbf_rates(netns.qdiscs(ns)) for ns in present},
+                  "cgroups": cpu.ours(f"{netns.PREFIX}{n}-"), "cores": spec.cores() if spec else {}}
     return out
 
 
@@ -244,9 +275,12 @@ def _remove(name: str) -> list[str]:
     removed = netns.ours(name)
     for ns in removed:
         netns.delete_ns(ns)
+    groups = cpu.ours(f"{netns.PREFIX}{name}-")
+    for ns in groups:
+        cpu.remove(ns)
     with contextlib.suppress(FileNotFoundError):
         os.remove(_state_path(name))
     left = netns.ours(name)
     if left:
         raise InputError("cluster", ",".join(left), "namespaces that can be deleted (ip netns del)")
-    return removed
+    return removed + [f"cgroup {cpu.group_name(g)}" for g in groups if g not in removed]
