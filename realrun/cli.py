@@ -141,7 +141,9 @@ def _cluster_parser(sub) -> None:
     c.add_argument("--slow-bandwidth", default=None, help="up: that host's link rate")
     c.add_argument("--groups", type=int, default=1, help="up: groups of hosts behind trunks (two-tier)")
     c.add_argument("--trunk", default=None, help="up/shape: trunk rate between a group and the core")
-    c.add_argument("--burst", default="128KiB", help="up: token bucket burst (default 128KiB, see docs)")
+    c.add_argument("--burst", default=None, help="up: token bucket of every link (default: one GSO segment of "
+                   "0.5 ms at the link's rate plus 2 KiB, the segments cut to fit: the line rate holds from the first "
+                   "byte; see docs)")
     c.add_argument("--cpus-per-host", default="auto", metavar="SHARE",
                    help="up: each host's fixed share of one core, a cgroup per host pinned to one core (auto: "
                         "the most every core can give its hosts, 0.45 for 4 hosts on 2 cores; none: hosts "
@@ -251,7 +253,8 @@ def _cluster(args) -> None:
     if args.action == "up":
         spec = cluster.EmulatedSpec(hosts=args.hosts, bandwidth=args.bandwidth or "1gbit", slow_host=args.slow_host,
                                     slow_bandwidth=args.slow_bandwidth, groups=args.groups,
-                                    trunk_bandwidth=args.trunk, burst_bytes=parse_size(args.burst, "burst"),
+                                    trunk_bandwidth=args.trunk,
+                                    burst_bytes=parse_size(args.burst, "burst") if args.burst else None,
                                     cpus_per_host=args.cpus_per_host)
         state = cluster.up(spec, args.name)
     elif args.action == "shape":

@@ -9,9 +9,10 @@ lives in cgroup ``commpress/cmp-NAME-h{h}``:
 * ``cpuset``: one core, ``cores[h % len(cores)]`` of the cores this process may use, so a
   host never migrates and the hosts sharing a core are always the same ones;
 * ``cpu`` quota: ``share`` of that core per ``PERIOD_US`` (cgroup v2 ``cpu.max``, v1
-  ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``). The shares of the hosts on one core add up
-  to at most ``MAX_CORE_LOAD``, so every host gets its whole share whenever it asks (a
-  ceiling that is also a floor) and the rest of the core is left to the runner.
+  ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``), and a high scheduler weight. The shares of
+  the hosts on one core add up to at most ``MAX_CORE_LOAD`` and other work on the machine
+  weighs a tenth of a host, so every host gets its whole share whenever it asks (a ceiling
+  that is also a floor) and the rest of the core is left to the runner.
 
 Everything a rank starts (gloo's threads, intra-op threads) is in its host's cgroup, so its
 transport's CPU comes out of the same share as its compute, as on a real host. Both cgroup
@@ -33,6 +34,11 @@ PARENT = "commpress"
 PERIOD_US = 10_000
 MAX_CORE_LOAD = 0.9   # of each core, for the hosts on it; the rest is the runner's (tc, the launcher)
 MIN_SHARE = 0.05
+# Scheduler weight of a host's group against everything else on the machine (v1 cpu.shares,
+# default 1024; v2 cpu.weight, default 100): a host gets its whole quota before other work on
+# its core gets any, so outside load takes only what the hosts leave (docs/design.md).
+SHARES_V1, WEIGHT_V2 = 10240, 1000
+QUOTA = True   # False: pinned and weighted but work-conserving (a host may use what its core-mates leave)
 
 
 def machine_cores() -> list[int]:
@@ -139,16 +145,18 @@ def create(ns: str, share: float, core: int) -> None:
     _make_parent(where)
     for path in _dirs(where, ns):
         os.makedirs(path, exist_ok=True)
-    quota = max(1000, round(share * PERIOD_US))
+    quota = max(1000, round(share * PERIOD_US)) if QUOTA else -1
     if where["version"] == 2:
         path = os.path.join(where["cpu"], group_name(ns))
-        _write(os.path.join(path, "cpu.max"), f"{quota} {PERIOD_US}")
+        _write(os.path.join(path, "cpu.max"), f"{quota if quota > 0 else 'max'} {PERIOD_US}")
+        _write(os.path.join(path, "cpu.weight"), str(WEIGHT_V2))
         if where["cpuset"]:
             _write(os.path.join(path, "cpuset.cpus"), str(core))
         return
     path = os.path.join(where["cpu"], group_name(ns))
     _write(os.path.join(path, "cpu.cfs_period_us"), str(PERIOD_US))
     _write(os.path.join(path, "cpu.cfs_quota_us"), str(quota))
+    _write(os.path.join(path, "cpu.shares"), str(SHARES_V1))
     if where["cpuset"]:
         path = os.path.join(where["cpuset"], group_name(ns))
         _write(os.path.join(path, "cpuset.mems"), _read(os.path.join(where["cpuset"], "cpuset.mems")))
