@@ -13,6 +13,7 @@ from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kerne
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from realrun import train_cli
 from realrun.compressors import Compressor
+from realrun.report import MAX_REPEATS, REPEATS, check_repeats
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
 from topologies.errors import InputError
 from topologies.units import format_size, parse_size
@@ -95,14 +96,23 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
                    "A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, compressed "
-                   "collectives): each case predicted first, then measured. Writes DIR/results.csv, DIR/report.md "
-                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE, worst case, fastest-compressor "
+                   "collectives): each case predicted first, then measured --repeats times (the median counts; "
+                   "spread = max/min - 1 of the repeats). Writes DIR/results.csv, DIR/report.md "
+                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE with the testbed's noise floor "
+                   "(median spread) and the cases spread over 5%, worst case, fastest-compressor "
                    "agreement, int8 crossover bandwidth.", LOOP_EPILOG)
     val.add_argument("--calibration", help="profile from realrun calibrate (default: catalog numbers)")
     val.add_argument("--cluster", default="emu", help="as for calibrate")
     val.add_argument("--out", required=True, help="output folder (created)")
-    val.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes here)")
-    val.add_argument("--iters", type=int, default=5, help="measured iterations per case (median; default 5)")
+    val.add_argument("--quick", action="store_true", help="a smaller grid, as many repeats (under 5 minutes here "
+                     "per repeat)")
+    val.add_argument("--iters", type=int, default=5, help="measured iterations per case and repeat (median; "
+                     "default 5)")
+    val.add_argument("--repeats", type=int, default=REPEATS, metavar="R",
+                     help=f"independent measurements per case, 1-{MAX_REPEATS}: collectives R timed blocks, each "
+                     "after its own warm-up, round-robin over the cases of one launch; --training R runs of the "
+                     "case, round-robin over the cases of a bandwidth. The case's value is their median, its spread "
+                     f"max/min - 1; spreads over 5%% are starred in report.md (default {REPEATS})")
     val.add_argument("--training", action="store_true", help="validate training steps instead: realrun train "
                      "of gpt-tiny on the emulated hosts, plans (dp, tp 2, pp 2, tp 2 x pp 2, ZeRO-1) x policies x "
                      "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
@@ -315,6 +325,7 @@ def _validate(args) -> None:
     from realrun.measure import runner_for
     from realrun.validate import summary_lines, validate
 
+    check_repeats(args.repeats)
     load_calibration(args.calibration)   # a bad profile is refused before anything runs
     if args.measured is not None:
         _repredict(args)
@@ -326,7 +337,7 @@ def _validate(args) -> None:
         _validate_training(args, runner)
         return
     os.makedirs(args.out, exist_ok=True)
-    result = validate(runner, args.calibration, args.out, args.quick, iters)
+    result = validate(runner, args.calibration, args.out, args.quick, iters, repeats=args.repeats)
     if under_torchrun() and os.environ["RANK"] != "0":
         return
     _print_summary(args, result, summary_lines, f"# realrun validate on {runner.topology()}: {args.out}/results.csv, "
@@ -356,7 +367,8 @@ def _validate_training(args, runner) -> None:
         raise InputError("cluster", args.cluster, "an emulated cluster that is up (--training trains on its hosts)")
     steps = None if args.steps is None else _positive("steps", args.steps)
     os.makedirs(args.out, exist_ok=True)
-    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine)
+    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine,
+                               repeats=args.repeats)
     _print_summary(args, result, summary_lines, f"# realrun validate --training on {runner.topology()}: "
                    f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png, loss_curves.png")
 
