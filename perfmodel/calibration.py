@@ -13,7 +13,9 @@ optional and overrides only what it names:
       "compressors": {"sz3": {"ratio": 5.2}, "lossless": {"ratio": 1.08}},
       "kernels": {"int8": {"compress_GBps": 2.1, "decompress_GBps": 4.8,
                            "shared": {"4": {"compress_GBps": 0.9, "decompress_GBps": 1.3}}}},
-      "overlap_slowdown": 0.07
+      "overlap_slowdown": 0.07,
+      "runtime": {"calls": {"allreduce:two_phase": {"call_us": 900.0, "ns_per_byte": 0.3}},
+                  "transport": {"cpu_us": 40.0, "cpu_ns_per_byte": 1.1}}
     }
 
 ``kernels`` gives a spec's measured throughput on the profile's device, per direction (GB/s
@@ -25,6 +27,14 @@ the spec's kernels took inside compressed collectives on N ranks than ``shared``
 message size (measured in calibration's compressed runs: ranks not in lockstep, inputs that
 no longer fit in cache); between sizes it is interpolated in log size, outside them the
 nearest measured size holds. It applies where the shared numbers do.
+
+``runtime`` is the runtime's own cost, measured where it runs (realrun on gloo): ``calls`` per
+``op:algorithm`` of its compressed collectives the seconds a call takes beyond its wire time and
+kernels (Python, payload assembly and parsing, the extra tensor copies), ``call_us +
+ns_per_byte x message bytes``; ``transport`` the CPU its socket transport burns per call and
+per byte a rank sends, which a host with a fixed CPU share takes from the compute beside an
+overlapped transfer (perfmodel.engines.analytical). Both may carry ``*_sd`` (standard errors)
+and ``records``.
 
 Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
 clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
@@ -47,7 +57,9 @@ from topologies.units import TBps_to_Bps, us_to_s
 
 SCHEMA = "commpress.calibration/1"
 TOP = ("schema", "provenance", "devices", "protocols", "primitives", "compressors", "kernels", "fits",
-       "overlap_slowdown")
+       "overlap_slowdown", "runtime")
+CALL_KEYS = ("call_us", "ns_per_byte")
+TRANSPORT_KEYS = ("cpu_us", "cpu_ns_per_byte")
 KERNEL_KEYS = ("compress_GBps", "decompress_GBps")
 DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency", "fp32_TFLOPS")
 PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
@@ -65,6 +77,19 @@ class Calibration:
     # {canonical spec (profile ratios applied): {ranks: (compress_Bps, decompress_Bps)}}
     kernels: dict = field(default_factory=dict)
     in_run: dict = field(default_factory=dict)   # {canonical spec: ((message bytes, factor), ...)}
+    calls: dict = field(default_factory=dict)    # {(op, algorithm): (seconds per call, seconds per byte)}
+    transport: tuple | None = None               # (CPU seconds per call, CPU seconds per byte sent)
+
+    def call_cost(self, op: str, algorithm: str, size_bytes: float) -> float:
+        """Seconds a runtime's compressed ``op`` by ``algorithm`` takes beyond wire and kernels
+        (0.0 where the profile did not measure it)."""
+        found = self.calls.get((op, algorithm))
+        return found[0] + found[1] * size_bytes if found else 0.0
+
+    def transport_cpu_s(self, calls: float, sent_bytes: float) -> float | None:
+        """CPU seconds the socket transport takes for ``calls`` calls sending ``sent_bytes`` in
+        all, or None where the profile did not measure it."""
+        return None if self.transport is None else self.transport[0] * calls + self.transport[1] * sent_bytes
 
     def in_run_factor(self, spec_text: str, size_bytes: float) -> float:
         """How much longer the spec's kernels take inside a run of this message size than the
@@ -237,6 +262,29 @@ def _check(raw: dict) -> None:
             _check_kernel(f"kernels.{spec}.shared.{ranks}", shared, set())
     if "overlap_slowdown" in raw:
         _number("overlap_slowdown", raw["overlap_slowdown"], -1e-12, 0.999)
+    _check_runtime(_section(raw, "runtime"))
+
+
+def _check_terms(key: str, over, names: tuple) -> None:
+    """``over`` holds the non-negative terms ``names`` (each may carry its ``*_sd``) and ``records``."""
+    allowed = set(names) | {f"{n}_sd" for n in names} | {"records"}
+    if not isinstance(over, dict) or not set(names) <= set(over) <= allowed:
+        _fail(key, over, "{" + ", ".join(f'"{n}": number' for n in names) + "} (optionally *_sd and records)")
+    for k, v in over.items():
+        _number(f"{key}.{k}", v, -1e-12, 1e9)
+
+
+def _check_runtime(runtime: dict) -> None:
+    for k in runtime:
+        if k not in ("calls", "transport"):
+            _fail(f"runtime.{k}", runtime[k], "calls or transport")
+    for name, over in _section(runtime, "calls").items():
+        op, _, alg = name.partition(":")
+        if op not in PRIMITIVES or not alg:
+            _fail(f"runtime.calls.{name}", over, "a key OP:ALGORITHM (allreduce:two_phase)")
+        _check_terms(f"runtime.calls.{name}", over, CALL_KEYS)
+    if "transport" in runtime:
+        _check_terms("runtime.transport", runtime["transport"], TRANSPORT_KEYS)
 
 
 @lru_cache(maxsize=16)
@@ -269,9 +317,14 @@ def from_profile(raw: dict, path: str = "<profile>") -> Calibration:
                          for r, v in [("1", over)] + sorted(over.get("shared", {}).items())}
         if over.get("in_run"):
             in_run[text] = tuple(sorted((int(k), float(v)) for k, v in over["in_run"].items()))
+    runtime = raw.get("runtime", {})
+    calls = {tuple(k.split(":", 1)): (v["call_us"] * 1e-6, v["ns_per_byte"] * 1e-9)
+             for k, v in runtime.get("calls", {}).items()}
+    t = runtime.get("transport")
     return Calibration(path=path, provenance=raw.get("provenance", {}), devices=raw.get("devices", {}),
                        protocols=raw.get("protocols", {}), ratios=ratios, primitives=raw.get("primitives", {}),
-                       overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels, in_run=in_run)
+                       overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels, in_run=in_run, calls=calls,
+                       transport=(t["cpu_us"] * 1e-6, t["cpu_ns_per_byte"] * 1e-9) if t else None)
 
 
 def load_calibration(path: str | None) -> Calibration | None:

@@ -12,7 +12,7 @@ from functools import lru_cache, partial
 
 from perfmodel.collectives.compressed import Msg, movement, reducible
 from perfmodel.collectives.fabric import Ctx, make_ctx
-from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier
+from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier, with_runtime_call
 from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.calibration import load_calibration
@@ -79,6 +79,8 @@ def _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks):
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec,
               kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
     costs = {name: build(ctx, msg) for name, build in table.items()}
+    if not codec.is_none and ctx.call:
+        costs = {name: with_runtime_call(c, ctx, op, name, size_bytes) for name, c in costs.items()}
     fewest = min(c.hops for c in costs.values())
     best = None
     for name, cost in costs.items():

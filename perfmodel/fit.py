@@ -17,6 +17,11 @@ large ones):
 
 4. **Compute**, from compute records (a training step's GEMMs, attention and memory-bound
    work timed on the device): the device's GEMM efficiency table and streaming rate.
+5. **The runtime's own costs**: per ``op:algorithm`` of the compressed collective records, the
+   seconds beyond what the fitted tiers and kernels explain, ``call + per_byte x size``
+   (``runtime.calls``); from the CPU seconds of the uncompressed records (``cpu_s``), the CPU
+   the transport burns, ``cpu_call + cpu_per_byte x bytes sent`` (``runtime.transport``). Both
+   with standard errors from the fit's Jacobian.
 
 Residuals and R^2 of every fit go into the profile under ``fits``.
 """
@@ -253,9 +258,87 @@ def fit_profile(records: list[dict], cluster: str, sources=()) -> dict:
     in_run = fit_in_run(records, cluster, profile)
     for spec, factor in in_run.items():
         kernels[spec]["in_run"] = factor["in_run"]
+    runtime, r_report = fit_runtime(records, cluster, profile)
+    if runtime:
+        profile["runtime"] = runtime
     profile["fits"] = {"cluster": cluster, "tiers": t_report, "kernels": k_report, "compute": c_report,
-                       "in_run": in_run}
+                       "in_run": in_run, "runtime": r_report}
     return profile
+
+
+def _terms(design, y) -> tuple[np.ndarray, np.ndarray, float]:
+    """(x >= 0, standard errors, MAPE) of ``design @ x = y`` fitted on relative residuals (the
+    robust loss of the other fits); the errors from the Jacobian and the residuals' variance
+    (NaN without spare records)."""
+    design, y = np.asarray(design, float), np.asarray(y, float)
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-30)     # columns of comparable size
+    a = design / scale
+
+    def residual(x):
+        return (a @ x - y) / np.abs(y)
+
+    sol = _robust(residual, np.full(a.shape[1], float(np.median(np.abs(y)))), [0.0] * a.shape[1])
+    jac, res = a / np.abs(y)[:, None], residual(sol.x)
+    dof = len(y) - a.shape[1]
+    with np.errstate(all="ignore"):
+        cov = np.linalg.pinv(jac.T @ jac) * (float(res @ res) / dof if dof > 0 else math.nan)
+    return sol.x / scale, np.sqrt(np.abs(np.diag(cov))) / scale, float(np.mean(np.abs(res)))
+
+
+def fit_runtime(records: list[dict], cluster: str, profile: dict) -> tuple[dict, dict]:
+    """(runtime section, report): the per-call terms of compressed collectives and the transport's
+    CPU (module doc, fit 5); each from at least 3 records of 2 sizes or more, else left out."""
+    calib = from_profile(profile)
+    calls, report = {}, {}
+    for key, rows in _by_call(records).items():
+        excess, sizes = [], []
+        for r in rows:
+            excess.append(r["time_s"] - _predicted(r, cluster, calib))
+            sizes.append(r["size_bytes"])
+        if len(rows) < 3 or len(set(sizes)) < 2 or statistics.median(excess) <= 0:
+            continue
+        x, sd, mape = _terms([[1.0, size] for size in sizes], excess)
+        calls[key] = {"call_us": x[0] * 1e6, "ns_per_byte": x[1] * 1e9, "call_us_sd": sd[0] * 1e6,
+                      "ns_per_byte_sd": sd[1] * 1e9, "records": len(rows)}
+        report[key] = {"mape_of_excess": mape}
+    out = {"calls": calls} if calls else {}
+    transport = _fit_transport(records, cluster, calib)
+    if transport:
+        out["transport"] = transport
+    return out, report
+
+
+def _by_call(records) -> dict:
+    """{"op:algorithm": compressed collective records} (realrun's algorithm, 'auto' resolved)."""
+    from perfmodel.runtime import runtime_algorithm
+
+    out: dict = {}
+    for r in records:
+        if r["kind"] == "collective" and r["world"] > 1 and r["time_s"] > 0 \
+                and not compile_spec(r["compressor"]).is_none:
+            key = f"{r['op']}:{runtime_algorithm(r['op'], r['compressor'], r['algorithm'])}"
+            out.setdefault(key, []).append(r)
+    return out
+
+
+def _predicted(record: dict, cluster: str, calib) -> float:
+    """The model's time of a record from the tiers and kernels fitted so far (no runtime term)."""
+    built = build_cluster(record.get("cluster", cluster))
+    ctx = resolve_context(built, record["world"], "packed", (), calib)
+    cost = runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx, calib)[1]
+    return evaluate(cost, ctx.device, chunks=1).time_s
+
+
+def _fit_transport(records: list[dict], cluster: str, calib) -> dict:
+    """CPU seconds per call of uncompressed collective records against the bytes a rank sends."""
+    rows = [r for r in records if r["kind"] == "collective" and r["world"] > 1 and r.get("cpu_s", 0) > 0
+            and compile_spec(r["compressor"]).is_none]
+    sent = [sum(ph.nbytes for st in phases_of(r, r.get("cluster", cluster), calib).stages for ph in st) for r in rows]
+    if len(rows) < 3 or len(set(sent)) < 2:
+        return {}
+    x, sd, mape = _terms([[1.0, b] for b in sent], [r["cpu_s"] for r in rows])
+    return {"cpu_us": x[0] * 1e6, "cpu_ns_per_byte": x[1] * 1e9, "cpu_us_sd": sd[0] * 1e6,
+            "cpu_ns_per_byte_sd": sd[1] * 1e9, "records": len(rows)}
 
 
 def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
@@ -307,6 +390,21 @@ def summary(profile: dict) -> list[tuple]:
                          f"{v['decompress_GBps']:.3f} GB/s each", ""))
     for family, r in profile.get("compressors", {}).items():
         rows.append((f"ratio {family}", f"{r['ratio']:.2f}x", "median"))
+    rows += _runtime_rows(profile.get("runtime", {}))
+    return rows
+
+
+def _runtime_rows(runtime: dict) -> list[tuple]:
+    rows = []
+    for key, c in runtime.get("calls", {}).items():
+        rows.append((f"runtime call {key}", f"{c['call_us']:.0f} +- {c.get('call_us_sd', math.nan):.0f} us + "
+                     f"{c['ns_per_byte']:.3f} +- {c.get('ns_per_byte_sd', math.nan):.3f} ns/B",
+                     f"{c.get('records', 0)} compressed records"))
+    t = runtime.get("transport")
+    if t:
+        rows.append(("runtime transport CPU", f"{t['cpu_us']:.0f} +- {t.get('cpu_us_sd', math.nan):.0f} us + "
+                     f"{t['cpu_ns_per_byte']:.3f} +- {t.get('cpu_ns_per_byte_sd', math.nan):.3f} ns/B sent",
+                     f"{t.get('records', 0)} uncompressed records"))
     return rows
 
 

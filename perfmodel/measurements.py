@@ -2,7 +2,8 @@
 
 One JSON object per line (JSON Lines). ``kind`` is ``collective`` (a timed collective) or
 ``kernel`` (a compressor alone). Times are seconds, sizes bytes; ``time_s`` of a collective is
-the median over iterations of the slowest rank.
+the median over iterations of the slowest rank; an optional ``cpu_s`` is the CPU seconds per call
+of the busiest rank's process (all its threads).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ REQUIRED = {
 }
 COMPUTE_OPS = ("gemm", "attention", "elementwise")
 NUMBERS = ("world", "size_bytes", "wire_bytes", "time_s", "compress_s", "decompress_s", "max_rel_error",
-           "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes", "wrong")
+           "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes", "wrong", "cpu_s")
 
 
 def make_record(kind: str, **fields) -> dict:

@@ -62,7 +62,7 @@ class ParallelPlan:
 class PlanRequest:
     """A plan as a user asks for it, before ``make_plan`` validates it against a model and the
     job's GPUs: the same fields and defaults as ``make_plan``'s keywords, with ``dp`` possibly
-    ``auto`` and ``compute_dtype`` None (the device's: bf16 where it has it, else fp16), and the
+    ``auto`` and ``compute_dtype`` None (the device's: bf16 where it has it, else fp16, else fp32), and the
     job's size on the cluster (``gpus`` or ``nodes``; default: the catalog's nodes)."""
 
     gpus: int | None = None

@@ -118,7 +118,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", plan: PlanRequ
     if slowdown is None:
         slowdown = calib.overlap_slowdown if calib and calib.overlap_slowdown is not None \
             else DEFAULT_OVERLAP_SLOWDOWN
-    dtype = request.compute_dtype or ("bf16" if "bf16" in dev.peak_flops_per_s else "fp16")
+    dtype = request.compute_dtype or next(d for d in ("bf16", "fp16", "fp32") if d in dev.peak_flops_per_s)
     dev.peak(dtype)
     plan = request.build(arch, ranks, dtype)
     if not 0 <= slowdown < 1:

@@ -21,7 +21,7 @@ from perfmodel.calibration import load_calibration
 from perfmodel.collective import DTYPES, resolve_context
 from perfmodel.collectives.compressed import Msg, reducible
 from perfmodel.collectives.registry import COMPRESSED
-from perfmodel.collectives.phases import AlgoCost, Timed, evaluate
+from perfmodel.collectives.phases import AlgoCost, Timed, evaluate, with_runtime_call
 from perfmodel.compression import compile_spec
 from topologies import build_cluster
 from topologies.errors import InputError
@@ -59,11 +59,10 @@ def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx,
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES["fp32"], codec=codec,
               kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
     alg = runtime_algorithm(op, compressor, algorithm)
-    if alg == "torch":
-        return alg, reducible(op, "ring", ctx, msg)
-    if alg not in COMPRESSED[op]:
+    if alg != "torch" and alg not in COMPRESSED[op]:
         raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(COMPRESSED[op]))
-    return alg, COMPRESSED[op][alg](ctx, msg)
+    cost = reducible(op, "ring", ctx, msg) if alg == "torch" else COMPRESSED[op][alg](ctx, msg)
+    return alg, cost if codec.is_none else with_runtime_call(cost, ctx, op, alg, size_bytes)
 
 
 def runtime_time(op: str, size_bytes: int, *, cluster: str, ranks: int | None = None, compressor: str = "none",

@@ -7,7 +7,11 @@
    computing at once) -> the device's GEMM efficiency table and streaming rate.
 3. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
    cluster, at ``BANDWIDTHS``, also on 2 of its hosts -> base, alpha and beta of the tier per
-   primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.fit).
+   primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.fit),
+   and the CPU each call took (the transport's term).
+4. On an emulated cluster, compressed all-reduces of ``IN_RUN`` at ``IN_RUN_SIZES``: their
+   kernels timed inside the run (the in-run factor) and the seconds beyond wire and kernels
+   (the runtime's per-call term, ``runtime.calls``).
 
 The bandwidths and sizes are deliberately not those ``realrun validate`` uses (100 Mbit/s,
 1 Gbit/s; 2, 8, 32 MiB), so validation predicts runs the model was not fitted on.
@@ -33,7 +37,7 @@ TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trai
 # the algorithms realrun picks for them, at sizes and a bandwidth validation does not use
 IN_RUN = (("int8", "two_phase"), ("ef(topk(0.01))", "allgather"), ("powersgd(4)", "allgather"),
           ("zfp(rate=8)", "two_phase"))
-IN_RUN_SIZES = (1 * MIB, 16 * MIB)
+IN_RUN_SIZES = (256 * KIB, 1 * MIB, 16 * MIB)
 COMPRESSORS = ("fp16", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
                "sz3(abs=1e-3)")
 

@@ -61,6 +61,7 @@ class Ctx:
     kernels: object = None   # Calibration.kernel: spec text -> (compress_Bps, decompress_Bps) alone, or None
     in_run: object = None    # Calibration.in_run_factor: (spec text, message bytes) -> factor
     share: float = 1.0       # fraction of one core a rank gets where hosts share CPU cores
+    call: object = None      # Calibration.call_cost: (op, algorithm, message bytes) -> runtime seconds per call
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
 
     def kernel_scale(self, spec_text: str, size_bytes: float = 0.0):
@@ -126,7 +127,7 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
                ring=ring, intra=intra, inter=inter, device=dev, nvls=nvls,
                nvls_link=replace(intra, protocols=nvls_table) if nvls_table else None,
                kernels=calib.kernel if calib else None, in_run=calib.in_run_factor if calib else None,
-               share=share, active=active)
+               share=share, active=active, call=calib.call_cost if calib and calib.calls else None)
 
 
 def _tables(calib, arch: str):

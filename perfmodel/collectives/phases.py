@@ -22,7 +22,7 @@ unpipelined sum; large k tends to max(K, W) plus overheads.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfmodel.catalogs import PROTOCOL_NAMES, Device
 from perfmodel.collectives.fabric import Link
@@ -52,6 +52,7 @@ class AlgoCost:
     kernel_bytes: float = 0.0
     launches: int = 0
     hops: int = 0            # lossy compressions one value passes through in sequence
+    host_s: float = 0.0      # a runtime's own seconds per call beyond wire and kernels (calibrated)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,8 +117,15 @@ def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
             if t < best_t:
                 best_t, best = t, (proto, k, base + steps, wire)
     proto, k, latency, wire = best
-    return Timed(time_s=best_t, protocol=proto, chunks=k, latency_s=latency, bandwidth_s=wire,
-                 kernel_s=kernel + launches_s)
+    return Timed(time_s=best_t + cost.host_s, protocol=proto, chunks=k, latency_s=latency + cost.host_s,
+                 bandwidth_s=wire, kernel_s=kernel + launches_s)
+
+
+def with_runtime_call(cost: AlgoCost, ctx, op: str, algorithm: str, size_bytes: float) -> AlgoCost:
+    """``cost`` with the runtime's own seconds per call (``Ctx.call``: Python, payload assembly,
+    fitted by perfmodel calibrate) where the profile measured ``op`` by ``algorithm``."""
+    extra = ctx.call(op, algorithm, size_bytes) if ctx.call else 0.0
+    return replace(cost, host_s=extra) if extra else cost
 
 
 def _protocols(cost: AlgoCost) -> tuple:

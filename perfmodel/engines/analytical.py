@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from perfmodel.axes import step_events
 from perfmodel.collective import collective_on
-from perfmodel.collectives.fabric import make_ctx
+from perfmodel.collectives.fabric import cpu_share, make_ctx
 from perfmodel.comm import StageContext
 from perfmodel.compute import optimizer_time_s, stage_compute
 from perfmodel.engines import StepInputs, StepTiming, register
@@ -172,12 +172,26 @@ def _dp_overlap(buckets, step: StepInputs, window, out: Breakdown, tally: Tally)
     k_hidden = (kernel - k_exposed) * KERNEL_SM_SHARE
     out.dp_comm_exposed_s += exposed - k_exposed
     out.compression_s += k_exposed + k_hidden
-    out.overlap_slowdown_s += env.overlap_slowdown * max(0.0, hidden - (kernel - k_exposed))
+    out.overlap_slowdown_s += _slowdown(step, buckets, records, hidden, busy, kernel - k_exposed)
     for e, r in zip(buckets, records):
         tally.add(e, r, e.count)
     if buckets:
         tally.add_kernel("dp", k_exposed)
         tally.add_kernel("dp", k_hidden, beside_compute=True)
+
+
+def _slowdown(step: StepInputs, buckets, records, hidden: float, busy: float, hidden_kernel: float) -> float:
+    """What the hidden gradient traffic takes from the backward beside it: where the profile
+    measured the runtime's transport CPU (a socket transport on hosts with a fixed CPU share),
+    the hidden part of that CPU run at the host's share; else ``overlap_slowdown`` of the hidden
+    wire time (SMs and memory bandwidth given to NCCL's kernels)."""
+    calib = step.env.calib
+    cpu = calib.transport_cpu_s(sum(e.count for e in buckets), sum(e.count * r.sent_bytes
+                                                                  for e, r in zip(buckets, records))) \
+        if calib else None
+    if cpu is None:
+        return step.env.overlap_slowdown * max(0.0, hidden - hidden_kernel)
+    return cpu * (hidden / busy if busy > 0 else 0.0) / cpu_share(step.env.built, step.plan.gpus)
 
 
 def _exposed(out: Breakdown, tally: Tally, event, rec) -> None:

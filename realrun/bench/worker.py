@@ -4,7 +4,9 @@ Run as ``python -P -m realrun.bench RANK WORLD STORE CONFIG OUT`` (local ranks: 
 rendezvous, no listening socket) or ``... --env CONFIG OUT`` (an env:// launch: torchrun,
 ``realrun cluster run``); see ``__main__.py``. CONFIG is a ``BenchConfig`` as JSON; OUT receives JSON
 Lines in ``perfmodel.measurements``' schema. Each iteration starts at a barrier and the slowest
-rank's time counts; ``time_s`` is the median over iterations.
+rank's time counts; ``time_s`` is the median over iterations. ``cpu_s`` is the CPU the busiest
+rank's process (every thread: Python, codecs, the transport's socket threads) spent per call,
+median over iterations.
 """
 from __future__ import annotations
 
@@ -43,11 +45,11 @@ def _case(op, spec, alg, x, exact, iters, warmup):
         if inplace:
             work.copy_(x)
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = call(st)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         if i >= warmup:
-            times.append([elapsed, st.compress_s, st.decompress_s, st.bytes_out])
+            times.append([elapsed, st.compress_s, st.decompress_s, st.bytes_out, cpu])
     worst = torch.tensor(times, dtype=torch.float64, device=x.device)   # NCCL reduces device tensors only
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))
@@ -140,5 +142,5 @@ def _record(cfg, size, spec, alg, worst, err, world) -> dict:
                        wire_bytes=payload, time_s=float(np.median(t)),
                        time_min_s=float(t.min()), time_max_s=float(t.max()),
                        compress_s=float(np.median(worst[:, 1])), decompress_s=float(np.median(worst[:, 2])),
-                       max_rel_error=err, iters=int(cfg.iters),
+                       max_rel_error=err, iters=int(cfg.iters), cpu_s=float(np.median(worst[:, 4])),
                        busbw_factor=busbw_factor(cfg.op, world))

@@ -20,6 +20,7 @@ def test_bench_allreduce_writes_records(cli, tmp_path):
     for r in records:
         assert r["time_min_s"] <= r["time_s"] <= r["time_max_s"]
         assert r["world"] == 2 and r["backend"] == "gloo"
+        assert 0 < r["cpu_s"] < 100 * r["time_s"]      # a process's CPU per call: its threads, bounded
         if r["compressor"] == "int8":
             assert r["wire_bytes"] < r["size_bytes"] and 0 < r["max_rel_error"] < 0.05
 
