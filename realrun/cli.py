@@ -118,6 +118,10 @@ def _loop_parsers(sub) -> None:
                      "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
                      "step_predicted_vs_measured.png, loss_curves.png")
     val.add_argument("--steps", type=int, help="--training: steps per run (default 12, --quick 7)")
+    val.add_argument("--plans", metavar="LIST", help="--training: only these plans of the grid, "
+                     "comma-separated as dp8, tp2xdp2, pp2xdp2, tp2xpp2xdp2, dp4xzero1 (default: all the cluster's)")
+    val.add_argument("--policies", metavar="LIST", help="--training: these policies instead of the "
+                     "grid's (none is always run: the speedups' baseline); perfmodel's policy grammar, separated by ;")
     val.add_argument("--engine", choices=("analytical", "des"), default="analytical",
                      help="--training: perfmodel's engine for the predictions (des: the discrete-event engine)")
     val.add_argument("--measured", metavar="CSV", help="predict the cases of a stored results.csv (with "
@@ -176,6 +180,25 @@ def _sizes(text: str) -> list[int]:
     if not sizes or len(sizes) > MAX_SIZES or max(sizes) > MAX_SIZE_BYTES or min(sizes) < 4:
         raise InputError("sizes", text, f"1 to {MAX_SIZES} sizes from 4 B to 2 GiB")
     return sizes
+
+
+def _training_filters(args) -> None:
+    """--plans and --policies as lists (policies parsed now: a bad one is refused before anything
+    runs); only with --training."""
+    from perfmodel.policy import parse_policy
+
+    for name, sep in (("plans", ","), ("policies", ";")):
+        text = getattr(args, name)
+        if text is None:
+            continue
+        if not args.training:
+            raise InputError(name, text, "only with --training")
+        items = [t.strip() for t in text.split(sep) if t.strip()]
+        if not items:
+            raise InputError(name, text, f"a {sep}-separated list")
+        setattr(args, name, items)
+    for policy in args.policies or ():
+        parse_policy(policy)
 
 
 def _positive(field: str, value: int, low: int = 1) -> int:
@@ -326,6 +349,7 @@ def _validate(args) -> None:
     from realrun.validate import summary_lines, validate
 
     check_repeats(args.repeats)
+    _training_filters(args)
     load_calibration(args.calibration)   # a bad profile is refused before anything runs
     if args.measured is not None:
         _repredict(args)
@@ -368,7 +392,7 @@ def _validate_training(args, runner) -> None:
     steps = None if args.steps is None else _positive("steps", args.steps)
     os.makedirs(args.out, exist_ok=True)
     result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine,
-                               repeats=args.repeats)
+                               repeats=args.repeats, plans=args.plans, policies=args.policies)
     _print_summary(args, result, summary_lines, f"# realrun validate --training on {runner.topology()}: "
                    f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png, loss_curves.png")
 

@@ -49,7 +49,7 @@ from topologies.errors import InputError
 
 MBIT, GBIT = 10**6, 10**9
 MICROBATCHES = 2          # per replica and step: a pipeline of 2 stages has a bubble of 1/3
-POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid")
+POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid", "zeropp", "mzhybrid")
 QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
 BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
@@ -86,10 +86,36 @@ def plans(hosts: int) -> list[tuple[int, int, int, int]]:
     return [p for p in out if p[0] * p[1] * p[2] == hosts and p[2] >= 1 and (p[3] == 0 or p[2] > 1)]
 
 
-def grid(hosts: int, quick: bool) -> list[TrainCase]:
+def plan_name(tp: int, pp: int, dp: int, zero: int) -> str:
+    """A plan as users write it: ``dp4``, ``tp2xdp2``, ``tp2xpp2``, ``tp2xpp2xdp2``, ``dp4xzero1``."""
+    parts = [f"{axis}{n}" for axis, n in (("tp", tp), ("pp", pp), ("dp", dp)) if n > 1] or ["dp1"]
+    return "x".join(parts + ([f"zero{zero}"] if zero else []))
+
+
+def select(cases: list[TrainCase], plan_names=None, policies=None) -> list[TrainCase]:
+    """The cases of ``plan_names`` (``plan_name`` form) and ``policies`` (None: all); a name that
+    selects nothing is an error naming what the grid has."""
+    have = list(dict.fromkeys(plan_name(c.tp, c.pp, c.dp, c.zero) for c in cases))
+    for name in plan_names or ():
+        if name not in have:
+            raise InputError("plans", name, "plans of this cluster's grid: " + ", ".join(have))
+    out = [c for c in cases if not plan_names or plan_name(c.tp, c.pp, c.dp, c.zero) in plan_names]
+    if policies:
+        out = [TrainCase(c.tp, c.pp, c.dp, c.zero, policy, c.bandwidth)
+               for c in out if c.policy == "none" for policy in policies]
+    return out
+
+
+def grid(hosts: int, quick: bool, plan_names=None, policies=None) -> list[TrainCase]:
+    """Every (bandwidth, plan, policy) of the grid on ``hosts`` ranks, optionally only
+    ``plan_names`` and, instead of the grid's policies, ``policies`` (none is kept as the
+    speedups' baseline)."""
     bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
-    return [TrainCase(*p, policy, bw) for bw in bandwidths for p in plans(hosts)
-            for policy in (QUICK_POLICIES if quick else POLICIES)]
+    cases = [TrainCase(*p, policy, bw) for bw in bandwidths for p in plans(hosts)
+             for policy in (QUICK_POLICIES if quick else POLICIES)]
+    if policies:
+        policies = ["none", *(p for p in policies if p != "none")]
+    return select(cases, plan_names, policies)
 
 
 def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine: str = "analytical"):
@@ -272,14 +298,15 @@ def summarize(rows: list[dict]) -> dict:
 
 def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
                       cases: list[TrainCase] | None = None, steps: int | None = None,
-                      engine: str = "analytical", repeats: int = REPEATS) -> dict:
+                      engine: str = "analytical", repeats: int = REPEATS, plans=None, policies=None) -> dict:
     """Predict, train (every case ``repeats`` runs, 1-20; ``quick`` has fewer cases, as many
     runs), compare; write the outputs into ``out_dir``; return the summary (with
-    ``noise_floor``, ``flagged`` and ``repeats``)."""
+    ``noise_floor``, ``flagged`` and ``repeats``). ``plans`` (names as ``plan_name`` writes them)
+    and ``policies`` narrow the grid (``grid``)."""
     check_repeats(repeats)
+    cases = cases or grid(runner.hosts, quick, plans, policies)
     os.makedirs(out_dir, exist_ok=True)
     steps = steps or (QUICK_STEPS if quick else STEPS)
-    cases = cases or grid(runner.hosts, quick)
     predicted = {c: predict(c, runner, calibration, steps, engine) for c in cases}
     measured = measure(cases, runner, steps, repeats)
     rows = [row(c, predicted[c], measured[c]) for c in cases]

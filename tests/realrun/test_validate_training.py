@@ -38,7 +38,8 @@ def test_the_grid_covers_the_targets():
     assert plans(2) == [(1, 1, 2, 0), (2, 1, 1, 0), (1, 2, 1, 0), (1, 1, 2, 1)]
     full = grid(4, quick=False)
     assert len(full) >= 40 and {c.bandwidth for c in full} == {10**8, 10**9}
-    assert {"none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid"} <= {c.policy for c in full}
+    assert {"none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid", "zeropp",
+            "mzhybrid"} == {c.policy for c in full}
     assert len(grid(4, quick=True)) >= 20
     cfg = full[0].config(5)
     assert cfg.world == 4 and cfg.microbatches == 2 and not cfg.plan().dp_overlap
@@ -215,3 +216,25 @@ def test_the_step_picture_draws_each_cases_runs_as_error_bars(tmp_path, error_ba
     (x, (lo, hi)), = drawn
     assert x == [pytest.approx(0.52)] and lo[0] == pytest.approx(0.02) and hi[0] == pytest.approx(0.08)
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plans_and_policies_narrow_the_grid():
+    """Eight hosts: dp8 and tp2xpp2xdp2 alone; --policies replace the grid's, none kept."""
+    from realrun.validate_training import plan_name
+
+    eight = grid(8, quick=False, plan_names=["dp8", "tp2xpp2xdp2"])
+    assert {plan_name(c.tp, c.pp, c.dp, c.zero) for c in eight} == {"dp8", "tp2xpp2xdp2"}
+    assert len(eight) == 2 * 2 * 7
+    assert [plan_name(*p) for p in plans(4)] == ["dp4", "tp2xdp2", "pp2xdp2", "tp2xpp2", "dp4xzero1"]
+    only = grid(4, quick=True, policies=["zeropp"])
+    assert {c.policy for c in only} == {"none", "zeropp"} and len(only) == 2 * 5
+    with pytest.raises(InputError, match="plans='dp8'.*dp4, tp2xdp2"):
+        grid(4, quick=False, plan_names=["dp8"])
+
+
+def test_plan_and_policy_filters_are_refused_in_one_line(cli, tmp_path):
+    for args, field in ((("--plans", "dp4"), "only with --training"), (("--training", "--policies", "dp=int9"),
+                                                                       "compressor='int9'")):
+        proc = cli("realrun", "validate", *args, "--out", str(tmp_path / "v"))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
+        assert not (tmp_path / "v").exists()
