@@ -187,6 +187,10 @@ class Tally:
     algorithms: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)   # {axis: {"critical_s", "beside_compute_s"}}
 
+    def copy(self) -> Tally:
+        return Tally(wire={a: dict(t) for a, t in self.wire.items()}, error=dict(self.error),
+                     algorithms=dict(self.algorithms), kernels={a: dict(k) for a, k in self.kernels.items()})
+
     def add_kernel(self, axis: str, seconds: float, beside_compute: bool = False) -> None:
         """Kernel seconds per step charged on ``axis``: on the critical path, or beside compute."""
         if seconds <= 0:
