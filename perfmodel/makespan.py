@@ -26,7 +26,7 @@ from perfmodel.schedule import SCHEDULES, _compiled
 @dataclass(frozen=True, eq=False)
 class Program:
     """The graph of one shape: nodes by depth (node 0 is the start, 0 s); per depth a slice of
-    nodes, their inputs (w x k node numbers, padded by repeating the first) and coefficient rows
+    nodes, their inputs (k x w node numbers, padded by repeating the first) and coefficient rows
     (0: none; 1 + s forward, 1 + p + s backward, 1 + 2p + s activation send, 1 + 3p + s gradient
     send of stage s); the node of each stage's last exchange; each stage's operations as
     forward (True) or backward, in order (their seconds are summed as run_schedule sums them)."""
@@ -83,7 +83,7 @@ class _Graph:
             old = order[lo:hi]
             k = max(len(self.inputs[i]) for i in old)
             ins = np.array([[number[j] for j in self.inputs[i]] + [number[self.inputs[i][0]]] *
-                            (k - len(self.inputs[i])) for i in old])
+                            (k - len(self.inputs[i])) for i in old]).T.copy()
             depths.append((int(lo), int(hi), ins, np.array([self.coef[i] for i in old])))
         return Program(p=p, chunks=chunks, nodes=len(order), depths=tuple(depths),
                        last=number[np.array(clock)], forward_ops=forward_ops)
@@ -146,10 +146,10 @@ def makespans(name: str, microbatches: int, fwd, bwd, send_fwd, send_bwd, chunks
     values = np.empty((prog.nodes, n))
     values[0] = 0.0
     for lo, hi, ins, rows in prog.depths:
-        if ins.shape[1] == 1:
-            np.add(values[ins[:, 0]], coef[rows], out=values[lo:hi])
-        else:
-            np.add(values[ins].max(axis=1), coef[rows], out=values[lo:hi])
+        acc = values[ins[0]]
+        for more in ins[1:]:
+            np.maximum(acc, values[more], out=acc)
+        np.add(acc, coef[rows], out=values[lo:hi])
     finish = values[prog.last].T
     return finish.max(axis=1), _busy(prog.forward_ops, run_f, run_b), finish
 

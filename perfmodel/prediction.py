@@ -132,13 +132,11 @@ def predict_many(model: str, cluster: str, items: list, options: PredictOptions 
     engine = engine_for(opts.engine)
     out, work = [], []
     for request, policies in items:
+        pols = [_policy(p) for p in policies]
         try:
             setup = _setup(model, cluster, request, opts)
-            pols = [_policy(p) for p in policies]
             _check_fits(setup, opts)
         except InputError as err:
-            if err.field == "policy":
-                raise
             out.append(err)
             continue
         out.append([])
