@@ -109,12 +109,89 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", plan: PlanRequ
     """
     request, opts = request_and_options(plan, options, **kw)
     _check_outputs(opts.trace, opts.timeline)
+    setup = _setup(model, cluster, request, opts)
+    pol = parse_policy(opts.policy)
+    _check_fits(setup, opts)
+    engine = engine_for(opts.engine)
+    timing = engine.time_step(setup.inputs(pol))
+    _draw(timing, setup.plan, pol, opts,
+          f"{setup.arch.name} on {setup.built.name} ({setup.ranks} GPUs): {pol.text}, {engine.name}")
+    return _finish(setup, pol, timing, engine.name)
+
+
+def predict_many(model: str, cluster: str, items: list, options: PredictOptions | None = None) -> list:
+    """Many steps at once, as ``predict`` would give them one by one: ``items`` is a list of
+    (PlanRequest, [policy text, ...]); per item, its StepRecords in its policies' order, or the
+    InputError ``predict`` raises for that plan (invalid, or it does not fit). An engine that
+    times steps in batches (``time_steps``: the analytical one evaluates the pipelines of one
+    shape together, ``perfmodel.makespan``) gets them all; a bad policy raises. ``options``: as
+    ``predict``'s, without trace or timeline (its ``policy`` is not used)."""
+    opts = options or PredictOptions()
+    if opts.trace is not None or opts.timeline is not None:
+        raise InputError("trace", opts.trace or opts.timeline, "none in predict_many (predict draws one step)")
+    engine = engine_for(opts.engine)
+    out, work = [], []
+    for request, policies in items:
+        pols = [_policy(p) for p in policies]
+        try:
+            setup = _setup(model, cluster, request, opts)
+            _check_fits(setup, opts)
+        except InputError as err:
+            out.append(err)
+            continue
+        out.append([])
+        work += [(len(out) - 1, setup, pol) for pol in pols]
+    batch = getattr(engine, "time_steps", None)
+    steps = [setup.inputs(pol) for _, setup, pol in work]
+    timings = batch(steps) if batch else [engine.time_step(s) for s in steps]
+    plain = {i: t.breakdown.total for (i, _, pol), t in zip(work, timings) if pol.is_none}
+    for (i, setup, pol), timing in zip(work, timings):
+        out[i].append(_finish(setup, pol, timing, engine.name, plain.get(i)))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _policy(text: str):
+    """``parse_policy``, once per text (a search meets each policy on many plans; never changed)."""
+    return parse_policy(text)
+
+
+@lru_cache(maxsize=4096)
+def _plan_dict(plan) -> dict:
+    return {k: v for k, v in asdict(plan).items()} | {"microbatches": plan.microbatches}
+
+
+@dataclass(frozen=True, eq=False)
+class _Setup:
+    """What a prediction needs before its policy: the model, cluster, device, plan and memory."""
+
+    arch: object
+    built: object
+    ranks: int
+    dev: object
+    calib: object
+    slowdown: float
+    plan: object
+    memory: dict
+
+    def inputs(self, pol) -> StepInputs:
+        return StepInputs(model=self.arch, plan=self.plan, env=Env(self.built, self.dev, self.calib, self.slowdown),
+                          policy=pol)
+
+
+def _setup(model: str, cluster: str, request: PlanRequest, opts: PredictOptions) -> _Setup:
+    """``predict``'s checks and objects up to its policy, in its order (cached per request)."""
     calib = load_calibration(opts.calibration)
+    return _setup_cached(model, cluster, request, calib, opts.overlap_slowdown)
+
+
+@lru_cache(maxsize=4096)
+def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
     arch = load_model(model)
     built, ranks = cluster_for(cluster, nodes=request.nodes, gpus=request.gpus)   # a partial last node
     dev = device(built.gpu_model)
     dev = calib.device(dev) if calib else dev
-    slowdown = opts.overlap_slowdown
+    slowdown = overlap_slowdown
     if slowdown is None:
         slowdown = calib.overlap_slowdown if calib and calib.overlap_slowdown is not None \
             else DEFAULT_OVERLAP_SLOWDOWN
@@ -123,20 +200,28 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", plan: PlanRequ
     plan = request.build(arch, ranks, dtype)
     if not 0 <= slowdown < 1:
         raise InputError("overlap_slowdown", slowdown, "a fraction in [0, 1)")
-    pol = parse_policy(opts.policy)
     memory = peak_memory(arch, plan, _hpz_ranks(plan, built))
-    fits = memory["total"] <= dev.hbm_bytes
-    if not fits and not opts.allow_oom:
-        need, have = memory["total"] / 2**30, dev.hbm_bytes / 2**30
+    return _Setup(arch, built, ranks, dev, calib, slowdown, plan, memory)
+
+
+def _check_fits(setup: _Setup, opts: PredictOptions) -> None:
+    if setup.memory["total"] > setup.dev.hbm_bytes and not opts.allow_oom:
+        need, have = setup.memory["total"] / 2**30, setup.dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
                          "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
-    engine = engine_for(opts.engine)
-    env = Env(built, dev, calib, slowdown)
-    timing = engine.time_step(StepInputs(model=arch, plan=plan, env=env, policy=pol))
-    _draw(timing, plan, pol, opts, f"{arch.name} on {built.name} ({ranks} GPUs): {pol.text}, {engine.name}")
-    out = timing.breakdown
-    base = out.total if pol.is_none else _uncompressed_step(arch, plan, (built, dev, calib, slowdown), engine.name)
-    return _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine.name)
+
+
+def _finish(setup: _Setup, pol, timing, engine: str, plain: float | None = None) -> StepRecord:
+    """The record, with the same plan's uncompressed step (``plain``: already timed) for its speedup."""
+    s = setup
+    if pol.is_none:
+        base = timing.breakdown.total
+    elif plain is not None:
+        base = plain
+    else:
+        base = _uncompressed_step(s.arch, s.plan, (s.built, s.dev, s.calib, s.slowdown), engine)
+    fits = s.memory["total"] <= s.dev.hbm_bytes
+    return _record(s.arch, s.built, s.dev, s.plan, pol, timing, dict(s.memory), fits, base, engine)
 
 
 def _draw(timing, plan, pol, opts: PredictOptions, title: str) -> None:
@@ -198,7 +283,7 @@ def _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine) -> 
     model_tflops = model_flops / step / plan.gpus / 1e12
     return StepRecord(
         model=arch.name, cluster=built.name, gpu=dev.key, gpus=plan.gpus,
-        plan={k: v for k, v in asdict(plan).items()} | {"microbatches": plan.microbatches},
+        plan=dict(_plan_dict(plan)),
         policy=pol.text, policy_axes=pol.describe(), step_time_s=step, samples_per_s=plan.gbs / step,
         tokens_per_s=tokens / step, model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=hw_per_gpu / step / 1e12,

@@ -29,14 +29,14 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
-from perfmodel.plan import parse_schedule
+from perfmodel.plan import PlanRequest, parse_schedule
 from perfmodel.plan_sweep import candidate_plans
 from perfmodel.policy import POLICY_AXES
-from perfmodel.prediction import predict
+from perfmodel.prediction import PredictOptions, predict_many
 from perfmodel.workload import load_model
 from topologies import InputError
 
@@ -156,6 +156,8 @@ def _within(record, budget: dict) -> bool:
     return True
 
 
+_REQUEST_FIELDS = {f.name for f in fields(PlanRequest)}
+_OPTION_FIELDS = {f.name for f in fields(PredictOptions)} - {"policy"}
 _PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz")
 
 
@@ -169,20 +171,43 @@ def _row(record, plan: dict, budget: dict) -> dict:
             "within_budget": _within(record, budget), "memory_GiB": record.memory_per_gpu_bytes / 2**30}
 
 
-def _evaluate(job) -> tuple[list, int]:
-    """Rows of one plan under its policies (the uncompressed one first); (rows, 1 if it does not fit)."""
-    model, cluster, where, gbs, plan, candidates, budget, fixed = job
-    rows = []
-    for policy in ["none"] + [p for p in policies_for(plan, candidates, load_model(model)) if p != "none"]:
-        try:
-            rows.append(_row(predict(model, cluster, **where, gbs=gbs, policy=policy, **plan, **fixed), plan, budget))
-        except InputError as err:
-            if err.field == "memory":
-                return [], 1
-            if err.field in ("schedule", "sequence_parallel", "hpz"):
-                return [], 0            # a combination the plan does not allow
-            raise
-    return rows, 0
+def _evaluate(job) -> tuple[list, int, int]:
+    """Rows of one family of plans (``_families``) under their policies (each plan's uncompressed
+    one first), timed together (``predict_many``); (rows, plans that do not fit, plans)."""
+    model, cluster, where, gbs, plans, candidates, budget, fixed = job
+    spec = load_model(model)
+    items = [(PlanRequest(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
+              ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]) for plan in plans]
+    rows, oom = [], 0
+    for plan, got in zip(plans, predict_many(model, cluster, items, PredictOptions(**_option_fields(fixed)))):
+        if isinstance(got, InputError):
+            if got.field == "memory":
+                oom += 1
+            elif got.field not in ("schedule", "sequence_parallel", "hpz"):   # a combination the plan does not allow
+                raise got
+            continue
+        rows += [_row(record, plan, budget) for record in got]
+    return rows, oom, len(plans)
+
+
+def _plan_fields(fixed: dict) -> dict:
+    return {k: v for k, v in fixed.items() if k in _REQUEST_FIELDS}
+
+
+def _option_fields(fixed: dict) -> dict:
+    unknown = set(fixed) - _REQUEST_FIELDS - _OPTION_FIELDS
+    if unknown:
+        raise TypeError(f"search() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    return {k: v for k, v in fixed.items() if k in _OPTION_FIELDS}
+
+
+def _families(plans: list, gbs: int) -> list[list]:
+    """Plans grouped by pipeline shape (stages, microbatches, schedule): one task each, whose
+    pipelines are evaluated together; in the order their first plan comes."""
+    out: dict = {}
+    for plan in plans:
+        out.setdefault((plan["pp"], gbs // (plan["dp"] * plan["mbs"]), plan["schedule"]), []).append(plan)
+    return list(out.values())
 
 
 def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
@@ -191,7 +216,8 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
            sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
            **fixed) -> SearchResult:
     """Search plans x policies (module doc). ``workers``: processes (None: every core);
-    ``progress(done, total)`` after each plan; ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
+    ``progress(done, total)`` in plans, after each family of plans (one pipeline shape, timed
+    together); ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
     import time
 
     start = time.perf_counter()
@@ -207,13 +233,15 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
     where = {"gpus": gpus, "nodes": nodes}
     plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
                        tuple(sequence_parallel), tuple(hpz))
-    jobs = [(model, cluster, where, gbs, plan, admitted, budget, fixed) for plan in plans]
-    rows, skipped = [], 0
-    for i, (plan_rows, oom) in enumerate(_run(jobs, workers)):
-        rows += plan_rows
+    _option_fields(fixed)
+    jobs = [(model, cluster, where, gbs, family, admitted, budget, fixed) for family in _families(plans, gbs)]
+    rows, skipped, done = [], 0, 0
+    for family_rows, oom, count in _run(jobs, workers):
+        rows += family_rows
         skipped += oom
+        done += count
         if progress:
-            progress(i + 1, len(jobs))
+            progress(done, len(plans))
     return _result(rows, len(plans), skipped, time.perf_counter() - start, dropped, budget)
 
 

@@ -3,8 +3,9 @@
 Per stage and microbatch, a forward and a backward operation each take their compute, their
 TP collectives, their compression kernels and (ZeRO-3) their exposed gathers; the stage's
 activation and gradient transfers are priced apart (``send_fwd``, ``send_bwd``, with their
-kernels). GPipe and 1F1B are timed operation by operation (``perfmodel.schedule``: a transfer
-costs where a stage waits for it; for uniform stages and free transfers the familiar
+kernels). GPipe and 1F1B are timed operation by operation (``perfmodel.schedule``; many plans
+of one shape at once as that schedule's fixed graph, ``perfmodel.makespan``): a transfer costs
+where a stage waits for it; for uniform stages and free transfers the familiar
 ``(m + p - 1) T``); interleaving with V virtual stages too (for uniform stages and free
 transfers it gives ``m T + (p - 1) T / V``, Narayanan et al. SC21; tested). DP buckets become ready
 evenly through the last backward of stage 0 (which ends the pipeline) and run back to back
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from perfmodel.axes import ISSUE_ORDER
+from perfmodel.makespan import makespans
 from perfmodel.schedule import StageCost, run_schedule
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
@@ -103,15 +107,41 @@ def overlap_buckets(runs, window: float) -> tuple[float, float]:
 def pipeline_time(stages: list[StageTime], microbatches: int, virtual: int,
                   schedule: str = "1f1b") -> tuple[float, float, int]:
     """(pipeline seconds, bubble seconds, bottleneck stage index): the schedule timed operation
-    by operation (interleaving with ``virtual`` chunks per stage too). The bottleneck is the
-    busiest stage; the bubble is what its idle time holds beyond its own transfers (see
-    ``exposed_pp``)."""
-    totals = [s.total for s in stages]
-    costs = [StageCost(fwd=s.fwd_op, bwd=s.bwd_op, send_fwd=s.send_fwd, send_bwd=s.send_bwd) for s in stages]
-    timeline = run_schedule("interleaved" if virtual > 1 else schedule, costs, microbatches, virtual, record=False)
-    worst = max(range(len(stages)), key=lambda i: (timeline.busy_s[i], totals[i]))
-    idle = max(0.0, timeline.end_s - timeline.busy_s[worst])
-    return timeline.end_s, idle - exposed_pp(stages[worst], microbatches, idle)[0], worst
+    by operation (interleaving with ``virtual`` chunks per stage too; ``pipeline_spans``). The
+    bottleneck is the busiest stage; the bubble is what its idle time holds beyond its own
+    transfers (see ``exposed_pp``)."""
+    end, busy = pipeline_spans([stages], microbatches, virtual, schedule)
+    return pipeline_from(stages, microbatches, end[0], busy[0])
+
+
+def pipeline_spans(batch: list, microbatches: int, virtual: int, schedule: str = "1f1b") -> tuple[list, list]:
+    """For plans of one shape (each a list of StageTimes, as many stages, the same microbatches,
+    chunks and schedule): (pipeline seconds per plan, busy seconds per plan and stage), one
+    evaluation of the schedule's graph for the distinct ones (``perfmodel.makespan``; one distinct
+    plan: the operation loop, ``run_schedule``, cheaper there and the same to the last bit)."""
+    rows: dict = {}
+    index = [rows.setdefault(tuple(x for s in stages for x in (s.fwd_op, s.bwd_op, s.send_fwd, s.send_bwd)),
+                             len(rows)) for stages in batch]
+    name = "interleaved" if virtual > 1 else schedule
+    if len(rows) == 1:     # one plan: the operation loop is cheaper than deriving the graph (same numbers)
+        (row,) = rows
+        timeline = run_schedule(name, [StageCost(*row[i:i + 4]) for i in range(0, len(row), 4)], microbatches,
+                                virtual, record=False)
+        return [timeline.end_s] * len(batch), [list(timeline.busy_s)] * len(batch)
+    times = np.array(list(rows), dtype=float).reshape(len(rows), -1, 4)
+    end, busy, _ = makespans(name, microbatches, times[..., 0], times[..., 1], times[..., 2], times[..., 3], virtual)
+    end, busy = end.tolist(), busy.tolist()
+    return [end[i] for i in index], [busy[i] for i in index]
+
+
+def pipeline_from(stages: list[StageTime], microbatches: int, end: float, busy: list) -> tuple[float, float, int]:
+    """``pipeline_time`` from the pipeline's seconds and each stage's busy seconds: the busiest
+    stage (ties: the larger total, then the first), its bubble."""
+    most = max(busy)
+    worst = [i for i, b in enumerate(busy) if b == most]
+    worst = worst[0] if len(worst) == 1 else max(worst, key=lambda i: stages[i].total)
+    idle = max(0.0, end - busy[worst])
+    return end, idle - exposed_pp(stages[worst], microbatches, idle)[0], worst
 
 
 def zero3_forward(layers: int, compute: float, gather: float) -> float:
@@ -156,6 +186,10 @@ class Tally:
     error: dict = field(default_factory=dict)
     algorithms: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)   # {axis: {"critical_s", "beside_compute_s"}}
+
+    def copy(self) -> Tally:
+        return Tally(wire={a: dict(t) for a, t in self.wire.items()}, error=dict(self.error),
+                     algorithms=dict(self.algorithms), kernels={a: dict(k) for a, k in self.kernels.items()})
 
     def add_kernel(self, axis: str, seconds: float, beside_compute: bool = False) -> None:
         """Kernel seconds per step charged on ``axis``: on the critical path, or beside compute."""

@@ -10,6 +10,7 @@ says what each assumes.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from perfmodel.axes import step_events
@@ -21,7 +22,7 @@ from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.memory import shards, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.step import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
-                            pipeline_time, split_kernel, zero3_backward, zero3_forward)
+                            pipeline_from, pipeline_spans, pipeline_time, split_kernel, zero3_backward, zero3_forward)
 
 
 def cost(env, event, policy):
@@ -49,7 +50,9 @@ def _stage_events(model, plan, s: int, gpus_per_host: int) -> tuple:
     return tuple(step_events(ctx))
 
 
-def _stage(step: StepInputs, s: int, layers: int, events: list, tally: Tally) -> StageTime:
+def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally | None) -> tuple:
+    """(the stage's times but ZeRO-3's, its compute): compute and the critical events (TP inside
+    the operations, PP in the transfers); stage 0 counts them in ``tally``."""
     plan, env, policy = step.plan, step.env, step.policy
     sc = stage_compute(step.model, plan, env.dev, layers, s == 0, s == plan.pp - 1)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
@@ -70,11 +73,21 @@ def _stage(step: StepInputs, s: int, layers: int, events: list, tally: Tally) ->
             tally.add_kernel(event.axis, kernel * event.count)
     if plan.tp_overlap:
         _overlap_tp(st, layer_tp, sc, plan.tp, env.overlap_slowdown)
-    zero3 = [e for e in events if e.where == "zero3"]
-    if zero3:
-        fwd, bwd, k_fwd, k_bwd, st.zero3_layers = _zero3_exposed(step, zero3, layers, sc, tally if s == 0 else None)
-        st.zero3, st.compression = fwd + bwd, st.compression + k_fwd + k_bwd
-        st.fwd_op, st.bwd_op = st.fwd_op + fwd + k_fwd, st.bwd_op + bwd + k_bwd
+    return st, sc
+
+
+def _with_zero3(st: StageTime, part: tuple, tally: Tally | None) -> StageTime:
+    """A copy of ``st`` with ZeRO-3's exposed gathers and kernels (``_zero3_exposed``) in its
+    operations; their collectives counted in ``tally`` (stage 0)."""
+    fwd, bwd, k_fwd, k_bwd, shape, records = part
+    st = replace(st, comm_s=dict(st.comm_s))
+    st.zero3_layers = shape
+    st.zero3, st.compression = fwd + bwd, st.compression + k_fwd + k_bwd
+    st.fwd_op, st.bwd_op = st.fwd_op + fwd + k_fwd, st.bwd_op + bwd + k_bwd
+    if tally is not None:
+        for e, rec in records:
+            tally.add(e, rec, e.count)
+            tally.add_kernel(e.axis, split_kernel(rec)[1] * e.count, beside_compute=True)
     return st
 
 
@@ -115,39 +128,97 @@ def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
         st.bwd += seconds
 
 
-def _zero3_exposed(step: StepInputs, events: list, layers: int, sc, tally) -> tuple:
+def _zero3_exposed(step: StepInputs, events: list, layers: int, sc) -> tuple:
     """Per microbatch: (forward, backward) exposed communication seconds, (forward, backward)
-    kernel seconds, and the per-layer shape the event engine runs. A layer's gather, prefetched,
-    hides its wire time behind the previous layer's compute (the first one cannot), its gradients'
-    reduce-scatter behind the next layers' (``zero3_forward``, ``zero3_backward``); its kernels run
-    on the GPU that computes and are charged in full wherever they run (``KERNEL_SM_SHARE``)."""
+    kernel seconds, the per-layer shape the event engine runs, and each event with its record.
+    A layer's gather, prefetched, hides its wire time behind the previous layer's compute (the
+    first one cannot), its gradients' reduce-scatter behind the next layers' (``zero3_forward``,
+    ``zero3_backward``); its kernels run on the GPU that computes and are charged in full
+    wherever they run (``KERNEL_SM_SHARE``)."""
     env, policy = step.env, step.policy
-    t = {e.name: split_kernel(cost(env, e, policy)) for e in events}
-    if tally is not None:
-        for e in events:
-            rec = cost(env, e, policy)
-            tally.add(e, rec, e.count)
-            tally.add_kernel(e.axis, split_kernel(rec)[1] * e.count, beside_compute=True)
+    records = [(e, cost(env, e, policy)) for e in events]
+    t = {e.name: split_kernel(rec) for e, rec in records}
     (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = t["zero.allgather.fwd"], t["zero.allgather.bwd"], t["dp.reduce_scatter.bwd"]
     fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
     fwd = zero3_forward(layers, fwd_layer, ag_f) - sc.fwd_s
     bwd = zero3_backward(layers, bwd_layer, ag_b, rs) - sc.bwd_s
     shape = (layers, fwd_layer, bwd_layer, ag_f, ag_b, rs)
-    return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs), shape
+    return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs), shape, records
 
 
 def time_stages(step: StepInputs) -> tuple[list[StageTime], list[list], Tally]:
-    """Every stage's times and events; the tally counts stage 0's (the stage that ends the step)."""
-    tally, layers = Tally(), step.plan.stage_layers(step.model.num_layers)
-    events = [stage_events(step, s) for s in range(len(layers))]
-    stages = [_stage(step, s, n, events[s], tally) for s, n in enumerate(layers)]
-    return stages, events, tally
+    """Every stage's times and events; the tally counts stage 0's (the stage that ends the step).
+    Stages alike (``_alike``) are timed once and share their StageTime."""
+    layers, events, alike, axes = _plan_stages(step.model, step.plan, step.env.built.gpus_per_host)
+    stages: list[StageTime] = []
+    tally = None
+    for s, n in enumerate(layers):
+        if alike[s] < s:
+            stages.append(stages[alike[s]])
+            continue
+        st, counted = _stage(step, s, n, events[s], axes[s])
+        stages.append(st)
+        tally = counted if s == 0 else tally
+    return stages, list(events), tally
 
 
-def _pipeline_breakdown(stages: list[StageTime], plan) -> Breakdown:
+_CACHE: dict = {}
+_CACHE_MAX = 1 << 15
+
+
+def _stage(step: StepInputs, s: int, layers: int, events: tuple, axes: tuple) -> tuple:
+    """(the stage's times, for stage 0 a fresh tally of its collectives). Its two parts are
+    cached apart: the critical path (``_critical``: policies that differ only on dp or zero share
+    it) and ZeRO-3's exposed gathers (``_zero3_exposed``: only on dp and zero). Cached results
+    are never changed: stages only read them; tallies and ZeRO-3 stages are copies."""
+    critical, zero3 = axes
+    env, policy = step.env, step.policy
+    base = (step.model, step.plan, env.built, env.dev, env.calib, env.overlap_slowdown, s)
+    key = base + tuple(policy.axis(a) for a in critical)
+    hit = _CACHE.get(key)
+    if hit is None:
+        tally = Tally() if s == 0 else None
+        hit = _store(key, (*_critical(step, s, layers, events, tally), tally))
+    st, sc, counted = hit
+    tally = counted.copy() if s == 0 else None
+    if not zero3:
+        return st, tally
+    key = base + ("zero3",) + tuple(policy.axis(a) for a in zero3)
+    part = _CACHE.get(key)
+    if part is None:
+        part = _store(key, _zero3_exposed(step, [e for e in events if e.where == "zero3"], layers, sc))
+    return _with_zero3(st, part, tally), tally
+
+
+def _store(key, value):
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = value
+    return value
+
+
+@lru_cache(maxsize=4096)
+def _plan_stages(model, plan, gpus_per_host: int) -> tuple:
+    """(layers per stage, events per stage, per stage the first stage alike, per stage the axes
+    its times depend on): the same layers, events and place (first, last) give the same
+    StageTime under any policy."""
+    layers = plan.stage_layers(model.num_layers)
+    events = tuple(_stage_events(model, plan, s, gpus_per_host) for s in range(len(layers)))
+    first: dict = {}
+    alike = tuple(first.setdefault((n, s == 0, s == len(layers) - 1, events[s]), s) for s, n in enumerate(layers))
+    axes = tuple(tuple(tuple(sorted({e.axis for e in ev if e.where == where})) for where in ("critical", "zero3"))
+                 for ev in events)
+    return layers, events, alike, axes
+
+
+def _pipeline_breakdown(stages: list[StageTime], plan, span=None) -> Breakdown:
     """The pipeline's seconds by kind, as seen on its bottleneck stage (they sum to the
-    pipeline's time): its operations' parts, its transfers where it waited, the bubble."""
-    total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)
+    pipeline's time): its operations' parts, its transfers where it waited, the bubble.
+    ``span``: (pipeline seconds, busy seconds per stage) if already evaluated."""
+    if span is None:
+        total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)
+    else:
+        total, bubble, worst = pipeline_from(stages, plan.microbatches, *span)
     b, m = stages[worst], plan.microbatches
     pp, compression = m * b.comm("pp"), m * b.compression
     if plan.virtual_stages == 1:
@@ -215,16 +286,36 @@ class AnalyticalEngine:
     name = "analytical"
 
     def time_step(self, step: StepInputs) -> StepTiming:
-        plan = step.plan
         stages, events, tally = time_stages(step)
-        out = _pipeline_breakdown(stages, plan)
-        first = events[0]
-        _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
-        for event in (e for e in first if e.where == "tail"):
-            _exposed(out, tally, event, cost(step.env, event, step.policy))
-        params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1)
-        out.optimizer_s = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
-        return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
+        return _finish(step, stages, events, tally, None)
+
+    def time_steps(self, steps: list) -> list:
+        """``time_step`` of each; plans of one pipeline shape (stages, microbatches, chunks,
+        schedule) share one evaluation of the schedule's graph (``step.pipeline_spans``)."""
+        timed = [time_stages(step) for step in steps]
+        shapes: dict = {}
+        for i, step in enumerate(steps):
+            plan = step.plan
+            shapes.setdefault((plan.pp, plan.microbatches, plan.virtual_stages, plan.schedule), []).append(i)
+        spans: list = [None] * len(steps)
+        for (_, m, v, schedule), index in shapes.items():
+            ends, busy = pipeline_spans([timed[i][0] for i in index], m, v, schedule)
+            for i, end, b in zip(index, ends, busy):
+                spans[i] = (end, b)
+        return [_finish(step, *t, span) for step, t, span in zip(steps, timed, spans)]
+
+
+def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span) -> StepTiming:
+    """The step from its stages: the pipeline (``span``: already evaluated), DP overlap, tail, optimizer."""
+    plan = step.plan
+    out = _pipeline_breakdown(stages, plan, span)
+    first = events[0]
+    _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
+    for event in (e for e in first if e.where == "tail"):
+        _exposed(out, tally, event, cost(step.env, event, step.policy))
+    params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1)
+    out.optimizer_s = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
+    return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
 
 
 ANALYTICAL = register(AnalyticalEngine())

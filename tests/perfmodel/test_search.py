@@ -114,3 +114,36 @@ def test_a_bad_schedule_is_an_error_not_an_empty_search(schedules):
     with pytest.raises(InputError) as err:
         perfmodel.search("gpt2-medium", "dgx-a100", gpus=8, gbs=32, schedules=schedules)
     assert err.value.field == "schedule"
+
+
+def test_rows_are_predict_one_by_one_to_the_last_bit():
+    """Families timed together (predict_many, the schedule's graph, cached stage parts) give the
+    rows predict gives each (plan, policy) alone, interleaving and ZeRO-3 included."""
+    from perfmodel.search import _row
+
+    got = perfmodel.search("gpt2-medium", "dgx-a100", gpus=8, gbs=32, max_mbs=2, zero=(1, 3),
+                           candidates="dp=none|int8;tp=none|fp16;pp=none|int8;zero=none|int8",
+                           schedules=("1f1b", "interleaved:2"))
+    assert len({r["pp"] for r in got.rows}) > 2 and any(r["schedule"] == "interleaved:2" for r in got.rows)
+    for r in got.rows[::7]:
+        plan = {k: r[k] for k in ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule",
+                                  "hpz")}
+        alone = _row(perfmodel.predict("gpt2-medium", "dgx-a100", gpus=8, gbs=32, policy=r["policy"], **plan),
+                     plan, got.budget)
+        assert {k: r[k] for k in alone} == alone
+
+
+def test_predict_many_matches_predict_and_returns_errors_per_plan():
+    from perfmodel.plan import PlanRequest
+    from perfmodel.prediction import predict_many
+
+    fits = PlanRequest(gpus=8, gbs=32, tp=2, pp=4, dp=1)
+    huge = PlanRequest(gpus=8, gbs=64, tp=1, pp=1, dp=8, mbs=8)
+    out = predict_many("gpt3-2.7b", "dgx-a100", [(fits, ["none", "tp=fp16,pp=int8"]), (huge, ["none"])])
+    assert isinstance(out[1], InputError) and out[1].field == "memory"
+    for policy, record in zip(["none", "tp=fp16,pp=int8"], out[0]):
+        alone = perfmodel.predict("gpt3-2.7b", "dgx-a100", fits, policy=policy)
+        assert record.step_time_s == alone.step_time_s and record.breakdown == alone.breakdown
+        assert record.speedup_vs_uncompressed == alone.speedup_vs_uncompressed
+    with pytest.raises(InputError, match="compressor"):
+        predict_many("gpt3-2.7b", "dgx-a100", [(fits, ["tp=nonsense"])])
