@@ -121,13 +121,16 @@ def nvlink_for_arch(table: dict, arch: str) -> dict:
 
 def nvls_protocols(arch: str) -> dict | None:
     """NVLS's protocol on ``arch`` (Simple only, as NCCL runs it): no base latency,
-    ``nvls_latency_us`` over its two steps, ``nvls_efficiency`` of the link; None where the
+    ``nvls_latency_us`` over its two steps; ``nvls_efficiency`` of NCCL's own NVLink bandwidth
+    (tuning.cc multiplies the efficiency with the NVLS graph's bandwidth, which is NCCL's per-link
+    rate times the links, ``nccl_link_GBps`` of ``spec_link_GBps`` per link); None where the
     architecture has no NVLS."""
     consts = nccl_arch().get(arch, {})
     if not consts.get("nvls_efficiency"):
         return None
+    nccl_rate = consts["nccl_link_GBps"] / consts["spec_link_GBps"]
     proto = Protocol(name="Simple", base_s=0.0, step_s=us_to_s(consts["nvls_latency_us"]) / 2,
-                     bw_fraction=consts["nvls_efficiency"])
+                     bw_fraction=consts["nvls_efficiency"] * nccl_rate)
     return {"Simple": proto}
 
 
