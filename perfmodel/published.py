@@ -4,7 +4,8 @@ Each source of ``validation/published/sources.toml`` is a table copied from a pu
 its conditions per row. A collective row's ``busbw_GBps`` is compared with ``collective_time``
 on the named cluster and GPU count (the row's algorithm: ``auto`` as NCCL chose, or the one it
 forced); a training row's achieved TFLOP/s per GPU with ``predict`` on the same plan, both sides
-counted with the source's own FLOP formula (so the error is that of the step time, inverted).
+counted with the source's own FLOP formula (so the error is that of the step time, inverted), or
+its tokens/s with the predicted tokens/s.
 Rows whose cluster the catalog does not have are kept and reported as skipped. Per source:
 MAPE (mean |predicted / measured - 1|), bias (mean signed error) and the worst row. ``bounds.json``
 records the MAPE each source may reach (``check_bounds``): a regression guard.
@@ -119,10 +120,10 @@ def source_flops(formula: str, row: dict) -> float:
 
 @lru_cache(maxsize=64)
 def _model_toml(hidden: int, layers: int, heads: int, vocab: int, seq: int) -> str:
-    """A GPT model TOML (gelu, layernorm, ffn 4h, untied embeddings) for a table's row."""
+    """A GPT model TOML (gelu, layernorm, ffn 4h, embeddings tied as Megatron's default) for a table's row."""
     text = (f"hidden_size = {hidden}\nnum_layers = {layers}\nnum_heads = {heads}\nnum_kv_heads = {heads}\n"
             f"ffn_hidden_size = {4 * hidden}\nvocab_size = {vocab}\nseq_len = {seq}\nactivation = \"gelu\"\n"
-            "norm = \"layernorm\"\ntied_embeddings = false\n")
+            "norm = \"layernorm\"\ntied_embeddings = true\n")
     path = Path(tempfile.mkdtemp(prefix="perfmodel-published-")) / f"gpt-h{hidden}-l{layers}.toml"
     path.write_text(text)
     return str(path)
@@ -134,7 +135,8 @@ def _training_row(source: Source, row: dict) -> RowResult:
     model = _model_toml(*(int(row[k]) for k in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_len")))
     gpus = int(row["gpus"])
     label = f"{row['model_label']} {gpus} GPUs tp{row['tp']} pp{row['pp']} dp{row['dp']}"
-    measured = float(row["measured_tflops_per_gpu"])
+    unit = "tokens/s" if row.get("measured_tokens_per_s") else "TFLOP/s/GPU"
+    measured = float(row["measured_tokens_per_s"] if unit == "tokens/s" else row["measured_tflops_per_gpu"])
     cluster = row["cluster"]
     dtype = "bf16" if row["precision"] == "bf16" else "fp16"
     try:
@@ -145,10 +147,12 @@ def _training_row(source: Source, row: dict) -> RowResult:
     except InputError as e:
         if e.field != "cluster":
             raise
-        return RowResult(source.key, label, measured, None, None, "TFLOP/s/GPU",
-                         f"cluster {cluster} not in the catalog")
-    predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
-    return RowResult(source.key, label, measured, predicted, predicted / measured - 1, "TFLOP/s/GPU")
+        return RowResult(source.key, label, measured, None, None, unit, f"cluster {cluster} not in the catalog")
+    if unit == "tokens/s":
+        predicted = rec.tokens_per_s
+    else:
+        predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
+    return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit)
 
 
 def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:
