@@ -142,6 +142,7 @@ def _training_row(source: Source, row: dict) -> RowResult:
     try:
         rec = predict(model, cluster, gpus=gpus, tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
                       mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
+                      zero=int(row.get("zero") or 0),
                       sequence_parallel=row["sequence_parallel"] == "True", tp_overlap=row["tp_overlap"] == "True",
                       compute_dtype=dtype, allow_oom=True)
     except InputError as e:
