@@ -225,26 +225,28 @@ def results_csv_rows(reports: list[dict]) -> list[list]:
 
 
 def plot_published(reports: list[dict], path: str) -> str:
-    """Predicted against measured, one panel per kind (collective busbw, training TFLOP/s), a
-    colour per source, the diagonal and +-10% drawn."""
+    """Predicted against measured, log-log, one panel per unit (busbw, TFLOP/s per GPU, tokens/s),
+    a colour per source, the diagonal and +-10% drawn."""
     from perfmodel.plots import new_figure, save_figure
 
-    kinds = [k for k in KINDS if any(rep["kind"] == k and rep["predicted"] for rep in reports)] or ["collective"]
-    plt, fig, axes = new_figure(6.0 * len(kinds), 5.0, cols=len(kinds))
-    axes = axes if len(kinds) > 1 else [axes]
-    for ax, kind in zip(axes, kinds):
-        top = 1.0
-        for rep in (r for r in reports if r["kind"] == kind):
-            pts = [(r.measured, r.predicted) for r in rep["results"] if r.predicted is not None]
+    units = list(dict.fromkeys(r.unit for rep in reports for r in rep["results"] if r.predicted is not None))
+    units = units or ["busbw GB/s"]
+    plt, fig, axes = new_figure(5.5 * len(units), 5.0, cols=len(units))
+    axes = axes if len(units) > 1 else [axes]
+    for ax, unit in zip(axes, units):
+        lo, hi = float("inf"), 0.0
+        for rep in reports:
+            pts = [(r.measured, r.predicted) for r in rep["results"] if r.predicted is not None and r.unit == unit]
             if pts:
                 ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, label=f"{rep['source']} ({rep['mape']:.1%})")
-                top = max(top, *(max(p) for p in pts))
-        ax.plot([0, top * 1.05], [0, top * 1.05], color="#444444", lw=0.8)
-        for f in (0.9, 1.1):
-            ax.plot([0, top * 1.05], [0, top * 1.05 * f], color="#999999", lw=0.6, ls="--")
-        unit = "busbw (GB/s)" if kind == "collective" else "TFLOP/s per GPU"
+                lo, hi = min(lo, *(min(p) for p in pts)), max(hi, *(max(p) for p in pts))
+        lo, hi = (lo * 0.8, hi * 1.25) if hi else (1.0, 10.0)
+        for f, style in ((1.0, "-"), (0.9, "--"), (1.1, "--")):
+            ax.plot([lo, hi], [lo * f, hi * f], color="#444444" if f == 1.0 else "#999999", lw=0.7, ls=style)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_xlabel(f"measured {unit}")
         ax.set_ylabel(f"predicted {unit}")
-        ax.set_title(f"published {kind} measurements (dashed: +-10%)")
+        ax.set_title(f"published measurements: {unit} (dashed: +-10%)", fontsize=10)
         ax.legend(fontsize=7)
     return save_figure(plt, fig, path)
