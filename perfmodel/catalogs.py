@@ -108,15 +108,20 @@ def nccl_arch() -> dict:
 
 def nvlink_for_arch(table: dict, arch: str) -> dict:
     """The nvlink class's protocols on ``arch``: LL and LL128 capped at the A100 fit's bandwidth
-    scaled by NCCL's ratio of the architecture's cap to Ampere's (catalog/nccl_arch.toml)."""
+    scaled by NCCL's ratio of the architecture's cap to Ampere's; Simple's fraction of the link
+    scaled by NCCL's per-link NVLink rate over the line rate, relative to Ampere's
+    (catalog/nccl_arch.toml)."""
     consts = nccl_arch()
     if arch not in consts or arch == "ampere":
         return table
     ref, mine, amp = consts["reference_GBps"] * 1e9, consts[arch], consts["ampere"]
     ratio = {"LL": mine["ll_max_GBps"] / amp["ll_max_GBps"],
              "LL128": mine["ll128_channel_GBps"] / amp["ll128_channel_GBps"]}
-    return {name: replace(p, max_Bps=p.bw_fraction * ref * ratio[name]) if name in ratio else p
-            for name, p in table.items()}
+    simple = (mine["nccl_link_GBps"] / mine["spec_link_GBps"]) / (amp["nccl_link_GBps"] / amp["spec_link_GBps"])
+    out = {name: replace(p, max_Bps=p.bw_fraction * ref * ratio[name]) if name in ratio else p
+           for name, p in table.items()}
+    out["Simple"] = replace(out["Simple"], bw_fraction=out["Simple"].bw_fraction * simple)
+    return out
 
 
 def nvls_protocols(arch: str) -> dict | None:

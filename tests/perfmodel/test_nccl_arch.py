@@ -26,7 +26,10 @@ def test_other_generations_scale_the_caps_by_nccl_ratios(arch, ll, ll128):
     capped = nvlink_for_arch(table, arch)
     assert capped["LL"].max_Bps == pytest.approx(table["LL"].bw_fraction * 300e9 * ll)
     assert capped["LL128"].max_Bps == pytest.approx(table["LL128"].bw_fraction * 300e9 * ll128)
-    assert math.isinf(capped["Simple"].max_Bps) and capped["Simple"] == table["Simple"]
+    consts = nccl_arch()
+    simple = (consts[arch]["nccl_link_GBps"] / consts[arch]["spec_link_GBps"]) / (20.0 / 25.0)
+    assert math.isinf(capped["Simple"].max_Bps)
+    assert capped["Simple"].bw_fraction == pytest.approx(table["Simple"].bw_fraction * simple)
 
 
 def test_nvls_runs_simple_at_the_architecture_efficiency():
