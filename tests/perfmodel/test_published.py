@@ -80,7 +80,7 @@ def test_cli_outputs(cli, tmp_path):
     proc = cli("perfmodel", "validate", "--published", "mleng-h200-nvlink", "--json", "--csv", str(out_csv),
                "--plot", str(out_png), "--check-bounds", check_rc=0)
     data = json.loads(proc.stdout)
-    assert [d["source"] for d in data] == ["mleng-h200-nvlink"] and data[0]["bound"] == 0.05
+    assert [d["source"] for d in data] == ["mleng-h200-nvlink"] and data[0]["bound"] == 0.03
     assert len(data[0]["results"]) == 16
     with open(out_csv, newline="") as f:
         rows = list(csv.DictReader(f))
