@@ -108,26 +108,34 @@ def nccl_arch() -> dict:
 
 def nvlink_for_arch(table: dict, arch: str) -> dict:
     """The nvlink class's protocols on ``arch``: LL and LL128 capped at the A100 fit's bandwidth
-    scaled by NCCL's ratio of the architecture's cap to Ampere's (catalog/nccl_arch.toml)."""
+    scaled by NCCL's ratio of the architecture's cap to Ampere's; Simple's fraction of the link
+    scaled by NCCL's per-link NVLink rate over the line rate, relative to Ampere's
+    (catalog/nccl_arch.toml)."""
     consts = nccl_arch()
     if arch not in consts or arch == "ampere":
         return table
     ref, mine, amp = consts["reference_GBps"] * 1e9, consts[arch], consts["ampere"]
     ratio = {"LL": mine["ll_max_GBps"] / amp["ll_max_GBps"],
              "LL128": mine["ll128_channel_GBps"] / amp["ll128_channel_GBps"]}
-    return {name: replace(p, max_Bps=p.bw_fraction * ref * ratio[name]) if name in ratio else p
-            for name, p in table.items()}
+    simple = (mine["nccl_link_GBps"] / mine["spec_link_GBps"]) / (amp["nccl_link_GBps"] / amp["spec_link_GBps"])
+    out = {name: replace(p, max_Bps=p.bw_fraction * ref * ratio[name]) if name in ratio else p
+           for name, p in table.items()}
+    out["Simple"] = replace(out["Simple"], bw_fraction=out["Simple"].bw_fraction * simple)
+    return out
 
 
 def nvls_protocols(arch: str) -> dict | None:
     """NVLS's protocol on ``arch`` (Simple only, as NCCL runs it): no base latency,
-    ``nvls_latency_us`` over its two steps, ``nvls_efficiency`` of the link; None where the
+    ``nvls_latency_us`` over its two steps; ``nvls_efficiency`` of NCCL's own NVLink bandwidth
+    (tuning.cc multiplies the efficiency with the NVLS graph's bandwidth, which is NCCL's per-link
+    rate times the links, ``nccl_link_GBps`` of ``spec_link_GBps`` per link); None where the
     architecture has no NVLS."""
     consts = nccl_arch().get(arch, {})
     if not consts.get("nvls_efficiency"):
         return None
+    nccl_rate = consts["nccl_link_GBps"] / consts["spec_link_GBps"]
     proto = Protocol(name="Simple", base_s=0.0, step_s=us_to_s(consts["nvls_latency_us"]) / 2,
-                     bw_fraction=consts["nvls_efficiency"])
+                     bw_fraction=consts["nvls_efficiency"] * nccl_rate)
     return {"Simple": proto}
 
 

@@ -25,6 +25,7 @@ EPILOG = """examples:
   perfmodel search --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --plot pareto.png
   perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
   perfmodel catalog models
+  perfmodel validate --published megatron-lm-a100-2021
 """
 POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, zeropp), naive:SPEC, AXIS=SPEC or "
                "AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations), e.g. "
@@ -125,6 +126,7 @@ def _parser() -> Parser:
     ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
     ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "compressors", "all"))
     _collective_parser(sub)
+    _validate_parser(sub)
     cal = sub.add_parser("calibrate", help="fit a calibration profile from measured records",
                          description="Fit alpha, beta and base latency per tier class (uncompressed collective "
                          "records), kernel throughput per compressor and direction and the launch cost "
@@ -213,6 +215,64 @@ def _collective_parser(sub) -> None:
     c.add_argument("--json", action="store_true", help="print a JSON list of records")
     c.add_argument("--plot", metavar="FILE.png", help="draw busbw and speedup against size per compressor "
                    "(with --sweep; .png, .svg or .pdf)")
+
+
+def _validate_parser(sub) -> None:
+    v = sub.add_parser("validate", help="predict published measurements (validation/published): MAPE per source",
+                       description="Predict every row of the published tables in validation/published (sources.toml "
+                       "names them; README.md there gives each row's source and conditions) and print, per source, "
+                       "MAPE, bias, the worst row and the table of measured against predicted.")
+    v.add_argument("--published", nargs="?", const="all", default="all", metavar="SOURCE",
+                   help="one source key of sources.toml, or all (default)")
+    v.add_argument("--dir", help="folder of the tables (default: the repository's validation/published)")
+    v.add_argument("--json", action="store_true", help="JSON: per source its summary and rows")
+    v.add_argument("--csv", metavar="FILE", help="write every row (source, measured, predicted, error) as CSV")
+    v.add_argument("--plot", metavar="FILE.png", help="draw predicted against measured (.png, .svg or .pdf)")
+    v.add_argument("--check-bounds", action="store_true",
+                   help="exit 1 if a source's MAPE is above its bound in bounds.json")
+
+
+def _validate(args) -> None:
+    import csv
+    import io
+    from pathlib import Path
+
+    from perfmodel import published as pub
+    from perfmodel.plots import check_picture
+
+    folder = Path(args.dir) if args.dir else pub.PUBLISHED_DIR
+    if args.csv:
+        check_writable(args.csv, "csv")
+    check_picture(args.plot)
+    reports = pub.validate_published(args.published, folder)
+    bounds = pub.load_bounds(folder) if (folder / pub.BOUNDS_FILE).exists() else {}
+    if args.csv:
+        buffer = io.StringIO()
+        csv.writer(buffer).writerows(pub.results_csv_rows(reports))
+        atomic_write(args.csv, lambda h: h.write(buffer.getvalue().encode()))
+    if args.plot:
+        pub.plot_published(reports, args.plot)
+    if args.json:
+        print(dump_json([dict(r, bound=bounds.get(r["source"])) for r in reports]))
+    else:
+        _validate_report(reports, bounds)
+    bad = pub.check_bounds(reports, bounds) if args.check_bounds else []
+    if bad:
+        print("\n".join(bad), file=sys.stderr)
+        raise SystemExit(1)
+
+
+def _validate_report(reports, bounds) -> None:
+    from perfmodel.published import summary_markdown
+
+    print(summary_markdown(reports, bounds))
+    for rep in reports:
+        rows = [(r.label, r.measured, "-" if r.predicted is None else round(r.predicted, 1),
+                 "-" if r.error is None else f"{r.error:+.1%}", r.skipped) for r in rep["results"]]
+        unit = rep["results"][0].unit if rep["results"] else ""
+        print()
+        print(table(("row", f"measured {unit}", "predicted", "error", "skipped"), rows,
+                    title=f"# {rep['source']}: {rep['title']}"))
 
 
 def _plan_kwargs(args, sweep: bool = False) -> dict:
@@ -456,7 +516,7 @@ def _calibrate(args) -> None:
 
 
 COMMANDS = {"calibrate": _calibrate, "predict": _predict, "compare": _compare, "sweep": _sweep, "search": _search,
-            "collective": _collective, "catalog": lambda args: print(catalog_report(args.kind))}
+            "collective": _collective, "validate": _validate, "catalog": lambda args: print(catalog_report(args.kind))}
 
 
 def main(argv=None) -> int:

@@ -50,3 +50,14 @@ def test_readme_layout_names_every_module():
     missing = [str(p.relative_to(root)) for pkg in ("topologies", "perfmodel", "realrun")
                for p in (root / pkg).rglob("*.py") if p.stem not in ("__init__", "__main__") and p.stem not in words]
     assert not missing, missing
+
+
+def test_readme_published_table_is_generated():
+    """README's "How close is the model" table is what scripts/readme_published.py writes."""
+    import importlib.util
+
+    path = README.parent / "scripts" / "readme_published.py"
+    spec = importlib.util.spec_from_file_location("readme_published", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.current_block(README.read_text()) == mod.generated_block()
