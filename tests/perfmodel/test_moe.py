@@ -222,3 +222,14 @@ def test_des_runs_cross_node_alltoalls_on_the_nic_and_the_trace_draws_them():
     inside: list = []
     predict(**MIXTRAL, ep=8, trace=inside)
     assert any(e.get("cat") == "all-to-all, K/V ring" for e in inside)
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "olmoe-1b-7b", "llama3-8b"])
+@pytest.mark.parametrize("ep, cp, zero, pp", [(1, 1, 0, 1), (2, 1, 1, 2), (4, 2, 0, 1), (1, 2, 2, 2), (2, 2, 0, 4)])
+def test_the_new_axes_are_active_exactly_where_their_generators_move_something(model, ep, cp, zero, pp):
+    arch = load_model(model)
+    if ep > 1 and not arch.is_moe:
+        ep = 1
+    plan = make_plan(arch, 8 * cp * pp, pp=pp, ep=ep, cp=cp, zero=zero, seq=4096, gbs=8 * pp)
+    moved = {e.axis for s in range(pp) for e in _events(arch, plan, s)}
+    assert set(active_axes(plan, arch)) == moved
