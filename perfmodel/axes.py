@@ -11,14 +11,23 @@ adding an axis is one more entry here, its event generator and its runtime colle
 Axes name the kind of tensor at every ZeRO stage (docs/design.md, Compressors): ``dp`` the
 gradient reduction (all-reduce, or reduce-scatter under ZeRO; also the tied embedding's
 gradient sum between the first and last stage), ``zero`` ZeRO's parameter gathers, ``tp``
-activations and their gradients inside a layer, ``pp`` activations between stages.
+activations and their gradients inside a layer, ``pp`` activations between stages, ``ep`` the
+tokens a MoE layer dispatches to its experts (the all-to-all towards the experts, forward and
+backward), ``ep_combine`` the experts' outputs sent back (the all-to-all towards the tokens),
+``cp`` the keys and values context parallelism passes around its ring. ``ep`` and
+``ep_combine`` share the ep groups; a policy compresses them apart (``perfmodel.policy``).
+Axes marked ``optional`` (ep, ep_combine, cp) exist only in some plans: reports name them
+where they carry traffic or a policy compresses them.
 
 Error semantics (``error``): ``reduced`` tensors are summed over the group, so an all-reduce
 compresses them at every hop it decodes and re-encodes; with error feedback what one step
 drops is re-sent by the next (``feedback``: the search admits any contraction there);
 ``forwarded`` tensors are compressed once at the source and feed the next computation
 uncorrected. Default budgets (``max_error``, relative RMS on unit-Gaussian data): 5% on
-gradients, 1% on what feeds the next computation (``perfmodel.search`` explains why).
+gradients, 1% on what feeds the next computation (``perfmodel.search`` explains why), except
+the MoE dispatch: 5%, so FP8 (3.6%) passes, because the experts' first GEMM reads its input in
+FP8 where training runs its expert GEMMs in FP8 (DeepSeek-V3), and a dispatched token is
+quantized once at its source (``forwarded``), never re-summed.
 """
 from __future__ import annotations
 
@@ -30,8 +39,19 @@ from perfmodel.plan import MESH_AXES
 
 
 def _degree(plan, name: str) -> int:
-    """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike."""
-    return plan[name] if isinstance(plan, dict) else getattr(plan, name)
+    """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike (ep and cp
+    default to 1 where a plan does not have them)."""
+    default = 1 if name in ("ep", "cp") else None
+    return plan.get(name, default) if isinstance(plan, dict) else getattr(plan, name, default)
+
+
+def _replicas(plan) -> int:
+    """Ranks that hold the same dense weights: dp x cp (context-parallel ranks reduce together)."""
+    return _degree(plan, "dp") * _degree(plan, "cp")
+
+
+def _moe(model) -> bool:
+    return model is None or model.is_moe
 
 
 def _ties_stages(plan, model) -> bool:
@@ -55,39 +75,55 @@ class Axis:
     events: Callable                      # StageContext -> [CommEvent] on one stage
     memory: Callable = lambda plan: {}    # plan -> {memory kind: divisor} it shards
     description: str = ""
+    optional: bool = False                # reported only where active or compressed (module doc)
 
 
 def _zero_shards(plan) -> dict:
     """ZeRO's sharding over the dp group (Rajbhandari et al., SC20): optimizer states from
     stage 1, gradients from 2, weights from 3."""
-    dp, zero = _degree(plan, "dp"), _degree(plan, "zero")
+    dp, zero = _replicas(plan), _degree(plan, "zero")
     return {"optimizer": dp if zero >= 1 else 1, "gradients": dp if zero >= 2 else 1,
             "weights": dp if zero >= 3 else 1}
 
 
 DP = Axis(name="dp", tensor="gradients", mesh_axis="dp", error="reduced", feedback=True, max_error=0.05,
           breakdown="dp_comm_exposed_s", events=comm.gradient_events,
-          active=lambda plan, model=None: _degree(plan, "dp") > 1 or _ties_stages(plan, model),
+          active=lambda plan, model=None: _replicas(plan) > 1 or _ties_stages(plan, model),
           description="gradient reduction: all-reduce, or reduce-scatter under ZeRO; tied embeddings")
 ZERO = Axis(name="zero", tensor="parameters", mesh_axis="dp", error="forwarded", feedback=False, max_error=0.01,
             breakdown="dp_comm_exposed_s", events=comm.gather_events,
-            active=lambda plan, model=None: _degree(plan, "dp") > 1 and _degree(plan, "zero") >= 1,
+            active=lambda plan, model=None: _replicas(plan) > 1 and _degree(plan, "zero") >= 1,
             memory=_zero_shards, description="ZeRO's parameter all-gathers (after the step, or per layer at 3)")
 TP = Axis(name="tp", tensor="activations", mesh_axis="tp", error="reduced", feedback=False, max_error=0.01,
           breakdown="tp_comm_s", events=comm.tensor_parallel_events,
           active=lambda plan, model=None: _degree(plan, "tp") > 1,
-          memory=lambda plan: {"params": _degree(plan, "tp")},
+          memory=lambda plan: {"params": _degree(plan, "tp"), "expert_params": _degree(plan, "tp")},
           description="activations and their gradients inside a layer")
 PP = Axis(name="pp", tensor="activations", mesh_axis="pp", error="forwarded", feedback=False, max_error=0.01,
           breakdown="pp_comm_s", events=comm.pipeline_events,
           active=lambda plan, model=None: _degree(plan, "pp") > 1,
           description="activations and their gradients between pipeline stages")
 
-AXES: dict[str, Axis] = {a.name: a for a in (DP, ZERO, TP, PP)}
+EP = Axis(name="ep", tensor="activations", mesh_axis="ep", error="forwarded", feedback=False, max_error=0.05,
+          breakdown="ep_comm_s", events=comm.dispatch_events, optional=True,
+          active=lambda plan, model=None: _degree(plan, "ep") > 1 and _moe(model),
+          memory=lambda plan: {"expert_params": _degree(plan, "ep")},
+          description="MoE dispatch: tokens to their experts (all-to-all), forward and backward")
+EP_COMBINE = Axis(name="ep_combine", tensor="activations", mesh_axis="ep", error="forwarded", feedback=False,
+                  max_error=0.01, breakdown="ep_comm_s", events=comm.combine_events, optional=True,
+                  active=lambda plan, model=None: _degree(plan, "ep") > 1 and _moe(model),
+                  description="MoE combine: expert outputs back to their tokens (all-to-all), forward and backward")
+CP = Axis(name="cp", tensor="activations", mesh_axis="cp", error="forwarded", feedback=False, max_error=0.01,
+          breakdown="cp_comm_s", events=comm.context_events, optional=True,
+          active=lambda plan, model=None: _degree(plan, "cp") > 1,
+          description="context parallel: key and value blocks around a ring, beside attention")
+
+AXES: dict[str, Axis] = {a.name: a for a in (DP, ZERO, TP, PP, EP, EP_COMBINE, CP)}
 NAMES = tuple(AXES)                       # the order policies, reports and records list axes in
-ISSUE_ORDER = ("tp", "pp", "zero", "dp")  # the order a step issues them: TP and PP inside every
-#                                           microbatch, ZeRO's gathers before the layers they feed,
-#                                           the gradient reductions after
+ISSUE_ORDER = ("tp", "cp", "ep", "ep_combine", "pp", "zero", "dp")   # the order a step issues them: TP,
+#                                           cp's ring and the MoE all-to-alls inside every layer, PP
+#                                           inside every microbatch, ZeRO's gathers before the layers
+#                                           they feed, the gradient reductions after
 
 
 def active_axes(plan, model=None) -> tuple[str, ...]:

@@ -24,12 +24,14 @@ EPILOG = """examples:
   perfmodel sweep --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --policies none,hybrid
   perfmodel search --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --plot pareto.png
   perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
+  perfmodel predict --model deepseek-v3 --cluster dgx-h100 --gpus 2048 --pp 16 --ep 64 --policy deepseek
   perfmodel catalog models
   perfmodel validate --published megatron-lm-a100-2021
 """
-POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, zeropp), naive:SPEC, AXIS=SPEC or "
-               "AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations), e.g. "
-               "'hybrid,dp=ef(topk(0.01))+int8'")
+POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, zeropp, deepseek), naive:SPEC, "
+               "AXIS=SPEC or AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations, "
+               "ep MoE dispatch, ep_combine MoE combine (default: as ep), cp K/V ring), e.g. "
+               "'hybrid,dp=ef(topk(0.01))+int8' or 'ep=fp8,ep_combine=none'")
 
 
 def _size(text):
@@ -52,6 +54,10 @@ def _plan_args(p, sweep: bool = False) -> None:
         p.add_argument("--dp", default="auto", help="data-parallel size or auto = gpus / (tp pp)")
         p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
         p.add_argument("--mbs", type=int, default=1, help="microbatch size")
+        p.add_argument("--ep", type=int, default=1, help="expert parallel (MoE models): experts sharded over ep "
+                       "ranks carved from dp (ep divides dp and the experts)")
+        p.add_argument("--cp", type=int, default=1, help="context parallel: each sequence split over cp GPUs "
+                       "(ring attention; gpus = tp x cp x pp x dp)")
     p.add_argument("--gbs", type=int, required=sweep, help="global batch size (default mbs x dp)")
     p.add_argument("--seq", type=int, help="sequence length (default the model's)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
@@ -61,7 +67,8 @@ def _plan_args(p, sweep: bool = False) -> None:
     p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
-    p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first")
+    p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first (may name cp and ep, e.g. "
+                   "tp,pp,dp,ep: ep across nodes)")
     p.add_argument("--engine", choices=("analytical", "des"), default="analytical",
                    help="analytical (closed forms, the fast path) or des (the pipeline and every stage's gradient "
                    "buckets as events, links shared between concurrent traffic; the difference is 'contention')")
@@ -285,7 +292,7 @@ def _plan_kwargs(args, sweep: bool = False) -> dict:
     if not sweep:
         dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
         kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
-                  hpz=args.hpz, tp_overlap=args.tp_overlap)
+                  hpz=args.hpz, tp_overlap=args.tp_overlap, ep=args.ep, cp=args.cp)
     return kw
 
 
@@ -413,7 +420,10 @@ def _search(args) -> None:
 
 
 def _search_summary(args, result) -> str:
-    budget = ", ".join(f"{a}={v:g}" for a, v in result.budget.items())
+    from perfmodel.report import search_err_axes
+
+    shown = search_err_axes(result.rows)
+    budget = ", ".join(f"{a}={v:g}" for a, v in result.budget.items() if a in shown)
     dropped = "; ".join(f"{a}: {', '.join(v)}" for a, v in result.dropped.items() if v) or "none"
     best = result.best_uncompressed
     lines = [f"# {args.model} on {args.cluster}, gbs {args.gbs}: {result.plans} plans, {result.skipped_oom} do not "

@@ -29,6 +29,9 @@ REDUCTIONS = ("allreduce", "reduce_scatter")
 # the data (uncompressed, reducible payloads, data movement), so the uncompressed baseline is
 # what a job runs today and fp16 is not credited with a better algorithm. Others can be asked for.
 NCCL_ALGORITHMS = ("ring", "tree", "nvls", "direct")
+# What 'auto' also weighs beyond NCCL's, per op: the hierarchical all-to-all is DeepEP's, which
+# MoE training jobs run today for their expert dispatch and combine (DeepSeek-V3).
+AUTO_EXTRA = {"alltoall": ("hierarchical",)}
 # 'auto' accepts at most this factor on the error of the most accurate algorithm
 # (error grows as sqrt(hops), so at most ERROR_BUDGET**2 times the fewest hops).
 ERROR_BUDGET = 2.0
@@ -56,7 +59,7 @@ def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
     if not ctx.nvls:
         table.pop("nvls", None)
     if nccl_only and not (op in REDUCTIONS and not codec.reducible):
-        table = {a: f for a, f in table.items() if a in NCCL_ALGORITHMS}
+        table = {a: f for a, f in table.items() if a in NCCL_ALGORITHMS + AUTO_EXTRA.get(op, ())}
     return table
 
 

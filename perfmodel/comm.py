@@ -18,6 +18,16 @@ distributed optimizer; ZeRO-2 differs in memory); ZeRO-3 all-gathers each layer'
 parameters before its forward and backward and reduce-scatters its gradients, every
 microbatch; with hpZ (ZeRO++) the backward gathers stay inside the node, from a secondary
 partition the forward gather fills. Tied embeddings all-reduce their gradient between the first and last stage.
+
+Context parallelism (cp) shortens every per-GPU activation to seq / cp tokens. Mixture of experts
+with expert parallelism (ep): every MoE layer of every microbatch all-to-alls its tokens' top-k
+copies (t k h activations, t the GPU's tokens) to the experts' ranks (``ep``: the dispatch) and
+the experts' outputs back (``ep_combine``: the combine), forward; backward the gradients go the
+same two ways (the combine's gradient is a dispatch towards the experts, the dispatch's a
+combine towards the tokens: DeepEP's naming, and DeepSeek-V3's FP8 dispatch and BF16 combine
+in both passes); full recompute repeats the forward pair. Expert gradients are reduced over
+the expert-data-parallel group (dp x cp / ep ranks, ``edp``) in their own buckets after the
+dense ones, which reduce over dp x cp. cp's keys and values go round a ring (``context_events``).
 """
 from __future__ import annotations
 
@@ -26,7 +36,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from perfmodel.dtypes import DTYPE_BYTES
-from perfmodel.mesh import Mesh
+from perfmodel.mesh import Groups, Mesh
 from perfmodel.plan import ParallelPlan
 from perfmodel.workload import ModelSpec
 
@@ -41,7 +51,7 @@ class CommEvent:
     group: tuple
     concurrent: tuple
     count: float         # times per step (per rank of the bottleneck stage)
-    where: str           # critical, overlap, zero3, tail
+    where: str           # critical, attention (cp's ring, beside attention), overlap, zero3, tail
     phase: str = ""      # fwd, bwd, step
     ready_at: float = 1.0   # overlap: when the first of ``count`` equal buckets is ready (fraction)
     spacing: float = 0.0    # overlap: fraction between consecutive buckets of the run
@@ -50,7 +60,7 @@ class CommEvent:
 def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> list[CommEvent]:
     if plan.tp == 1:
         return []
-    size = plan.seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
     group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
     per_mb = plan.microbatches * layers
     fwd_repeats = 2 if plan.recompute == "full" else 1
@@ -74,7 +84,7 @@ def vocab_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, first: bool, 
     bf16, so they are 1.2% of one layer's TP bytes at h = 128 and less for wider models."""
     if plan.tp == 1:
         return []
-    size = plan.seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
     group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
     ends = (("embedding", "fwd", first), ("head", "bwd", last))
     return [CommEvent(name=f"tp.allreduce.{name}", axis="tp", op="allreduce", nbytes=size, dtype=plan.compute_dtype,
@@ -85,7 +95,7 @@ def vocab_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, first: bool, 
 def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
     if plan.pp == 1:
         return []
-    size = plan.seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype] // plan.tp
+    size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype] // plan.tp
     pairs = mesh.stage_pairs(0)
     count = plan.microbatches * plan.virtual_stages
     return [CommEvent(name=f"pp.sendrecv.{phase}", axis="pp", op="sendrecv", nbytes=size,
@@ -99,10 +109,10 @@ def _dp_group(mesh: Mesh) -> tuple:
 
 def gradient_buckets(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
     """The dp axis outside ZeRO-3: the stage's gradients in buckets during the last backward,
-    all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1, 2)."""
-    if plan.dp == 1:
-        return []
+    all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1, 2), over dp x cp ranks."""
     group, concurrent = _dp_group(mesh)
+    if len(group) == 1:
+        return []
     grad_bytes = int(stage_params) * DTYPE_BYTES[plan.grad_dtype]
     op = "allreduce" if plan.zero == 0 else "reduce_scatter"
     full, rest = divmod(grad_bytes, plan.bucket_bytes)
@@ -113,11 +123,36 @@ def gradient_buckets(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> lis
             for size, count, first in ((plan.bucket_bytes, full, share), (rest, 1 if rest else 0, 1.0)) if count]
 
 
+def _bucket_run(name: str, nbytes: int, total: int, offset: int, plan: ParallelPlan, groups: Groups) -> list:
+    """Buckets of ``nbytes`` of a stage's ``total`` gradient bytes, the first ``offset`` bytes of
+    which become ready before them (readiness as a fraction of the last backward)."""
+    if len(groups[0]) == 1 or not nbytes:
+        return []
+    op = "allreduce" if plan.zero == 0 else "reduce_scatter"
+    full, rest = divmod(nbytes, plan.bucket_bytes)
+    share = plan.bucket_bytes / total
+    return [CommEvent(name=f"dp.{op}.{name}", axis="dp", op=op, nbytes=size, dtype=plan.grad_dtype, group=groups[0],
+                      concurrent=groups, count=count, where="overlap", phase="bwd", ready_at=first, spacing=share)
+            for size, count, first in ((plan.bucket_bytes, full, offset / total + share),
+                                       (rest, 1 if rest else 0, (offset + nbytes) / total)) if count]
+
+
+def expert_gradient_buckets(ctx: StageContext) -> list[CommEvent]:
+    """With ep > 1: the dense gradients' buckets over dp x cp, then the routed experts' over
+    their expert-data-parallel group (Megatron-Core's expert-dp); readiness spread over the
+    backward in that order."""
+    plan, mesh = ctx.plan, ctx.mesh
+    dense, experts = (int(p) * DTYPE_BYTES[plan.grad_dtype] for p in ctx.param_split)
+    total = max(dense + experts, 1)
+    return (_bucket_run("buckets", dense, total, 0, plan, mesh.groups["dp"])
+            + _bucket_run("expert_buckets", experts, total, dense, plan, mesh.groups["edp"]))
+
+
 def parameter_gather(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
     """The zero axis under ZeRO 1 and 2: the updated parameters all-gathered after the step."""
-    if plan.dp == 1 or plan.zero not in (1, 2):
-        return []
     group, concurrent = _dp_group(mesh)
+    if len(group) == 1 or plan.zero not in (1, 2):
+        return []
     return [CommEvent(name="zero.allgather.params", axis="zero", op="allgather",
                       nbytes=int(stage_params) * DTYPE_BYTES[plan.compute_dtype], dtype=plan.compute_dtype,
                       group=group, concurrent=concurrent, count=1, where="tail", phase="step")]
@@ -128,10 +163,12 @@ def _zero3(ctx: StageContext, axis: str) -> list[CommEvent]:
     (zero axis; with hpZ the backward gathers read the secondary partition inside the node, the
     dp group's ranks on this host) and its gradients reduce-scattered (dp axis)."""
     plan, mesh = ctx.plan, ctx.mesh
-    if plan.dp == 1:
-        return []
     group, concurrent = _dp_group(mesh)
-    layer_params = int(ctx.model.layer_params() / plan.tp)
+    if len(group) == 1:
+        return []
+    model = ctx.model
+    layer_params = int(sum(model.stage_layer_params(ctx.start, ctx.layers)) / ctx.layers / plan.tp) \
+        if model.is_moe else int(model.layer_params() / plan.tp)
     per = plan.microbatches * ctx.layers
     if axis == "dp":
         return [CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter",
@@ -175,11 +212,27 @@ class StageContext:
         return self.stage == self.plan.pp - 1
 
     @cached_property
+    def start(self) -> int:
+        """The stage's first layer."""
+        return self.plan.stage_first_layer(self.stage, self.model.num_layers)
+
+    @cached_property
+    def moe_layers(self) -> int:
+        return self.model.moe_layers_in(self.start, self.layers) if self.model.is_moe else 0
+
+    @cached_property
+    def param_split(self) -> tuple[float, float]:
+        """(dense, routed-expert) parameters one GPU of this stage holds."""
+        from perfmodel.memory import stage_param_split   # memory reads the axes, which read this module
+
+        return stage_param_split(self.model, self.plan, self.layers, self.first, self.last, self.start)
+
+    @cached_property
     def stage_params(self) -> float:
         """Parameters one GPU of this stage holds (``perfmodel.memory.stage_params``)."""
         from perfmodel.memory import stage_params   # memory reads the axes, which read this module
 
-        return stage_params(self.model, self.plan, self.layers, self.first, self.last)
+        return stage_params(self.model, self.plan, self.layers, self.first, self.last, self.start)
 
 
 def tensor_parallel_events(ctx: StageContext) -> list[CommEvent]:
@@ -196,10 +249,69 @@ def pipeline_events(ctx: StageContext) -> list[CommEvent]:
 
 def gradient_events(ctx: StageContext) -> list[CommEvent]:
     """The dp axis: the stage's gradient reduction; on the first stage, the tied embedding's sum."""
-    own = _zero3(ctx, "dp") if ctx.plan.zero == 3 else gradient_buckets(ctx.stage_params, ctx.plan, ctx.mesh)
+    if ctx.plan.zero == 3:
+        own = _zero3(ctx, "dp")
+    elif ctx.plan.ep > 1 and ctx.moe_layers:
+        own = expert_gradient_buckets(ctx)
+    else:
+        own = gradient_buckets(ctx.stage_params, ctx.plan, ctx.mesh)
     return own + (tied_embedding_events(ctx.model, ctx.plan, ctx.mesh) if ctx.first else [])
 
 
 def gather_events(ctx: StageContext) -> list[CommEvent]:
     """The zero axis: ZeRO's parameter gathers of the stage."""
     return _zero3(ctx, "zero") if ctx.plan.zero == 3 else parameter_gather(ctx.stage_params, ctx.plan, ctx.mesh)
+
+
+def moe_tokens(plan: ParallelPlan) -> int:
+    """Tokens of one microbatch a GPU routes: seq / cp x mbs (with sequence parallelism its
+    1 / tp of them; without, every TP rank dispatches the whole microbatch, as Megatron-Core's
+    all-to-all dispatcher with expert tensor parallelism equal to tp)."""
+    tokens = plan.local_seq * plan.mbs
+    return tokens // plan.tp if plan.sequence_parallel else tokens
+
+
+def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]:
+    """One kind (dispatch or combine) of every MoE layer's all-to-all on the stage."""
+    plan, model = ctx.plan, ctx.model
+    if plan.ep == 1 or not ctx.moe_layers:
+        return []
+    size = moe_tokens(plan) * model.moe_top_k * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = ctx.mesh.group_of("ep"), ctx.mesh.groups["ep"]
+    per = plan.microbatches * ctx.moe_layers
+    repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if plan.recompute == "full" else ())
+    return [CommEvent(name=f"{axis}.alltoall.{kind}.{name}", axis=axis, op="alltoall", nbytes=size,
+                      dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per * n, where="critical",
+                      phase=phase) for name, phase, n in repeats]
+
+
+def dispatch_events(ctx: StageContext) -> list[CommEvent]:
+    """The ep axis: every MoE layer's dispatch (tokens towards their experts), both passes."""
+    return _alltoall_events(ctx, "ep", "dispatch")
+
+
+def combine_events(ctx: StageContext) -> list[CommEvent]:
+    """The ep_combine axis: every MoE layer's combine (expert outputs towards their tokens)."""
+    return _alltoall_events(ctx, "ep_combine", "combine")
+
+
+def context_events(ctx: StageContext) -> list[CommEvent]:
+    """The cp axis: ring attention as Megatron-Core's context parallelism runs it (Transformer
+    Engine's ``p2p`` mode; Liu et al. 2023, Ring Attention). Each sequence is cut into 2 cp
+    chunks and GPU i keeps chunks i and 2 cp - 1 - i, so causal attention costs every GPU the
+    same. Per layer and microbatch, cp - 1 ring steps each pass the GPU's K and V block
+    (2 x seq / cp x kv_dim / tp values) to the next rank while attention computes on the block
+    it holds (``where='attention'``: overlapped with that compute). Backward passes K, V and
+    their gradients (twice the bytes); recompute (selective or full) repeats the forward ring."""
+    plan, model = ctx.plan, ctx.model
+    if plan.cp == 1:
+        return []
+    block = 2 * plan.local_seq * plan.mbs * model.kv_dim // plan.tp * DTYPE_BYTES[plan.compute_dtype]
+    pairs = ctx.mesh.ring_pairs("cp")
+    per = plan.microbatches * ctx.layers * (plan.cp - 1)
+    runs = (("fwd", "fwd", block), ("bwd", "bwd", 2 * block))
+    if plan.recompute != "none":
+        runs += (("recompute", "bwd", block),)
+    return [CommEvent(name=f"cp.sendrecv.kv.{name}", axis="cp", op="sendrecv", nbytes=size, dtype=plan.compute_dtype,
+                      group=pairs[0], concurrent=pairs, count=per, where="attention", phase=phase)
+            for name, phase, size in runs]

@@ -9,6 +9,13 @@ Memory-bound work (norms, activations, dropout, residuals) moves the layer's act
 and twice backward at the measured streaming bandwidth. The first stage adds the embedding,
 the last the LM head GEMM and a cross-entropy pass over fp32 logits. Recompute: ``full``
 reruns the layer forward inside backward, ``selective`` reruns attention scores and values.
+
+Context parallelism: a GPU holds seq / cp tokens; its attention scores its queries against
+every key of the sequence, cp blocks of (seq / cp)^2 (the load-balanced causal split gives every
+GPU the same work). A MoE layer's MLP is a router GEMM (tokens x experts x h), the shared
+experts (a dense MLP of their total width) and the routed experts as a grouped GEMM: the GPU's
+experts / ep experts, each taking its share of the tokens' top-k copies times the expert load
+(``ModelSpec.expert_load``: the most loaded expert sets the layer's time), widths split over tp.
 """
 from __future__ import annotations
 
@@ -28,14 +35,28 @@ class StageCompute:
     gemm_s: float = 0.0          # of fwd_s + bwd_s: the layers' GEMMs and the LM head's
     attention_s: float = 0.0     # of fwd_s + bwd_s: attention scores and values (flash: no s x s in memory)
     memory_bound_s: float = 0.0  # of fwd_s + bwd_s: norms, activation, residuals, embedding, loss
+    attention_fwd_s: float = 0.0  # one forward's attention scores and values (what cp's ring hides behind)
 
 
 def layer_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
     """(m, n, k) of one layer's forward GEMMs on one GPU: QKV, attention output, MLP up (and
     gate), MLP down, each split over TP (what calibration times, with their backward)."""
-    T, h, tp = plan.seq * plan.mbs, model.hidden_size, plan.tp
+    T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
     return [(T, (h + 2 * model.kv_dim) / tp, h), (T, h, h / tp),
             (T, model.mlp_up_width / tp, h), (T, h, model.ffn_hidden_size / tp)]
+
+
+def moe_gemms(model: ModelSpec, plan: ParallelPlan, load: float = 1.0) -> list[tuple[float, float, float, int]]:
+    """(m, n, k, times) of a MoE layer's MLP GEMMs on one GPU: router, shared experts, and each of
+    its experts / ep routed experts' up and down projections at ``load`` times its fair share."""
+    T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
+    local = model.num_experts // plan.ep
+    m = T * model.moe_top_k * load / local
+    shared = model.moe_shared_experts
+    out = [(T, model.num_experts, h, 1)]
+    if shared:
+        out += [(T, shared * model.expert_up_width / tp, h, 1), (T, h, shared * model.moe_ffn_hidden_size / tp, 1)]
+    return out + [(m, model.expert_up_width / tp, h, local), (m, h, model.moe_ffn_hidden_size / tp, local)]
 
 
 def attention_heads(model: ModelSpec, plan: ParallelPlan) -> float:
@@ -46,8 +67,18 @@ def attention_heads(model: ModelSpec, plan: ParallelPlan) -> float:
 
 def activation_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Bytes of one layer's activations that memory-bound work moves (Korthikanti et al. 2023)."""
-    T, h, tp = plan.seq * plan.mbs, model.hidden_size, plan.tp
+    T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
     return T * h * (10.0 / (tp if plan.sequence_parallel else 1) + 24.0 / tp)
+
+
+def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float]:
+    """(fwd s, FLOPs) of one layer's attention scores and values (cp blocks under cp)."""
+    heads, dt = attention_heads(model, plan), plan.compute_dtype
+    if plan.cp == 1:
+        attn = 2 * heads * dev.gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
+    else:
+        attn = 2 * heads * plan.cp * dev.gemm_time_s(plan.local_seq, plan.local_seq, model.head_dim, dt)
+    return attn, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
 
 
 def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float]:
@@ -55,16 +86,29 @@ def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, fl
     dt, shapes = plan.compute_dtype, layer_gemms(model, plan)
     gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
     flops = sum(2.0 * m * n * k for m, n, k in shapes)
-    heads = attention_heads(model, plan)
-    attn = 2 * heads * dev.gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
-    flops_attn = 2 * heads * 2.0 * plan.seq * plan.seq * model.head_dim
+    attn, flops_attn = _attention(model, plan, dev)
     memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps
     return gemm, attn, memory, flops + flops_attn
 
 
+def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float]:
+    """``_layer`` of a MoE layer: attention as a dense layer's, its MLP as ``moe_gemms`` (timed at
+    the expert load, FLOPs counted balanced), memory-bound work over its activations."""
+    dt = plan.compute_dtype
+    shapes = layer_gemms(model, plan)[:2]
+    gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
+    gemm += sum(times * dev.gemm_time_s(m, n, k, dt) for m, n, k, times in moe_gemms(model, plan, model.expert_load))
+    flops = sum(2.0 * m * n * k for m, n, k in shapes)
+    flops += sum(times * 2.0 * m * n * k for m, n, k, times in moe_gemms(model, plan))
+    attn, flops_attn = _attention(model, plan, dev)
+    kept = model.moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel,
+                                                "selective")
+    return gemm, attn, 2.0 * kept / dev.stream_Bps, flops + flops_attn
+
+
 def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: bool) -> tuple[float, float]:
     """(fwd s, FLOPs) of the embedding (first stage) and LM head + loss (last stage)."""
-    T, h, dt = plan.seq * plan.mbs, model.hidden_size, plan.compute_dtype
+    T, h, dt = plan.local_seq * plan.mbs, model.hidden_size, plan.compute_dtype
     fwd = flops = 0.0
     if first:
         fwd += 2.0 * T * h * DTYPE_BYTES[dt] / dev.stream_Bps
@@ -76,27 +120,37 @@ def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: 
 
 
 def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool,
-                  last: bool) -> StageCompute:
-    gemm, attn, memory, flops = _layer(model, plan, dev)
-    layer_fwd = gemm + attn + memory
+                  last: bool, moe_layers: int = 0) -> StageCompute:
+    """One microbatch on a stage of ``layers`` layers, ``moe_layers`` of them MoE layers."""
+    dense = _layer(model, plan, dev)
+    moe = _moe_layer(model, plan, dev) if moe_layers else None
+
+    def total(fn, times: int = 1) -> float:
+        """Sum of ``times x fn(layer)`` over the stage's layers (dense and MoE)."""
+        if moe is None:
+            return layers * times * fn(dense)
+        return (layers - moe_layers) * times * fn(dense) + moe_layers * times * fn(moe)
     end_fwd, end_flops = _ends(model, plan, dev, first, last)
-    fwd = layers * layer_fwd + end_fwd
-    recompute = {"none": 0.0, "selective": layers * attn, "full": layers * layer_fwd}[plan.recompute]
-    bwd = layers * (2 * (gemm + attn) + 2 * memory) + 2 * end_fwd + recompute
-    attn_flops = 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * plan.seq ** 2 * model.head_dim
-    extra = {"none": 0.0, "selective": attn_flops, "full": flops}[plan.recompute]
-    hw_flops = 3 * (layers * flops + end_flops) + layers * extra
+    fwd = total(lambda x: x[0] + x[1] + x[2]) + end_fwd
+    recompute = {"none": lambda: 0.0, "selective": lambda: total(lambda x: x[1]),
+                 "full": lambda: total(lambda x: x[0] + x[1] + x[2])}[plan.recompute]()
+    bwd = total(lambda x: 2 * (x[0] + x[1]) + 2 * x[2]) + 2 * end_fwd + recompute
+    attn_flops = 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * (plan.seq * plan.local_seq) * model.head_dim
+    extra = {"none": lambda x: 0.0, "selective": lambda x: attn_flops, "full": lambda x: x[3]}[plan.recompute]
+    hw_flops = 3 * (total(lambda x: x[3]) + end_flops) + total(extra)
     head = _head_gemm_s(model, plan, dev) if last else 0.0
     runs = {"none": 3, "selective": 3, "full": 4}[plan.recompute]        # forward, backward x2, recompute
     attn_runs = 4 if plan.recompute in ("selective", "full") else 3
-    gemm_s = layers * runs * gemm + 3 * head
-    attention_s = layers * attn_runs * attn
+    gemm_s = total(lambda x: x[0], runs) + 3 * head
+    attention_s = total(lambda x: x[1], attn_runs)
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
-                        attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s)
+                        attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,
+                        attention_fwd_s=total(lambda x: x[1]))
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:
-    return dev.gemm_time_s(plan.seq * plan.mbs, model.vocab_size / plan.tp, model.hidden_size, plan.compute_dtype)
+    return dev.gemm_time_s(plan.local_seq * plan.mbs, model.vocab_size / plan.tp, model.hidden_size,
+                           plan.compute_dtype)
 
 
 def optimizer_time_s(params_per_gpu: float, dev: Device) -> float:

@@ -8,6 +8,11 @@ microbatches a stage holds: 1F1B holds min(pp - stage, m) (stage 0 the most), GP
 interleaving (1 + (pp - 1) / (pp V)) times 1F1B's (Narayanan et al. 2021). The last stage adds
 fp32 logits for the loss. ``RESERVE_BYTES`` covers the CUDA context, NCCL buffers and allocator
 fragmentation: an assumption of 2 GiB.
+
+Mixture of experts: a GPU holds its 1/ep share of every MoE layer's routed experts (split over
+tp too: expert tensor parallelism equal to tp, Megatron-Core's default) and all of the rest;
+ZeRO shards the expert part over its expert-data-parallel group (dp x cp / ep ranks), the
+dense part over dp x cp. Context parallelism divides the activations (seq / cp tokens a GPU).
 """
 from __future__ import annotations
 
@@ -32,8 +37,24 @@ def shards(plan: ParallelPlan, kind: str) -> int:
     return ways
 
 
-def stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool) -> float:
-    """Parameters held by one GPU of a stage (TP-split, before ZeRO sharding)."""
+def stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool, start: int = 0) -> float:
+    """Parameters held by one GPU of a stage (TP-split, its share of the experts, before ZeRO
+    sharding); ``start`` is the stage's first layer (which of its layers are MoE)."""
+    dense, experts = stage_param_split(model, plan, layers, first, last, start)
+    return dense + experts
+
+
+def stage_param_split(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
+                      start: int = 0) -> tuple[float, float]:
+    """(dense, routed-expert) parameters one GPU of a stage holds (``stage_params``'s two parts)."""
+    if not model.is_moe:
+        return _dense_stage_params(model, plan, layers, first, last), 0.0
+    dense, routed = model.stage_layer_params(start, layers)
+    ends = _dense_stage_params(model, plan, 0, first, last)
+    return dense / shards(plan, "params") + ends, routed / shards(plan, "expert_params")
+
+
+def _dense_stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool) -> float:
     params = layers * model.layer_params()
     if first:
         params += model.embedding_params()
@@ -58,19 +79,42 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
     """Bytes per GPU of pipeline ``stage`` by kind, and their ``total``. With hpZ, the secondary
     copy of the weights is partitioned over ``hpz_ranks`` (the dp group's ranks in a node)."""
     first, last = stage == 0, stage == plan.pp - 1
-    params = stage_params(model, plan, layers, first, last)
+    start = plan.stage_first_layer(stage, model.num_layers)
+    dense, experts = stage_param_split(model, plan, layers, first, last, start)
+    params = dense + experts
+
+    def sharded(kind: str, per_param: float) -> float:
+        if not experts:
+            return params * per_param / shards(plan, kind)
+        return per_param * (dense / shards(plan, kind) + experts / expert_shards(plan, kind))
     out = {
-        "weights": params * DTYPE_BYTES[plan.compute_dtype] / shards(plan, "weights"),
+        "weights": sharded("weights", DTYPE_BYTES[plan.compute_dtype]),
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
-        "gradients": params * DTYPE_BYTES[plan.grad_dtype] / shards(plan, "gradients"),
-        "optimizer": params * OPTIMIZER_BYTES / shards(plan, "optimizer"),
-        "activations": layers * in_flight(plan, stage) * model.activation_bytes_per_layer(
-            plan.mbs, plan.seq, plan.tp, plan.sequence_parallel, plan.recompute),
-        "logits": (plan.mbs * plan.seq * model.vocab_size * 4 / plan.tp) if last else 0.0,
+        "gradients": sharded("gradients", DTYPE_BYTES[plan.grad_dtype]),
+        "optimizer": sharded("optimizer", OPTIMIZER_BYTES),
+        "activations": _activations(model, plan, layers, start, in_flight(plan, stage)),
+        "logits": (plan.mbs * plan.local_seq * model.vocab_size * 4 / plan.tp) if last else 0.0,
         "reserve": float(RESERVE_BYTES),
     }
     out["total"] = sum(out.values())
     return out
+
+
+def expert_shards(plan: ParallelPlan, kind: str) -> int:
+    """ZeRO's sharding of the routed experts: over the expert-data-parallel group, ep times
+    smaller than the dense parameters' (``shards``)."""
+    ways = shards(plan, kind)
+    return max(1, ways // plan.ep) if ways > 1 else ways
+
+
+def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, held: float) -> float:
+    """Bytes the ``held`` microbatches of a stage's layers keep for backward (MoE layers their own)."""
+    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
+    if not model.is_moe:
+        return layers * held * model.activation_bytes_per_layer(*args)
+    moe = model.moe_layers_in(start, layers)
+    return held * ((layers - moe) * model.activation_bytes_per_layer(*args)
+                   + moe * model.moe_activation_bytes_per_layer(*args))
 
 
 def peak_memory(model: ModelSpec, plan: ParallelPlan, hpz_ranks: int = 1) -> dict:

@@ -1,9 +1,17 @@
-"""Mesh: rank <-> (dp, tp, pp) coordinates and the communicator groups of each axis.
+"""Mesh: rank <-> (tp, cp, ep, pp, dp) coordinates and the communicator groups of each axis.
 
 Ranks are placed packed (rank r on GPU r, host-major); ``order`` lists axes innermost
 first, so with the default ``tp,pp,dp`` a TP group is contiguous GPUs of one node.
-Meshes are cached per layout and their group sets hash once (``Groups``), so thousands of
-plans in a sweep share them cheaply.
+Context parallelism (``cp``) and expert parallelism (``ep``) are placed where ``order`` names
+them, else as Megatron-Core orders them (``tp-cp-ep-dp-pp``): cp right outside tp, ep right
+outside cp, so an expert-parallel group is inside one node whenever tp x cp x ep GPUs fit in
+it (its all-to-all then runs on NVLink). ``ep`` is carved from dp: the dp coordinate is split
+into ep (inner) and dp / ep expert-data-parallel replicas. Group kinds: ``tp``, ``cp``, ``pp``,
+``ep``; ``dp`` the ranks that hold the same dense weights (dp x cp: context-parallel ranks
+reduce their gradients together, as Megatron's dp-cp group), ``edp`` the ranks that hold the
+same experts (dp / ep x cp: the expert gradients' reduction). With ep = cp = 1 the mesh is the
+three-axis one. Meshes are cached per layout and their group sets hash once (``Groups``), so
+thousands of plans in a sweep share them cheaply.
 """
 from __future__ import annotations
 
@@ -11,7 +19,22 @@ from functools import lru_cache
 
 import numpy as np
 
-from perfmodel.plan import MESH_AXES, ParallelPlan
+from perfmodel.plan import ParallelPlan
+
+# which placement dimensions each group kind varies (``dp`` the dp / ep replicas in placement)
+GROUP_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "ep": ("ep",), "dp": ("cp", "ep", "dp"),
+              "edp": ("cp", "dp")}
+
+
+def placement_order(order: tuple) -> tuple:
+    """The five placement dimensions innermost first: ``order``, with cp and ep where it does
+    not name them (module doc)."""
+    dims = list(order)
+    if "cp" not in dims:
+        dims.insert(dims.index("tp") + 1, "cp")
+    if "ep" not in dims:
+        dims.insert(dims.index("cp") + 1, "ep")
+    return tuple(dims)
 
 
 class Groups(tuple):
@@ -25,21 +48,24 @@ class Groups(tuple):
 
 
 class Mesh:
-    def __init__(self, tp: int, pp: int, dp: int, order: tuple):
-        self.sizes = {"tp": tp, "pp": pp, "dp": dp}
-        self.order = tuple(order)
-        ranks = np.arange(tp * pp * dp).reshape([self.sizes[a] for a in reversed(self.order)])
-        self.groups = {}
-        for axis in MESH_AXES:
-            dim = len(self.order) - 1 - self.order.index(axis)
-            rows = np.moveaxis(ranks, dim, -1).reshape(-1, self.sizes[axis])
-            self.groups[axis] = Groups(tuple(int(r) for r in row) for row in rows)
+    def __init__(self, tp: int, pp: int, dp: int, order: tuple, cp: int = 1, ep: int = 1):
+        self.sizes = {"tp": tp, "cp": cp, "ep": ep, "pp": pp, "dp": dp // ep}
+        self.order = placement_order(tuple(order))
+        ranks = np.arange(tp * pp * dp * cp).reshape([self.sizes[a] for a in reversed(self.order)])
+        self.groups = {kind: self._groups(ranks, dims) for kind, dims in GROUP_DIMS.items()}
         self._pairs: dict = {}
+
+    def _groups(self, ranks: np.ndarray, dims: tuple) -> Groups:
+        """Groups varying ``dims`` (each group's ranks ascending)."""
+        axes = sorted(len(self.order) - 1 - self.order.index(d) for d in dims)
+        rows = np.moveaxis(ranks, axes, range(ranks.ndim - len(axes), ranks.ndim))
+        size = int(np.prod([self.sizes[d] for d in dims]))
+        return Groups(tuple(int(r) for r in row) for row in rows.reshape(-1, size))
 
     def rank(self, **coords) -> int:
         r, stride = 0, 1
         for axis in self.order:
-            r += coords[axis] * stride
+            r += coords.get(axis, 0) * stride
             stride *= self.sizes[axis]
         return r
 
@@ -73,6 +99,13 @@ class Mesh:
             self._pairs[key] = Groups(parts)
         return self._pairs[key]
 
+    def ring_pairs(self, axis: str) -> Groups:
+        """(rank, next rank) of every group of ``axis`` as a ring: cp's K/V blocks pass this way."""
+        key = ("ring", axis)
+        if key not in self._pairs:
+            self._pairs[key] = Groups((g[i], g[(i + 1) % len(g)]) for g in self.groups[axis] for i in range(len(g)))
+        return self._pairs[key]
+
     def first_last_pairs(self) -> Groups:
         """(first stage, last stage) ranks: the tied-embedding all-reduce groups."""
         if "ends" not in self._pairs:
@@ -81,10 +114,10 @@ class Mesh:
 
 
 @lru_cache(maxsize=256)
-def _mesh(tp: int, pp: int, dp: int, order: tuple) -> Mesh:
-    return Mesh(tp, pp, dp, order)
+def _mesh(tp: int, pp: int, dp: int, order: tuple, cp: int = 1, ep: int = 1) -> Mesh:
+    return Mesh(tp, pp, dp, order, cp, ep)
 
 
 def mesh_for(plan: ParallelPlan) -> Mesh:
     """The (cached) mesh of a plan's layout."""
-    return _mesh(plan.tp, plan.pp, plan.dp, tuple(plan.order))
+    return _mesh(plan.tp, plan.pp, plan.dp, tuple(plan.order), plan.cp, plan.ep)

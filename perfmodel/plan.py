@@ -6,6 +6,12 @@ Defaults and why: ``bucket_bytes`` 25 MiB is PyTorch DDP's ``bucket_cap_mb=25``;
 are reduced in fp32 (``grad_dtype``) as Megatron-LM's main_grad buffers and DDP with fp32
 master weights do; compute in bf16 (fp16 on GPUs without bf16). Placement order ``tp,pp,dp``
 puts TP innermost (inside a node), then PP, then DP.
+
+Context parallelism (``cp``) splits every sequence over cp more GPUs (gpus = tp x cp x pp x dp);
+expert parallelism (``ep``) is carved from dp as Megatron-Core does: it adds no GPUs, shards a
+MoE model's routed experts over ep ranks of a dp group, and ep must divide dp. ``order`` may name
+cp and ep to place them (``perfmodel.mesh``: otherwise right outside tp, as Megatron-Core).
+cp needs the sequence to split into 2 cp chunks (the load-balanced causal ring, ``perfmodel.comm``).
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from topologies.errors import InputError
 
 RECOMPUTE = ("none", "selective", "full")
 MESH_AXES = ("tp", "pp", "dp")   # the mesh's dimensions; ``order`` permutes them, innermost first
+ORDER_OPTIONAL = ("cp", "ep")     # dimensions ``order`` may also name (perfmodel.mesh places them otherwise)
+GROUP_KINDS = MESH_AXES + ("cp", "ep", "edp")   # the group kinds a mesh has (perfmodel.mesh.GROUP_DIMS)
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
@@ -42,10 +50,17 @@ class ParallelPlan:
     dp_overlap: bool = True   # gradient buckets reduced during backward (DDP, Megatron); False: after it
     hpz: bool = False         # ZeRO++ hpZ: a secondary ZeRO-3 parameter partition inside each node
     tp_overlap: bool = False  # TP collectives overlapped with their GEMMs (Megatron --tp-comm-overlap)
+    ep: int = 1               # expert parallel: routed experts sharded over ep ranks of a dp group
+    cp: int = 1               # context parallel: every sequence split over cp GPUs
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of a sequence one GPU holds (seq / cp)."""
+        return self.seq // self.cp
 
     @property
     def microbatches(self) -> int:
@@ -56,6 +71,11 @@ class ParallelPlan:
         """Layers per stage (earlier stages take the remainder)."""
         base, extra = divmod(num_layers, self.pp)
         return tuple(base + (1 if s < extra else 0) for s in range(self.pp))
+
+    def stage_first_layer(self, stage: int, num_layers: int) -> int:
+        """The index of a stage's first layer (stages hold contiguous layers; with interleaving
+        the MoE layers are counted as if they did)."""
+        return sum(self.stage_layers(num_layers)[:stage])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +104,8 @@ class PlanRequest:
     dp_overlap: bool = True
     hpz: bool = False
     tp_overlap: bool = False
+    ep: int = 1
+    cp: int = 1
 
     def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
         """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
@@ -113,12 +135,14 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     an open ``compute_dtype`` means bf16."""
     r = PlanRequest(**fields) if request is None else replace(request, **fields) if fields else request
     tp, pp, mbs = _positive("tp", r.tp), _positive("pp", r.pp), _positive("mbs", r.mbs)
+    cp, ep = _positive("cp", r.cp), _positive("ep", r.ep)
     zero, recompute, schedule, order = r.zero, r.recompute, r.schedule, r.order
-    if gpus % (tp * pp):
-        raise InputError("tp*pp", tp * pp, f"a divisor of the {gpus} GPUs")
-    dp = gpus // (tp * pp) if r.dp in ("auto", None) else _positive("dp", r.dp, "an integer >= 1 or auto")
-    if dp * tp * pp != gpus:
-        raise InputError("dp", dp, f"dp x tp x pp = {gpus} GPUs (auto: {gpus // (tp * pp)})")
+    if gpus % (tp * pp * cp):
+        raise InputError("tp*pp" if cp == 1 else "tp*cp*pp", tp * pp * cp, f"a divisor of the {gpus} GPUs")
+    dp = gpus // (tp * pp * cp) if r.dp in ("auto", None) else _positive("dp", r.dp, "an integer >= 1 or auto")
+    if dp * tp * pp * cp != gpus:
+        shape = "dp x tp x pp" if cp == 1 else "dp x tp x cp x pp"
+        raise InputError("dp", dp, f"{shape} = {gpus} GPUs (auto: {gpus // (tp * pp * cp)})")
     if model.num_heads % tp or model.num_kv_heads % tp:
         raise InputError("tp", tp, f"a divisor of num_heads {model.num_heads} and num_kv_heads "
                          f"{model.num_kv_heads}")
@@ -137,14 +161,32 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     _check_options(r, tp)
     compute_dtype = r.compute_dtype or "bf16"
     axes = tuple(a.strip() for a in str(order).split(","))
-    if sorted(axes) != sorted(MESH_AXES):
-        raise InputError("order", order, "a permutation of tp,pp,dp (innermost first)")
+    core = [a for a in axes if a not in ORDER_OPTIONAL]
+    if sorted(core) != sorted(MESH_AXES) or len(set(axes)) != len(axes):
+        raise InputError("order", order, "a permutation of tp,pp,dp, optionally with cp and ep (innermost first)")
     seq = model.seq_len if r.seq is None else _positive("seq", r.seq)
+    _check_ep_cp(model, ep, cp, dp, seq)
+    if ep > 1 and zero == 3:
+        raise InputError("zero", zero, "0, 1 or 2 with ep > 1 (ZeRO-3 of sharded experts is not modelled; "
+                         "Megatron-Core's distributed optimizer is ZeRO-1)")
     return ParallelPlan(tp=tp, pp=pp, dp=dp, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                         sequence_parallel=bool(r.sequence_parallel) and tp > 1, recompute=recompute,
                         schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes, order=axes,
-                        dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap))
+                        dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
+                        ep=ep, cp=cp)
+
+
+def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
+    """Expert parallelism needs a MoE model whose experts it divides and a dp it divides;
+    context parallelism a sequence of 2 cp equal chunks."""
+    if ep > 1 and not model.is_moe:
+        raise InputError("ep", ep, f"1 for the dense model {model.name} (expert parallelism needs num_experts)")
+    if ep > 1 and (model.num_experts % ep or dp % ep):
+        raise InputError("ep", ep, f"a divisor of num_experts {model.num_experts} and of dp {dp} "
+                         "(ep is carved from dp)")
+    if cp > 1 and seq % (2 * cp):
+        raise InputError("cp", cp, f"a cp with seq {seq} divisible by 2 cp (the ring's load-balanced chunks)")
 
 
 def _check_options(r: PlanRequest, tp: int) -> None:

@@ -3,7 +3,11 @@
 Plans: tp over the divisors of GPUs per node that divide the heads and KV heads; pp over
 divisors of gpus / tp up to the layer count; dp = gpus / (tp pp); mbs over powers of two up
 to ``max_mbs`` dividing gbs / dp; ZeRO 0-3 (0 only when dp = 1); recompute as given ('any'
-tries all three). Plans that do not fit in memory are counted and skipped.
+tries all three). Plans that do not fit in memory are counted and skipped. Expert parallelism
+enters only for MoE models: ep over the divisors of dp that divide the experts (ZeRO-3 left
+out with ep > 1); context parallelism only for sequences of at least ``LONG_SEQ`` tokens: cp
+over the divisors of gpus / (tp pp) up to ``MAX_CP`` that cut the sequence into 2 cp chunks.
+Dense models at ordinary lengths get exactly the plans they always had.
 """
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ from perfmodel.workload import load_model
 from topologies import InputError, cluster_for
 
 
+LONG_SEQ = 16384   # cp is tried from here: below it a sequence's activations fit without splitting it
+MAX_CP = 16        # the largest cp tried (Llama 3's long-context training used 16)
+
+
 @dataclass(frozen=True)
 class SweepResult:
     records: list          # StepRecords, fastest first
@@ -27,8 +35,9 @@ class SweepResult:
 
 
 def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | None, gbs: int,
-                    max_mbs: int = 8, recompute: str = "none", zero=(0, 1, 2, 3)) -> list[dict]:
+                    max_mbs: int = 8, recompute: str = "none", zero=(0, 1, 2, 3), seq: int | None = None) -> list[dict]:
     spec, (built, ranks) = load_model(model), cluster_for(cluster, nodes=nodes, gpus=gpus)
+    seq = seq or spec.seq_len
     if recompute != "any" and recompute not in RECOMPUTE:
         raise InputError("recompute", recompute, "none, selective, full or any")
     recomputes = RECOMPUTE if recompute == "any" else (recompute,)
@@ -37,12 +46,25 @@ def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | Non
            and spec.num_kv_heads % t == 0]
     for tp in tps:
         for pp in (p for p in divisors(ranks // tp) if p <= spec.num_layers):
-            dp = ranks // (tp * pp)
-            mbss = [m for m in (2 ** i for i in range(max_mbs.bit_length())) if m <= max_mbs
-                    and gbs % (m * dp) == 0]
-            zeros = [z for z in zero if dp > 1 or z == 0]
-            for mbs, z, rc in itertools.product(mbss, zeros, recomputes):
-                out.append(dict(tp=tp, pp=pp, dp=dp, mbs=mbs, zero=z, recompute=rc))
+            for cp, ep in _ep_cp(spec, ranks // (tp * pp), seq):
+                dp = ranks // (tp * pp * cp)
+                mbss = [m for m in (2 ** i for i in range(max_mbs.bit_length())) if m <= max_mbs
+                        and gbs % (m * dp) == 0]
+                zeros = [z for z in zero if (dp * cp > 1 or z == 0) and (ep == 1 or z < 3)]
+                extra = {k: v for k, v in (("ep", ep), ("cp", cp)) if v > 1}
+                for mbs, z, rc in itertools.product(mbss, zeros, recomputes):
+                    out.append(dict(tp=tp, pp=pp, dp=dp, mbs=mbs, zero=z, recompute=rc, **extra))
+    return out
+
+
+def _ep_cp(spec, rest: int, seq: int) -> list[tuple[int, int]]:
+    """(cp, ep) pairs for ``rest`` = gpus / (tp pp) GPUs (module doc); (1, 1) first."""
+    cps = [1] + ([c for c in divisors(rest) if 1 < c <= MAX_CP and seq % (2 * c) == 0] if seq >= LONG_SEQ else [])
+    out = []
+    for cp in cps:
+        dp = rest // cp
+        eps = [1] + ([e for e in divisors(dp) if e > 1 and spec.num_experts % e == 0] if spec.is_moe else [])
+        out += [(cp, ep) for ep in eps]
     return out
 
 

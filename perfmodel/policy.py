@@ -25,11 +25,24 @@ Presets (``PRESETS``; each axis's spec and minimum message size):
   fp16 activations, 2.67x on fp32; the rates are commpress's choice, the scheme the paper's).
 * ``zeropp`` is ZeRO++'s recipe (Wang et al. 2023): blockwise int4 gradients (qgZ), int8
   weights for the gathers (qwZ); its third part, hpZ, is a plan option.
+* ``deepseek`` is DeepSeek-V3's (DeepSeek-AI 2024, section 3.3.2, run by DeepEP): the MoE
+  dispatch in FP8 in both passes, the combine kept in BF16, the compute dtype, so uncompressed
+  (``ep_combine=none``; a ``bf16`` spec on bf16 activations would only add cast kernels).
+  DeepSeek's FP8 carries one scale per 128 values; commpress's ``fp8`` is the plain e4m3 cast,
+  3% fewer bytes than that.
+
+The MoE axes: ``ep=`` compresses the dispatch (tokens towards their experts), ``ep_combine=`` the
+combine (expert outputs back). ``ep_combine`` follows ``ep`` unless the policy sets it itself (an
+``ep_combine=`` item, or a preset naming it), so ``ep=fp8`` compresses both directions, as a
+user who asks to compress the expert all-to-all expects, and ``ep=fp8,ep_combine=none`` (or
+the ``deepseek`` preset) is the production recipe. Presets leave axes they do not name
+uncompressed.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from perfmodel.axes import AXES
 from perfmodel.axes import NAMES as POLICY_AXES
 from perfmodel.compression import Codec, compile_spec, split_top_level
 from topologies.errors import InputError
@@ -43,6 +56,7 @@ PRESETS = {
     "zhybrid": {"dp": ("ef(zfp(rate=8))", 0), "zero": ("int8", 0), "tp": ("zfp(rate=12)", MIB),
                 "pp": ("zfp(rate=12)", MIB)},
     "zeropp": {"dp": ("int4", 0), "zero": ("int8", 0), "tp": ("none", 0), "pp": ("none", 0)},
+    "deepseek": {"ep": ("fp8", 0), "ep_combine": ("none", 0)},
 }
 
 
@@ -73,9 +87,16 @@ class AxisPolicy:
 class CompressionPolicy:
     text: str
     axes: dict
+    named: frozenset = frozenset()    # axes an ``axis=`` item names (not only a preset)
 
     def axis(self, name: str) -> AxisPolicy:
         return self.axes[name]
+
+    def asks_for(self, name: str) -> bool:
+        """Whether the policy means to compress axis ``name``: its spec is lossy or a cast, and an
+        optional axis (ep, ep_combine, cp: ``perfmodel.axes``) is named by an item, not only set by
+        a preset such as ``naive:SPEC`` (so a dense plan is not told about axes it never has)."""
+        return not self.axes[name].codec.is_none and (not AXES[name].optional or name in self.named)
 
     @property
     def is_none(self) -> bool:
@@ -89,7 +110,8 @@ def _preset(item: str) -> dict | None:
     if item == "none":
         return {a: AxisPolicy() for a in POLICY_AXES}
     if item in PRESETS:
-        return {a: AxisPolicy(spec, m) for a, (spec, m) in PRESETS[item].items()}
+        named = {a: AxisPolicy(spec, m) for a, (spec, m) in PRESETS[item].items()}
+        return {a: named.get(a, AxisPolicy()) for a in POLICY_AXES}
     if item.startswith("naive:"):
         spec = item[len("naive:"):]
         return {a: AxisPolicy(spec) for a in POLICY_AXES}
@@ -101,10 +123,13 @@ def parse_policy(text: str) -> CompressionPolicy:
     if not isinstance(text, str) or not text.strip():
         raise InputError("policy", text, f"none, {', '.join(PRESETS)}, naive:SPEC, or axis=SPEC items")
     axes = {a: AxisPolicy() for a in POLICY_AXES}
+    named: set = set()
+    combine_set = False         # ep_combine set by an item or a preset that names it (module doc)
     for item in split_top_level(text):
         preset = _preset(item)
         if preset is not None:
-            axes = preset
+            axes, named = preset, set()
+            combine_set = item.startswith("naive:") or "ep_combine" in PRESETS.get(item, {})
             continue
         key, sep, value = item.partition("=")
         axis, _, attr = key.strip().partition(".")
@@ -115,7 +140,13 @@ def parse_policy(text: str) -> CompressionPolicy:
             axes[axis] = replace(axes[axis], min_bytes=parse_size(value, f"policy.{axis}.min"))
         else:
             axes[axis] = replace(axes[axis], spec=value.strip())
-    return CompressionPolicy(text=text, axes=axes)
+        named.add(axis)
+        combine_set = combine_set or axis == "ep_combine"
+    if not combine_set:
+        axes["ep_combine"] = axes["ep"]
+        if "ep" in named:
+            named.add("ep_combine")
+    return CompressionPolicy(text=text, axes=axes, named=frozenset(named))
 
 
 def split_policies(text: str) -> list[str]:

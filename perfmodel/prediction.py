@@ -256,7 +256,7 @@ def idle_axes(policy, plan, model) -> tuple:
     tp 1, pp 1, dp 1 without a tied embedding across stages, no ZeRO gathers): reported, never
     silently ignored."""
     active = active_axes(plan, model)
-    return tuple(a for a, ax in policy.axes.items() if not ax.codec.is_none and a not in active)
+    return tuple(a for a in policy.axes if policy.asks_for(a) and a not in active)
 
 
 def _compute_detail(stages, plan) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 
+from perfmodel.axes import AXES
 from perfmodel.catalogs import gpu_catalog
 from perfmodel.plan_sweep import best_uncompressed_s, plan_row
 from perfmodel.workload import model_catalog
@@ -41,9 +42,16 @@ def _breakdown_rows(r) -> list[tuple]:
     return rows
 
 
+def _shown_axes(r) -> dict:
+    """The policy's axes a report lists: every axis, the optional ones (ep, ep_combine, cp) only
+    where they carry traffic or the policy compresses them."""
+    return {a: v for a, v in r.policy_axes.items()
+            if not AXES[a].optional or v["spec"] != "none" or a in r.wire_bytes}
+
+
 def step_report(r) -> str:
     axes = ", ".join(f"{a}={v['spec']}" + (f" (>= {v['min_bytes']} B)" if v["min_bytes"] else "")
-                     for a, v in r.policy_axes.items())
+                     for a, v in _shown_axes(r).items())
     lines = [f"{r.model} on {r.cluster}: {r.gpus} x {r.gpu}", _plan_line(r), f"policy: {r.policy}  [{axes}]", "",
              f"step time     {r.step_time_s:10.3f} s   speedup {r.speedup_vs_uncompressed:.3f}x over uncompressed",
              f"samples/s     {r.samples_per_s:10.2f}     tokens/s {r.tokens_per_s:,.0f}",
@@ -62,23 +70,33 @@ def step_report(r) -> str:
 
 ERR_AXES = ("dp", "zero", "tp", "pp")
 SHORT = ("compute", "tp", "pp", "dp_exposed", "compress", "bubble", "optim", "slowdown")
+OPTIONAL_KINDS = {"ep_comm_s": "ep", "cp_comm_s": "cp"}   # breakdown keys of the optional axes: shown where used
 
 
 def _kinds(records) -> tuple:
-    """The breakdown's keys a table shows: ``contention_s`` only where the event engine ran."""
-    return BREAKDOWN + (("contention_s",) if any(r.engine == "des" for r in records) else ())
+    """The breakdown's keys a table shows: ep's and cp's where a record has them (after pp's),
+    ``contention_s`` only where the event engine ran."""
+    used = tuple(k for k in OPTIONAL_KINDS if any(r.breakdown.get(k, 0.0) for r in records))
+    at = BREAKDOWN.index("pp_comm_s") + 1
+    return BREAKDOWN[:at] + used + BREAKDOWN[at:] + (("contention_s",) if any(r.engine == "des" for r in records)
+                                                     else ())
+
+
+def _err_axes(records) -> tuple:
+    return ERR_AXES + tuple(a for a in AXES if AXES[a].optional and any(a in r.error_estimate for r in records))
 
 
 def compare_report(records) -> str:
-    kinds = _kinds(records)
-    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + SHORT \
-        + (("contention",) if len(kinds) > len(BREAKDOWN) else ()) + tuple(f"err {a}" for a in ERR_AXES)
+    kinds, err_axes = _kinds(records), _err_axes(records)
+    short = dict(zip(BREAKDOWN, SHORT)) | dict(OPTIONAL_KINDS) | {"contention_s": "contention"}
+    head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + tuple(short[k] for k in kinds) \
+        + tuple(f"err {a}" for a in err_axes)
     rows = []
     for r in records:
         e = r.error_estimate
         rows.append((r.policy, r.step_time_s, r.speedup_vs_uncompressed, r.samples_per_s,
                      r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[k] for k in kinds)
-                    + tuple(e.get(a, 0.0) for a in ERR_AXES))
+                    + tuple(e.get(a, 0.0) for a in err_axes))
     first = records[0]
     note = ("# seconds per step by kind (compute, TP and PP communication, exposed DP/ZeRO communication, "
             "compression kernels, pipeline bubble, optimizer, overlap slowdown); err = relative RMS error per axis "
@@ -160,16 +178,24 @@ def compressor_catalog() -> str:
 def plan_text(r: dict) -> str:
     extra = (" sp" if r["sequence_parallel"] else "") + (f" {r['schedule']}" if r["schedule"] != "1f1b" else "") \
         + (" hpz" if r["hpz"] else "") + (f" rc={r['recompute']}" if r["recompute"] != "none" else "")
-    return f"tp{r['tp']} pp{r['pp']} dp{r['dp']} mbs{r['mbs']} z{r['zero']}{extra}"
+    moe = "".join(f" {k}{r[k]}" for k in ("ep", "cp") if r.get(k, 1) > 1)
+    return f"tp{r['tp']} pp{r['pp']} dp{r['dp']}{moe} mbs{r['mbs']} z{r['zero']}{extra}"
+
+
+def search_err_axes(rows: list) -> tuple:
+    """The error columns of search tables: dp, zero, tp, pp, and ep, ep_combine, cp where a row's
+    plan has them."""
+    uses = {"ep": any(r.get("ep", 1) > 1 for r in rows), "cp": any(r.get("cp", 1) > 1 for r in rows)}
+    return ERR_AXES + tuple(a for a in AXES if AXES[a].optional and uses[AXES[a].mesh_axis])
 
 
 def search_table(rows: list, top: int, title: str | None = None) -> str:
     """Ranked (plan, policy) rows: both speedups, per-axis errors (dp gradients, zero gathered
     parameters, tp and pp activations)."""
-    out = []
+    out, axes = [], search_err_axes(rows[:top])
     for i, r in enumerate(rows[:top], 1):
         out.append((i, r["policy"], plan_text(r), r["step_time_s"], r["speedup_vs_best_uncompressed"],
-                    r["speedup_vs_same_plan_uncompressed"], r["error_dp"], r["error_zero"], r["error_tp"],
-                    r["error_pp"], 100 * r["mfu"], r["memory_GiB"]))
-    return table(("#", "policy", "plan", "step_s", "vs best none", "vs same plan", "err dp", "err zero", "err tp",
-                  "err pp", "MFU%", "mem GiB"), out, title=title)
+                    r["speedup_vs_same_plan_uncompressed"]) + tuple(r[f"error_{a}"] for a in axes)
+                   + (100 * r["mfu"], r["memory_GiB"]))
+    return table(("#", "policy", "plan", "step_s", "vs best none", "vs same plan") + tuple(f"err {a}" for a in axes)
+                 + ("MFU%", "mem GiB"), out, title=title)

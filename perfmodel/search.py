@@ -5,7 +5,9 @@ parallelism, schedule, hpZ where it exists) under every compression policy built
 candidate specs, keeps the policies whose every axis is within its error budget, and ranks:
 
 * **Candidates** (``--candidates``): ``axis=spec|spec|...`` per axis, ``;`` between axes; axes
-  left out stay uncompressed. The policies are their product, per plan only over the axes
+  left out stay uncompressed. Plans cover ep and cp degrees where they apply (MoE models, long
+  sequences: ``perfmodel.plan_sweep``), so a dense model's search is what it always was. The
+  policies are their product, per plan only over the axes
   that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one).
 * **Error budget** (``--max-error``): the relative RMS error of one application of a spec on
   unit-Gaussian data (the model's ``error`` convention) must be at most the axis's budget. On
@@ -41,7 +43,8 @@ from perfmodel.workload import load_model
 from topologies import InputError
 
 DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4));"
-                      "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8")
+                      "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8;"
+                      "ep=none|fp8|int8;ep_combine=none|int8;cp=none|fp16|int8")
 DEFAULT_MAX_ERROR = {name: axis.max_error for name, axis in AXES.items()}   # declared per axis
 EF_LIMIT = 1.0      # error feedback converges for contractions: error < 1
 
@@ -117,12 +120,12 @@ class SearchResult:
 
 def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8, recompute: str = "none",
                zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"), sequence_parallel=(False, True),
-               hpz=(False, True)) -> list[dict]:
+               hpz=(False, True), seq: int | None = None) -> list[dict]:
     """Every plan to try: ``plan_sweep.candidate_plans`` times sequence parallelism (tp > 1),
     schedules (interleaving where pp > 1; invalid ones are refused by ``make_plan`` and skipped)
     and hpZ (ZeRO-3 with dp > 1)."""
     out = []
-    for base in candidate_plans(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero):
+    for base in candidate_plans(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, seq):
         sps = sequence_parallel if base["tp"] > 1 else (False,)
         scheds = schedules if base["pp"] > 1 else schedules[:1]
         hpzs = hpz if base["zero"] == 3 and base["dp"] > 1 else (False,)
@@ -138,7 +141,11 @@ def policies_for(plan: dict, candidates: dict, model=None) -> list[str]:
     choices = [[(a, s) for s in candidates[a]] for a in active]
     out = []
     for combo in itertools.product(*choices):
-        items = [f"{a}={s}" for a, s in combo if not compile_spec(s).is_none]
+        specs = dict(combo)
+        dispatch = not compile_spec(specs.get("ep", "none")).is_none
+        # ep_combine follows ep unless written (perfmodel.policy): an uncompressed combine beside a
+        # compressed dispatch is written out
+        items = [f"{a}={s}" for a, s in combo if not compile_spec(s).is_none or (a == "ep_combine" and dispatch)]
         out.append(",".join(items) if items else "none")
     return list(dict.fromkeys(out))
 
@@ -158,12 +165,12 @@ def _within(record, budget: dict) -> bool:
 
 _REQUEST_FIELDS = {f.name for f in fields(PlanRequest)}
 _OPTION_FIELDS = {f.name for f in fields(PredictOptions)} - {"policy"}
-_PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz")
+_PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", "ep", "cp")
 
 
 def _row(record, plan: dict, budget: dict) -> dict:
     errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
-    return {"policy": record.policy, **{k: plan[k] for k in _PLAN_KEYS},
+    return {"policy": record.policy, **{k: plan.get(k, 1) for k in _PLAN_KEYS},
             "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
             "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
             **{f"error_{a}": e for a, e in errors.items()},
@@ -232,7 +239,7 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
         parse_schedule(schedule)
     where = {"gpus": gpus, "nodes": nodes}
     plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
-                       tuple(sequence_parallel), tuple(hpz))
+                       tuple(sequence_parallel), tuple(hpz), fixed.get("seq"))
     _option_fields(fixed)
     jobs = [(model, cluster, where, gbs, family, admitted, budget, fixed) for family in _families(plans, gbs)]
     rows, skipped, done = [], 0, 0

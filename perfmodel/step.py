@@ -52,6 +52,10 @@ class StageTime:
     hardware_flops: float = 0.0   # FLOPs executed per microbatch, recompute included (not time)
     zero3_layers: tuple = ()  # ZeRO-3: (layers, fwd and bwd compute per layer, gather fwd, bwd, reduce-scatter)
     compute_parts: tuple = (0.0, 0.0, 0.0)   # of ``compute``: GEMMs, attention, memory-bound work
+    inner_fwd: float = 0.0    # of fwd_op: ep all-to-alls and cp's exposed ring (the trace draws them)
+    inner_bwd: float = 0.0    # of bwd_op, likewise
+    nic_fwd: float = 0.0      # of inner_fwd: all-to-alls whose ep group spans nodes (the des engine's NIC flows)
+    nic_bwd: float = 0.0      # of inner_bwd, likewise
 
     def comm(self, axis: str) -> float:
         return self.comm_s.get(axis, 0.0)
@@ -72,6 +76,8 @@ class Breakdown:
     compute_s: float = 0.0
     tp_comm_s: float = 0.0
     pp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0      # MoE dispatch and combine all-to-alls (critical path)
+    cp_comm_s: float = 0.0      # context parallelism's K/V ring, the part attention does not hide
     dp_comm_exposed_s: float = 0.0
     compression_s: float = 0.0
     bubble_s: float = 0.0

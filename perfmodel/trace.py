@@ -9,7 +9,10 @@ operations are those ``perfmodel.schedule.run_schedule`` timed (GPipe, 1F1B, int
 with each model chunk's operations and transfers named by chunk). From the event engine
 (``--engine des``) also a ``gradient buckets`` track, ZeRO-3's per-layer gathers and
 reduce-scatters (one layer of prefetch) and counters of the busiest links (flows
-sharing each stage's NIC over time). ``perfmodel.timeline`` draws the same events as a PNG.
+sharing each stage's NIC over time). With expert or context parallelism an ``all-to-all, K/V
+ring`` track shows, inside each operation, the seconds its MoE all-to-alls and cp's exposed
+ring take (from the event engine: the simulated NIC flows of cross-node all-to-alls).
+``perfmodel.timeline`` draws the same events as a PNG.
 """
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ from perfmodel.schedule import StageCost, run_schedule
 from topologies.clikit import atomic_write
 
 US = 1e6
-COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS, LAYERS = 0, 1, 2, 3, 4, 5
+COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS, LAYERS, INNER = 0, 1, 2, 3, 4, 5, 6
 TRACKS = {COMPUTE: "compute", SEND_NEXT: "send ->", SEND_PREV: "send <-", AFTER: "after backward",
-          BUCKETS: "gradient buckets", LAYERS: "ZeRO-3 gathers, reduce-scatters"}
+          BUCKETS: "gradient buckets", LAYERS: "ZeRO-3 gathers, reduce-scatters", INNER: "all-to-all, K/V ring"}
 
 
 def trace_events(stages, plan, breakdown: dict, label: str = "", first_pid: int = 0, sim=None) -> list[dict]:
@@ -41,7 +44,7 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
         timeline = run_schedule(plan.schedule, costs, plan.microbatches, plan.virtual_stages)
     else:
         timeline = sim
-    events = _names(len(stages), label)
+    events = _names(len(stages), label, any(st.inner_fwd or st.inner_bwd for st in stages))
     for s, kind, mb, start, end, *chunk in timeline.ops:
         args = {"microbatch": mb, "stage": s, **({"chunk": chunk[0]} if chunk else {})}
         events.append(_slice(s, COMPUTE, f"{'forward' if kind == 'F' else 'backward'} mb{mb}{_chunk(chunk)}",
@@ -53,6 +56,7 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
         events.append({"ph": "s", "id": n, "name": "p2p", "cat": "pp", "pid": src, "tid": track, "ts": start * US})
         events.append({"ph": "f", "bp": "e", "id": n, "name": "p2p", "cat": "pp", "pid": dst, "tid": COMPUTE,
                        "ts": end * US})
+    events += _inner_slices(stages, timeline, sim, plan.virtual_stages)
     for s, index, ready, start, end in getattr(timeline, "buckets", ()):
         events.append(_slice(s, BUCKETS, f"gradient bucket {index}", start, end, {"ready_s": ready}))
     for s, kind, layer, mb, start, end in getattr(timeline, "layer_comm", ()):
@@ -67,6 +71,21 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
             events.append(_slice(0, AFTER, name, t, t + breakdown[key], {}))
             t += breakdown[key]
     return events
+
+
+def _inner_slices(stages, timeline, sim, virtual: int) -> list[dict]:
+    """Each operation's all-to-all and K/V ring seconds, at its end (the simulated NIC flows
+    where the event engine ran them; an interleaved chunk's operation 1 / V of them)."""
+    flows = {(s, kind, mb): (start, end) for s, kind, mb, start, end in getattr(sim, "op_comm", ())}
+    out = []
+    for s, kind, mb, start, end, *_ in timeline.ops:
+        seconds = (stages[s].inner_fwd if kind == "F" else stages[s].inner_bwd) / virtual
+        if seconds <= 0:
+            continue
+        begin, finish = flows.get((s, kind, mb), (max(start, end - seconds), end))
+        name = f"{'forward' if kind == 'F' else 'backward'} mb{mb}: all-to-all / K/V ring"
+        out.append(_slice(s, INNER, name, begin, finish, {"microbatch": mb, "seconds_alone": seconds}))
+    return out
 
 
 def _chunk(chunk: list) -> str:
@@ -84,13 +103,15 @@ def _link_counters(link_flows: dict) -> list[dict]:
     return out
 
 
-def _names(stages: int, label: str) -> list[dict]:
+def _names(stages: int, label: str, inner: bool = False) -> list[dict]:
     out = []
     for s in range(stages):
         out.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}" + (f" ({label})"
                                                                                               if label else "")}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": s, "args": {"sort_index": s}})
         for tid, name in TRACKS.items():
+            if tid == INNER and not inner:
+                continue
             out.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": name}})
     return out
 

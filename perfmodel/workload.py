@@ -11,6 +11,18 @@ carry biases on every linear layer; rmsnorm models (LLaMA) none. Conventions:
   ``s b h (34 + 5 a s / h)`` without parallelism; tensor parallelism divides the 24 sbh of
   TP-split tensors (and with sequence parallelism the other 10 sbh too), selective recompute
   drops the ``5 a s / h`` attention term, full recompute keeps only the 2 sbh layer input.
+
+Mixture-of-experts models add the optional keys of ``MOE_KEYS`` (all absent: a dense model).
+A MoE layer replaces the MLP with a router (an h x E linear layer, 2 h E FLOPs a token), E
+routed experts of ``moe_ffn_hidden_size`` (each an MLP of the model's ``activation``), of which
+each token visits ``moe_top_k``, and ``moe_shared_experts`` experts of the same size every token
+visits. Which layers: every ``moe_layer_freq``-th layer after the first ``moe_first_dense``
+dense ones (DeepSeek-V3: 1 and 3; GShard-style every other layer: 2). ``params`` counts every
+expert; ``active_params`` what one token meets (top-k routed plus shared), and the model FLOPs
+per token are ``6 active_params + 12 L h s``. ``moe_capacity_factor`` (0: dropless) caps the
+tokens an expert takes at that multiple of its fair share; ``moe_load_imbalance`` (>= 1) is how
+many times its fair share the most loaded expert receives, and that expert sets the layer's
+time: the expert GEMMs run at ``min(imbalance, capacity)`` times the balanced load.
 """
 from __future__ import annotations
 
@@ -29,6 +41,9 @@ except ModuleNotFoundError:  # Python 3.10
 MODEL_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden_size",
               "vocab_size", "seq_len", "activation", "norm", "tied_embeddings")
 CHOICES = {"activation": ("gelu", "swiglu"), "norm": ("layernorm", "rmsnorm")}
+# optional keys of a mixture-of-experts model, and their dense defaults
+MOE_KEYS = {"num_experts": 0, "moe_top_k": 0, "moe_shared_experts": 0, "moe_ffn_hidden_size": 0,
+            "moe_layer_freq": 1, "moe_first_dense": 0, "moe_capacity_factor": 0.0, "moe_load_imbalance": 1.0}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +59,14 @@ class ModelSpec:
     activation: str
     norm: str
     tied_embeddings: bool
+    num_experts: int = 0              # routed experts per MoE layer (0: a dense model)
+    moe_top_k: int = 0                # routed experts each token visits
+    moe_shared_experts: int = 0       # experts every token visits
+    moe_ffn_hidden_size: int = 0      # one expert's MLP width
+    moe_layer_freq: int = 1           # every k-th layer (after the dense ones) is MoE
+    moe_first_dense: int = 0          # the first layers that stay dense
+    moe_capacity_factor: float = 0.0  # tokens an expert takes, times its fair share (0: dropless)
+    moe_load_imbalance: float = 1.0   # the most loaded expert's tokens, times its fair share
 
     @property
     def head_dim(self) -> int:
@@ -62,13 +85,70 @@ class ModelSpec:
         """Output width of the MLP's first GEMM: f (gelu) or 2f (swiglu gate and up)."""
         return self.ffn_hidden_size * (2 if self.activation == "swiglu" else 1)
 
-    def layer_params(self) -> int:
-        h, f = self.hidden_size, self.ffn_hidden_size
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) is a MoE layer."""
+        return self.is_moe and index >= self.moe_first_dense \
+            and (index - self.moe_first_dense) % self.moe_layer_freq == 0
+
+    def moe_layers_in(self, first: int, count: int) -> int:
+        """MoE layers among layers ``first`` .. ``first + count - 1`` (a pipeline stage's)."""
+        return sum(self.is_moe_layer(i) for i in range(first, first + count))
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.moe_layers_in(0, self.num_layers)
+
+    @property
+    def expert_up_width(self) -> int:
+        return self.moe_ffn_hidden_size * (2 if self.activation == "swiglu" else 1)
+
+    def expert_params(self) -> int:
+        """One expert's MLP (the routed and the shared ones alike)."""
+        return self.hidden_size * self.expert_up_width + self.moe_ffn_hidden_size * self.hidden_size
+
+    @property
+    def expert_copies(self) -> int:
+        """Expert MLPs one token passes through in a MoE layer: top-k routed plus shared."""
+        return self.moe_top_k + self.moe_shared_experts
+
+    @property
+    def expert_load(self) -> float:
+        """The most loaded expert's tokens over its fair share: the imbalance, capped by capacity."""
+        cap = self.moe_capacity_factor
+        return min(self.moe_load_imbalance, cap) if cap > 0 else self.moe_load_imbalance
+
+    def _attention_norm_params(self) -> int:
+        h = self.hidden_size
         attn = h * (h + 2 * self.kv_dim) + h * h
-        mlp = h * self.mlp_up_width + f * h
         norms = (2 if self.biased else 1) * h * 2
-        bias = (h + 2 * self.kv_dim + h + self.mlp_up_width + h) if self.biased else 0
-        return attn + mlp + norms + bias
+        bias = (h + 2 * self.kv_dim + h + h) if self.biased else 0
+        return attn + norms + bias
+
+    def layer_params(self) -> int:
+        """A dense layer: attention, MLP, norms (and biases)."""
+        h, f = self.hidden_size, self.ffn_hidden_size
+        mlp = h * self.mlp_up_width + f * h + (self.mlp_up_width if self.biased else 0)
+        return self._attention_norm_params() + mlp
+
+    def moe_dense_params(self) -> int:
+        """The parts of a MoE layer every rank of an expert-parallel group holds: attention,
+        norms, router, shared experts."""
+        return self._attention_norm_params() + self.hidden_size * self.num_experts \
+            + self.moe_shared_experts * self.expert_params()
+
+    def moe_routed_params(self) -> int:
+        """A MoE layer's routed experts (sharded over the ep axis)."""
+        return self.num_experts * self.expert_params()
+
+    def stage_layer_params(self, first: int, count: int) -> tuple[int, int]:
+        """(dense, routed-expert) parameters of layers ``first`` .. ``first + count - 1``."""
+        moe = self.moe_layers_in(first, count)
+        dense = (count - moe) * self.layer_params() + moe * self.moe_dense_params()
+        return dense, moe * self.moe_routed_params()
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
@@ -77,15 +157,25 @@ class ModelSpec:
         """The LM head: shares the embedding when tied."""
         return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
 
+    def _ends_params(self) -> int:
+        final_norm = (2 if self.biased else 1) * self.hidden_size
+        return self.embedding_params() + self.head_params() + final_norm
+
     @property
     def params(self) -> int:
-        final_norm = (2 if self.biased else 1) * self.hidden_size
-        return (self.num_layers * self.layer_params() + self.embedding_params() + self.head_params()
-                + final_norm)
+        dense, routed = self.stage_layer_params(0, self.num_layers)
+        return dense + routed + self._ends_params()
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token meets: every routed expert replaced by the top-k it visits."""
+        dense, _ = self.stage_layer_params(0, self.num_layers)
+        routed = self.num_moe_layers * self.moe_top_k * self.expert_params()
+        return dense + routed + self._ends_params()
 
     def model_flops_per_token(self, seq: int | None = None) -> float:
         s = seq or self.seq_len
-        return 6.0 * self.params + 12.0 * self.num_layers * self.hidden_size * s
+        return 6.0 * self.active_params + 12.0 * self.num_layers * self.hidden_size * s
 
     def activation_bytes_per_layer(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
         """Bytes one layer keeps for backward, per GPU (Korthikanti et al. 2023)."""
@@ -96,11 +186,25 @@ class ModelSpec:
         replicated = 10.0 / tp if sp else 10.0
         return s * b * h * (replicated + 24.0 / tp + attention)
 
+    def moe_activation_bytes_per_layer(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
+        """A MoE layer's bytes kept for backward: the dense layer's with its MLP (3 sbh kept
+        whole, 16 sbh TP-split in Korthikanti's count) replaced by the router's input and the
+        token's ``expert_copies`` dispatched copies (2 sbh each, kept whole) and, per copy, the
+        expert's up-projection and activation outputs (TP-split), times the expert load."""
+        dense = self.activation_bytes_per_layer(mbs, seq, tp, sp, recompute)
+        if recompute == "full":
+            return dense
+        s, b, h, c = seq, mbs, self.hidden_size, self.expert_copies
+        whole = (2.0 + 2.0 * c - 3.0) / (tp if sp else 1)
+        split = (c * self.expert_load * 2.0 * (self.expert_up_width + self.moe_ffn_hidden_size) / h - 16.0) / tp
+        return dense + s * b * h * (whole + split)
+
 
 def _validate(raw: dict, name: str) -> ModelSpec:
     for key in raw:
-        if key not in MODEL_KEYS:
-            raise InputError(f"model.{key}", raw[key], "not a model key; allowed: " + ", ".join(MODEL_KEYS))
+        if key not in MODEL_KEYS and key not in MOE_KEYS:
+            raise InputError(f"model.{key}", raw[key], "not a model key; allowed: " + ", ".join(MODEL_KEYS)
+                             + " and, for mixture-of-experts models, " + ", ".join(MOE_KEYS))
     for key in MODEL_KEYS:
         if key not in raw:
             raise InputError(f"model.{key}", None, "required in a model file")
@@ -116,7 +220,32 @@ def _validate(raw: dict, name: str) -> ModelSpec:
         raise InputError("model.num_heads", raw["num_heads"], f"a divisor of hidden_size {raw['hidden_size']}")
     if raw["num_heads"] % raw["num_kv_heads"]:
         raise InputError("model.num_kv_heads", raw["num_kv_heads"], f"a divisor of num_heads {raw['num_heads']}")
-    return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS})
+    return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS}, **_moe_fields(raw))
+
+
+def _moe_fields(raw: dict) -> dict:
+    """The MoE keys of a model file, validated (all absent: dense)."""
+    moe = {k: raw.get(k, default) for k, default in MOE_KEYS.items()}
+    if not any(k in raw for k in MOE_KEYS):
+        return moe
+    ints = ("num_experts", "moe_top_k", "moe_ffn_hidden_size", "moe_layer_freq")
+    for key in ints + ("moe_shared_experts", "moe_first_dense"):
+        low = 1 if key in ints else 0
+        if isinstance(moe[key], bool) or not isinstance(moe[key], int) or moe[key] < low:
+            raise InputError(f"model.{key}", moe[key], f"an integer >= {low} (a MoE model needs num_experts, "
+                             "moe_top_k and moe_ffn_hidden_size)")
+    if moe["moe_top_k"] > moe["num_experts"]:
+        raise InputError("model.moe_top_k", moe["moe_top_k"], f"at most num_experts {moe['num_experts']}")
+    if moe["moe_first_dense"] >= raw["num_layers"]:
+        raise InputError("model.moe_first_dense", moe["moe_first_dense"], f"below num_layers {raw['num_layers']}")
+    for key, low in (("moe_capacity_factor", 0.0), ("moe_load_imbalance", 1.0)):
+        value = moe[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < 1e6:
+            raise InputError(f"model.{key}", value, f"a number >= {low:g}" + (" (0: dropless)" if low == 0 else ""))
+        moe[key] = float(value)
+    if 0 < moe["moe_capacity_factor"] < 1:
+        raise InputError("model.moe_capacity_factor", moe["moe_capacity_factor"], "0 (dropless) or >= 1")
+    return moe
 
 
 @cache

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from perfmodel.collectives.fabric import Ctx
 from perfmodel.collectives.phases import AlgoCost, Phase, stage, tagged
-from perfmodel.collectives.plain import direct_alltoall, lg, ring_gather
+from perfmodel.collectives.plain import lg, pairwise_alltoall, ring_gather
 from perfmodel.compression import Codec
 
 
@@ -96,7 +96,7 @@ def allgather_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
 
 
 def _alltoall(ctx: Ctx, slice_payload: float) -> tuple:
-    return tagged(direct_alltoall(ctx, ctx.ranks * slice_payload).stages, "alltoall")
+    return tagged(pairwise_alltoall(ctx, ctx.ranks * slice_payload).stages, "alltoall")
 
 
 def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:

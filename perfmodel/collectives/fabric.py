@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache, partial
 
 from perfmodel.catalogs import Device, Protocol, device, nvlink_for_arch, nvls_protocols, protocol_table, tier_class
+from perfmodel.collectives.alltoall import alltoall_links
 from topologies import Cluster, fabric_view
 
 
@@ -63,6 +64,13 @@ class Ctx:
     share: float = 1.0       # fraction of one core a rank gets where hosts share CPU cores
     call: object = None      # Calibration.call_cost: (op, algorithm, message bytes) -> runtime seconds per call
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
+    alltoall_view: object = None   # () -> AllToAllLinks from the group's traffic matrix, or None
+
+    @cached_property
+    def alltoall(self):
+        """The all-to-all's links from its traffic matrix (``perfmodel.collectives.alltoall``),
+        routed on first use; None on a context built by hand (the formulas use ``intra``, ``inter``)."""
+        return self.alltoall_view() if self.alltoall_view else None
 
     def kernel_scale(self, spec_text: str, size_bytes: float = 0.0):
         """Equivalent traffic per input byte (compress, decompress) of a calibrated spec, or None,
@@ -127,7 +135,17 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
                ring=ring, intra=intra, inter=inter, device=dev, nvls=nvls,
                nvls_link=replace(intra, protocols=nvls_table) if nvls_table else None,
                kernels=calib.kernel if calib else None, in_run=calib.in_run_factor if calib else None,
-               share=share, active=active, call=calib.call_cost if calib and calib.calls else None)
+               share=share, active=active, call=calib.call_cost if calib and calib.calls else None,
+               alltoall_view=partial(alltoall_links, cluster, tuple(group), tuple(concurrent),
+                                     partial(_matrix_link, tables, prims, classify)))
+
+
+def _matrix_link(tables, prims, classify, tier: str, bandwidth_Bps: float, latency_s: float, traversals) -> Link:
+    """A Link of an all-to-all phase (``alltoall.phase_link``) with its tier's protocols; a network
+    tier takes the network transport's, as NCCL does for any traffic that leaves the host."""
+    cls = classify(tier)
+    return Link(name="alltoall", tier=tier, bandwidth_Bps=bandwidth_Bps, latency_s=latency_s,
+                protocols=tables(cls), traversals=traversals, primitives=prims(cls), cls=cls)
 
 
 def _tables(calib, arch: str):

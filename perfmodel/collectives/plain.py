@@ -95,7 +95,34 @@ def tree_broadcast(ctx: Ctx, S: float) -> AlgoCost:
 
 
 def direct_alltoall(ctx: Ctx, S: float) -> AlgoCost:
-    """Pairwise exchange: p-1 steps of S/p; in-host and cross-host peers run on their own links."""
+    """Pairwise exchange, NCCL's all-to-all: p-1 steps of S/p; in-host and cross-host peers run
+    at once on their own links, those of the group's traffic matrix where the context has them
+    (``perfmodel.collectives.alltoall``), else its ``intra`` and ``inter`` patterns."""
+    links = ctx.alltoall
+    if links is None or ctx.hosts == 1 and links.pairwise_intra is None:
+        return pairwise_alltoall(ctx, S)
+    p, r = ctx.ranks, ctx.ranks_per_host
+    if ctx.hosts == 1:
+        return AlgoCost(stages=(stage(Phase(links.pairwise_intra, p - 1, (p - 1) / p * S)),))
+    intra = (Phase(links.pairwise_intra, r - 1, (r - 1) / p * S),) if links.pairwise_intra else ()
+    return AlgoCost(stages=(stage(*intra, Phase(links.pairwise_inter, p - r, (p - r) / p * S)),))
+
+
+def hierarchical_alltoall(ctx: Ctx, S: float) -> AlgoCost:
+    """DeepEP's all-to-all (``perfmodel.collectives.alltoall``): one RDMA message per node pair
+    on the sender's rail (N-1 steps, (N-1) r S/p bytes), overlapped with NVLink forwarding to the
+    final GPUs (r-1 steps, (r-1) N S/p bytes: the node's own and the arrived). Needs the traffic
+    matrix's links; on a hand-built context the ``inter`` and ``intra`` patterns stand in."""
+    p, N, r = ctx.ranks, ctx.hosts, ctx.ranks_per_host
+    links = ctx.alltoall
+    rail, forward = (links.rail, links.forward) if links is not None else (ctx.inter, ctx.intra)
+    return AlgoCost(stages=(stage(Phase(rail, N - 1, (N - 1) * r / p * S),
+                                  Phase(forward, r - 1, (r - 1) * N / p * S)),))
+
+
+def pairwise_alltoall(ctx: Ctx, S: float) -> AlgoCost:
+    """Pairwise exchange on the context's ``intra`` and ``inter`` patterns (the all-to-all phases
+    inside compressed reductions, ``perfmodel.collectives.compressed``)."""
     p, r = ctx.ranks, ctx.ranks_per_host
     if ctx.hosts == 1:
         return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) / p * S)),))

@@ -8,7 +8,9 @@ decoding (``perfmodel.collectives.compressed``: ``cost(ctx, msg)``, their kernel
 takes beyond ``(x, wire, group)``, and ``selectable`` whether a user names it (``pipelined`` is
 chosen by ``chunks``, not by name). realrun's implementations register against these entries
 (``implementations``), and ``tests/test_algorithm_registry.py`` fails when a runtime algorithm
-has no model entry or the reverse. ``PLAIN`` and ``COMPRESSED`` are views by op.
+has no model entry or the reverse. An op missing from ``runtime`` is model-only (the
+all-to-alls, tree, NVLS): the model prices it, realrun has no implementation of it under that
+name. ``PLAIN`` and ``COMPRESSED`` are views by op.
 """
 from __future__ import annotations
 
@@ -56,13 +58,15 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               runtime=("allreduce",), doc="all-to-all of compressed slices, sum, compress, all-gather (qgZ, CGX)"),
     Algorithm(name="hierarchical", plain={"allreduce": p.hierarchical_allreduce,
                                           "reduce_scatter": p.hierarchical_gather,
-                                          "allgather": p.hierarchical_gather},
+                                          "allgather": p.hierarchical_gather, "alltoall": p.hierarchical_alltoall},
               compressed={"allreduce": c.hierarchical_allreduce, "reduce_scatter": c.hierarchical_reduce_scatter},
               runtime=("allreduce",), runtime_args=("local", "intra", "inter", "raw"),
-              doc="inside the node, across nodes, inside the node again"),
+              doc="inside the node, across nodes, inside the node again; all-to-all: DeepEP's RDMA per node "
+                  "pair on its rail, NVLink forwarding beside it (model-only: no runtime op for it)"),
     Algorithm(name="nvls", plain={"allreduce": p.nvls_allreduce}, doc="NVLink SHARP: the switch reduces"),
     Algorithm(name="direct", plain={"alltoall": p.direct_alltoall, "sendrecv": p.direct_sendrecv},
-              doc="every pair at once (all-to-all) or one hop (a pipeline boundary)"),
+              doc="every pair at once (all-to-all: pairwise, from the traffic matrix) or one hop (a pipeline "
+                  "boundary); model-only"),
     Algorithm(name="pipelined", runtime=("allreduce",), runtime_args=("chunks",), selectable=False,
               doc="realrun's all-gather all-reduce in chunks (the model prices it as allgather with chunks)"),
 )}

@@ -1,11 +1,13 @@
 """The ``analytical`` engine: every event costed on the fabric, closed forms for the overlap.
 
 Per stage, the axes' events (``perfmodel.axes.step_events``) are placed by where they sit
-(``CommEvent.where``): ``critical`` ones inside every microbatch's operations (TP) or its
-transfers (PP); ``zero3`` ones layer by layer inside the operations (``step.zero3_forward``,
-``zero3_backward``); on stage 0, which ends the pipeline, ``overlap`` ones (gradient buckets)
-against its last backward and ``tail`` ones after it. The pipeline is the schedule timed
-operation by operation (``step.pipeline_time``). ``perfmodel.step`` holds the formulas and
+(``CommEvent.where``): ``critical`` ones inside every microbatch's operations (TP, the MoE
+all-to-alls) or its transfers (PP); ``attention`` ones (cp's K/V ring) beside the attention of
+the same operation, only what it cannot hide exposed (``_overlap_ring``); ``zero3`` ones layer
+by layer inside the operations (``step.zero3_forward``, ``zero3_backward``); on stage 0, which
+ends the pipeline, ``overlap`` ones (gradient buckets) against its last backward and ``tail``
+ones after it. The pipeline is the schedule timed operation by operation
+(``step.pipeline_time``). ``perfmodel.step`` holds the formulas and
 says what each assumes.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from perfmodel.axes import step_events
+from perfmodel.axes import AXES, step_events
 from perfmodel.collective import collective_on
 from perfmodel.collectives.fabric import cpu_share, make_ctx
 from perfmodel.comm import StageContext
@@ -51,10 +53,12 @@ def _stage_events(model, plan, s: int, gpus_per_host: int) -> tuple:
 
 
 def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally | None) -> tuple:
-    """(the stage's times but ZeRO-3's, its compute): compute and the critical events (TP inside
-    the operations, PP in the transfers); stage 0 counts them in ``tally``."""
-    plan, env, policy = step.plan, step.env, step.policy
-    sc = stage_compute(step.model, plan, env.dev, layers, s == 0, s == plan.pp - 1)
+    """(the stage's times but ZeRO-3's, its compute): compute and the critical events (TP and the
+    MoE all-to-alls inside the operations, PP in the transfers, cp's ring beside attention);
+    stage 0 counts them in ``tally``."""
+    plan, env, policy, model = step.plan, step.env, step.policy, step.model
+    moe = model.moe_layers_in(plan.stage_first_layer(s, model.num_layers), layers) if model.is_moe else 0
+    sc = stage_compute(model, plan, env.dev, layers, s == 0, s == plan.pp - 1, moe)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
                    hardware_flops=sc.hardware_flops, compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s))
     m = plan.microbatches
@@ -68,11 +72,16 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
         _place(st, event, rec.time_s * per_mb, kernel * per_mb)
         if event.axis == "tp":
             layer_tp[event.phase] += wire * per_mb
+        if event.axis in ("ep", "ep_combine"):
+            _inner(st, event, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_host))
         if s == 0:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, kernel * event.count)
     if plan.tp_overlap:
         _overlap_tp(st, layer_tp, sc, plan.tp, env.overlap_slowdown)
+    ring = [e for e in events if e.where == "attention"]
+    if ring:
+        _overlap_ring(step, st, ring, sc, tally)
     return st, sc
 
 
@@ -108,6 +117,54 @@ def _overlap_tp(st: StageTime, layer_tp: dict, sc, tp: int, slowdown: float) -> 
         else:
             st.bwd_op -= saved
             st.bwd -= saved
+
+
+def _spans_nodes(group: tuple, gpus_per_host: int) -> bool:
+    return group[0] // gpus_per_host != group[-1] // gpus_per_host
+
+
+def _inner(st: StageTime, event, seconds: float, across_nodes: bool) -> None:
+    """Count an operation's all-to-all or ring seconds where the trace and the des engine see them."""
+    if event.phase == "fwd":
+        st.inner_fwd += seconds
+        st.nic_fwd += seconds if across_nodes else 0.0
+    else:
+        st.inner_bwd += seconds
+        st.nic_bwd += seconds if across_nodes else 0.0
+
+
+def _overlap_ring(step: StepInputs, st: StageTime, events: list, sc, tally) -> None:
+    """cp's K/V ring beside attention (``perfmodel.comm.context_events``): of cp attention blocks
+    the ring step of each but the last runs while the block computes, so per operation its wire
+    seconds hide behind (cp - 1) / cp of the operation's attention seconds (backward: twice a
+    forward's, three times with recompute). What does not hide is exposed; hidden seconds slow
+    the attention by ``overlap_slowdown`` (as TP overlap); kernels are charged in full."""
+    plan, env = step.plan, step.env
+    m, cp = plan.microbatches, plan.cp
+    wire = {"fwd": 0.0, "bwd": 0.0}
+    kernels = {"fwd": 0.0, "bwd": 0.0}
+    for event in events:
+        rec = cost(env, event, step.policy)
+        w, k = split_kernel(rec)
+        wire[event.phase] += w * event.count / m
+        kernels[event.phase] += k * event.count / m
+        if tally is not None:
+            tally.add(event, rec, event.count)
+            tally.add_kernel(event.axis, k * event.count)
+    runs = {"fwd": 1.0, "bwd": 2.0 + (plan.recompute != "none")}
+    for phase, seconds in wire.items():
+        hide = runs[phase] * sc.attention_fwd_s * (cp - 1) / cp
+        hidden = min(seconds, hide)
+        charged = seconds - hidden + env.overlap_slowdown * hidden
+        st.add_comm("cp", charged)
+        st.compression += kernels[phase]
+        event = events[0] if phase == "fwd" else events[-1]
+        _inner(st, event, charged + kernels[phase], False)
+        if phase == "fwd":
+            st.fwd_op += charged + kernels[phase]
+        else:
+            st.bwd_op += charged + kernels[phase]
+            st.bwd += charged + kernels[phase]
 
 
 def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
@@ -206,8 +263,8 @@ def _plan_stages(model, plan, gpus_per_host: int) -> tuple:
     events = tuple(_stage_events(model, plan, s, gpus_per_host) for s in range(len(layers)))
     first: dict = {}
     alike = tuple(first.setdefault((n, s == 0, s == len(layers) - 1, events[s]), s) for s, n in enumerate(layers))
-    axes = tuple(tuple(tuple(sorted({e.axis for e in ev if e.where == where})) for where in ("critical", "zero3"))
-                 for ev in events)
+    axes = tuple(tuple(tuple(sorted({e.axis for e in ev if e.where in where}))
+                       for where in (("critical", "attention"), ("zero3",))) for ev in events)
     return layers, events, alike, axes
 
 
@@ -224,8 +281,13 @@ def _pipeline_breakdown(stages: list[StageTime], plan, span=None) -> Breakdown:
     if plan.virtual_stages == 1:
         exposed, kernel = exposed_pp(b, m, max(0.0, total - bubble - m * (b.fwd_op + b.bwd_op)))
         pp, compression = exposed - kernel, m * (b.compression - b.pp_kernel) + kernel
-    return Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.comm("tp"), pp_comm_s=pp, compression_s=compression,
-                     dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
+    out = Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.comm("tp"), pp_comm_s=pp, compression_s=compression,
+                    dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
+    for name in ("cp", "ep", "ep_combine"):        # the critical axes with their own breakdown keys
+        if b.comm(name):
+            key = AXES[name].breakdown
+            setattr(out, key, getattr(out, key) + m * b.comm(name))
+    return out
 
 
 def _dp_overlap(buckets, step: StepInputs, window, out: Breakdown, tally: Tally) -> None:
@@ -313,7 +375,7 @@ def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span) ->
     _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
     for event in (e for e in first if e.where == "tail"):
         _exposed(out, tally, event, cost(step.env, event, step.policy))
-    params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1)
+    params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1, 0)
     out.optimizer_s = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
     return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
 

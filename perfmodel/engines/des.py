@@ -3,7 +3,8 @@
 The pipeline and every stage's gradient buckets run on the event core (``perfmodel.simulate``):
 per-rank streams, NIC links shared fairly between concurrent flows. Where the closed forms
 assume a transfer has its link to itself, the simulation lets it share; the difference of the
-two spans is the breakdown's ``contention_s`` (0 where nothing contends, tested).
+two spans is the breakdown's ``contention_s`` (0 where nothing contends, tested). A MoE
+all-to-all across nodes is a flow on its rank's NIC there, beside that rank's gradient buckets.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def _simulate(step: StepInputs, stages, events):
     """The step's pipeline and every stage's buckets on the event engine (perfmodel.simulate)."""
     plan = step.plan
     work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
-                      buckets=_bucket_runs(step, events[s]), zero3=st.zero3_layers)
+                      buckets=_bucket_runs(step, events[s]), zero3=st.zero3_layers, nic_fwd=st.nic_fwd,
+                      nic_bwd=st.nic_bwd)
             for s, st in enumerate(stages)]
     return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap, chunks=plan.virtual_stages)
 

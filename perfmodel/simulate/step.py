@@ -14,7 +14,10 @@ with GPUs. Each simulated rank has
   last send included, as realrun's trainer reduces), and they run in order;
 * a **NIC**, one link out and one in, shared as a fluid (``network``): a pipeline transfer
   crosses its sender's out-link and its receiver's in-link; a gradient bucket (a ring) both
-  links of its rank. TP collectives stay inside the operations (NVLink, not shared here).
+  links of its rank. TP collectives stay inside the operations (NVLink, not shared here); a
+  MoE all-to-all whose expert-parallel group spans nodes runs at the end of its operation as
+  a flow on both NIC links of its rank (``StageWork.nic_fwd``, ``nic_bwd``), so it shares them
+  with the gradient buckets of the same rank.
 
 Every piece of work carries the seconds the analytical model gives it alone, so where nothing
 runs at the same time on one link the simulation reproduces the closed form (tested on a grid
@@ -44,6 +47,8 @@ class StageWork:
     send_bwd: float
     buckets: tuple = ()
     zero3: tuple = ()     # (layers, fwd and bwd compute per layer, gather fwd, gather bwd, reduce-scatter)
+    nic_fwd: float = 0.0  # of fwd: cross-node all-to-all seconds, run as a NIC flow
+    nic_bwd: float = 0.0  # of bwd, likewise
 
 
 @dataclass
@@ -54,6 +59,7 @@ class SimResult:
     transfers: list = field(default_factory=list)  # (kind, microbatch, src, dst, start, end)
     buckets: list = field(default_factory=list)    # (stage, index, ready, start, end)
     layer_comm: list = field(default_factory=list)  # ZeRO-3: (stage, "gather"/"reduce-scatter", layer, mb, start, end)
+    op_comm: list = field(default_factory=list)     # cross-node all-to-alls: (stage, kind, mb, start, end)
     events: int = 0                                # callbacks the event core ran
     link_flows: dict = field(default_factory=dict)  # busiest links: [(time, active flows), ...]
 
@@ -124,8 +130,11 @@ class StepSim:
         def finished():
             self.result.ops.append((st.s, kind, mb, start, self.core.now) + tuple(op[2:]))
             self._advance(st)
+        nic = (st.work.nic_fwd if kind == "F" else st.work.nic_bwd) / self.chunks
         if st.work.zero3:
             _Layers(self, st, kind == "F", mb, d, finished).start()
+        elif nic > 0:
+            self.core.after(max(0.0, d - nic), lambda: self._alltoall(st, kind, mb, nic, finished))
         else:
             self.core.after(d, finished)
 
@@ -141,6 +150,15 @@ class StepSim:
                 if self.stages[s].waiting:
                     self._advance(self.stages[s])
         self.net.start((("out", src), ("in", dst)), alone, arrived)
+
+    def _alltoall(self, st: _Stage, kind: str, mb: int, seconds: float, finished) -> None:
+        """An operation's cross-node all-to-all seconds as a flow on its rank's NIC, both ways."""
+        start = self.core.now
+
+        def ended():
+            self.result.op_comm.append((st.s, kind, mb, start, self.core.now))
+            finished()
+        self.net.start((("out", st.s), ("in", st.s)), seconds, ended)
 
     # --- the communication stream ---------------------------------------------------------------
     def _buckets_ready(self, st: _Stage, start: float, window: float) -> None:

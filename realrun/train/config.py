@@ -120,7 +120,7 @@ class TrainConfig:
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""
         pol, active = parse_policy(self.policy), active_axes(self, load_model(self.model))
-        return [a for a in POLICY_AXES if a not in active and not pol.axis(a).codec.is_none]
+        return [a for a in POLICY_AXES if a not in active and pol.asks_for(a)]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

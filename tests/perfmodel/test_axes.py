@@ -10,7 +10,7 @@ from perfmodel.axes import AXES, ISSUE_ORDER, NAMES, active_axes, step_events
 from perfmodel.comm import StageContext
 from perfmodel.memory import shards
 from perfmodel.mesh import mesh_for
-from perfmodel.plan import MESH_AXES, make_plan
+from perfmodel.plan import GROUP_KINDS, make_plan
 from perfmodel.policy import POLICY_AXES, parse_policy
 from perfmodel.search import DEFAULT_MAX_ERROR
 from perfmodel.step import Breakdown
@@ -30,7 +30,8 @@ def test_every_reader_takes_the_declared_axes():
     assert set(parse_policy("none").axes) == set(AXES)
     breakdown = {f.name for f in fields(Breakdown)}
     for axis in AXES.values():
-        assert axis.mesh_axis in MESH_AXES and axis.breakdown in breakdown
+        assert axis.mesh_axis in GROUP_KINDS and axis.breakdown in breakdown
+        assert set(mesh_for(make_plan(load_model("mixtral-8x7b"), 16, ep=2, cp=2)).groups) == set(GROUP_KINDS)
         assert axis.error in ("reduced", "forwarded") and 0 < axis.max_error < 1
 
 

@@ -80,3 +80,62 @@ def test_bad_model_files_name_the_field(tmp_path, edit, field):
 def test_model_keys_are_exactly_the_issue_list():
     assert MODEL_KEYS == ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden_size",
                           "vocab_size", "seq_len", "activation", "norm", "tied_embeddings")
+
+
+MOE_PUBLISHED = {"mixtral-8x7b": (46.7e9, 12.9e9, 0.01), "olmoe-1b-7b": (6.9e9, 1.3e9, 0.02),
+                 # MLA modelled as MHA: the attention is 10% larger, so active parameters 4.5% above 37B
+                 "deepseek-v3": (671e9, 37e9, 0.05)}
+
+
+@pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
+def test_moe_parameter_counts_match_published_totals_and_active(name):
+    total, active, rel = MOE_PUBLISHED[name]
+    m = load_model(name)
+    assert m.params == pytest.approx(total, rel=0.01)
+    assert m.active_params == pytest.approx(active, rel=rel)
+
+
+def test_moe_layers_every_other_and_first_dense():
+    v3 = load_model("deepseek-v3")
+    assert v3.num_moe_layers == 58 and not v3.is_moe_layer(2) and v3.is_moe_layer(3)
+    assert v3.moe_layers_in(0, 4) == 1 and v3.moe_layers_in(3, 10) == 10
+    from dataclasses import replace
+    other = replace(load_model("mixtral-8x7b"), moe_layer_freq=2)
+    assert other.num_moe_layers == 16 and other.is_moe_layer(0) and not other.is_moe_layer(1)
+
+
+def test_moe_flops_scale_with_top_k_and_params_with_experts():
+    from dataclasses import replace
+    m = load_model("mixtral-8x7b")
+    more_k, more_e = replace(m, moe_top_k=4), replace(m, num_experts=16)
+    expert = m.expert_params() * m.num_moe_layers
+    assert more_k.active_params - m.active_params == 2 * expert and more_k.params == m.params
+    assert more_e.params - m.params == pytest.approx(8 * expert, rel=1e-3) and more_e.active_params \
+        == pytest.approx(m.active_params, rel=1e-4)        # only the router grows
+    assert more_k.model_flops_per_token() - m.model_flops_per_token() == 6 * 2 * expert
+
+
+def test_dense_models_have_no_moe_and_active_equals_total():
+    m = load_model("llama3-8b")
+    assert not m.is_moe and m.active_params == m.params and m.num_moe_layers == 0
+
+
+@pytest.mark.parametrize("extra, field", [("num_experts = 0\nmoe_top_k = 1\nmoe_ffn_hidden_size = 64\n",
+                                           "model.num_experts"),
+                                          ("num_experts = 4\nmoe_top_k = 5\nmoe_ffn_hidden_size = 64\n",
+                                           "model.moe_top_k"),
+                                          ("num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\n"
+                                           "moe_load_imbalance = 0.5\n", "model.moe_load_imbalance"),
+                                          ("num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\n"
+                                           "moe_capacity_factor = 0.5\n", "model.moe_capacity_factor"),
+                                          ("num_experts = 4\nmoe_top_k = 2\n", "model.moe_ffn_hidden_size")])
+def test_bad_moe_keys_name_the_field(tmp_path, extra, field):
+    with pytest.raises(InputError) as err:
+        load_model(_write(tmp_path, GOOD + extra))
+    assert err.value.field == field
+
+
+def test_a_user_moe_file_and_expert_load(tmp_path):
+    m = load_model(_write(tmp_path, GOOD + "num_experts = 8\nmoe_top_k = 2\nmoe_ffn_hidden_size = 512\n"
+                          "moe_load_imbalance = 1.5\nmoe_capacity_factor = 1.25\n"))
+    assert m.is_moe and m.expert_load == 1.25 and m.expert_copies == 2
