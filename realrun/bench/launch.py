@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import tempfile
 
 from realrun import procs
 from realrun.bench.config import BenchConfig
@@ -26,7 +25,7 @@ def run_collectives(config: BenchConfig) -> list[dict]:
         raise RunError("backend", config.backend, "torch is not installed in this environment, and realrun's "
                        "collectives run on torch.distributed: pip install 'commpress[real]' (or your own CUDA "
                        "build of torch >= 2.4 first)")
-    with tempfile.TemporaryDirectory() as tmp:
+    with procs.temporary_directory() as tmp:
         cfg = os.path.join(tmp, "config.json")
         with open(cfg, "w") as handle:
             handle.write(config.to_json())
@@ -55,7 +54,7 @@ def run_here(config: BenchConfig) -> list[dict]:
     rank returns rank 0's records."""
     import torch.distributed as dist
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with procs.temporary_directory() as tmp:
         out = os.path.join(tmp, "records.jsonl")
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, config, out, keep_group=True)
         lines = [""]
