@@ -13,6 +13,7 @@ from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kerne
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from realrun import train_cli
 from realrun.compressors import Compressor
+from realrun.report import MAX_REPEATS, REPEATS, check_repeats
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
 from topologies.errors import InputError
 from topologies.units import format_size, parse_size
@@ -95,14 +96,23 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
                    "A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, compressed "
-                   "collectives): each case predicted first, then measured. Writes DIR/results.csv, DIR/report.md "
-                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE, worst case, fastest-compressor "
+                   "collectives): each case predicted first, then measured --repeats times (the median counts; "
+                   "spread = max/min - 1 of the repeats). Writes DIR/results.csv, DIR/report.md "
+                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE with the testbed's noise floor "
+                   "(median spread) and the cases spread over 5%, worst case, fastest-compressor "
                    "agreement, int8 crossover bandwidth.", LOOP_EPILOG)
     val.add_argument("--calibration", help="profile from realrun calibrate (default: catalog numbers)")
     val.add_argument("--cluster", default="emu", help="as for calibrate")
     val.add_argument("--out", required=True, help="output folder (created)")
-    val.add_argument("--quick", action="store_true", help="a smaller grid (under 5 minutes here)")
-    val.add_argument("--iters", type=int, default=5, help="measured iterations per case (median; default 5)")
+    val.add_argument("--quick", action="store_true", help="a smaller grid, as many repeats (under 5 minutes here "
+                     "per repeat)")
+    val.add_argument("--iters", type=int, default=5, help="measured iterations per case and repeat (median; "
+                     "default 5)")
+    val.add_argument("--repeats", type=int, default=REPEATS, metavar="R",
+                     help=f"independent measurements per case, 1-{MAX_REPEATS}: collectives R timed blocks, each "
+                     "after its own warm-up, round-robin over the cases of one launch; --training R runs of the "
+                     "case, round-robin over the cases of a bandwidth. The case's value is their median, its spread "
+                     f"max/min - 1; spreads over 5%% are starred in report.md (default {REPEATS})")
     val.add_argument("--training", action="store_true", help="validate training steps instead: realrun train "
                      "of gpt-tiny on the emulated hosts, plans (dp, tp 2, pp 2, tp 2 x pp 2, ZeRO-1) x policies x "
                      "100 Mbit/s and 1 Gbit/s; writes results_training.csv, report.md, "
@@ -141,7 +151,13 @@ def _cluster_parser(sub) -> None:
     c.add_argument("--slow-bandwidth", default=None, help="up: that host's link rate")
     c.add_argument("--groups", type=int, default=1, help="up: groups of hosts behind trunks (two-tier)")
     c.add_argument("--trunk", default=None, help="up/shape: trunk rate between a group and the core")
-    c.add_argument("--burst", default="128KiB", help="up: token bucket burst (default 128KiB, see docs)")
+    c.add_argument("--burst", default=None, help="up: token bucket of every link (default: one GSO segment of "
+                   "0.5 ms at the link's rate plus 2 KiB, the segments cut to fit: the line rate holds from the first "
+                   "byte; see docs)")
+    c.add_argument("--cpus-per-host", default="auto", metavar="SHARE",
+                   help="up: each host's fixed share of one core, a cgroup per host pinned to one core (auto: "
+                        "the most every core can give its hosts, 0.45 for 4 hosts on 2 cores; none: hosts "
+                        "time-share the cores). Recorded in the topology (cpu_share=) and every measurement")
     c.add_argument("--threads", type=int, default=1, help="run: OMP/numba threads per rank (default 1)")
     c.add_argument("--timeout", type=float, default=3600.0, help="run: seconds before every rank is stopped")
     c.add_argument("--json", action="store_true", help="status/up: print JSON")
@@ -247,7 +263,9 @@ def _cluster(args) -> None:
     if args.action == "up":
         spec = cluster.EmulatedSpec(hosts=args.hosts, bandwidth=args.bandwidth or "1gbit", slow_host=args.slow_host,
                                     slow_bandwidth=args.slow_bandwidth, groups=args.groups,
-                                    trunk_bandwidth=args.trunk, burst_bytes=parse_size(args.burst, "burst"))
+                                    trunk_bandwidth=args.trunk,
+                                    burst_bytes=parse_size(args.burst, "burst") if args.burst else None,
+                                    cpus_per_host=args.cpus_per_host)
         state = cluster.up(spec, args.name)
     elif args.action == "shape":
         cluster.shape(args.name, args.bandwidth, args.trunk)
@@ -269,8 +287,13 @@ def _cluster(args) -> None:
             print(f"cluster {name}: not up")
             continue
         print(f"cluster {name}: up  topology {info['topology']}")
+        share, cores = info["spec"]["cpus_per_host"], info["cores"]
         for ns, links in info["qdiscs"].items():
-            print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())))
+            host = int(ns.rsplit("-h", 1)[1]) if "-h" in ns else None
+            where = f"  cpu {share:g} of core {cores[host]}" if share is not None and host is not None else ""
+            print(f"  {ns:16s} " + "  ".join(f"{dev} {rate}" for dev, rate in sorted(links.items())) + where)
+        if share is None:
+            print("  cpu: hosts time-share this machine's cores (no fixed share)")
 
 
 def _calibrate(args) -> None:
@@ -302,6 +325,7 @@ def _validate(args) -> None:
     from realrun.measure import runner_for
     from realrun.validate import summary_lines, validate
 
+    check_repeats(args.repeats)
     load_calibration(args.calibration)   # a bad profile is refused before anything runs
     if args.measured is not None:
         _repredict(args)
@@ -313,7 +337,7 @@ def _validate(args) -> None:
         _validate_training(args, runner)
         return
     os.makedirs(args.out, exist_ok=True)
-    result = validate(runner, args.calibration, args.out, args.quick, iters)
+    result = validate(runner, args.calibration, args.out, args.quick, iters, repeats=args.repeats)
     if under_torchrun() and os.environ["RANK"] != "0":
         return
     _print_summary(args, result, summary_lines, f"# realrun validate on {runner.topology()}: {args.out}/results.csv, "
@@ -343,7 +367,8 @@ def _validate_training(args, runner) -> None:
         raise InputError("cluster", args.cluster, "an emulated cluster that is up (--training trains on its hosts)")
     steps = None if args.steps is None else _positive("steps", args.steps)
     os.makedirs(args.out, exist_ok=True)
-    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine)
+    result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine,
+                               repeats=args.repeats)
     _print_summary(args, result, summary_lines, f"# realrun validate --training on {runner.topology()}: "
                    f"{args.out}/results_training.csv, report.md, step_predicted_vs_measured.png, loss_curves.png")
 

@@ -16,7 +16,7 @@ from realrun.bench import BenchConfig
 from realrun.bench.config import RUN_TIMEOUT_S
 from realrun.bench.compute import run_compute
 from realrun.bench.launch import WORKER
-from realrun.cluster import emulated, launch
+from realrun.cluster import cpu, emulated, launch
 from topologies.errors import InputError
 
 
@@ -67,6 +67,17 @@ class EmulatedRunner:
     def restore(self) -> None:
         self.set_bandwidth(self.original)
 
+    def _place(self, i: int, pid: int) -> None:
+        """A benchmark process standing in for host ``i``'s rank computes with that host's share."""
+        if self.spec.cpus_per_host is not None:
+            cpu.join(emulated.host_ns(self.name, i), pid)
+
+    def _mark(self, records: list[dict], hosts: int | None = None) -> list[dict]:
+        """Every record names the cluster it was measured on, the hosts' CPU share with it."""
+        for r in records:
+            r["cluster"], r["cpu_share"] = self.topology(hosts), self.spec.cpus_per_host
+        return records
+
     def collectives(self, config: BenchConfig, hosts: int | None = None) -> list[dict]:
         with procs.temporary_directory() as tmp:
             cfg, out = os.path.join(tmp, "config.json"), os.path.join(tmp, "records.jsonl")
@@ -74,10 +85,7 @@ class EmulatedRunner:
                 handle.write(config.to_json())
             launch.run(self.name, procs.python_argv(WORKER, "--env", cfg, out),
                        timeout_s=config.timeout_s, threads=self.threads, hosts=hosts)
-            records = _read(out)
-        for r in records:
-            r["cluster"] = self.topology(hosts)
-        return records
+            return self._mark(_read(out), hosts)
 
     def train(self, cfg, timeout_s: float = RUN_TIMEOUT_S) -> list[dict]:
         """Run the training ``cfg`` on its first ``cfg.world`` hosts, one rank each; rank 0's
@@ -90,16 +98,21 @@ class EmulatedRunner:
                 handle.write(replace(cfg, metrics=metrics).to_json())
             launch.run(self.name, procs.python_argv(ENTRY, "--env", path), timeout_s=timeout_s,
                        threads=self.threads, hosts=cfg.world)
-            return _read(metrics)
+            return self._mark(_read(metrics), cfg.world)
 
     def compute(self, model: str, mbs: int) -> list[dict]:
-        """A training step's compute with every host's rank computing at once."""
-        return run_compute(model, world=self.hosts, ranks=self.hosts, mbs=mbs, threads=self.threads)
+        """A training step's compute with every host's rank computing at once, each on its host's share."""
+        return self._mark(run_compute(model, world=self.hosts, ranks=self.hosts, mbs=mbs, threads=self.threads,
+                                      place=self._place))
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
-        """Alone, and with every host's rank computing at once (they share this machine)."""
-        return (bench.run_kernels_shared(sizes, specs, iters, ranks=1, threads=self.threads)
-                + bench.run_kernels_shared(sizes, specs, iters, ranks=self.hosts, threads=self.threads))
+        """Alone on a whole core (the numbers the model scales by the share where it has nothing
+        else), and with every host's rank computing at once, each on its host's share."""
+        alone = bench.run_kernels_shared(sizes, specs, iters, ranks=1, threads=self.threads)
+        for r in alone:
+            r["cpu_share"] = 1.0
+        return alone + self._mark(bench.run_kernels_shared(sizes, specs, iters, ranks=self.hosts,
+                                                           threads=self.threads, place=self._place))
 
 
 class TorchrunRunner:

@@ -45,7 +45,8 @@ DRAIN_S = 2.0         # how long a failed child's error output may take to arriv
 SETTLE_S = 0.05       # failures closer in time than this: a child killed by a signal is the cause
 TAIL_LINES = 40       # lines of error output kept per child
 HELD_MARK = re.compile(r"^(Traceback \(most recent call last\)|[\w.-]+: error: )")
-_BOOTSTRAP = "import sys; sys.path.pop(0); import runpy; sys.argv[0] = {0!r}; runpy.run_module({0!r}, run_name='__main__')"
+_BOOTSTRAP = ("import sys; sys.path.pop(0); import runpy; sys.argv[0] = {0!r}; "
+              "runpy.run_module({0!r}, run_name='__main__')")
 
 
 def python_argv(module: str, *args: str) -> list[str]:
@@ -192,7 +193,8 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float, what: str = "rank"
             time.sleep(SETTLE_S)   # a cause that exited a moment earlier is reaped by now
             r = first_failure(procs)
             p = procs[r]
-            message = f"{what} {r} of {len(procs)} failed ({describe_exit(p)}): {tail(p)}; the other {what}s were stopped"
+            message = (f"{what} {r} of {len(procs)} failed ({describe_exit(p)}): {tail(p)}; "
+                       f"the other {what}s were stopped")
             _own_traceback(p)
             raise RunError(what, r, message)
         if all(p.returncode == 0 for p in procs):

@@ -1,16 +1,105 @@
-"""The validation report: a markdown table and summary, and the predicted-vs-measured picture."""
+"""The validation report: a markdown table and summary, and the predicted-vs-measured picture.
+
+Also the repeats both validations share: a case is measured ``repeats`` times, its measured
+value is the median of the repeats and its spread ``max / min - 1`` (unknown, NaN, with one
+repeat); the testbed's noise floor is the median spread over the cases, and a case whose
+spread exceeds ``SPREAD_FLAG`` is flagged (starred in the table, counted), never dropped.
+"""
 from __future__ import annotations
 
+import math
+import statistics
+
+from topologies.errors import InputError
 from topologies.units import format_rate, format_size
 
 TARGET_MAPE = 0.10      # the loop's targets (docs/design.md, validation)
 TARGET_FASTEST = 0.90
 OWN_LINKS = 0   # a bandwidth of 0: the cluster's own links (a real cluster under torchrun)
+REPEATS = 3             # measurements per case (the median counts)
+MAX_REPEATS = 20
+SPREAD_FLAG = 0.05      # a case whose repeats spread more than this is flagged
 
 
 def rate_label(bw: int) -> str:
     return "own links" if bw == OWN_LINKS else format_rate(bw)
 
+
+def check_repeats(value) -> int:
+    """``value`` as the number of repeats per case, or one InputError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
+        raise InputError("repeats", value, f"an integer from 1 to {MAX_REPEATS}")
+    return value
+
+
+def spread(values) -> float:
+    """max / min - 1 of a case's repeats; NaN (unknown, not zero) with fewer than two."""
+    values = list(values)
+    if len(values) < 2 or min(values) <= 0:
+        return math.nan
+    return max(values) / min(values) - 1
+
+
+def _all_key(key: str) -> str:
+    return key.removesuffix("_s") + "_all_s"     # measured_s -> measured_all_s
+
+
+def repeated(values, key: str = "measured_s") -> dict:
+    """A case's measurement from its repeats: the median under ``key``, every repeat under
+    ``key``'s ``_all_s`` form, ``repeats`` and ``spread``."""
+    values = [float(v) for v in values]
+    return {key: statistics.median(values), _all_key(key): values, "repeats": len(values), "spread": spread(values)}
+
+
+def restored(stored: dict, key: str = "measured_s") -> dict:
+    """``repeated`` of a stored results row: its median as stored; a row written before repeats
+    were recorded has one repeat, its own value, and an unknown spread."""
+    median, text = float(stored[key]), stored.get(_all_key(key)) or ""
+    try:
+        values = [float(t) for t in text.split(";")] if text else [median]
+    except ValueError:
+        raise InputError(_all_key(key), text, "seconds joined by ';' as validate writes them") from None
+    return dict(repeated(values, key), **{key: median})
+
+
+def csv_cells(row: dict, key: str = "measured_s") -> dict:
+    """``row`` with its repeats as CSV cells: the values joined by ';', an unknown spread empty."""
+    values, s = row[_all_key(key)], row["spread"]
+    return {**row, _all_key(key): ";".join(repr(float(v)) for v in values), "spread": "" if math.isnan(s) else s}
+
+
+def noise(rows: list[dict]) -> dict:
+    """The testbed's noise over ``rows``: ``noise_floor`` (median spread of the cases whose
+    spread is known, NaN if none is), ``noise_cases`` (those cases), ``flagged`` (spread above
+    ``SPREAD_FLAG``) and ``repeats`` (the fewest any case had)."""
+    known = [r["spread"] for r in rows if not math.isnan(r["spread"])]
+    return {"noise_floor": statistics.median(known) if known else math.nan, "noise_cases": len(known),
+            "flagged": sum(s > SPREAD_FLAG for s in known), "repeats": min((r["repeats"] for r in rows), default=0)}
+
+
+def noise_text(summary: dict) -> str:
+    """The noise floor as the summaries print it beside the MAPE."""
+    if math.isnan(summary["noise_floor"]):
+        return ("noise floor unknown (one measurement per case: --repeats 1, or results stored before "
+                "repeats were recorded)")
+    return (f"noise floor {100 * summary['noise_floor']:.1f}% (median over {summary['noise_cases']} cases of the "
+            f"spread, max/min - 1, of {summary['repeats']} repeats); {summary['flagged']}/{summary['noise_cases']} "
+            f"spread over {100 * SPREAD_FLAG:.0f}% (* in the table)")
+
+
+def spread_cell(r: dict) -> str:
+    """A case's spread for a table: a percentage, starred above ``SPREAD_FLAG``; '-' if unknown."""
+    s = r["spread"]
+    return "-" if math.isnan(s) else f"{100 * s:.1f}%" + (" *" if s > SPREAD_FLAG else "")
+
+
+def error_bars(rows: list[dict], key: str = "measured_s") -> tuple[list[float], list[float]]:
+    """Each row's repeats as (below, above) its median: matplotlib's ``xerr``."""
+    return ([r[key] - min(r[_all_key(key)]) for r in rows], [max(r[_all_key(key)]) - r[key] for r in rows])
+
+
+SPREAD_NOTE = (f"spread = max/min - 1 of the case's repeats; * above {100 * SPREAD_FLAG:.0f}% (kept and counted, "
+               "not dropped); - one repeat, unknown.")
 
 
 def summary_lines(summary: dict) -> list[str]:
@@ -18,7 +107,7 @@ def summary_lines(summary: dict) -> list[str]:
     cross = summary["crossover"]
     lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
              f"algorithms: {', '.join(summary['algorithms'])}",
-             f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%)"]
+             f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%); {noise_text(summary)}"]
     if worst:
         lines.append(f"worst: {100 * worst['error']:+.1f}% ({worst['compressor']} {worst['algorithm']} "
                      f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {rate_label(worst['bandwidth'])})")
@@ -38,7 +127,8 @@ def summary_lines(summary: dict) -> list[str]:
 def report_md(rows: list[dict], summary: dict) -> str:
     out = ["# realrun validate: predicted vs measured", "",
            "Each case was predicted (perfmodel, the calibration profile, the algorithm realrun ran) before it "
-           "was measured (median of the iterations, slowest rank). error = (predicted - measured) / measured.", "",
+           "was measured: each repeat the median of its iterations (slowest rank), the case the median of "
+           f"its {summary['repeats']} repeats. error = (predicted - measured) / measured; {SPREAD_NOTE}", "",
            "## Summary", ""]
     out += [f"- {line}" for line in summary_lines(summary)]
     for key, p, m in summary.get("fastest_wrong", []):
@@ -50,17 +140,18 @@ def report_md(rows: list[dict], summary: dict) -> str:
         pts = ", ".join(f"{format_rate(b)}: {s:.2f}x" for b, s in zip(cross["bandwidths"], cross["speedups"]))
         out.append(f"- measured int8 speedup over none at {format_size(8 * 2**20)}: {pts}")
     out += ["", "## Cases", "",
-            "| hosts | bandwidth | size | compressor | algorithm | predicted s | measured s | error |",
-            "|---:|---:|---:|---|---|---:|---:|---:|"]
+            "| hosts | bandwidth | size | compressor | algorithm | predicted s | measured s | error | spread |",
+            "|---:|---:|---:|---|---|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['hosts']} | {rate_label(r['bandwidth'])} | {format_size(r['size_bytes'])} | "
                    f"`{r['compressor']}` | {r['algorithm']} | {r['predicted_s']:.4f} | {r['measured_s']:.4f} | "
-                   f"{100 * r['error']:+.1f}% |")
+                   f"{100 * r['error']:+.1f}% | {spread_cell(r)} |")
     return "\n".join(out) + "\n"
 
 
 def plot(rows: list[dict], path: str) -> None:
-    """Log-log predicted vs measured, y = x and a +-10% band, one marker per compressor."""
+    """Log-log predicted vs measured, y = x and a +-10% band, one marker per compressor; the
+    measured side's error bars span the case's repeats (min..max)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,7 +160,7 @@ def plot(rows: list[dict], path: str) -> None:
     from topologies.clikit import atomic_write
 
     fig, ax = plt.subplots(figsize=(6.4, 5.6))
-    values = [v for r in rows for v in (r["predicted_s"], r["measured_s"]) if v > 0]
+    values = [v for r in rows for v in (r["predicted_s"], *r["measured_all_s"]) if v > 0]
     lo, hi = min(values) / 1.3, max(values) * 1.3
     xs = [lo * (hi / lo) ** (k / 50) for k in range(51)]
     ax.fill_between(xs, [x * 0.9 for x in xs], [x * 1.1 for x in xs], color="0.88", label="±10%")
@@ -77,8 +168,8 @@ def plot(rows: list[dict], path: str) -> None:
     markers = "osD^vP*X"
     for i, comp in enumerate(sorted({r["compressor"] for r in rows})):
         pts = [r for r in rows if r["compressor"] == comp]
-        ax.scatter([r["measured_s"] for r in pts], [r["predicted_s"] for r in pts], s=28,
-                   marker=markers[i % len(markers)], label=comp)
+        ax.errorbar([r["measured_s"] for r in pts], [r["predicted_s"] for r in pts], xerr=error_bars(pts),
+                    fmt=markers[i % len(markers)], ms=5, elinewidth=0.8, capsize=2, label=comp)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
@@ -86,7 +177,9 @@ def plot(rows: list[dict], path: str) -> None:
     ax.set_xlabel("measured time (s)")
     ax.set_ylabel("predicted time (s)")
     mape = [abs(r["error"]) for r in rows if r["size_bytes"] >= 2**20 and not r.get("crossover")]
-    ax.set_title(f"realrun validate: MAPE {100 * sum(mape) / len(mape):.1f}%" if mape else "realrun validate")
+    floor = noise(rows)["noise_floor"]
+    ax.set_title("realrun validate" + (f": MAPE {100 * sum(mape) / len(mape):.1f}%" if mape else "")
+                 + ("" if math.isnan(floor) else f", noise floor {100 * floor:.1f}%"))
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()

@@ -1,18 +1,31 @@
 """``realrun validate``: predict a grid of runs the model was not fitted on, run them, compare.
 
 Every case is predicted first (perfmodel with the calibration profile, the algorithm realrun
-runs, no chunking), then measured (median over iterations of the slowest rank). The grid
+runs, no chunking), then measured ``repeats`` times (each repeat the median over iterations of
+the slowest rank; the case the median of its repeats, its spread max/min - 1). The grid
 is disjoint from calibration: other sizes (2, 8, 32 MiB against 64 KiB-16 MiB), other
 bandwidths (100 Mbit/s and 1 Gbit/s against 200 and 500 Mbit/s), compressed collectives
 (calibration times compressors alone and uncompressed all-reduce only).
 
-Outputs in ``DIR``: ``results.csv`` (a row per case), ``report.md`` (tables and summary),
-``predicted_vs_measured.png`` (log-log, y = x, +-10% band).
+Repeats: one launch per (hosts, bandwidth) runs its cases round-robin, every case's timed block
+(a warm-up iteration, then ``iters`` timed ones, on inputs of its own) once per round, ``repeats``
+rounds. A repeat is thus its own warm-up and timed block, separated from the case's other repeats
+by every other case of the launch: a drift over the launch (another load on the machine, the
+scheduler moving ranks, socket buffers growing) falls on every case alike and shows as spread,
+not as one case's bias. The blocks are what costs time; a launch of its own per repeat would
+add every rank's start (torch import, process group, numba compiles) R - 1 times per
+(hosts, bandwidth) and time nothing more that a collective's call depends on.
+
+Outputs in ``DIR``: ``results.csv`` (a row per case, with ``repeats``, ``spread`` and every
+repeat's time in ``measured_all_s``, ';'-joined), ``report.md`` (tables and summary, spread per
+case, starred above 5%), ``predicted_vs_measured.png`` (log-log, y = x, +-10% band, the repeats'
+range as error bars).
 
 Summary numbers: MAPE and worst case over cases of 1 MiB and more; how often the predicted
 fastest compressor (each with its best algorithm) is the measured fastest per (hosts,
 bandwidth, size); the bandwidth where ``int8`` stops paying off against ``none``, predicted
-and measured (log-linear interpolation of the speedup over the bandwidths measured).
+and measured (log-linear interpolation of the speedup over the bandwidths measured); the
+testbed's noise floor (median spread over every case measured) and the cases flagged.
 """
 from __future__ import annotations
 
@@ -25,7 +38,9 @@ from dataclasses import asdict, dataclass
 
 from perfmodel.runtime import runtime_algorithm, runtime_time
 from realrun.bench import BenchCase, BenchConfig
-from realrun.report import OWN_LINKS, plot, rate_label, report_md, summary_lines  # noqa: F401  (summary_lines: API)
+from realrun.bench.config import RUN_TIMEOUT_S
+from realrun.report import (OWN_LINKS, REPEATS, check_repeats, csv_cells, noise, plot, rate_label, repeated,
+                            report_md, restored, summary_lines)  # noqa: F401  (summary_lines: API)
 from topologies.clikit import atomic_write
 
 MIB = 2**20
@@ -46,8 +61,6 @@ class Case:
     size_bytes: int
     compressor: str
     algorithm: str
-
-
 
 
 def grid(hosts: int, quick: bool, bandwidths=(100 * MBIT, GBIT), subsets: bool = True) -> list[Case]:
@@ -72,22 +85,24 @@ def predict(case: Case, runner, calibration: str | None) -> float:
                         algorithm=case.algorithm, calibration=calibration).time_s
 
 
-def measure(cases: list[Case], runner, iters: int) -> dict:
-    """{case: measured seconds}, one launch per (hosts, bandwidth)."""
-    out = {}
+def measure(cases: list[Case], runner, iters: int, repeats: int = REPEATS) -> dict:
+    """{case: measured seconds of each repeat}, one launch per (hosts, bandwidth) that runs its
+    cases round-robin ``repeats`` times (module doc)."""
+    out: dict = {}
     groups: dict = {}
-    for c in cases:
+    for c in dict.fromkeys(cases):
         groups.setdefault((c.hosts, c.bandwidth), []).append(c)
     try:
         for i, ((hosts, bw), members) in enumerate(sorted(groups.items())):
             runner.set_bandwidth(bw)
             if getattr(runner, "rank", 0) == 0:
-                print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {rate_label(bw)}: {len(members)} cases",
-                      file=sys.stderr, flush=True)
-            config = BenchConfig(op="allreduce", iters=iters, warmup=1, cases=tuple(
-                BenchCase(size_bytes=c.size_bytes, compressor=c.compressor, algorithm=c.algorithm) for c in members))
-            for c, r in zip(members, runner.collectives(config, hosts)):
-                out[c] = r["time_s"]
+                print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {rate_label(bw)}: {len(members)} cases x "
+                      f"{repeats} repeats", file=sys.stderr, flush=True)
+            rounds = members * repeats
+            config = BenchConfig(op="allreduce", iters=iters, warmup=1, timeout_s=RUN_TIMEOUT_S * repeats, cases=tuple(
+                BenchCase(size_bytes=c.size_bytes, compressor=c.compressor, algorithm=c.algorithm) for c in rounds))
+            for c, r in zip(rounds, runner.collectives(config, hosts), strict=True):
+                out.setdefault(c, []).append(r["time_s"])
     finally:
         runner.restore()
     return out
@@ -146,21 +161,23 @@ def summarize(rows: list[dict], cross: dict) -> dict:
     return {"cases": len(big), "compressors": compressors, "algorithms": algorithms,
             "mape": sum(errors) / len(errors) if errors else math.nan,
             "worst": worst, "fastest_agree": agree, "fastest_total": total, "fastest_wrong": wrong,
-            "crossover": cross, "crossover_ratio": ratio}
+            "crossover": cross, "crossover_ratio": ratio, **noise(rows)}
 
 
 def validate(runner, calibration: str | None, out_dir: str, quick: bool = False, iters: int = 5,
-             cases: list[Case] | None = None) -> dict:
-    """Predict, measure, compare; write the three outputs into ``out_dir``; return the summary.
-    ``cases`` replaces the grid (and skips the crossover sweep)."""
+             cases: list[Case] | None = None, repeats: int = REPEATS) -> dict:
+    """Predict, measure (each case ``repeats`` times, 1-20; ``quick`` has fewer cases, as many
+    repeats), compare; write the three outputs into ``out_dir``; return the summary (with
+    ``noise_floor``, ``flagged`` and ``repeats``). ``cases`` replaces the grid (and skips the
+    crossover sweep)."""
+    check_repeats(repeats)
     os.makedirs(out_dir, exist_ok=True)
     emulated = runner.emulated
     cross_cases = crossover_cases(runner.hosts, quick) if emulated and cases is None else []
     cases = cases or grid(runner.hosts, quick, (100 * MBIT, GBIT) if emulated else (OWN_LINKS,), subsets=emulated)
     predicted = {c: predict(c, runner, calibration) for c in cases + cross_cases}
-    measured = measure(cases + cross_cases, runner, iters)
-    rows = [dict(asdict(c), crossover=c in cross_cases and c not in cases, predicted_s=predicted[c],
-                 measured_s=measured[c], error=(predicted[c] - measured[c]) / measured[c])
+    measured = measure(cases + cross_cases, runner, iters, repeats)
+    rows = [_row(c, predicted[c], repeated(measured[c]), crossover=c in cross_cases and c not in cases)
             for c in cases + [c for c in cross_cases if c not in cases]]
     cross = {}
     if cross_cases:
@@ -180,7 +197,8 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
     """Predict the cases of a stored ``results.csv`` again (a changed model, another profile)
     against its measured times; writes the three outputs into ``out_dir``. No collective runs
     and no cluster: the stored cases name their hosts and bandwidths (the crossover's measured
-    bandwidth is recomputed from the stored runs, the predicted one on the model)."""
+    bandwidth is recomputed from the stored runs, the predicted one on the model). A file
+    written before repeats were recorded counts one repeat per case, its spread unknown."""
     from realrun.validate_training import StoredCluster, read_stored
 
     stored = read_stored(results_csv, ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover",
@@ -189,9 +207,7 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
     rows = []
     for m in stored:
         case = Case(int(m["hosts"]), int(m["bandwidth"]), int(m["size_bytes"]), m["compressor"], m["algorithm"])
-        p, measured = predict(case, runner, calibration), float(m["measured_s"])
-        rows.append(dict(asdict(case), crossover=m["crossover"] == "True", predicted_s=p, measured_s=measured,
-                         error=(p - measured) / measured))
+        rows.append(_row(case, predict(case, runner, calibration), restored(m), crossover=m["crossover"] == "True"))
     hosts = max(r["hosts"] for r in rows)
     by = {(r["bandwidth"], r["compressor"]): r["measured_s"] for r in rows if r["size_bytes"] == CROSSOVER_SIZE
           and r["hosts"] == hosts and r["algorithm"] in ("auto", "two_phase")}
@@ -205,14 +221,21 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
     return summary
 
 
-def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
+def _row(case: Case, predicted_s: float, measured: dict, crossover: bool) -> dict:
+    """A results row: the case, its prediction, its measurement (``repeated``) and the error."""
+    return dict(asdict(case), crossover=crossover, predicted_s=predicted_s, **measured,
+                error=(predicted_s - measured["measured_s"]) / measured["measured_s"])
 
-    fields = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s",
-              "measured_s", "error")
+
+FIELDS = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s",
+          "measured_s", "error", "repeats", "spread", "measured_all_s")
+
+
+def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(text, fieldnames=FIELDS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    writer.writerows({k: r[k] for k in fields} for r in rows)
+    writer.writerows(csv_cells(r) for r in rows)
     atomic_write(os.path.join(out_dir, "results.csv"), lambda h: h.write(text.getvalue().encode()))
     atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(rows, summary).encode()))
     plot(rows, os.path.join(out_dir, "predicted_vs_measured.png"))

@@ -2,16 +2,30 @@
 
 Each case is a (plan, policy, bandwidth) of ``realrun train`` on the emulated cluster's hosts
 (one rank per host). perfmodel predicts it first (the calibration profile, the run's own
-plan: fp32, gradients reduced after backward, ``TrainConfig.plan``), then it runs for
-``steps`` steps and the median step after ``WARMUP_STEPS`` is compared. Nothing here is fitted:
+plan: fp32, gradients reduced after backward, ``TrainConfig.plan``), then it runs ``repeats``
+times for ``steps`` steps each; a run's measurement is its median step after ``WARMUP_STEPS``,
+the case's the median of its runs, its spread max/min - 1 of them. Nothing here is fitted:
 the profile comes from ``realrun calibrate`` (compressors, a step's compute, uncompressed
 collectives at 200 and 500 Mbit/s), the grid runs at 100 Mbit/s and 1 Gbit/s.
 
+Repeats are separate runs (a launch of ``realrun train`` each), round-robin over the cases of a
+bandwidth: every case's first run, then every case's second, so a slow drift of the machine
+falls on every case alike. Not timed windows of one run: the run-to-run difference is what this
+testbed's noise is (the same case run twice: 0.380 then 0.330 s, where the scheduler put the
+run's four ranks on two cores; docs/design.md), and windows of one run share its placement and
+would report a floor the next run does not keep. It costs a launch per repeat (most of a
+short run's time); each run warms up on its own (its first ``WARMUP_STEPS``). Losses, the
+validation loss and time to target are the first run's (runs are deterministic: the same
+losses in every run); measured relative errors are the median over all runs' steps.
+
 Phases compared (predicted <- measured): compute (forward + backward), tp, pp (send/recv with
 its wait <- pp comm + bubble), dp (exposed gradient reduction and parameter gather, with their
-kernels, as perfmodel prices them), tp and pp compression kernels, optimizer. Outputs in
-``DIR``: ``results_training.csv``, ``report.md``, ``step_predicted_vs_measured.png``,
-``loss_curves.png`` (one plan, every policy).
+kernels, as perfmodel prices them), tp and pp compression kernels, optimizer; each the median
+over the runs of the run's median. Outputs in ``DIR``: ``results_training.csv`` (with
+``repeats``, ``spread`` and every run's step time, ';'-joined, in ``measured_step_all_s``),
+``report.md`` (spread per case, starred above 5%, noise floor beside the MAPE),
+``step_predicted_vs_measured.png`` (the runs' range as error bars), ``loss_curves.png`` (one
+plan, every policy).
 """
 from __future__ import annotations
 
@@ -26,6 +40,8 @@ from dataclasses import dataclass
 
 from perfmodel.prediction import predict as predict_step
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL
+from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
+                            restored, spread_cell)
 from realrun.train.config import TrainConfig
 from realrun.train.report import WARMUP_STEPS
 from topologies.clikit import atomic_write
@@ -88,15 +104,18 @@ def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine
                         allow_oom=True, calibration=calibration, engine=engine)
 
 
-def measure(cases: list[TrainCase], runner, steps: int) -> dict:
-    """{case: records of its run}, bandwidth by bandwidth."""
-    out = {}
+def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS) -> dict:
+    """{case: records of each of its ``repeats`` runs}, bandwidth by bandwidth, round-robin over
+    a bandwidth's cases (module doc)."""
+    out: dict = {}
+    order = [(r, c) for bw in sorted({c.bandwidth for c in cases}) for r in range(repeats)
+             for c in dict.fromkeys(cases) if c.bandwidth == bw]
     try:
-        for i, case in enumerate(sorted(cases, key=lambda c: c.bandwidth)):
+        for i, (r, case) in enumerate(order):
             runner.set_bandwidth(case.bandwidth)
-            print(f"validate --training: {i + 1}/{len(cases)} {case.plan} {case.policy} at "
-                  f"{case.bandwidth / MBIT:g} Mbit/s", file=sys.stderr, flush=True)
-            out[case] = runner.train(case.config(steps))
+            print(f"validate --training: {i + 1}/{len(order)} {case.plan} {case.policy} at "
+                  f"{case.bandwidth / MBIT:g} Mbit/s, run {r + 1}/{repeats}", file=sys.stderr, flush=True)
+            out.setdefault(case, []).append(runner.train(case.config(steps)))
     finally:
         runner.restore()
     return out
@@ -119,19 +138,22 @@ def predicted_phases(predicted) -> dict:
             "optimizer_s": b["optimizer_s"] + b["overlap_slowdown_s"]}
 
 
-def row(case: TrainCase, predicted, records: list[dict]) -> dict:
-    """One results row: the case, predicted and measured step and phases, losses."""
+def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
+    """One results row from the case's runs (each its step records): the case, predicted and
+    measured step (``repeated``) and phases, the first run's losses."""
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
-           "predicted_step_s": predicted.step_time_s, "measured_step_s": _median(records, "step_s")}
+           "predicted_step_s": predicted.step_time_s,
+           **repeated([_median(records, "step_s") for records in runs], "measured_step_s")}
     for phase, keys in PHASES.items():
         out[f"predicted_{phase}"] = pred[phase]
-        out[f"measured_{phase}"] = sum(_median(records, k) for k in keys)
+        out[f"measured_{phase}"] = statistics.median(sum(_median(records, k) for k in keys) for records in runs)
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
-    out["val_loss"] = next((r["val_loss"] for r in reversed(records) if r.get("val_loss") is not None), None)
-    out["losses"] = [r["loss"] for r in records]
-    _errors(out, predicted, {axis: [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
-                             for axis in ("dp", "tp", "pp")})
+    first = runs[0]
+    out["val_loss"] = next((r["val_loss"] for r in reversed(first) if r.get("val_loss") is not None), None)
+    out["losses"] = [r["loss"] for r in first]
+    _errors(out, predicted, {axis: [r[f"{axis}_rel_error"] for records in runs for r in records
+                                    if r.get(f"{axis}_rel_error") is not None] for axis in ("dp", "tp", "pp")})
     return out
 
 
@@ -168,7 +190,8 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     """Predict the cases of a stored ``results_training.csv`` again (a changed model or another
     profile) against its measured columns; writes ``report.md``, ``results_training.csv`` and
     ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
-    loss-curve picture needs the run itself). No training runs."""
+    loss-curve picture needs the run itself). No training runs. A file written before repeats
+    were recorded counts one run per case, its spread unknown."""
     stored = read_stored(results_csv, FIELDS, "results_training.csv of realrun validate --training")
     rows = [_restored_row(m, runner or StoredCluster(), calibration, engine) for m in stored]
     add_speedups(rows)
@@ -184,7 +207,7 @@ def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict
     predicted = predict(case, runner, calibration, STEPS, engine)
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
-           "predicted_step_s": predicted.step_time_s, "measured_step_s": float(m["measured_step_s"])}
+           "predicted_step_s": predicted.step_time_s, **restored(m, "measured_step_s")}
     for phase in PHASES:
         out[f"predicted_{phase}"], out[f"measured_{phase}"] = pred[phase], float(m[f"measured_{phase}"])
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
@@ -239,7 +262,7 @@ def summarize(rows: list[dict]) -> dict:
             m, p = r[f"measured_{phase}"], r[f"predicted_{phase}"]
             if m >= 0.1 * r["measured_step_s"] and abs(p - m) > 0.25 * m:
                 phase_misses.append((r["plan"], r["policy"], r["bandwidth"], phase, p, m))
-    return {"cases": len(rows), "mape": sum(errors) / len(errors) if errors else math.nan,
+    return {"cases": len(rows), "mape": sum(errors) / len(errors) if errors else math.nan, **noise(rows),
             "worst": max(rows, key=lambda r: abs(r["error"])) if rows else None,
             "sign_agree": sign_ok, "sign_total": len(sign_cases),
             "fastest_agree": sum(p == m for p, m in fastest), "fastest_total": len(fastest),
@@ -249,13 +272,16 @@ def summarize(rows: list[dict]) -> dict:
 
 def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
                       cases: list[TrainCase] | None = None, steps: int | None = None,
-                      engine: str = "analytical") -> dict:
-    """Predict, train, compare; write the outputs into ``out_dir``; return the summary."""
+                      engine: str = "analytical", repeats: int = REPEATS) -> dict:
+    """Predict, train (every case ``repeats`` runs, 1-20; ``quick`` has fewer cases, as many
+    runs), compare; write the outputs into ``out_dir``; return the summary (with
+    ``noise_floor``, ``flagged`` and ``repeats``)."""
+    check_repeats(repeats)
     os.makedirs(out_dir, exist_ok=True)
     steps = steps or (QUICK_STEPS if quick else STEPS)
     cases = cases or grid(runner.hosts, quick)
     predicted = {c: predict(c, runner, calibration, steps, engine) for c in cases}
-    measured = measure(cases, runner, steps)
+    measured = measure(cases, runner, steps, repeats)
     rows = [row(c, predicted[c], measured[c]) for c in cases]
     add_speedups(rows)
     summary = summarize(rows)
@@ -267,6 +293,7 @@ FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", 
           "measured_speedup", *(f"{side}_{phase}" for phase in PHASES for side in ("predicted", "measured")),
           "val_loss", "none_val_loss", "time_to_target_s", "predicted_dp_error", "measured_dp_error",
           "predicted_tp_error", "measured_tp_error", "predicted_pp_error", "measured_pp_error")
+REPEAT_FIELDS = ("repeats", "spread", "measured_step_all_s")   # written too; a file from before repeats lacks them
 
 
 def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
@@ -277,15 +304,15 @@ def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
 
 def _write_tables(out_dir: str, rows: list[dict], summary: dict) -> None:
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=FIELDS, lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(text, fieldnames=FIELDS + REPEAT_FIELDS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(csv_cells(r, "measured_step_s") for r in rows)
     atomic_write(os.path.join(out_dir, "results_training.csv"), lambda h: h.write(text.getvalue().encode()))
     atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(rows, summary).encode()))
 
 
 def summary_lines(s: dict) -> list[str]:
-    lines = [f"step time: MAPE {100 * s['mape']:.1f}% over {s['cases']} cases (target 10%)"]
+    lines = [f"step time: MAPE {100 * s['mape']:.1f}% over {s['cases']} cases (target 10%); {noise_text(s)}"]
     if s["worst"]:
         w = s["worst"]
         lines.append(f"worst: {w['plan']} {w['policy']} at {w['bandwidth'] / MBIT:g} Mbit/s: predicted "
@@ -300,12 +327,14 @@ def summary_lines(s: dict) -> list[str]:
 
 def report_md(rows: list[dict], summary: dict) -> str:
     out = ["# realrun validate --training", "", *[f"- {line}" for line in summary_lines(summary)], "",
-           "| plan | policy | Mbit/s | predicted s | measured s | error | speedup pred | speedup meas | val loss "
-           "| time to target s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           f"measured s: the median of the case's {summary['repeats']} runs; {SPREAD_NOTE}", "",
+           "| plan | policy | Mbit/s | predicted s | measured s | error | spread | speedup pred | speedup meas "
+           "| val loss | time to target s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | {r['predicted_step_s']:.3f} | "
-                   f"{r['measured_step_s']:.3f} | {100 * r['error']:+.0f}% | {_fmt(r['predicted_speedup'])} | "
-                   f"{_fmt(r['measured_speedup'])} | {_fmt(r['val_loss'], '.4f')} | {_fmt(r['time_to_target_s'])} |")
+                   f"{r['measured_step_s']:.3f} | {100 * r['error']:+.0f}% | {spread_cell(r)} | "
+                   f"{_fmt(r['predicted_speedup'])} | {_fmt(r['measured_speedup'])} | {_fmt(r['val_loss'], '.4f')} | "
+                   f"{_fmt(r['time_to_target_s'])} |")
     out += ["", "## Phases (seconds per step, predicted / measured)", "",
             "| plan | policy | Mbit/s | " + " | ".join(PHASES) + " |", "|---|---|---:|" + "---:|" * len(PHASES)]
     for r in rows:
@@ -319,6 +348,8 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 
 def plot_steps(rows: list[dict], path: str) -> None:
+    """Predicted against measured step time per bandwidth, log-log, y = x and +-10%; the
+    measured side's error bars span the case's runs (min..max)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,10 +358,11 @@ def plot_steps(rows: list[dict], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 5))
     for bw, marker in zip(sorted({r["bandwidth"] for r in rows}), "os^"):
         sel = [r for r in rows if r["bandwidth"] == bw]
-        ax.scatter([r["measured_step_s"] for r in sel], [r["predicted_step_s"] for r in sel], marker=marker,
-                   label=f"{bw / MBIT:g} Mbit/s")
-    lo = min(min(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 0.8
-    hi = max(max(r["measured_step_s"], r["predicted_step_s"]) for r in rows) * 1.25
+        ax.errorbar([r["measured_step_s"] for r in sel], [r["predicted_step_s"] for r in sel],
+                    xerr=error_bars(sel, "measured_step_s"), fmt=marker, ms=5, elinewidth=0.8, capsize=2,
+                    label=f"{bw / MBIT:g} Mbit/s")
+    lo = min(min(*r["measured_step_all_s"], r["predicted_step_s"]) for r in rows) * 0.8
+    hi = max(max(*r["measured_step_all_s"], r["predicted_step_s"]) for r in rows) * 1.25
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.2, label="+-10%")
     ax.set_xscale("log")

@@ -33,13 +33,15 @@ def catalog_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
-EMULATED_KEYS = ("hosts", "bandwidth", "groups", "trunk", "slow_host", "slow_bandwidth", "cores", "latency_us")
+EMULATED_KEYS = ("hosts", "bandwidth", "groups", "trunk", "slow_host", "slow_bandwidth", "cores", "cpu_share",
+                 "latency_us")
 
 
 def emulated_spec(text: str) -> dict:
     """The cluster spec of ``emulated:hosts=4,bandwidth=1gbit[,groups=2,trunk=200mbit]
-    [,slow_host=3,slow_bandwidth=100mbit][,cores=N][,latency_us=50]``: realrun's emulated
-    cluster (one rank per network namespace on this machine, tc tbf links)."""
+    [,slow_host=3,slow_bandwidth=100mbit][,cores=N][,cpu_share=0.45][,latency_us=50]``: realrun's
+    emulated cluster (one rank per network namespace on this machine, tc tbf links; ``cpu_share``:
+    each host's fixed share of one core, else its ranks share ``cores`` cores)."""
     args = {}
     for item in filter(None, text.split(":", 1)[1].split(",")):
         key, _, value = item.partition("=")
@@ -51,6 +53,8 @@ def emulated_spec(text: str) -> dict:
     groups = _int_arg(args, "groups", 1, 1, hosts)
     node = {"builder": "cpu_host", "nic_Gbps": rate, "memory_GBps": 10.0,
             "cores": _int_arg(args, "cores", os.cpu_count() or 1, 1, 4096)}
+    if "cpu_share" in args:
+        node["cpu_share"] = _share_arg(args["cpu_share"])
     if "slow_host" in args:
         node.update(slow_host=_int_arg(args, "slow_host", 0, 0, hosts - 1),
                     slow_nic_Gbps=parse_rate(args.get("slow_bandwidth", "100mbit"), "slow_bandwidth") / 1e9)
@@ -64,8 +68,19 @@ def emulated_spec(text: str) -> dict:
             "sources": {"node.nic_Gbps": "the tc tbf rate of each host link (realrun cluster up)",
                         "node.memory_GBps": "benchmarks/bench_realrun.py: numpy copy of 64 MiB, 8.7-11.5 GB/s here",
                         "node.cores": "os.cpu_count() of this machine unless given",
+                        "node.cpu_share": "the cgroup quota of each host (realrun cluster up --cpus-per-host)",
                         "fabric.latency_us": "assumption: one veth + bridge hop; the TCP stack per message "
                                              "is the tcp protocol step (fitted)"}}
+
+
+def _share_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise InputError("cluster.cpu_share", text, "a share of one core in (0, 1]")
+    return value
 
 
 def _float_arg(args: dict, key: str, default: float) -> float:

@@ -108,12 +108,15 @@ def pcie_node(graph: nx.Graph, host: int, *, gpus: int, gpus_per_switch: int,
 
 
 def cpu_host(graph: nx.Graph, host: int, *, nic_Gbps: float, memory_GBps: float, cores: int,
-             slow_host: int = -1, slow_nic_Gbps: float = 0.0) -> list[str]:
+             slow_host: int = -1, slow_nic_Gbps: float = 0.0, cpu_share: float = 0.0) -> list[str]:
     """An emulated host (realrun's network namespace): one rank on the CPU behind one NIC of
     ``nic_Gbps`` (``slow_nic_Gbps`` on host ``slow_host``). The rank's device link runs at
-    ``memory_GBps``. ``cores`` is how many CPU cores all hosts share (perfmodel divides them)."""
+    ``memory_GBps``. ``cores`` is how many CPU cores all hosts share (perfmodel divides them)
+    unless the host has a fixed ``cpu_share`` of one core (realrun's cgroup per host)."""
     rank = _add_gpu(graph, host, 0)
     graph.nodes[rank]["shared_cores"] = cores
+    if cpu_share:
+        graph.nodes[rank]["cpu_share"] = cpu_share
     rate = slow_nic_Gbps if host == slow_host else nic_Gbps
     return _add_nics(graph, host, [rank], nic_Gbps=rate, pcie_GBps=memory_GBps, pcie_latency_us=0.0)
 

@@ -150,7 +150,11 @@ def pair_view(table: dict, pair: bool) -> dict:
 
 
 def cpu_share(cluster: Cluster, active_ranks: int) -> float:
-    """Fraction of a core each rank gets when the cluster's ranks share ``shared_cores`` CPU
-    cores (realrun's emulated hosts on one machine, one thread each): min(1, cores / ranks)."""
-    cores = cluster.graph.nodes[cluster.gpu(0)].get("shared_cores")
+    """Fraction of a core each rank gets on realrun's emulated hosts: the host's fixed
+    ``cpu_share`` (a cgroup quota on one core) where it has one, else, when the cluster's ranks
+    share ``shared_cores`` CPU cores (one thread each), min(1, cores / ranks)."""
+    node = cluster.graph.nodes[cluster.gpu(0)]
+    if node.get("cpu_share"):
+        return node["cpu_share"]
+    cores = node.get("shared_cores")
     return min(1.0, cores / active_ranks) if cores else 1.0

@@ -86,10 +86,11 @@ def _worker(barrier, queue, cases_: list[dict]) -> None:
 
 
 def run_compute(model: str = "gpt-tiny", world: int = 4, ranks: int = 1, tps=(1, 2), mbs: int = 4,
-                seq: int | None = None, threads: int = 1) -> list[dict]:
-    """Compute records of ``model``'s shapes with ``ranks`` processes at once (median process)."""
+                seq: int | None = None, threads: int = 1, place=None) -> list[dict]:
+    """Compute records of ``model``'s shapes with ``ranks`` processes at once (median process;
+    ``place``: as ``in_step``'s)."""
     todo = cases(model, world, tps, mbs, seq)
-    results = in_step(_worker, (todo,), ranks, threads)
+    results = in_step(_worker, (todo,), ranks, threads, place)
     out = []
     for case, times in zip(todo, zip(*results)):
         t = sorted(times)[len(times) // 2]

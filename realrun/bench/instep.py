@@ -17,7 +17,6 @@ import json
 import os
 import selectors
 import subprocess
-import sys
 import time
 
 from realrun import procs
@@ -27,9 +26,12 @@ STEP_TIMEOUT_S = 600.0   # longest a helper may take between two messages (one t
 ENTRY = "realrun.bench.helper"   # one helper (its own module: the package does not import it)
 
 
-def in_step(worker, args: tuple, ranks: int, threads: int = 1, timeout_s: float = STEP_TIMEOUT_S) -> list:
+def in_step(worker, args: tuple, ranks: int, threads: int = 1, place=None,
+            timeout_s: float = STEP_TIMEOUT_S) -> list:
     """Run ``worker(barrier, queue, *args)`` in ``ranks`` helpers (``threads`` OMP and numba
-    threads each) at once; returns their results, one per helper, in helper order."""
+    threads each) at once; returns their results, one per helper, in helper order.
+    ``place(i, pid)``, if given, runs as helper ``i`` starts (an emulated host's cgroup: the
+    share its rank computes with)."""
     with procs.temporary_directory() as tmp:
         job = os.path.join(tmp, "job.json")
         with open(job, "w") as handle:
@@ -37,9 +39,11 @@ def in_step(worker, args: tuple, ranks: int, threads: int = 1, timeout_s: float 
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
         helpers = []
         try:
-            for _ in range(ranks):
+            for i in range(ranks):
                 helpers.append(procs.start(procs.python_argv(ENTRY, job), quiet=True, stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, env=env))
+                if place is not None:
+                    place(i, helpers[-1].pid)
             return _conduct(helpers, timeout_s)
         finally:
             procs.stop_all(helpers)

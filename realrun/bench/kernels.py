@@ -2,7 +2,8 @@
 
 ``run_kernels``: median compress and decompress seconds per (size, spec) on inputs cycled out
 of the last-level cache (``cold_inputs``). ``run_kernels_shared``: ``ranks`` processes in step
-(``realrun.bench.instep``), as the ranks of an emulated cluster share this machine. Records follow ``perfmodel.measurements``.
+(``realrun.bench.instep``), as the ranks of an emulated cluster share this machine. Records
+follow ``perfmodel.measurements``.
 """
 from __future__ import annotations
 
@@ -87,13 +88,14 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
     queue.put(out)
 
 
-def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1) -> list[dict]:
+def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1,
+                       place=None) -> list[dict]:
     """Compressor throughput with ``ranks`` processes (``threads`` threads each) computing at once,
     in step (a barrier before every case, each case run for at least ``SHARED_MIN_S`` so the
     scheduler interleaves them), as the ranks of an emulated cluster share this machine;
     decompression accumulates (as in a reduction). Mean times of the median process,
-    records marked ``concurrent = ranks``."""
-    results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads)
+    records marked ``concurrent = ranks``. ``place``: as ``in_step``'s."""
+    results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads, place)
     out = []
     for rows in zip(*results):
         size, spec, wire, comp, decomp = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]

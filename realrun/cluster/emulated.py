@@ -8,8 +8,10 @@ Layout of cluster ``NAME`` (every name starts with ``cmp-NAME-``, so clusters co
   (veth ``t{g}`` / ``c{g}``), which emulates an inter-node tier and its oversubscription.
 
 Every link is limited in both directions with ``tc tbf`` (host egress on ``eth0``, switch
-egress on ``h{i}``; both trunk ends). Burst: ``DEFAULT_BURST``. State (the spec) lives in
-``STATE_DIR/NAME.json``; the namespaces are the truth, so ``down`` works without it.
+egress on ``h{i}``; both trunk ends), each link's bucket one GSO segment of ``SEGMENT_S``
+(``link_shape``). Each host has a fixed CPU share of one core (``cpus_per_host``, a cgroup
+per host: ``realrun.cluster.cpu``). State (the spec) lives in ``STATE_DIR/NAME.json``; the
+namespaces are the truth, so ``down`` works without it.
 """
 from __future__ import annotations
 
@@ -20,18 +22,31 @@ import os
 import re
 from dataclasses import asdict, dataclass
 
-from realrun.cluster import netns
+from realrun.cluster import cpu, netns
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 from topologies.units import format_rate, parse_rate
 
 STATE_DIR = os.environ.get("COMMPRESS_STATE_DIR", "/run/commpress/clusters")
 SUBNET = "10.231.0."
-# 128 KiB: two 64 KiB GSO segments (the largest packet a veth hands to the qdisc), so a whole
-# segment always fits the bucket; at 1 Gbit/s that is a 1 ms burst, at 100 Mbit/s 10 ms,
-# short against the transfers we time. Measured here: a 4-host 64 MiB all-reduce at 1 Gbit/s
-# came within 3.7% of the ring formula (docs/design.md, Facts measured on the development machines).
-DEFAULT_BURST = 128 * 1024
+# The token bucket holds the line rate from the first byte: each link's GSO segments are cut
+# to SEGMENT_S of line time (at most the kernel's 64 KiB, at least MIN_SEGMENT) and its bucket
+# is one segment plus HEADROOM, so a transfer after idle compute gets at most one segment early.
+# Measured (benchmarks/bench_burst.py, after 50 ms idle): at 1 Gbit/s 64 KiB/256 KiB/16 MiB ran at
+# 1.18/1.04/0.96 of the line rate (the old 128 KiB bucket: 1.96/1.57/0.96); at 100 Mbit/s with
+# 6 KiB segments 1.05/0.98/0.96 (128 KiB: 17.9/1.79/0.96). A bucket smaller than the segments
+# costs throughput instead (8 KiB at 1 Gbit/s with 64 KiB segments: 0.40-0.62).
+SEGMENT_S = 0.5e-3
+MIN_SEGMENT, MAX_SEGMENT, HEADROOM = 4096, 65536, 2048
+
+
+def link_shape(rate_bps: int, burst_bytes: int | None = None) -> tuple[int, int]:
+    """(GSO segment limit, bucket bytes) of a link at ``rate_bps``: a given bucket keeps the
+    segments inside it, else both follow the rate (module note above)."""
+    if burst_bytes is not None:
+        return max(MIN_SEGMENT, min(MAX_SEGMENT, burst_bytes - HEADROOM)), burst_bytes
+    segment = int(min(MAX_SEGMENT, max(MIN_SEGMENT, rate_bps / 8 * SEGMENT_S)))
+    return segment, segment + HEADROOM
 NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
 
 
@@ -39,7 +54,11 @@ NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
 class EmulatedSpec:
     """``hosts`` (2-8) on links of ``bandwidth`` (bits/s, or a tc rate string); optionally
     ``slow_host`` on ``slow_bandwidth``; ``groups`` (>1: groups of hosts behind trunks of
-    ``trunk_bandwidth``); ``burst_bytes`` of the token buckets."""
+    ``trunk_bandwidth``); ``burst_bytes`` of the token buckets (None: one GSO segment of half
+    a millisecond at each link's rate, ``link_shape``); ``cpus_per_host``: the fixed
+    share of one core each host gets ("auto": the most every core can give its hosts, 0.45
+    for 4 hosts on 2 cores, or none where the machine has no cgroup cpu controller; "none":
+    hosts time-share the cores as the kernel pleases)."""
 
     hosts: int = 4
     bandwidth: int = 10**9
@@ -47,7 +66,8 @@ class EmulatedSpec:
     slow_bandwidth: int | None = None
     groups: int = 1
     trunk_bandwidth: int | None = None
-    burst_bytes: int = DEFAULT_BURST
+    burst_bytes: int | None = None
+    cpus_per_host: float | str | None = "auto"
 
     def __post_init__(self):
         for key in ("bandwidth", "slow_bandwidth", "trunk_bandwidth"):
@@ -64,7 +84,9 @@ class EmulatedSpec:
             raise InputError("slow_host", self.slow_host, "given together with slow_bandwidth")
         if self.slow_host is not None:
             _check_int("slow_host", self.slow_host, 0, self.hosts - 1)
-        _check_int("burst_bytes", self.burst_bytes, 1600, 64 * 2**20)
+        if self.burst_bytes is not None:
+            _check_int("burst_bytes", self.burst_bytes, MIN_SEGMENT + HEADROOM, 64 * 2**20)
+        object.__setattr__(self, "cpus_per_host", _resolve_share(self.cpus_per_host, self.hosts))
 
     def host_rate(self, host: int) -> int:
         return self.slow_bandwidth if host == self.slow_host else self.bandwidth
@@ -82,7 +104,27 @@ class EmulatedSpec:
             parts += [f"groups={self.groups}", f"trunk={format_rate(self.trunk_bandwidth)}"]
         if self.slow_host is not None and self.slow_host < hosts:
             parts += [f"slow_host={self.slow_host}", f"slow_bandwidth={format_rate(self.slow_bandwidth)}"]
+        if self.cpus_per_host is not None:
+            parts.append(f"cpu_share={self.cpus_per_host:g}")
         return "emulated:" + ",".join(parts)
+
+    def cores(self) -> dict[int, int]:
+        """{host: the core it is pinned to} (empty without a fixed share)."""
+        cores = cpu.machine_cores()
+        return {h: cpu.core_of(h, cores) for h in range(self.hosts)} if self.cpus_per_host is not None else {}
+
+
+def _resolve_share(value, hosts: int) -> float | None:
+    if value is None or value == "none":
+        return None
+    if value == "auto":
+        return cpu.max_share(hosts) if cpu.hierarchy() else None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InputError("cpus_per_host", value, "a share of one core, auto or none") from None
+    return cpu.check_share(value, hosts)
 
 
 def _check_int(field, value, low, high):
@@ -164,18 +206,26 @@ def _build(spec: EmulatedSpec, name: str) -> None:
         netns.sh("ip", "addr", "add", f"{address(h)}/24", "dev", "eth0", ns=ns)
         netns.sh("ip", "link", "set", "eth0", "up", ns=ns)
         netns.enslave(sw, f"h{h}", f"br{spec.group_of(h)}")
+        if spec.cpus_per_host is not None:
+            cpu.create(ns, spec.cpus_per_host, spec.cores()[h])
     _limit(spec, name, replace=False)
 
 
 def _limit(spec: EmulatedSpec, name: str, replace: bool) -> None:
     sw = switch_ns(name)
     for h in range(spec.hosts):
-        netns.limit(host_ns(name, h), "eth0", spec.host_rate(h), spec.burst_bytes, replace)
-        netns.limit(sw, f"h{h}", spec.host_rate(h), spec.burst_bytes, replace)
+        _shape_link(host_ns(name, h), "eth0", spec.host_rate(h), spec.burst_bytes, replace)
+        _shape_link(sw, f"h{h}", spec.host_rate(h), spec.burst_bytes, replace)
     if spec.groups > 1:
         for g in range(spec.groups):
             for dev in (f"t{g}", f"c{g}"):
-                netns.limit(sw, dev, spec.trunk_bandwidth, spec.burst_bytes, replace)
+                _shape_link(sw, dev, spec.trunk_bandwidth, spec.burst_bytes, replace)
+
+
+def _shape_link(ns: str, dev: str, rate_bps: int, burst_bytes: int | None, replace: bool) -> None:
+    segment, bucket = link_shape(rate_bps, burst_bytes)
+    netns.sh("ip", "link", "set", "dev", dev, "gso_max_size", str(segment), ns=ns)
+    netns.limit(ns, dev, rate_bps, bucket, replace)
 
 
 def load(name: str) -> EmulatedSpec:
@@ -185,7 +235,9 @@ def load(name: str) -> EmulatedSpec:
         raise InputError("name", name, "a cluster that is up (realrun cluster up --name ...)")
     try:
         with open(_state_path(name)) as handle:
-            return EmulatedSpec(**json.load(handle))
+            state = json.load(handle)
+        state.setdefault("cpus_per_host", None)   # a cluster built before hosts had a fixed share
+        return EmulatedSpec(**state)
     except (OSError, ValueError, TypeError) as err:
         raise InputError("name", name, f"a cluster with readable state in {STATE_DIR} ({err})") from None
 
@@ -217,7 +269,8 @@ def status(name: str | None = None) -> dict:
         state = "up" if present and spec else ("half-built" if present else "down")
         out[n] = {"up": state == "up", "state": state, "namespaces": present,
                   "spec": asdict(spec) if spec else None, "topology": spec.topology() if spec else None,
-                  "qdiscs": {ns: _tbf_rates(netns.qdiscs(ns)) for ns in present}}
+                  "qdiscs": {ns: _tbf_rates(netns.qdiscs(ns)) for ns in present},
+                  "cgroups": cpu.ours(f"{netns.PREFIX}{n}-"), "cores": spec.cores() if spec else {}}
     return out
 
 
@@ -244,9 +297,12 @@ def _remove(name: str) -> list[str]:
     removed = netns.ours(name)
     for ns in removed:
         netns.delete_ns(ns)
+    groups = cpu.ours(f"{netns.PREFIX}{name}-")
+    for ns in groups:
+        cpu.remove(ns)
     with contextlib.suppress(FileNotFoundError):
         os.remove(_state_path(name))
     left = netns.ours(name)
     if left:
         raise InputError("cluster", ",".join(left), "namespaces that can be deleted (ip netns del)")
-    return removed
+    return removed + [f"cgroup {cpu.group_name(g)}" for g in groups if g not in removed]

@@ -3,9 +3,10 @@
 Each rank runs ``ip netns exec cmp-NAME-h{i} CMD`` with ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``MASTER_ADDR`` (host 0), ``MASTER_PORT`` and
 ``GLOO_SOCKET_IFNAME=eth0``; ``OMP_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` are set to
-``threads`` (default 1), so N ranks share this machine's cores in a way the model states
-(perfmodel's emulated device: one core per rank while ranks <= cores). One rank failing
-ends the run: the others are stopped and the error names the rank.
+``threads`` (default 1). Each rank joins its host's cgroup (``realrun.cluster.cpu``) as it
+starts (right after its exec, long before its first import), so it and every thread it starts compute on the
+host's fixed CPU share. One rank failing ends the run: the others are stopped and the error
+names the rank.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import sys
 
 from realrun import procs as procs_
-from realrun.cluster import emulated
+from realrun.cluster import cpu, emulated
 from topologies.errors import InputError
 
 MASTER_PORT = 29511   # torchrun's 29500 + 11; free inside our namespaces, which have their own ports
@@ -61,7 +62,11 @@ def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, p
     procs = []
     try:
         for r in range(world):
-            procs.append(procs_.start(["ip", "netns", "exec", emulated.host_ns(name, r), *argv],
+            ns = emulated.host_ns(name, r)
+            command = ["ip", "netns", "exec", ns, *argv]   # (it remounts /sys: join the cgroup before it)
+            if spec.cpus_per_host is not None:
+                command = cpu.joined(ns, command)
+            procs.append(procs_.start(command,
                                       quiet=r > 0 and quiet_ranks, env=rank_env(spec, r, threads, port, world)))
         procs_.wait_all(procs, timeout_s)
     finally:

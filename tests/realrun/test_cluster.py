@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from realrun.cluster import EmulatedSpec, down, emulated, netns, run, shape, status, up
+from realrun.cluster import EmulatedSpec, cpu, down, emulated, netns, run, shape, status, up
 from topologies.errors import InputError
 
 NAME = f"t{os.getpid() % 100000}"
@@ -29,7 +29,7 @@ def cluster_name(tmp_path, monkeypatch):
         yield NAME
     finally:
         down(NAME)
-        assert _leftovers(NAME) == []
+        assert _leftovers(NAME) == [] and cpu.ours(f"{netns.PREFIX}{NAME}-") == []
 
 
 WORKER = textwrap.dedent("""
@@ -50,7 +50,7 @@ WORKER = textwrap.dedent("""
 @pytest.mark.netns
 @netns_only
 def test_two_hosts_at_100mbit_run_a_compressed_allreduce_and_tear_down(cluster_name, tmp_path, capfd):
-    state = up(EmulatedSpec(hosts=2, bandwidth="100mbit"), cluster_name)[cluster_name]
+    state = up(EmulatedSpec(hosts=2, bandwidth="100mbit", cpus_per_host="none"), cluster_name)[cluster_name]
     assert state["up"] and state["topology"] == "emulated:hosts=2,bandwidth=100mbit"
     assert state["qdiscs"][f"cmp-{cluster_name}-h0"] == {"eth0": "100Mbit"}
     assert state["qdiscs"][f"cmp-{cluster_name}-sw"] == {"h0": "100Mbit", "h1": "100Mbit"}
@@ -122,10 +122,12 @@ def test_bad_specs_name_the_field(kwargs, field):
 
 def test_spec_names_the_topology_perfmodel_predicts():
     spec = EmulatedSpec(hosts=4, bandwidth="1gbit", groups=2, trunk_bandwidth="200mbit", slow_host=3,
-                        slow_bandwidth="100mbit")
+                        slow_bandwidth="100mbit", cpus_per_host="none")
     assert spec.topology() == ("emulated:hosts=4,bandwidth=1gbit,groups=2,trunk=200mbit,slow_host=3,"
                                "slow_bandwidth=100mbit")
-    assert EmulatedSpec(hosts=4).topology(hosts=2) == "emulated:hosts=2,bandwidth=1gbit"
+    assert EmulatedSpec(hosts=4, cpus_per_host="none").topology(hosts=2) == "emulated:hosts=2,bandwidth=1gbit"
+    shared = EmulatedSpec(hosts=4, cpus_per_host=0.3)
+    assert shared.topology(hosts=2) == "emulated:hosts=2,bandwidth=1gbit,cpu_share=0.3"
     with pytest.raises(InputError, match="name"):
         down("Bad-Name")
 
@@ -170,3 +172,98 @@ def test_sigterm_during_up_rolls_the_cluster_back(cluster_name, monkeypatch):
     with pytest.raises(clikit.Terminated):
         up(EmulatedSpec(hosts=2), cluster_name)
     assert _leftovers(cluster_name) == []
+
+
+# Fixed compute per host: a cgroup per host, one core and a quota.
+
+def test_the_default_share_leaves_each_core_room_for_the_runner(monkeypatch):
+    assert cpu.max_share(4, [0, 1]) == 0.45 and cpu.max_share(8, [0, 1]) == 0.225
+    assert cpu.max_share(2, [0, 1]) == 0.9 and cpu.max_share(3, [0, 1, 2, 3]) == 0.9
+    monkeypatch.setattr(cpu, "machine_cores", lambda: [0, 1])
+    monkeypatch.setattr(cpu, "hierarchy", lambda: {"version": 1, "cpu": "/x", "cpuset": "/y"})
+    spec = EmulatedSpec(hosts=4)
+    assert spec.cpus_per_host == 0.45 and spec.cores() == {0: 0, 1: 1, 2: 0, 3: 1}
+    assert spec.topology().endswith(",cpu_share=0.45")
+    monkeypatch.setattr(cpu, "hierarchy", lambda: None)   # no cgroup cpu controller: no fixed share
+    assert EmulatedSpec(hosts=4).cpus_per_host is None and EmulatedSpec(hosts=4).cores() == {}
+
+
+@pytest.mark.parametrize("share", [0.6, 0.01, "lots", True, -1])
+def test_a_share_the_cores_cannot_give_is_refused(monkeypatch, share):
+    monkeypatch.setattr(cpu, "machine_cores", lambda: [0, 1])
+    with pytest.raises(InputError, match="cpus_per_host"):
+        EmulatedSpec(hosts=4, cpus_per_host=share)
+
+
+def test_the_model_gives_each_host_its_fixed_share():
+    from perfmodel.collectives.fabric import cpu_share
+    from topologies import build_cluster
+
+    assert cpu_share(build_cluster("emulated:hosts=4,cpu_share=0.45"), 4) == 0.45
+    assert cpu_share(build_cluster("emulated:hosts=4,cores=2"), 4) == 0.5
+    with pytest.raises(InputError, match="cpu_share"):
+        build_cluster("emulated:hosts=4,cpu_share=2")
+
+
+def test_a_cluster_built_before_fixed_shares_loads_without_one(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setattr(emulated, "STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(netns, "ours", lambda name=None: ["cmp-old-h0"])
+    (tmp_path / "old.json").write_text(json.dumps({"hosts": 2, "bandwidth": 10**9}))
+    assert emulated.load("old").cpus_per_host is None
+
+
+def _cgroup_of(pid: int) -> str:
+    with open(f"/proc/{pid}/cgroup") as handle:
+        return handle.read()
+
+
+HAVE_CGROUPS = HAVE_NETNS and cpu.hierarchy() is not None
+cgroups_only = pytest.mark.skipif(not HAVE_CGROUPS, reason="needs root, iproute2 and a cgroup cpu controller")
+
+AFFINITY = textwrap.dedent("""
+    import os, sys
+    with open(sys.argv[1] + os.environ["RANK"], "w") as h:
+        h.write(repr(sorted(os.sched_getaffinity(0))) + "\\n" + open("/proc/self/cgroup").read())
+""")
+
+
+@pytest.mark.netns
+@cgroups_only
+def test_each_host_computes_on_its_own_core_and_quota_and_down_removes_the_groups(cluster_name, tmp_path):
+    state = up(EmulatedSpec(hosts=2, cpus_per_host=0.3), cluster_name)[cluster_name]
+    assert state["topology"].endswith("cpu_share=0.3")
+    hosts = [emulated.host_ns(cluster_name, h) for h in range(2)]
+    assert state["cgroups"] == hosts
+    where = cpu.hierarchy()
+    for ns in hosts:
+        group = os.path.join(where["cpu"], cpu.group_name(ns))
+        if where["version"] == 2:
+            assert cpu._read(os.path.join(group, "cpu.max")).split() == ["3000", str(cpu.PERIOD_US)]
+        else:
+            assert cpu._read(os.path.join(group, "cpu.cfs_quota_us")) == "3000"
+            assert cpu._read(os.path.join(group, "cpu.cfs_period_us")) == str(cpu.PERIOD_US)
+    script = tmp_path / "where.py"
+    script.write_text(AFFINITY)
+    run(cluster_name, [sys.executable, str(script), str(tmp_path / "rank")], timeout_s=60)
+    cores = state["cores"]
+    for h, ns in enumerate(hosts):
+        affinity, groups = (tmp_path / f"rank{h}").read_text().split("\n", 1)
+        assert ns in groups
+        if where["cpuset"]:
+            assert affinity == repr([cores[h]])
+    down(cluster_name)
+    assert cpu.ours(f"cmp-{cluster_name}-") == []
+
+
+@pytest.mark.netns
+@cgroups_only
+def test_a_failure_while_building_removes_the_cgroups_too(cluster_name, monkeypatch):
+    def broken(*args, **kwargs):
+        raise InputError("cluster", "tc", "a command that succeeds (forced failure)")
+
+    monkeypatch.setattr(netns, "limit", broken)   # after every host's cgroup exists
+    with pytest.raises(InputError, match="forced failure"):
+        up(EmulatedSpec(hosts=2, cpus_per_host=0.3), cluster_name)
+    assert _leftovers(cluster_name) == [] and cpu.ours(f"cmp-{cluster_name}-") == []

@@ -42,7 +42,8 @@ LAUNCHERS = {
     # script elsewhere, as a console script runs: the parent's own sys.path lacks the folder
     "calibrate": [sys.executable, "{scripts}/calibrate_helpers.py"],
 }
-CALIBRATE = "from realrun.bench.kernels import run_kernels_shared\nrun_kernels_shared([4096], ['int8'], iters=1, ranks=2)\n"
+CALIBRATE = ("from realrun.bench.kernels import run_kernels_shared\n"
+             "run_kernels_shared([4096], ['int8'], iters=1, ranks=2)\n")
 
 
 @pytest.mark.distributed

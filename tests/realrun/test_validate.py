@@ -1,18 +1,54 @@
-"""realrun validate: its arithmetic on synthetic rows, and a small end-to-end run (netns)."""
+"""realrun validate: its arithmetic on synthetic rows, repeats on a fake runner, and a small
+end-to-end run (netns)."""
 import csv
+import math
 import os
 import shutil
 
 import pytest
 
-from realrun.validate import MIB, Case, crossover, grid, summarize, summary_lines, write_outputs
+from realrun.report import repeated
+from realrun.validate import MIB, Case, crossover, grid, measure, summarize, summary_lines, validate, write_outputs
+from realrun.validate_training import StoredCluster
+from topologies import InputError
 
 HAVE_NETNS = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
 
 
 def _row(compressor, algorithm, predicted, measured, size=2 * MIB, bandwidth=10**9, hosts=4):
     return dict(hosts=hosts, bandwidth=bandwidth, size_bytes=size, compressor=compressor, algorithm=algorithm,
-                crossover=False, predicted_s=predicted, measured_s=measured, error=(predicted - measured) / measured)
+                crossover=False, predicted_s=predicted, **repeated([measured]), error=(predicted - measured) / measured)
+
+
+class FakeRunner:
+    """An emulated cluster of 4 hosts that answers each timed block with the next of its case's
+    scripted times (the repeats), and keeps what it was asked."""
+
+    emulated, hosts, rank = True, 4, 0
+
+    def __init__(self, times: dict):
+        self.times = {k: list(v) for k, v in times.items()}
+        self.configs, self.bandwidths, self.restored = [], [], 0
+
+    def topology(self, hosts=None, bandwidth=None):
+        return StoredCluster().topology(hosts or self.hosts, bandwidth)
+
+    def set_bandwidth(self, bits_per_s):
+        self.bandwidths.append(bits_per_s)
+
+    def restore(self):
+        self.restored += 1
+
+    def collectives(self, config, hosts=None):
+        self.configs.append(config)
+        return [{"time_s": self.times[(c.size_bytes, c.compressor, c.algorithm)].pop(0)} for c in config.cases]
+
+
+CASES = [Case(4, 10**9, 2 * MIB, "none", "auto"), Case(4, 10**9, 2 * MIB, "int8", "two_phase"),
+         Case(4, 10**9, 8 * MIB, "none", "auto")]
+TIMES = {(2 * MIB, "none", "auto"): [0.10, 0.1025, 0.098],           # spread 0.1025/0.098 - 1 = 4.6%
+         (2 * MIB, "int8", "two_phase"): [0.05, 0.06, 0.052],        # 20%: flagged; median, not mean
+         (8 * MIB, "none", "auto"): [0.4, 0.4, 0.4]}                 # 0%
 
 
 def test_crossover_interpolates_in_log_bandwidth():
@@ -96,6 +132,90 @@ def test_a_stored_collective_validation_is_predicted_again(tmp_path, cli):
     assert summary["crossover"]["bandwidths"] == [10**8, 10**9]
     for name in ("results.csv", "report.md", "predicted_vs_measured.png"):
         assert (tmp_path / "again" / name).stat().st_size > 0
+    # written before repeats were recorded: one repeat each, spread unknown, and the report says so
+    assert summary["repeats"] == 1 and math.isnan(summary["noise_floor"]) and summary["flagged"] == 0
+    assert "noise floor unknown" in (tmp_path / "again" / "report.md").read_text()
+    with open(tmp_path / "again" / "results.csv") as handle:
+        again = list(csv.DictReader(handle))
+    assert {(r["repeats"], r["spread"]) for r in again} == {("1", "")}
+    # a file with repeats keeps them: the same spreads and values after a second repredict
+    twice = repredict(str(tmp_path / "again" / "results.csv"), None, str(tmp_path / "twice"))
+    assert twice["repeats"] == 1
+    runner = FakeRunner(TIMES)
+    first = validate(runner, None, str(tmp_path / "fresh"), cases=CASES, repeats=3)
+    stored = repredict(str(tmp_path / "fresh" / "results.csv"), None, str(tmp_path / "restored"))
+    assert (stored["repeats"], stored["flagged"]) == (3, 1)
+    assert stored["noise_floor"] == pytest.approx(first["noise_floor"])
+    assert "| 20.0% * |" in (tmp_path / "restored" / "report.md").read_text()
     (tmp_path / "bad.csv").write_text("x\n1\n")
     proc = cli("realrun", "validate", "--measured", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "y"))
     assert proc.returncode == 2 and "measured" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_case_is_measured_repeats_times_round_robin_in_one_launch(tmp_path):
+    """R timed blocks per case, interleaved with the other cases' (one launch per (hosts,
+    bandwidth)); the case is their median, its spread max/min - 1; over 5% is flagged, kept."""
+    runner = FakeRunner(TIMES)
+    summary = validate(runner, None, str(tmp_path), cases=CASES, repeats=3)
+    assert len(runner.configs) == 1 and runner.restored == 1
+    asked = [(c.size_bytes, c.compressor, c.algorithm) for c in runner.configs[0].cases]
+    assert asked == [(c.size_bytes, c.compressor, c.algorithm) for c in CASES] * 3
+    assert runner.configs[0].warmup == 1      # each block warms up on its own
+    assert summary["repeats"] == 3 and summary["flagged"] == 1 and summary["noise_cases"] == 3
+    assert summary["noise_floor"] == pytest.approx(0.1025 / 0.098 - 1)
+    with open(tmp_path / "results.csv") as handle:
+        got = {(int(r["size_bytes"]), r["compressor"]): r for r in csv.DictReader(handle)}
+    none2, int8 = got[(2 * MIB, "none")], got[(2 * MIB, "int8")]
+    assert float(none2["measured_s"]) == pytest.approx(0.10) and float(int8["measured_s"]) == pytest.approx(0.052)
+    assert int8["repeats"] == "3" and float(int8["spread"]) == pytest.approx(0.2)
+    assert [float(v) for v in int8["measured_all_s"].split(";")] == [0.05, 0.06, 0.052]
+    assert float(int8["error"]) == pytest.approx(float(int8["predicted_s"]) / 0.052 - 1)
+    report = (tmp_path / "report.md").read_text()
+    assert "noise floor 4.6%" in report and "1/3 spread over 5%" in report
+    assert "| 20.0% * |" in report and "| 4.6% |" in report and "| 0.0% |" in report
+    assert any("noise floor 4.6%" in line and "MAPE" in line for line in summary_lines(summary))
+
+
+def test_each_bandwidth_is_a_launch_of_its_own_and_one_repeat_has_no_spread():
+    times = {(2 * MIB, "none", "auto"): [0.3, 0.1]}
+    cases = [Case(4, 10**8, 2 * MIB, "none", "auto"), Case(4, 10**9, 2 * MIB, "none", "auto")]
+    runner = FakeRunner(times)
+    got = measure(cases + cases[:1], runner, iters=2, repeats=1)      # a case listed twice is measured once
+    assert got == {cases[0]: [0.3], cases[1]: [0.1]} and runner.bandwidths == [10**8, 10**9]
+    assert [len(c.cases) for c in runner.configs] == [1, 1] and runner.restored == 1
+    r = repeated(got[cases[0]])
+    assert r["repeats"] == 1 and math.isnan(r["spread"])    # unknown, not zero
+
+
+def test_repeats_out_of_range_are_refused_before_anything_runs(tmp_path, cli):
+    for bad in (0, 21, 2.0, True):
+        with pytest.raises(InputError, match="repeats"):
+            validate(FakeRunner(TIMES), None, str(tmp_path / "x"), cases=CASES, repeats=bad)
+    assert not (tmp_path / "x").exists()
+    for extra in ((), ("--training",)):
+        proc = cli("realrun", "validate", *extra, "--repeats", "0", "--out", str(tmp_path / "y"))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "repeats=0" in proc.stderr
+        assert "Traceback" not in proc.stderr and not (tmp_path / "y").exists()
+    text = " ".join(cli("realrun", "validate", "--help").stdout.split())
+    assert "--repeats R" in text and "spreads over 5% are starred in report.md (default 3)" in text
+
+
+def test_the_picture_draws_each_cases_repeats_as_error_bars(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    from realrun.report import plot
+
+    drawn = []
+    original = Axes.errorbar
+
+    def errorbar(self, x, y, *args, xerr=None, **kwargs):
+        drawn.append((list(x), xerr))
+        return original(self, x, y, *args, xerr=xerr, **kwargs)
+
+    monkeypatch.setattr(Axes, "errorbar", errorbar)
+    rows = [dict(_row("int8", "ring", 0.5, 0.5), **repeated([0.4, 0.5, 0.7])),
+            _row("none", "auto", 1.0, 1.0)]
+    plot(rows, str(tmp_path / "p.png"))
+    bars = {x[0]: (lo[0], hi[0]) for x, (lo, hi) in drawn}
+    assert bars[0.5] == pytest.approx((0.1, 0.2)) and bars[1.0] == (0.0, 0.0)
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
