@@ -28,3 +28,19 @@ def cli():
 def published():
     """The folder of published reference tables (committed, so it is never missing)."""
     return PUBLISHED
+
+
+@pytest.fixture
+def error_bars(monkeypatch):
+    """Records (x values, xerr) of every matplotlib errorbar call while drawing still happens."""
+    from matplotlib.axes import Axes
+
+    drawn = []
+    original = Axes.errorbar
+
+    def errorbar(self, x, y, *args, xerr=None, **kwargs):
+        drawn.append((list(x), xerr))
+        return original(self, x, y, *args, xerr=xerr, **kwargs)
+
+    monkeypatch.setattr(Axes, "errorbar", errorbar)
+    return drawn

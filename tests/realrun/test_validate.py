@@ -200,19 +200,10 @@ def test_repeats_out_of_range_are_refused_before_anything_runs(tmp_path, cli):
     assert "--repeats R" in text and "spreads over 5% are starred in report.md (default 3)" in text
 
 
-def test_the_picture_draws_each_cases_repeats_as_error_bars(tmp_path, monkeypatch):
-    from matplotlib.axes import Axes
-
+def test_the_picture_draws_each_cases_repeats_as_error_bars(tmp_path, error_bars):
     from realrun.report import plot
 
-    drawn = []
-    original = Axes.errorbar
-
-    def errorbar(self, x, y, *args, xerr=None, **kwargs):
-        drawn.append((list(x), xerr))
-        return original(self, x, y, *args, xerr=xerr, **kwargs)
-
-    monkeypatch.setattr(Axes, "errorbar", errorbar)
+    drawn = error_bars
     rows = [dict(_row("int8", "ring", 0.5, 0.5), **repeated([0.4, 0.5, 0.7])),
             _row("none", "auto", 1.0, 1.0)]
     plot(rows, str(tmp_path / "p.png"))

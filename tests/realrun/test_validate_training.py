@@ -206,19 +206,10 @@ def test_an_old_stored_run_without_repeats_is_predicted_again(tmp_path):
     assert [(r["repeats"], r["spread"], r["measured_step_all_s"]) for r in again] == [("1", "", "0.55")] * 2
 
 
-def test_the_step_picture_draws_each_cases_runs_as_error_bars(tmp_path, monkeypatch):
-    from matplotlib.axes import Axes
-
+def test_the_step_picture_draws_each_cases_runs_as_error_bars(tmp_path, error_bars):
     from realrun.validate_training import plot_steps
 
-    drawn = []
-    original = Axes.errorbar
-
-    def errorbar(self, x, y, *args, xerr=None, **kwargs):
-        drawn.append((list(x), xerr))
-        return original(self, x, y, *args, xerr=xerr, **kwargs)
-
-    monkeypatch.setattr(Axes, "errorbar", errorbar)
+    drawn = error_bars
     rows = [row(CASES[0], _predicted(0.5, 0.3), [_records(t, 0.3, LOSSES) for t in (0.5, 0.6, 0.52)])]
     plot_steps(rows, str(tmp_path / "p.png"))
     (x, (lo, hi)), = drawn
