@@ -25,6 +25,8 @@ def run_collectives(config: BenchConfig) -> list[dict]:
         raise RunError("backend", config.backend, "torch is not installed in this environment, and realrun's "
                        "collectives run on torch.distributed: pip install 'commpress[real]' (or your own CUDA "
                        "build of torch >= 2.4 first)")
+    if config.backend == "nccl":
+        require_nccl(config.world)
     with procs.temporary_directory() as tmp:
         cfg = os.path.join(tmp, "config.json")
         with open(cfg, "w") as handle:
@@ -42,6 +44,18 @@ def run_collectives(config: BenchConfig) -> list[dict]:
             procs.stop_all(ranks)
         with open(out) as handle:
             return [json.loads(line) for line in handle]
+
+
+def require_nccl(ranks: int) -> None:
+    """NCCL needs a torch built with it and a CUDA GPU per local rank: refused before any rank starts."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not dist.is_nccl_available() or gpus < ranks:
+        have = "a torch without NCCL" if not dist.is_nccl_available() else f"{gpus} CUDA GPU(s)"
+        raise RunError("backend", "nccl", f"backend nccl needs a CUDA GPU per rank ({ranks}) and a torch built "
+                       f"with NCCL; this machine has {have}: use --backend gloo")
 
 
 def under_torchrun() -> bool:
