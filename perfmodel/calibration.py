@@ -52,6 +52,7 @@ from perfmodel.collectives.fabric import PAIR
 from perfmodel.collectives.phases import PRIMITIVES
 from perfmodel.compression.codec import Codec, compile_spec
 from perfmodel.compression.families import data_dependent
+from topologies import bounds
 from topologies.errors import InputError
 from topologies.units import TBps_to_Bps, us_to_s
 
@@ -181,6 +182,16 @@ def _number(key, value, low=0.0, high=float("inf")):
     return float(value)
 
 
+def _gemm_size(key: str, size: str) -> None:
+    """A key of a GEMM efficiency table: the GEMM's size (a number, within its declared bound)."""
+    try:
+        value = float(size)
+    except ValueError:
+        _fail(key, size, "GEMM sizes as keys (numbers such as \"1024\"), " + bounds.describe("gemm_size"))
+    if not bounds.bound("gemm_size")[1] <= value <= bounds.bound("gemm_size")[2]:
+        _fail(key, size, "GEMM sizes as keys, " + bounds.describe("gemm_size"))
+
+
 def _section(raw: dict, key: str, depth: int = 1) -> dict:
     """``raw[key]`` (default empty), refused unless it is a JSON object, as are its values
     ``depth`` levels down."""
@@ -222,6 +233,7 @@ def _check(raw: dict) -> None:
                 if not isinstance(v, dict):
                     _fail(f"devices.{gpu}.gemm_efficiency", v, "a JSON object of GEMM size: efficiency")
                 for size, eff in v.items():
+                    _gemm_size(f"devices.{gpu}.gemm_efficiency", size)
                     _number(f"devices.{gpu}.gemm_efficiency.{size}", eff, 0.0, 1.0)
             else:
                 _number(f"devices.{gpu}.{k}", v)
@@ -235,7 +247,7 @@ def _check(raw: dict) -> None:
                 if k not in PROTOCOL_KEYS:
                     _fail(f"protocols.{cls}.{name}.{k}", v, "one of " + ", ".join(PROTOCOL_KEYS))
                 _number(f"protocols.{cls}.{name}.{k}", v, -1e-12 if k != "bw_fraction" else 0.0,
-                        1.0 if k == "bw_fraction" else float("inf"))
+                        1.0 if k == "bw_fraction" else bounds.bound(k)[2])
     for family, over in raw.get("compressors", {}).items():
         if family not in data_dependent() or set(over) != {"ratio"}:
             _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(data_dependent()))
@@ -248,7 +260,7 @@ def _check(raw: dict) -> None:
                     or set(over) != {"step_us", "bw_fraction"}:
                 _fail(f"primitives.{cls}.{name}", over, "{\"step_us\": us, \"bw_fraction\": f} for one of "
                       + ", ".join(PRIMITIVES) + f" (or NAME{PAIR}: two ranks on two hosts)")
-            _number(f"primitives.{cls}.{name}.step_us", over["step_us"], -1e-12)
+            _number(f"primitives.{cls}.{name}.step_us", over["step_us"], -1e-12, bounds.bound("step_us")[2])
             _number(f"primitives.{cls}.{name}.bw_fraction", over["bw_fraction"], 0.0, 1.0)
     for spec, over in raw.get("kernels", {}).items():
         _check_kernel(f"kernels.{spec}", over, {"shared", "in_run"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+from topologies import bounds
 from topologies.errors import InputError
 
 RECORD_SCHEMA = "commpress.record/1"
@@ -50,6 +51,8 @@ def validate_record(record: dict, where: str = "record") -> dict:
         if key in record and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
                               or value < 0 or (math.isinf(value) and key != "max_rel_error")):
             raise InputError(f"{where}.{key}", value, "a finite non-negative number")
+        if key in record and bounds.bound(key) is not None:   # sizes and rank counts: declared bounds
+            bounds.check(f"{where}.{key}", value, key)
     return record
 
 

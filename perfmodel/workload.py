@@ -31,6 +31,7 @@ from functools import lru_cache, cache
 from pathlib import Path
 
 from perfmodel.catalogs import read_catalog
+from topologies import bounds
 from topologies.errors import InputError
 
 try:
@@ -208,9 +209,10 @@ def _validate(raw: dict, name: str) -> ModelSpec:
     for key in MODEL_KEYS:
         if key not in raw:
             raise InputError(f"model.{key}", None, "required in a model file")
-    for key in MODEL_KEYS[:7]:
-        if isinstance(raw[key], bool) or not isinstance(raw[key], int) or raw[key] < 1:
+    for key in MODEL_KEYS[:7]:   # declared bounds (topologies.bounds): no model sizes an absurd step
+        if not isinstance(raw[key], int):
             raise InputError(f"model.{key}", raw[key], "a positive integer")
+        bounds.check(f"model.{key}", raw[key], key)
     for key, allowed in CHOICES.items():
         if raw[key] not in allowed:
             raise InputError(f"model.{key}", raw[key], " or ".join(allowed))

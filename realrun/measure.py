@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-
-import tempfile
 from dataclasses import dataclass, replace
 
 from realrun import bench, procs
@@ -81,7 +79,7 @@ class EmulatedRunner:
         return records
 
     def collectives(self, config: BenchConfig, hosts: int | None = None) -> list[dict]:
-        with tempfile.TemporaryDirectory() as tmp:
+        with procs.temporary_directory() as tmp:
             cfg, out = os.path.join(tmp, "config.json"), os.path.join(tmp, "records.jsonl")
             with open(cfg, "w") as handle:
                 handle.write(config.to_json())
@@ -94,7 +92,7 @@ class EmulatedRunner:
         per-step records."""
         from realrun.train.launch import ENTRY
 
-        with tempfile.TemporaryDirectory() as tmp:
+        with procs.temporary_directory() as tmp:
             path, metrics = os.path.join(tmp, "config.json"), os.path.join(tmp, "metrics.jsonl")
             with open(path, "w") as handle:
                 handle.write(replace(cfg, metrics=metrics).to_json())

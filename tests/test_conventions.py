@@ -4,6 +4,7 @@ import sys
 import pytest
 
 from realrun.cluster.launch import python_of_this_environment
+from realrun.procs import python_argv
 
 
 @pytest.mark.parametrize("argv", [["perfmodel", "--version"], ["perfmodel", "search", "--version"],
@@ -14,7 +15,8 @@ def test_every_command_has_a_version(cli, argv):
 
 
 def test_python_means_this_environment_s_interpreter():
-    assert python_of_this_environment(["python", "-m", "realrun.cli"]) == [sys.executable, "-m", "realrun.cli"]
+    # a module runs without the current folder on sys.path (procs.python_argv: -P)
+    assert python_of_this_environment(["python", "-m", "realrun.cli"]) == python_argv("realrun.cli")
     assert python_of_this_environment(["python3", "x.py"])[0] == sys.executable
     assert python_of_this_environment(["/usr/bin/env", "python"]) == ["/usr/bin/env", "python"]
 

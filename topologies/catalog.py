@@ -13,6 +13,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from topologies import bounds
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
 from topologies.nodes import NODE_BUILDERS
@@ -148,6 +149,36 @@ def _check_section(spec: dict, section: str, builders: dict) -> None:
     if missing:
         raise InputError(f"{section}.{missing[0]}", None,
                          f"required by builder {body['builder']!r} (missing: {', '.join(missing)})")
+    for key, value in body.items():
+        _check_value(f"{section}.{key}", key, value)
+
+
+def _check_value(field: str, key: str, value) -> None:
+    """A builder argument of the right type, within its declared bound (``topologies.bounds``)."""
+    if key in ("builder", "transport"):
+        return
+    if key == "nvls":
+        if not isinstance(value, bool):
+            raise InputError(field, value, "true or false")
+    elif key in ("intra_tier", "tier_prefix"):
+        if not isinstance(value, str) or not value.replace("-", "").replace("_", "").isalnum():
+            raise InputError(field, value, "a name of letters, digits, - and _")
+    elif key == "dims":
+        if not isinstance(value, list) or not value or len(value) > 3:
+            raise InputError(field, value, "a list of 1 to 3 integers")
+        for d in value:
+            bounds.check(field, d, "nodes")
+    elif bounds.bound(key) is not None:
+        bounds.check(field, value, key)
+    else:
+        raise InputError(field, value, "a builder argument with a declared bound (topologies.bounds)")
+
+
+def _check_shape(node: dict) -> None:
+    """Counts that must fit each other: GPUs per PCIe switch divides the node's GPUs."""
+    if node["builder"] == "pcie" and node["gpus"] % node["gpus_per_switch"]:
+        raise InputError("node.gpus_per_switch", node["gpus_per_switch"],
+                         f"a divisor of node.gpus ({node['gpus']}): every PCIe switch holds as many GPUs")
 
 
 def validate_spec(spec: dict) -> dict:
@@ -160,11 +191,13 @@ def validate_spec(spec: dict) -> dict:
             raise InputError(key, None, "required in a cluster file")
     _check_section(spec, "node", NODE_BUILDERS)
     _check_section(spec, "fabric", FABRIC_BUILDERS)
+    _check_shape(spec["node"])
     if spec["fabric"].get("transport", "rdma") not in TRANSPORTS:
         raise InputError("fabric.transport", spec["fabric"]["transport"], " or ".join(TRANSPORTS))
-    if isinstance(spec["default_nodes"], bool) or not isinstance(spec["default_nodes"], int) \
-            or not 1 <= spec["default_nodes"] <= 16384:
-        raise InputError("default_nodes", spec["default_nodes"], "an integer from 1 to 16384 (MAX_NODES)")
+    for key in ("name", "description", "gpu"):
+        if not isinstance(spec[key], str) or not spec[key].strip():
+            raise InputError(key, spec[key], "a non-empty string")
+    bounds.check("default_nodes", spec["default_nodes"])
     return spec
 
 

@@ -5,6 +5,7 @@ from topologies.catalog import catalog_names, load_spec
 from topologies.clikit import Parser, check_writable, dump_json, run, table
 from topologies.cluster import build_cluster
 from topologies.describe import describe
+from topologies.errors import InputError
 from topologies.export import FORMATS, export
 from topologies.units import Bps_to_GBps
 
@@ -63,6 +64,15 @@ def _show(args) -> None:
               f"measured {info['oversubscription_measured']:.2f}")
 
 
+PICTURES = (".png", ".svg", ".pdf")
+
+
+def check_picture(path: str) -> None:
+    """A drawing's file name ends with a picture format matplotlib writes."""
+    if not path.lower().endswith(PICTURES):
+        raise InputError("output", path, "a picture file ending in " + ", ".join(PICTURES))
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "list":
@@ -76,6 +86,7 @@ def main(argv=None) -> int:
         from topologies.draw import draw  # matplotlib loads only when drawing
 
         check_writable(args.output)
+        check_picture(args.output)
         print(draw(build_cluster(args.cluster, nodes=args.nodes), args.output))
     return 0
 

@@ -7,6 +7,7 @@ from functools import cached_property, lru_cache
 import networkx as nx
 
 from topologies.attrs import BANDWIDTH, GPU, HOST, KIND, LATENCY, LOCAL, TIER, validate_graph
+from topologies.bounds import MAX_GPUS, MAX_NODES
 from topologies.catalog import load_spec
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
@@ -112,10 +113,16 @@ def cluster_for(name_or_path: str, nodes: int | None = None, gpus: int | None = 
     return build_cluster(name_or_path, nodes=whole), gpus
 
 
-MAX_NODES = 16384   # hosts in one graph: the largest catalog systems have ~10k nodes; building takes seconds
-
-
 def _hosts(spec: dict, nodes: int | None, gpus: int | None) -> int:
+    hosts = _count_hosts(spec, nodes, gpus)
+    per_host = _gpus_per_host(spec)
+    if hosts * per_host > MAX_GPUS:
+        raise InputError("gpus" if gpus is not None else "nodes", gpus if gpus is not None else hosts,
+                         f"at most {MAX_GPUS} GPUs in one cluster ({MAX_GPUS // per_host} nodes of {per_host})")
+    return hosts
+
+
+def _count_hosts(spec: dict, nodes: int | None, gpus: int | None) -> int:
     per_host = _gpus_per_host(spec)
     if nodes is not None and gpus is not None and nodes * per_host != gpus:
         raise InputError("gpus", gpus, f"equal to nodes x {per_host} when both are given")

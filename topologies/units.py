@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from topologies.bounds import MAX_SIZE_BYTES
 from topologies.errors import InputError
 
 _SIZE_UNITS = {
@@ -46,19 +47,22 @@ def parse_size(text, field: str = "size") -> int:
     """Parse ``4096``, ``64KiB``, ``256MiB``, ``1GB``, ``1.5GiB`` into bytes (an int >= 0).
 
     Binary suffixes (KiB, MiB, GiB, TiB and the bare K, M, G, T of nccl-tests) are
-    powers of 1024; decimal ones (KB, MB, GB, TB) powers of 1000.
+    powers of 1024; decimal ones (KB, MB, GB, TB) powers of 1000. At most ``MAX_SIZE_BYTES``
+    (``topologies.bounds``).
     """
     if isinstance(text, bool):
         raise InputError(field, text, "a size such as 4096, 64KiB, 256MiB or 1GB")
     if isinstance(text, (int, float)):
-        if text < 0 or text != int(text):
-            raise InputError(field, text, "a non-negative whole number of bytes")
+        if not text == text or text < 0 or text > MAX_SIZE_BYTES or text != int(text):
+            raise InputError(field, text, f"a whole number of bytes from 0 to {MAX_SIZE_BYTES} (1024TiB)")
         return int(text)
     m = _SIZE_RE.match(str(text))
     unit = m.group(2).upper() if m else None
     if not m or unit not in _SIZE_UNITS:
         raise InputError(field, text, "a size such as 4096, 64KiB, 256MiB or 1GB")
     value = float(m.group(1)) * _SIZE_UNITS[unit]
+    if value > MAX_SIZE_BYTES:
+        raise InputError(field, text, f"a size of at most {format_size(MAX_SIZE_BYTES)} ({MAX_SIZE_BYTES} bytes)")
     if value != int(value):
         raise InputError(field, text, "a whole number of bytes")
     return int(value)

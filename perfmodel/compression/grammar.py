@@ -73,7 +73,7 @@ def _tokens(text: str) -> list[tuple[str, object]]:
 
 
 MAX_SPEC_CHARS = 1000   # a spec is a handful of stages; longer text is refused before tokenizing
-MAX_DEPTH = 8           # nested ef(...) levels
+MAX_DEPTH = 1           # ef(...) levels: error feedback of error feedback has no residual left to feed back
 MAX_STAGES = 16         # stages in one chain
 
 
@@ -110,7 +110,8 @@ class _Parser:
         if name == "ef":
             self.depth += 1
             if self.depth > MAX_DEPTH:
-                self.fail(f"at most {MAX_DEPTH} nested ef(...)")
+                self.fail(f"ef(...) not nested (at most {MAX_DEPTH} level): error feedback inside error "
+                          "feedback has no residual left to feed back")
             self.take("sym", "(")
             inner = self.spec()
             self.take("sym", ")")

@@ -14,7 +14,7 @@ from perfmodel.compute import activation_bytes, attention_heads, layer_gemms
 from perfmodel.measurements import make_record
 from perfmodel.plan import make_plan
 from perfmodel.workload import load_model
-from realrun.bench.kernels import in_step
+from realrun.bench.instep import in_step
 
 MIN_S = 0.3   # each case runs at least this long, so the processes' time slices interleave
 

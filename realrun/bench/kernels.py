@@ -1,18 +1,19 @@
 """Compressor kernels timed alone, and with several processes sharing the machine's cores.
 
 ``run_kernels``: median compress and decompress seconds per (size, spec) on inputs cycled out
-of the last-level cache (``cold_inputs``). ``run_kernels_shared``: ``ranks`` processes in step,
-as the ranks of an emulated cluster share this machine. Records follow ``perfmodel.measurements``.
+of the last-level cache (``cold_inputs``). ``run_kernels_shared``: ``ranks`` processes in step
+(``realrun.bench.instep``), as the ranks of an emulated cluster share this machine. Records
+follow ``perfmodel.measurements``.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import numpy as np
 
 from perfmodel.measurements import make_record
+from realrun.bench.instep import in_step
 from topologies.errors import InputError
 
 
@@ -85,35 +86,6 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
             comp, decomp, _, p, _ = _timed_calls(c, xs, iters, totals, SHARED_MIN_S)
             out.append((size, spec, len(p), sum(comp) / len(comp), sum(decomp) / len(decomp)))
     queue.put(out)
-
-
-def in_step(worker, args: tuple, ranks: int, threads: int = 1, place=None) -> list:
-    """Run ``worker(barrier, queue, *args)`` in ``ranks`` spawned processes (``threads`` OMP and
-    numba threads each) at once, as the ranks of an emulated cluster share this machine; each
-    worker waits on the barrier before every timed case and puts one result on the queue.
-    ``place(i, pid)``, if given, runs as process ``i`` starts (an emulated host's cgroup: the
-    share its rank computes with). Returns the results, one per process."""
-    import multiprocessing as mp
-
-    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
-    os.environ.update(OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
-    ctx = mp.get_context("spawn")
-    barrier, queue = ctx.Barrier(ranks, timeout=600), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(barrier, queue, *args)) for _ in range(ranks)]
-    try:
-        for i, proc in enumerate(procs):
-            proc.start()
-            if place is not None:
-                place(i, proc.pid)
-        return [queue.get(timeout=3600) for _ in procs]
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-        for proc in procs:
-            if proc.pid is not None:
-                proc.join(timeout=10)
-                if proc.is_alive():
-                    proc.kill()
 
 
 def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threads: int = 1,

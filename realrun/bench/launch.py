@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import tempfile
 
 from realrun import procs
 from realrun.bench.config import BenchConfig
@@ -26,7 +25,9 @@ def run_collectives(config: BenchConfig) -> list[dict]:
         raise RunError("backend", config.backend, "torch is not installed in this environment, and realrun's "
                        "collectives run on torch.distributed: pip install 'commpress[real]' (or your own CUDA "
                        "build of torch >= 2.4 first)")
-    with tempfile.TemporaryDirectory() as tmp:
+    if config.backend == "nccl":
+        require_nccl(config.world)
+    with procs.temporary_directory() as tmp:
         cfg = os.path.join(tmp, "config.json")
         with open(cfg, "w") as handle:
             handle.write(config.to_json())
@@ -45,6 +46,18 @@ def run_collectives(config: BenchConfig) -> list[dict]:
             return [json.loads(line) for line in handle]
 
 
+def require_nccl(ranks: int) -> None:
+    """NCCL needs a torch built with it and a CUDA GPU per local rank: refused before any rank starts."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not dist.is_nccl_available() or gpus < ranks:
+        have = "a torch without NCCL" if not dist.is_nccl_available() else f"{gpus} CUDA GPU(s)"
+        raise RunError("backend", "nccl", f"backend nccl needs a CUDA GPU per rank ({ranks}) and a torch built "
+                       f"with NCCL; this machine has {have}: use --backend gloo")
+
+
 def under_torchrun() -> bool:
     """True inside a torchrun (or any env:// launcher) process."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
@@ -55,7 +68,7 @@ def run_here(config: BenchConfig) -> list[dict]:
     rank returns rank 0's records."""
     import torch.distributed as dist
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with procs.temporary_directory() as tmp:
         out = os.path.join(tmp, "records.jsonl")
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, config, out, keep_group=True)
         lines = [""]

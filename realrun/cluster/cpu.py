@@ -170,6 +170,18 @@ def join(ns: str, pid: int) -> None:
         _write(os.path.join(path, "cgroup.procs"), str(pid))
 
 
+# joins its own pid to each group file before the first argument "--", then becomes the command
+_JOIN_THEN_EXEC = 'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; shift; exec "$@"'
+
+
+def joined(ns: str, argv: list[str]) -> list[str]:
+    """``argv`` run inside the host's cgroup from its first instruction: a shell joins itself,
+    then execs it (same pid), so nothing the command does runs before it is placed."""
+    where = require()
+    files = [os.path.join(path, "cgroup.procs") for path in _dirs(where, ns)]
+    return ["sh", "-c", _JOIN_THEN_EXEC, "sh", *files, "--", *argv]
+
+
 def exists(ns: str) -> bool:
     where = hierarchy()
     return bool(where) and any(os.path.isdir(p) for p in _dirs(where, ns))

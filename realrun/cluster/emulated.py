@@ -18,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass
 
 from realrun.cluster import cpu, netns
+from topologies import bounds
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 from topologies.units import format_rate, parse_rate
@@ -74,6 +76,8 @@ class EmulatedSpec:
             value = getattr(self, key)
             if isinstance(value, str):
                 object.__setattr__(self, key, parse_rate(value, key))
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, _check_rate(key, getattr(self, key)))
         _check_int("hosts", self.hosts, 2, 8)
         _check_int("groups", self.groups, 1, self.hosts)
         if self.hosts % self.groups:
@@ -126,6 +130,15 @@ def _resolve_share(value, hosts: int) -> float | None:
             raise InputError("cpus_per_host", value, "a share of one core, auto or none") from None
     return cpu.check_share(value, hosts)
 
+
+def _check_rate(key: str, value) -> int:
+    """A link rate (bits/s) within the bound tc can emulate here (``topologies.bounds``)."""
+    _, low, high = bounds.bound("link_bits_per_s")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or not low <= value <= high:
+        raise InputError(key, format_rate(value) if number and value > 0 else value,
+                         f"a link rate from {format_rate(low)} to {format_rate(high)} (tc tbf on this machine)")
+    return int(value)
 
 def _check_int(field, value, low, high):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -31,10 +31,20 @@ def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int, wo
 
 def python_of_this_environment(argv: list[str]) -> list[str]:
     """``python``/``python3`` as the command means the interpreter running commpress (its
-    environment has torch and realrun), not whichever is first on PATH."""
-    if argv and argv[0] in ("python", "python3"):
-        return [sys.executable, *argv[1:]]
-    return list(argv)
+    environment has torch and realrun), not whichever is first on PATH; with ``-m MODULE`` or
+    ``-c CODE`` it runs without the current directory on sys.path (``procs.python_argv``: a
+    ``socket.py`` there is never imported by a rank running as root). A script keeps its own
+    folder on sys.path: that is the code the user chose to run."""
+    if not argv or argv[0] not in ("python", "python3"):
+        return list(argv)
+    rest = list(argv[1:])
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return procs_.python_argv(rest[1], *rest[2:])
+    if rest[:1] == ["-c"] and len(rest) > 1:
+        if sys.version_info >= (3, 11):
+            return [sys.executable, "-P", *rest]
+        return [sys.executable, "-c", "import sys; sys.path.pop(0)\n" + rest[1], *rest[2:]]
+    return [sys.executable, *rest]
 
 
 def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, port: int = MASTER_PORT,
@@ -53,10 +63,11 @@ def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, p
     try:
         for r in range(world):
             ns = emulated.host_ns(name, r)
-            procs.append(procs_.start(["ip", "netns", "exec", ns, *argv],
+            command = ["ip", "netns", "exec", ns, *argv]   # (it remounts /sys: join the cgroup before it)
+            if spec.cpus_per_host is not None:
+                command = cpu.joined(ns, command)
+            procs.append(procs_.start(command,
                                       quiet=r > 0 and quiet_ranks, env=rank_env(spec, r, threads, port, world)))
-            if spec.cpus_per_host is not None:   # `ip netns exec` keeps its pid when it execs the command
-                cpu.join(ns, procs[-1].pid)
         procs_.wait_all(procs, timeout_s)
     finally:
         procs_.stop_all(procs)

@@ -1,8 +1,18 @@
 """Stages backed by external codecs and linear algebra: PowerSGD, zfp (zfpy), SZ3 (pysz),
 lossless (numcodecs), MPC. zfp, SZ3 and numcodecs come with the ``real`` extra. Host only:
-none of these has a GPU path (a GPU compressor refuses them)."""
+none of these has a GPU path (a GPU compressor refuses them).
+
+A payload's checksum stops accidents, not a peer that forges one, and these libraries' C
+decoders do not check their input against their buffers. So before a stream reaches one,
+the count the header claims is checked against what the stream can hold (a bound per codec:
+``ZFP_VALUES_PER_BYTE``, ``SZ3_MAX_RATIO``, ``LOSSLESS_MAX_RATIO``), the sizes the stream
+declares itself against that count, and zfp reads from a copy padded to the most any stream
+of that count could make it read (so a forged one never reads past its buffer); any error a
+library raises becomes ``InputError``.
+"""
 from __future__ import annotations
 
+import struct
 
 import numpy as np
 
@@ -19,12 +29,38 @@ def _need(module: str):
         raise InputError("compressor", module, "installed: pip install 'commpress[real]'") from None
 
 
+# The most values a stream can hold per byte of it, per codec (checked before decoding):
+# zfp's accuracy modes spend at least 1 bit on a block of 4 values (an all-zero block);
+ZFP_VALUES_PER_BYTE = 32
+# SZ3 (measured on all-zero input, its best case: 2.7e5x at 2^24 values, 6.7e5x at 2^26; the
+# ratio grows with the count, toward about 2^20), with a margin of 8;
+SZ3_MAX_RATIO = 2**23
+# zstd at most ~32768x (an RLE block: 128 KiB from 4 bytes), Blosc with zstd ~4400x, LZ4 ~255x.
+LOSSLESS_MAX_RATIO = {"zstd": 2**16, "lz4": 2**9}
+LOSSLESS_SLACK = 2**10   # bytes: headers of a short stream
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
 def _external(name: str, decode, *args):
     """Run an external codec's decoder; its own errors on a malformed stream become InputError."""
     try:
         return decode(*args)
-    except (ValueError, RuntimeError, IndexError, OverflowError) as e:
-        raise InputError("payload", name, f"a valid {name} stream ({str(e)[:80]})") from None
+    except MemoryError:
+        raise InputError("payload", name, f"a {name} stream that decodes within memory") from None
+    except Exception as e:   # noqa: BLE001  (each library raises its own types: TypeError, NotImplementedError...)
+        raise InputError("payload", name, f"a valid {name} stream ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _holds(name: str, n: int, stream_bytes: int, most: float) -> None:
+    """Refuse a claim of ``n`` values that a stream of ``stream_bytes`` cannot hold."""
+    if n > most:
+        raise InputError("payload.count", n, f"at most {int(most)} values in a {stream_bytes}-byte {name} stream")
+
+
+def _host_float(name: str, dtype) -> None:
+    if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise InputError("dtype", str(np.dtype(dtype)), f"float32 or float64 for {name} (its library has no "
+                         f"{np.dtype(dtype)})")
 
 
 def _finite(name: str, x: np.ndarray) -> None:
@@ -85,6 +121,25 @@ class ZfpStage(Stage):
         mode = self.family.mode
         return {mode: self.params[mode]}
 
+    def check(self, dtype):
+        super().check(dtype)
+        _host_float("zfp", dtype)
+
+    def _stream(self, values, n: int, dtype) -> np.ndarray:
+        """The stream, bounds checked; in an accuracy mode a copy padded with zeros to the most a
+        stream of ``n`` values can read (a block: 1 + exponent bits, at most ~5 bits per value bit
+        plane group; 64-bit words read ahead), so a forged stream never reads past it. Fixed
+        rate reads exactly its layout, which the payload's length check already enforced."""
+        data = np.asarray(values, np.uint8).reshape(-1)
+        if self.family.mode == "rate":
+            return np.ascontiguousarray(data)
+        _holds("zfp", n, len(data), ZFP_VALUES_PER_BYTE * len(data))
+        bits = 8 * np.dtype(dtype).itemsize
+        worst = -(-n // 4) * (5 * bits + 24) // 8 + 64
+        padded = np.zeros(max(len(data), worst) + 64, np.uint8)   # pages untouched stay free
+        padded[: len(data)] = data
+        return padded
+
     def encode(self, x, ctx):
         zfpy = _need("zfpy")
         _finite("zfp", x)
@@ -98,7 +153,8 @@ class ZfpStage(Stage):
         if not n:
             return np.zeros(0, dtype)
         ztype = zfpy.dtype_to_ztype(np.dtype(dtype))
-        out = _external("zfp", lambda: zfpy._decompress(bytes(values), ztype, [n], **self._kw()))
+        stream = self._stream(values, n, dtype)
+        out = _external("zfp", lambda: zfpy._decompress(stream, ztype, [n], **self._kw()))
         top = np.finfo(dtype).max   # input was finite: at low rates zfp can round the largest values past it
         return np.clip(np.asarray(out, dtype=dtype).reshape(-1)[:n], -top, top)
 
@@ -106,6 +162,10 @@ class ZfpStage(Stage):
 @families.Sz3.implements("numpy")
 class Sz3Stage(Stage):
     """SZ3 through pysz with an absolute or value-range-relative error bound."""
+
+    def check(self, dtype):
+        super().check(dtype)
+        _host_float("sz3", dtype)
 
     def encode(self, x, ctx):
         pysz = _need("pysz")
@@ -124,7 +184,9 @@ class Sz3Stage(Stage):
         pysz = _need("pysz")
         if not n:
             return np.zeros(0, dtype)
-        out, _ = _external("sz3", pysz.sz.decompress, np.ascontiguousarray(values), np.dtype(dtype), (n,))
+        _holds("sz3", n, len(values), SZ3_MAX_RATIO * (len(values) + LOSSLESS_SLACK) / np.dtype(dtype).itemsize)
+        stream = np.ascontiguousarray(values, dtype=np.uint8)
+        out, _ = _external("sz3", pysz.sz.decompress, stream, np.dtype(dtype), (n,))
         return np.asarray(out).reshape(-1)
 
 
@@ -148,15 +210,48 @@ class LosslessStage(Stage):
             data = np.frombuffer(c.encode(data), np.uint8)
         return data, b""
 
+    def _check_stream(self, data: bytes, n: int, itemsize: int) -> None:
+        """``n`` values must fit what the stream's length can hold, and the stream's own declared
+        size must be theirs."""
+        codec, blosc = self.params["codec"], self.params["shuffle"] == "bit"
+        _holds("lossless", n, len(data), LOSSLESS_MAX_RATIO[codec] * (len(data) + LOSSLESS_SLACK) / itemsize)
+        declared = _declared_size(data, codec, blosc)
+        if declared != n * itemsize:
+            raise InputError("payload", f"a {'blosc' if blosc else codec} stream of {declared} bytes",
+                             f"{n * itemsize} bytes (the header's {n} values)")
+
     def decode(self, values, meta, n, dtype, ctx):
         if not n:
             return np.zeros(0, dtype)
         data = bytes(values)
+        self._check_stream(data, n, np.dtype(dtype).itemsize)
         for c in reversed(self._codec(np.dtype(dtype).itemsize)):
             data = bytes(_external("lossless", c.decode, data))
         if len(data) != n * np.dtype(dtype).itemsize:
             raise InputError("payload", f"{len(data)} decoded bytes", f"{n * np.dtype(dtype).itemsize} (header)")
         return np.frombuffer(data, dtype=dtype).copy()
+
+
+def _declared_size(data: bytes, codec: str, blosc: bool) -> int | None:
+    """The decoded size a stream declares in its own header (None where it declares none):
+    Blosc's nbytes (and its cbytes must be the stream's length), numcodecs' LZ4 size prefix,
+    the content size of a zstd frame."""
+    if blosc:
+        if len(data) < 16 or struct.unpack_from("<I", data, 12)[0] != len(data):
+            return None
+        return struct.unpack_from("<I", data, 4)[0]
+    if codec == "lz4":
+        return struct.unpack_from("<I", data, 0)[0] if len(data) >= 4 else None
+    if len(data) < 6 or data[:4] != ZSTD_MAGIC:
+        return None
+    fhd = data[4]
+    single, dict_bytes, fcs_flag = (fhd >> 5) & 1, (0, 1, 2, 4)[fhd & 3], fhd >> 6
+    size_bytes = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    at = 5 + (0 if single else 1) + dict_bytes
+    if not size_bytes or len(data) < at + size_bytes:
+        return None
+    value = int.from_bytes(data[at:at + size_bytes], "little")
+    return value + 256 if size_bytes == 2 else value
 
 
 @families.Mpc.implements("numpy")

@@ -231,6 +231,10 @@ class Compressor:
         header.verify(body)
         if header.digest != self.digest:
             raise InputError("payload", "spec digest", f"a payload made with {self.spec}")
+        try:
+            self.root.check(header.dtype)
+        except InputError as err:
+            raise InputError("payload.dtype", str(header.dtype), f"a dtype {self.spec} encodes ({err})") from None
         values, meta = self._split(body, header.count, header.dtype, be)
         return header, values, meta
 

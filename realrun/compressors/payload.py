@@ -2,27 +2,31 @@
 
 Header (little-endian, 32 bytes + 8 per dim): magic ``CP``, format version, dtype code,
 ndim, 3 pad bytes, element count, the first 8 bytes of BLAKE2b of the canonical spec (so
-a payload is never decoded with another spec), a 32-bit checksum of the body, 4 pad bytes
-(the body starts 8-byte aligned), then the shape. perfmodel's ``header_bytes`` gives the
-same size; a contract test keeps them equal.
+a payload is never decoded with another spec), a 32-bit checksum of the header and the body,
+4 pad bytes (the body starts 8-byte aligned), then the shape. perfmodel's ``header_bytes``
+gives the same size; a contract test keeps them equal.
 
-The checksum is a position-weighted sum of the body's little-endian 32-bit words,
+The checksum of a byte string is a position-weighted sum of its little-endian 32-bit words,
 ``(len + sum_i (2i+1) * w_i) mod 2^32`` (a short last word zero padded). It detects every
 error inside one word (a changed word changes the sum by an odd multiple of a nonzero
 difference, never 0 mod 2^32) and any other corruption but with probability 2^-32; unlike
 CRC-32 it is one parallel reduction, so the GPU path computes the same value on the device
 (the body's backend does the reduction: ``backends``). It costs one read of the body (numba:
-one pass, ~memcpy speed).
+one pass, ~memcpy speed). The header's field holds the sum of the body's checksum and the
+header's own (its bytes with the field zero, on the host: a few dozen bytes), so a flipped
+dtype code, count or dim is caught as a flipped body byte is.
 
 ``Header.unpack`` checks magic, version, dtype, ndim (at most ``MAX_NDIM``), that the count
 equals the product of the shape and stays under ``MAX_COUNT``, and the checksum (``verify``):
-every field is checked before any byte of the body is interpreted.
+every field is checked before any byte of the body is interpreted. A peer that forges a
+payload can recompute the checksum: the decoders' own bounds (``stages``, ``codecs``) are
+what keep such a payload from reading or writing outside its buffers.
 """
 from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,7 +34,7 @@ from perfmodel.compression.codec import HEADER_FIXED_BYTES, header_bytes
 from realrun.compressors import backends
 from topologies.errors import InputError
 
-MAGIC, VERSION = b"CP", 2
+MAGIC, VERSION = b"CP", 3   # 3: the checksum covers the header too
 _FIXED = struct.Struct("<2sBBB3sQ8sI4s")
 PAD = (b"\0" * 3, b"\0" * 4)
 assert _FIXED.size == HEADER_FIXED_BYTES
@@ -81,6 +85,14 @@ class Header:
                             self.checksum, PAD[1])
         return fixed + struct.pack(f"<{len(self.shape)}Q", *self.shape)
 
+    def own_checksum(self) -> int:
+        """The checksum of this header's bytes with the checksum field zero."""
+        return checksum(np.frombuffer(replace(self, checksum=0).pack(), np.uint8))
+
+    def sealed(self, body_checksum: int) -> bytes:
+        """This header's bytes, its checksum field covering itself and a body of ``body_checksum``."""
+        return replace(self, checksum=(body_checksum + self.own_checksum()) & 0xFFFFFFFF).pack()
+
     @classmethod
     def unpack(cls, data, verify: bool = True) -> tuple[Header, int]:
         """The header of ``data`` and where the body starts; InputError for anything malformed
@@ -110,17 +122,19 @@ class Header:
         return header, end
 
     def verify(self, body) -> None:
-        """InputError unless ``body`` (a uint8 array of any backend) matches the checksum."""
-        if checksum(body) != self.checksum:
-            raise InputError("payload.checksum", f"{self.checksum:#010x}", "the checksum of the body (the payload "
-                             "was corrupted on the way)")
+        """InputError unless this header and ``body`` (a uint8 array of any backend) match the checksum."""
+        if (checksum(body) + self.own_checksum()) & 0xFFFFFFFF != self.checksum:
+            raise InputError("payload.checksum", f"{self.checksum:#010x}", "the checksum of the header and the body "
+                             "(the payload was corrupted on the way)")
 
 
 def seal(buf) -> None:
-    """Write the checksum of the body of ``buf`` (a writable header + body) into its header."""
+    """Write the checksum of ``buf`` (a writable header + body) into its header."""
     u8 = _as_u8(buf)
-    ndim = int(u8[4])
-    struct.pack_into("<I", buf, CHECKSUM_AT, checksum(u8[header_bytes(ndim):]))
+    end = header_bytes(int(u8[4]))
+    struct.pack_into("<I", buf, CHECKSUM_AT, 0)
+    total = checksum(u8[end:]) + checksum(u8[:end].copy())
+    struct.pack_into("<I", buf, CHECKSUM_AT, total & 0xFFFFFFFF)
 
 
 @dataclass(frozen=True)

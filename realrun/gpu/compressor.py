@@ -9,8 +9,6 @@ error when the compressor is built, never a silent copy to the host.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from perfmodel.compression import families
@@ -51,7 +49,7 @@ class GpuCompressor(Compressor):
             return flat.view(cp.uint8)
         header, meta, prefix, values = self._encode(flat, arr.shape, key or "")
         body = kernels.BACKEND.join([meta, prefix, values])
-        return kernels.BACKEND.join([replace(header, checksum=checksum(body)).pack(), body])
+        return kernels.BACKEND.join([header.sealed(checksum(body)), body])
 
     def decompress(self, payload, like=None):
         """The float32 values back on the device, in the payload's shape (``like``: the shape

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 from realrun import procs
 from realrun.train.config import TrainConfig
@@ -16,7 +15,7 @@ ENTRY = "realrun.train"   # its __main__: one rank
 def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
     """Start ``cfg.world`` (tp x dp) local ranks; return rank 0's records (from ``cfg.metrics`` or a
     temp file)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with procs.temporary_directory() as tmp:
         metrics = cfg.metrics or os.path.join(tmp, "metrics.jsonl")
         run = TrainConfig(**{**cfg.__dict__, "metrics": metrics})
         path, store = os.path.join(tmp, "config.json"), os.path.join(tmp, "store")

@@ -114,6 +114,9 @@ def test_without_root_up_refuses_with_a_clear_message(monkeypatch):
     (dict(hosts=9), "hosts"), (dict(hosts=1), "hosts"), (dict(bandwidth="fast"), "bandwidth"),
     (dict(hosts=4, groups=3), "groups"), (dict(groups=2), "trunk_bandwidth"),
     (dict(slow_host=1), "slow_host"), (dict(slow_host=7, slow_bandwidth="1mbit"), "slow_host"),
+    (dict(bandwidth="1bit"), "bandwidth='1bit': a link rate from 1mbit to 100gbit"),
+    (dict(bandwidth="100000gbit"), "bandwidth='100000gbit'"), (dict(bandwidth=10**12), "bandwidth"),
+    (dict(groups=2, trunk_bandwidth="10kbit"), "trunk_bandwidth"),
 ])
 def test_bad_specs_name_the_field(kwargs, field):
     with pytest.raises(InputError, match=field):

@@ -68,16 +68,19 @@ def test_wait_all_names_the_failed_rank_and_stop_all_ends_groups():
     assert ok.poll() is not None
 
 
-def _children(pid: int) -> list[int]:
+def _children(pid: int, running: str = "realrun.bench") -> list[int]:
+    """The children of ``pid`` whose command line names ``running`` (the ranks; not the watchdog)."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as handle:
                     fields = handle.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmd = handle.read().decode(errors="replace")
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if int(fields[1]) == pid and running in cmd:
                 out.append(int(entry))
     return out
 

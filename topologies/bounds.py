@@ -1,0 +1,96 @@
+"""Declared bounds of every input that sizes work or memory: one table, one check.
+
+A cluster file's counts and rates, a model file's dimensions, a message size, a measured
+record's numbers: each field has a kind (a whole number or any number) and the lowest and
+highest value a run can mean. ``check(field, value)`` returns the value or refuses it in one
+line naming the field, the value and the limit (``InputError``), before anything is built
+from it. A field is looked up by its last dotted part (``node.gpus`` -> ``gpus``), else by its
+unit suffix (``nic_Gbps`` -> ``_Gbps``). The limits are far beyond any real system and far
+below what would exhaust this machine (a graph, a schedule, a float).
+"""
+from __future__ import annotations
+
+import math
+
+from topologies.errors import InputError
+
+INT, NUMBER = "an integer", "a number"
+MAX_NODES = 16384          # hosts in one graph: the largest catalog systems have ~10k; building takes seconds
+MAX_GPUS_PER_NODE = 1024
+MAX_GPUS = 2**17           # GPUs in one graph (16384 nodes of 8): larger graphs take minutes and gigabytes
+MAX_SIZE_BYTES = 2**50     # one message or tensor: 1 PiB
+
+BOUNDS: dict[str, tuple[str, float, float]] = {
+    # cluster files: nodes, node and fabric builders
+    "default_nodes": (INT, 1, MAX_NODES),
+    "nodes": (INT, 1, MAX_NODES),
+    "gpus": (INT, 1, MAX_GPUS_PER_NODE),
+    "nics": (INT, 1, MAX_GPUS_PER_NODE),
+    "sockets": (INT, 1, 64),
+    "gpus_per_socket": (INT, 1, MAX_GPUS_PER_NODE),
+    "nics_per_socket": (INT, 1, MAX_GPUS_PER_NODE),
+    "gpus_per_switch": (INT, 1, MAX_GPUS_PER_NODE),
+    "cores": (INT, 1, 4096),
+    "slow_host": (INT, -1, MAX_NODES - 1),
+    "cpu_share": (NUMBER, 0.0, 1.0),
+    "radix": (INT, 2, 4096),
+    "levels": (INT, 1, 3),
+    "routers_per_group": (INT, 1, 4096),
+    "hosts_per_router": (INT, 1, 4096),
+    "hosts_per_group": (INT, 1, MAX_NODES),
+    "oversubscription": (NUMBER, 1.0, 1024.0),
+    "_GBps": (NUMBER, 1e-6, 1e6),       # link rates in GB/s (10^9 bytes/s)
+    "_Gbps": (NUMBER, 1e-6, 1e7),       # network rates in Gb/s
+    "_us": (NUMBER, 0.0, 1e6),          # latencies: up to one second
+    # model files
+    "hidden_size": (INT, 1, 2**18),
+    "num_layers": (INT, 1, 2**14),
+    "num_heads": (INT, 1, 2**14),
+    "num_kv_heads": (INT, 1, 2**14),
+    "ffn_hidden_size": (INT, 1, 2**20),
+    "vocab_size": (INT, 1, 2**24),
+    "seq_len": (INT, 1, 2**24),
+    # messages and measured records
+    "size_bytes": (INT, 0, MAX_SIZE_BYTES),
+    "wire_bytes": (INT, 0, MAX_SIZE_BYTES),
+    "world": (INT, 1, MAX_GPUS),
+    # calibration profiles: protocol costs (a second at most) and GEMM sizes (the efficiency table's keys)
+    "base_us": (NUMBER, 0.0, 1e4),       # 10 ms: 100x the slowest fitted protocol (TCP)
+    "step_us": (NUMBER, 0.0, 1e4),
+    "gemm_size": (NUMBER, 1.0, 1e12),
+    # realrun's emulated links (tc tbf on this machine): below 1 mbit a step takes hours, above 100 gbit
+    # no veth pair on one machine carries it
+    "link_bits_per_s": (INT, 10**6, 10**11),
+}
+
+
+def bound(field: str) -> tuple[str, float, float] | None:
+    """The declared bound of ``field`` (by its last dotted part, else its unit suffix), or None."""
+    key = field.rsplit(".", 1)[-1]
+    if key in BOUNDS:
+        return BOUNDS[key]
+    for suffix in ("_GBps", "_Gbps", "_us"):
+        if key.endswith(suffix):
+            return BOUNDS[suffix]
+    return None
+
+
+def _text(kind: str, x: float) -> str:
+    return str(int(x)) if kind == INT else f"{x:g}"
+
+
+def describe(field: str) -> str:
+    """``an integer from 1 to 1024``: what ``field`` allows."""
+    kind, low, high = bound(field)
+    return f"{kind} from {_text(kind, low)} to {_text(kind, high)}"
+
+
+def check(field: str, value, name: str | None = None):
+    """``value`` if it is of the kind and within the bound of ``name`` (default ``field``);
+    else InputError naming ``field``, the value and the limit."""
+    kind, low, high = bound(name or field)
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+        and (kind == NUMBER or value == int(value))
+    if not ok or not low <= value <= high:
+        raise InputError(field, value, describe(name or field))
+    return int(value) if kind == INT else value
