@@ -8,7 +8,8 @@ prediction of a realrun measurement uses the same cost structures with realrun's
   the ring all-reduce carried by the ``allreduce`` primitive;
 * ``auto`` otherwise: ``allgather`` for sparse specs, ``two_phase`` for the rest;
 * a named algorithm runs realrun's implementation for any spec, ``none`` included;
-* no chunking (realrun pipelines only when asked with ``chunks``).
+* no chunking (realrun pipelines only when asked with ``chunks``);
+* the all-to-all: ``direct`` (pairwise, each chunk compressed once at its source) for every spec.
 
 Phases are tagged with the primitive that moves them, so a profile's per-primitive
 measurements (``primitives``, fitted by ``perfmodel calibrate``) apply.
@@ -33,6 +34,8 @@ def runtime_algorithm(op: str, compressor: str, algorithm: str) -> str:
     """realrun's algorithm for ``algorithm`` ('auto' resolved as realrun resolves it)."""
     if algorithm != "auto":
         return algorithm
+    if op == "alltoall":
+        return "direct"
     codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
     if codec.is_none or codec.cast_to:
         return "torch"
