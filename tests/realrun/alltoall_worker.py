@@ -3,7 +3,7 @@ rank sent (every rank's input is drawn from its rank's seed, so any rank can reb
 writes what it saw to OUT/rank{r}.json. Run as: python alltoall_worker.py RANK WORLD STORE OUT."""
 import json
 import sys
-from functools import lru_cache
+from functools import cache
 from datetime import timedelta
 
 import numpy as np
@@ -23,7 +23,7 @@ def rows_to(src: int, dst: int) -> int:
     return (3 * src + 5 * dst) % 7 * 9
 
 
-@lru_cache(maxsize=None)
+@cache
 def data(src: int, p: int) -> torch.Tensor:
     n = sum(rows_to(src, j) for j in range(p))
     return torch.from_numpy(np.random.default_rng(src).standard_normal((n, WIDTH)).astype(np.float32) * (src + 1))
@@ -64,9 +64,9 @@ def main(rank: int, world: int, store: str, out: str) -> None:
     rows.append({"spec": "default", "equal": bool(torch.equal(y, want)), "shape": list(y.shape)})
     refused = []
     for bad in (dict(splits=[1] * (world + 1)), dict(splits=[-1] + [0] * (world - 1)), dict(algorithm="hierarchical"),
-                dict(splits=[len(x) + 1] + [0] * (world - 1))):
+                dict(splits=[len(x) + 1] + [0] * (world - 1)), dict(spec="fp9"), dict(out_splits=[1])):
         try:
-            comm.alltoall(x, "int8", **bad)
+            comm.alltoall(x, **{"spec": "int8", **bad})
             refused.append(False)
         except InputError as exc:
             refused.append(len(str(exc).splitlines()) == 1)
