@@ -99,11 +99,11 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
                    "A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, compressed "
-                   "collectives): each case predicted first, then measured --repeats times (the median counts; "
-                   "spread = max/min - 1 of the repeats). Writes DIR/results.csv, DIR/report.md "
-                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE with the testbed's noise floor "
-                   "(median spread) and the cases spread over 5%, worst case, fastest-compressor "
-                   "agreement, int8 crossover bandwidth.", LOOP_EPILOG)
+                   "all-reduces and realrun's all-to-all): each case predicted first, then measured --repeats "
+                   "times (the median counts; spread = max/min - 1 of the repeats). Writes DIR/results.csv, "
+                   "DIR/report.md and DIR/predicted_vs_measured.png and prints the summary: MAPE with the "
+                   "testbed's noise floor (median spread) and the cases spread over 5%, MAPE per op, worst case, "
+                   "fastest-compressor agreement, int8 crossover bandwidth.", LOOP_EPILOG)
     val.add_argument("--calibration", help="profile from realrun calibrate (default: catalog numbers)")
     val.add_argument("--cluster", default="emu", help="as for calibrate")
     val.add_argument("--out", required=True, help="output folder (created)")

@@ -147,4 +147,4 @@ def test_calibrate_and_validate_run_under_torchrun(tmp_path):
                    "--iters", "1", "--out", str(tmp_path / "val"))
     assert "MAPE" in out and out.count("# realrun validate") == 1
     rows = (tmp_path / "val" / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 12 and ",0," in rows[1]   # bandwidth 0: the cluster's own links
+    assert len(rows) == 1 + 12 + 4 and ",0," in rows[1]   # bandwidth 0: the cluster's own links; 4 all-to-alls
