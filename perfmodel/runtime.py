@@ -9,7 +9,8 @@ prediction of a realrun measurement uses the same cost structures with realrun's
 * ``auto`` otherwise: ``allgather`` for sparse specs, ``two_phase`` for the rest;
 * a named algorithm runs realrun's implementation for any spec, ``none`` included;
 * no chunking (realrun pipelines only when asked with ``chunks``);
-* the all-to-all: ``direct`` (pairwise, each chunk compressed once at its source) for every spec.
+* the all-to-all: ``direct`` (pairwise, each chunk compressed once at its source) for every spec
+  (``none`` is torch's own ``all_to_all_single``, pairwise as well: the same cost structure).
 
 Phases are tagged with the primitive that moves them, so a profile's per-primitive
 measurements (``primitives``, fitted by ``perfmodel calibrate``) apply.

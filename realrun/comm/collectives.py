@@ -177,7 +177,8 @@ class Comm:
         rank order. Each chunk is compressed once at its source and decoded once at its
         destination (dispatched tokens are forwarded, never summed: error enters once); the own
         chunk stays exact. ``out_splits`` (rows from each rank), where known, skips the size round
-        for fixed-size specs. ``algorithm``: auto or direct (pairwise)."""
+        for fixed-size specs. ``algorithm``: auto or direct (pairwise). ``none`` runs torch's own
+        ``all_to_all_single`` on the rows (no payload copies)."""
         if algorithm not in ("auto",) + runtime_algorithms("alltoall"):
             raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(runtime_algorithms("alltoall")))
         if tensor.dim() < 1:
@@ -194,6 +195,10 @@ class Comm:
         try:
             if p == 1:
                 return tensor.clone()
+            if c.none:
+                sent = (rows - splits[rank]) * width * tensor.element_size()
+                c.stats.bytes_in, c.stats.bytes_out = c.stats.bytes_in + sent, c.stats.bytes_out + sent
+                return _torch_alltoall(tensor, splits, out_splits, self.group)
             alg = runtime_algorithm("alltoall", c.wire.codec, algorithm)
             values = None if out_splits is None else [s * width for s in out_splits]
             out = ALLTOALL_IMPLEMENTATIONS[alg](to_array(tensor), c, self.group, splits=[s * width for s in splits],
@@ -255,6 +260,18 @@ def _torch_allreduce(tensor: torch.Tensor, cast: str | None, group, inplace: boo
         return tensor.copy_(out) if inplace else out.to(tensor.dtype)
     out = tensor if inplace else tensor.detach().clone()
     dist.all_reduce(out, group=group)
+    return out
+
+
+def _torch_alltoall(tensor: torch.Tensor, splits: list[int], out_splits: list[int] | None, group) -> torch.Tensor:
+    """torch.distributed's own all-to-all of rows (``none``); the row counts arriving are
+    exchanged first where the caller does not know them."""
+    if out_splits is None:
+        got = torch.zeros(len(splits), dtype=torch.int64, device=tensor.device)
+        dist.all_to_all_single(got, torch.tensor(splits, dtype=torch.int64, device=tensor.device), group=group)
+        out_splits = got.tolist()
+    out = tensor.new_empty((sum(out_splits), *tensor.shape[1:]))
+    dist.all_to_all_single(out, tensor.detach().contiguous(), list(out_splits), list(splits), group=group)
     return out
 
 
