@@ -20,6 +20,7 @@ compressed once at its source, decoded once at its destination.
 """
 from __future__ import annotations
 
+import numbers
 import os
 
 import numpy as np
@@ -188,9 +189,9 @@ class Comm:
         if splits is None:
             splits = [s.stop - s.start for s in split(rows, p)]
             out_splits = [splits[rank]] * p if out_splits is None else out_splits
-        _check_splits("splits", splits, p, rows)
+        splits = _check_splits("splits", splits, p, rows)
         if out_splits is not None:
-            _check_splits("out_splits", out_splits, p, None)
+            out_splits = _check_splits("out_splits", out_splits, p, None)
         c = self._bound(spec, tensor, key)
         try:
             if p == 1:
@@ -275,13 +276,15 @@ def _torch_alltoall(tensor: torch.Tensor, splits: list[int], out_splits: list[in
     return out
 
 
-def _check_splits(name: str, splits, p: int, rows: int | None) -> None:
-    """``p`` row counts >= 0 (summing to ``rows`` where given): one clear error otherwise."""
+def _check_splits(name: str, splits, p: int, rows: int | None) -> list[int]:
+    """``p`` row counts >= 0 (summing to ``rows`` where given) as Python ints; one clear error
+    otherwise."""
     ok = isinstance(splits, (list, tuple)) and len(splits) == p and all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in splits)
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in splits)
     if not ok or rows is not None and sum(splits) != rows:
         total = f" summing to the {rows} rows of the tensor" if rows is not None else ""
         raise InputError(name, splits, f"{p} row counts >= 0, one per rank{total}")
+    return [int(s) for s in splits]
 
 
 def _device(tensor: torch.Tensor, group) -> str:

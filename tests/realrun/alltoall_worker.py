@@ -45,7 +45,8 @@ def main(rank: int, world: int, store: str, out: str) -> None:
     for spec in SPECS:
         for known in (True, False):
             stats = CommStats()
-            y = comm.alltoall(x, spec, splits, out_splits if known else None, key="tokens", stats=stats)
+            counts = np.array(splits) if known else splits   # numpy counts are row counts too
+            y = comm.alltoall(x, spec, list(counts), out_splits if known else None, key="tokens", stats=stats)
             edges = np.cumsum([0, *out_splits])
             errors = [rel(y[edges[i]:edges[i + 1]], chunk(i, rank, world)) for i in range(world)]
             sent = [rows_to(rank, j) * WIDTH for j in range(world) if j != rank]
