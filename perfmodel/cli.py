@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from perfmodel.collective import DTYPES, OPS
+from perfmodel.library import library
 from perfmodel.prediction import PredictOptions, compare, predict, request_and_options
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, PlanRequest
 from perfmodel.report import plan_text, catalog_report, compare_report, step_report, sweep_csv, sweep_table
@@ -32,6 +33,10 @@ POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, z
                "AXIS=SPEC or AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations, "
                "ep MoE dispatch, ep_combine MoE combine (default: as ep), cp K/V ring), e.g. "
                "'hybrid,dp=ef(topk(0.01))+int8' or 'ep=fp8,ep_combine=none'")
+
+LIBRARY_HELP = ("collective library whose algorithms and per-message constants price the collectives: nccl "
+                "(default) or mpi (a GPU-aware MPI, MVAPICH2-GDR-like: ring / Rabenseifner all-reduce, eager and "
+                "rendezvous protocols; catalog/libraries.toml gives each number's source)")
 
 
 def _size(text):
@@ -97,6 +102,7 @@ def _plan_args(p, sweep: bool = False) -> None:
                    help=f"fraction by which overlapped communication slows compute "
                    f"(default: the profile's, else {DEFAULT_OVERLAP_SLOWDOWN})")
     p.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
+    p.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     p.add_argument("--allow-oom", action="store_true", help="report plans that do not fit memory")
     p.add_argument("--json", action="store_true", help="JSON instead of tables")
 
@@ -186,6 +192,7 @@ def _search_parser(sub) -> None:
     se.add_argument("--csv", help="write every evaluated (plan, policy), within the budget or not, to this CSV")
     se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
     se.add_argument("--calibration", help="calibration profile JSON")
+    se.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     se.add_argument("--json", action="store_true", help="print the ranked rows and the front as JSON")
 
 
@@ -219,6 +226,7 @@ def _collective_parser(sub) -> None:
     c.add_argument("--chunks", default="auto", help="pipelining chunks: an integer or auto")
     c.add_argument("--placement", default="packed", choices=("packed", "spread"))
     c.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
+    c.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     c.add_argument("--json", action="store_true", help="print a JSON list of records")
     c.add_argument("--plot", metavar="FILE.png", help="draw busbw and speedup against size per compressor "
                    "(with --sweep; .png, .svg or .pdf)")
@@ -285,7 +293,9 @@ def _validate_report(reports, bounds) -> None:
 def _plan_kwargs(args, sweep: bool = False) -> dict:
     """The plan and option fields the arguments give, by their names in PlanRequest and
     PredictOptions (a sweep varies the layout itself: without tp, pp, dp, zero, ...)."""
-    kw = dict(calibration=args.calibration, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
+    library(args.library)   # an unknown name is refused before any work
+    kw = dict(calibration=args.calibration, library=args.library, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs,
+              seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
@@ -399,7 +409,7 @@ def _search(args) -> None:
     result = search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
                     candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,
                     schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
-                    progress=Progress("plans"))
+                    library=args.library, progress=Progress("plans"))
     if args.csv:
         atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
@@ -471,7 +481,7 @@ def _speedup_matrix(records, compressors) -> str:
     by = {(r.size_bytes, r.compressor): r for r in records}
     sizes = sorted({r.size_bytes for r in records})
     rows = [(format_size(s),) + tuple(by[(s, c)].speedup_vs_none for c in compressors) for s in sizes]
-    title = "# speedup over uncompressed (best NCCL algorithm)"
+    title = "# speedup over uncompressed (the library's best algorithm)"
     return table(("size",) + tuple(compressors), rows, title=title)
 
 
@@ -483,7 +493,7 @@ def _collective(args) -> None:
     compressors = parse_compressors(args.compressor)
     records = sweep_collectives(args.op, sizes, compressors, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
                     algorithm=args.algorithm, dtype=args.dtype, chunks=_chunks(args.chunks),
-                    placement=args.placement, calibration=args.calibration)
+                    placement=args.placement, calibration=args.calibration, library=args.library)
     if args.plot:
         from perfmodel.plots import plot_collectives
 
@@ -493,7 +503,8 @@ def _collective(args) -> None:
         return
     first = records[0]
     print(f"# perfmodel collective {args.op}: cluster={first.cluster} nodes={first.nodes} "
-          f"gpus={first.gpus} dtype={NCCL_NAME.get(args.dtype, args.dtype)} algorithm={args.algorithm}")
+          f"gpus={first.gpus} dtype={NCCL_NAME.get(args.dtype, args.dtype)} algorithm={args.algorithm} "
+          f"library={args.library}")
     print("# size in bytes, time_us, algbw and busbw (GB/s) as nccl-tests; sent_bytes = payload bytes one rank sends; "
           "error = relative RMS error (unit-Gaussian data)")
     print(table(HEAD, [_row(r) for r in records]))

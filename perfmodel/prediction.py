@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
 from perfmodel.axes import NAMES, active_axes
-from perfmodel.calibration import load_calibration
+from perfmodel.calibration import load_profile
 from perfmodel.catalogs import device
 from perfmodel.engines import Env, StepInputs, engine_for
 from perfmodel.memory import peak_memory
@@ -66,7 +66,8 @@ class StepRecord:
 @dataclass(frozen=True, kw_only=True)
 class PredictOptions:
     """How to predict: ``policy`` (``perfmodel.policy``), ``engine`` (``analytical`` or ``des``),
-    a ``calibration`` profile path, ``overlap_slowdown`` (default: the profile's, else
+    a ``calibration`` profile path, ``library`` (the collective library: nccl, the default, or mpi;
+    ``perfmodel.library``), ``overlap_slowdown`` (default: the profile's, else
     DEFAULT_OVERLAP_SLOWDOWN), ``allow_oom`` (predict a plan that does not fit instead of
     refusing it), ``trace`` (a path for Chrome trace-event JSON, or a list the events are
     appended to, processes numbered from ``trace_pid``) and ``timeline`` (a picture path)."""
@@ -74,6 +75,7 @@ class PredictOptions:
     policy: str = "none"
     engine: str = "analytical"
     calibration: str | None = None
+    library: str = "nccl"
     overlap_slowdown: float | None = None
     allow_oom: bool = False
     trace: str | list | None = None
@@ -181,7 +183,7 @@ class _Setup:
 
 def _setup(model: str, cluster: str, request: PlanRequest, opts: PredictOptions) -> _Setup:
     """``predict``'s checks and objects up to its policy, in its order (cached per request)."""
-    calib = load_calibration(opts.calibration)
+    calib = load_profile(opts.calibration, opts.library)
     return _setup_cached(model, cluster, request, calib, opts.overlap_slowdown)
 
 
