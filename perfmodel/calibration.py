@@ -355,11 +355,12 @@ def _protocol_names() -> tuple:
     return tuple(dict.fromkeys(PROTOCOL_NAMES + tuple(n for lib in libraries().values() for n in lib.protocol_names())))
 
 
-def load_profile(path: str | None, library_name: str | None = None) -> Calibration | None:
-    """The profile at ``path`` (or none) priced with the collective library ``library_name``
-    (``perfmodel.library``; None or nccl: NCCL, and None without a profile, as before)."""
+def load_profile(path, library_name: str | None = None) -> Calibration | None:
+    """The profile at ``path`` (or none; a Calibration already built, ``from_profile``, as it is)
+    priced with the collective library ``library_name`` (``perfmodel.library``; None or nccl:
+    NCCL, and None without a profile, as before)."""
     lib = library(library_name)
-    calib = load_calibration(path)
+    calib = path if isinstance(path, Calibration) else load_calibration(path)
     if lib.name == DEFAULT_LIBRARY:
         return calib
     return _with_library(calib, lib)
