@@ -200,7 +200,7 @@ def _search_parser(sub) -> None:
 
 
 BREAKEVEN_EPILOG = """examples:
-  perfmodel breakeven --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \
+  perfmodel breakeven --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
       --zero 1 --recompute full --policy hybrid --target +12.7% --library mpi
   perfmodel breakeven ... --policy 'naive:zfp(rate=8)' --target 1.05 --families zfp --json
 
