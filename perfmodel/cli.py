@@ -140,7 +140,8 @@ def _parser() -> Parser:
     _search_parser(sub)
     _breakeven_parser(sub)
     ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
-    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "compressors", "all"))
+    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "compressors", "libraries",
+                                                                   "all"))
     _collective_parser(sub)
     _validate_parser(sub)
     cal = sub.add_parser("calibrate", help="fit a calibration profile from measured records",

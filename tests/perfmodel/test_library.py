@@ -112,3 +112,9 @@ def test_breakeven_cli(cli):
                           "--library", "mpi", "--json", check_rc=0).stdout)
     assert data["reachable"] and data["library"] == "mpi" and data["speedup_at_solution"] == pytest.approx(1.1, 1e-4)
     cli("perfmodel", "breakeven", *NEOX_ARGS, "--target", "x", check_rc=2)
+
+
+def test_catalog_lists_the_libraries(cli):
+    out = cli("perfmodel", "catalog", "libraries", check_rc=0).stdout
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert set(rows) == {"nccl", "mpi"} and "rendezvous" in rows["mpi"] and "tree" in rows["nccl"]
