@@ -5,8 +5,9 @@ uncompressed bytes) in place of their traffic model, the way a calibration profi
 replace it (``perfmodel.calibration``): compression at T, decompression at T times the spec's own
 ratio of decompress to compress throughput, so both scale together. The speedup over the same
 plan uncompressed grows with T; ``breakeven`` solves speedup(T) = target by Brent's method on
-log T (``scipy.optimize.brentq``) between ``LOW_GBPS`` and ``HIGH_GBPS``, and reports the limit as
-T grows without bound (kernels cost their launches only) when the target is out of reach.
+log T (``scipy.optimize.brentq``) between ``LOW_GBPS`` and ``LIMIT_GBPS``, where kernel traffic
+costs nothing next to launches (the limit as T grows without bound), which is what it reports
+when the target is out of reach.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from perfmodel.prediction import PredictOptions, request_and_options, step_secon
 from topologies import InputError, cluster_for
 
 LOW_GBPS = 1e-3      # the slowest kernel tried (GB/s)
-HIGH_GBPS = 1e5      # the fastest tried; past it kernel traffic is far below any step's microseconds
 LIMIT_GBPS = 1e12    # stands for an unbounded throughput: kernels cost their launches
 RTOL = 1e-6          # relative tolerance on log T
 
@@ -100,9 +100,7 @@ def _solve(speedup, want: float, limit: float) -> float | None:
         return None
     if speedup(LOW_GBPS) >= want:
         return LOW_GBPS
-    if speedup(HIGH_GBPS) < want:
-        return None
-    x = brentq(lambda x: speedup(math.exp(x)) - want, math.log(LOW_GBPS), math.log(HIGH_GBPS), rtol=RTOL)
+    x = brentq(lambda x: speedup(math.exp(x)) - want, math.log(LOW_GBPS), math.log(LIMIT_GBPS), rtol=RTOL)
     return math.exp(x)
 
 
