@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, fields
 
 from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
+from perfmodel.library import library
 from perfmodel.plan import PlanRequest, parse_schedule
 from perfmodel.plan_sweep import candidate_plans
 from perfmodel.policy import POLICY_AXES
@@ -241,6 +242,7 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
     plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
                        tuple(sequence_parallel), tuple(hpz), fixed.get("seq"))
     _option_fields(fixed)
+    library(fixed.get("library"))   # refused here, not in a worker
     jobs = [(model, cluster, where, gbs, family, admitted, budget, fixed) for family in _families(plans, gbs)]
     rows, skipped, done = [], 0, 0
     for family_rows, oom, count in _run(jobs, workers):
