@@ -189,13 +189,23 @@ def search_err_axes(rows: list) -> tuple:
     return ERR_AXES + tuple(a for a in AXES if AXES[a].optional and uses[AXES[a].mesh_axis])
 
 
-def search_table(rows: list, top: int, title: str | None = None) -> str:
+def search_table(rows: list, top: int, title: str | None = None, show_cluster: bool | None = None) -> str:
     """Ranked (plan, policy) rows: both speedups, per-axis errors (dp gradients, zero gathered
-    parameters, tp and pp activations)."""
+    parameters, tp and pp activations); the cluster where rows come from several, and what training
+    the token budget takes where rows carry it (``perfmodel.cost``: days, GPU-hours, USD, MWh)."""
     out, axes = [], search_err_axes(rows[:top])
+    several = len({r.get("cluster") for r in rows}) > 1 if show_cluster is None else show_cluster
+    costs = [c for c in COST_COLUMNS if rows and c[0] in rows[0]]
     for i, r in enumerate(rows[:top], 1):
-        out.append((i, r["policy"], plan_text(r), r["step_time_s"], r["speedup_vs_best_uncompressed"],
-                    r["speedup_vs_same_plan_uncompressed"]) + tuple(r[f"error_{a}"] for a in axes)
-                   + (100 * r["mfu"], r["memory_GiB"]))
-    return table(("#", "policy", "plan", "step_s", "vs best none", "vs same plan") + tuple(f"err {a}" for a in axes)
-                 + ("MFU%", "mem GiB"), out, title=title)
+        out.append((i,) + ((r["cluster"],) if several else ()) + (r["policy"], plan_text(r), r["step_time_s"])
+                   + tuple("-" if r[k] is None else r[k] / scale for k, _, scale in costs)
+                   + (r["speedup_vs_best_uncompressed"], r["speedup_vs_same_plan_uncompressed"])
+                   + tuple(r[f"error_{a}"] for a in axes) + (100 * r["mfu"], r["memory_GiB"]))
+    return table(("#",) + (("cluster",) if several else ()) + ("policy", "plan", "step_s")
+                 + tuple(h for _, h, _ in costs) + ("vs best none", "vs same plan")
+                 + tuple(f"err {a}" for a in axes) + ("MFU%", "mem GiB"), out, title=title)
+
+
+# (row key, column, divisor): what training the token budget takes, in readable units
+COST_COLUMNS = (("time_to_train_s", "days", 86400.0), ("gpu_hours", "GPU-h", 1.0), ("cost_usd", "USD", 1.0),
+                ("energy_kWh", "MWh max", 1000.0))
