@@ -198,7 +198,7 @@ def search_table(rows: list, top: int, title: str | None = None, show_cluster: b
     costs = [c for c in COST_COLUMNS if rows and c[0] in rows[0]]
     for i, r in enumerate(rows[:top], 1):
         out.append((i,) + ((r["cluster"],) if several else ()) + (r["policy"], plan_text(r), r["step_time_s"])
-                   + tuple("-" if r[k] is None else r[k] / scale for k, _, scale in costs)
+                   + tuple(_amount(r[k], scale) for k, _, scale in costs)
                    + (r["speedup_vs_best_uncompressed"], r["speedup_vs_same_plan_uncompressed"])
                    + tuple(r[f"error_{a}"] for a in axes) + (100 * r["mfu"], r["memory_GiB"]))
     return table(("#",) + (("cluster",) if several else ()) + ("policy", "plan", "step_s")
@@ -209,3 +209,11 @@ def search_table(rows: list, top: int, title: str | None = None, show_cluster: b
 # (row key, column, divisor): what training the token budget takes, in readable units
 COST_COLUMNS = (("time_to_train_s", "days", 86400.0), ("gpu_hours", "GPU-h", 1.0), ("cost_usd", "USD", 1.0),
                 ("energy_kWh", "MWh max", 1000.0))
+
+
+def _amount(value: float | None, scale: float):
+    """A cost column's cell: whole numbers from 1000 up (GPU-hours, dollars), '-' where unknown."""
+    if value is None:
+        return "-"
+    value /= scale
+    return int(round(value)) if abs(value) >= 1000 else value
