@@ -136,8 +136,9 @@ def catalog_report(kind: str) -> str:
     parts = []
     if kind in ("gpus", "all"):
         rows = [(k, d.name, d.peak_flops_per_s.get("bf16", d.peak_flops_per_s.get("fp16", 0)) / 1e12,
-                 d.hbm_bytes / 2**30, d.hbm_Bps / 1e12, d.stream_Bps / 1e12) for k, d in gpu_catalog().items()]
-        parts.append(table(("gpu", "name", "bf16/fp16 TFLOPS", "HBM GiB", "HBM TB/s", "stream TB/s"), rows))
+                 d.hbm_bytes / 2**30, d.hbm_Bps / 1e12, d.stream_Bps / 1e12,
+                 "-" if d.board_power_W is None else d.board_power_W) for k, d in gpu_catalog().items()]
+        parts.append(table(("gpu", "name", "bf16/fp16 TFLOPS", "HBM GiB", "HBM TB/s", "stream TB/s", "TDP W"), rows))
     if kind in ("models", "all"):
         rows = [(n, m.params / 1e9, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size,
                  m.vocab_size, m.seq_len, m.activation) for n, m in model_catalog().items()]

@@ -87,6 +87,9 @@ def test_clusters_and_grid_on_the_api():
     assert grid.clusters == ["dgx-a100:nic_Gbps=25", "dgx-a100:nic_Gbps=200"]
     best = grid.best_uncompressed_by_cluster
     assert best["dgx-a100:nic_Gbps=25"]["step_time_s"] >= best["dgx-a100:nic_Gbps=200"]["step_time_s"]
+    again = perfmodel.search("gpt2-medium", "dgx-a100", cluster_grid="nic_Gbps=25,200", **{**KW, "workers": 2})
+    key = lambda r: (r["cluster"], r["policy"], r["tp"], r["pp"], r["dp"], r["mbs"], r["zero"], r["step_time_s"])  # noqa: E731
+    assert sorted(map(key, again.rows)) == sorted(map(key, grid.rows))
     with pytest.raises(InputError) as err:
         perfmodel.search("gpt2-medium", "dgx-a100", cluster_grid="flux=1", **KW)
     assert err.value.field == "cluster_grid" and "oversubscription" in err.value.allowed
