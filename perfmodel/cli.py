@@ -154,11 +154,19 @@ SEARCH_EPILOG = """examples:
   perfmodel search --model gpt3-1.3b --cluster commodity-25g --gpus 32 --gbs 256 \
       --candidates "dp=none|int8|ef(topk(0.01))+int8;tp=none|fp16" --max-error tp=0.001 \
       --csv all.csv --plot pareto.png
+  perfmodel search --model llama2-70b --cluster dgx-a100,dgx-h100 --gpus 512 --gbs 1024 --recompute any \
+      --tokens 1e12 --gpu-hour-price dgx-a100=1.8,dgx-h100=3.0 --pareto --plot cost.png
+  perfmodel search --model gpt3-13b --cluster dgx-h100 --nodes 16 --gbs 512 \
+      --cluster-grid "gpus_per_node=4,8 nic_Gbps=100,200,400 oversubscription=1,2" --tokens 300e9
 
 error budget defaults: dp=0.05 tp=0.01 pp=0.01 zero=0.01 (relative RMS error as the collectives
 apply the spec; on dp, a spec with error feedback needs only error < 1: what it drops returns the
 next step). Activations and gathered parameters have nothing to correct their error: 1% admits
 int8 (0.8%) and 16-bit floats, not fp8 (3.6%) or int4 (14.6%).
+
+cost (with --tokens): steps = ceil(tokens / (gbs x seq)); GPU-hours = GPUs x time to train; cost =
+GPU-hours x --gpu-hour-price; energy = GPUs x board power (the GPU's TDP, perfmodel catalog gpus) x
+time, an upper bound. The Pareto front is then over (cost, time to train, total error).
 """
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
@@ -23,6 +24,7 @@ ALIASES = {"gpus_per_node": "node.gpus"}
 FOLLOWERS = {"node.gpus": "node.nics", "node.nic_Gbps": "fabric.link_Gbps"}
 SECTIONS = {"node": NODE_BUILDERS, "fabric": FABRIC_BUILDERS}
 NOT_VARIED = {"tier_prefix", "intra_tier"}      # names, not quantities
+MAX_VARIANTS = 256      # clusters one grid makes: each is a search of its own
 
 
 def builder_keys(spec: dict, section: str) -> dict[str, inspect.Parameter]:
@@ -141,6 +143,9 @@ def grid_names(base: str, grid: str | dict) -> list[str]:
     items = parse_grid(grid) if isinstance(grid, str) else {k: [str(v) for v in vs] for k, vs in grid.items()}
     for key in items:
         resolve(spec, key, "cluster_grid")
+    count = math.prod(len(v) for v in items.values())
+    if count > MAX_VARIANTS:
+        raise InputError("cluster_grid", grid, f"at most {MAX_VARIANTS} clusters per base ({count} asked)")
     names = [f"{base}:" + ",".join(f"{k}={v}" for k, v in zip(items, combo))
              for combo in itertools.product(*items.values())]
     for name in names:

@@ -43,6 +43,8 @@ def test_a_grid_is_the_product_of_its_values():
     ("dgx-a100", "nic_Gbps=1 nic_Gbps=2", "cluster_grid", "once"),
     ("commodity-25g", "gpus_per_node=6", "node.gpus_per_switch", "divisor"),
     ("dgx-a100:nic_Gbps=100", "radix=8", "cluster", "not a variant"),
+    ("dgx-a100", " ".join(f"{k}={','.join(map(str, range(2, 9)))}" for k in ("radix", "nics", "gpus")),
+     "cluster_grid", "at most 256"),
 ])
 def test_a_bad_grid_is_refused_in_one_line(base, grid, field, allowed):
     with pytest.raises(InputError) as err:
