@@ -33,6 +33,8 @@ class Device:
     gemm_efficiency: tuple = ()   # ((cube-root size, fraction of peak), ...) ascending
     arch: str = ""                # volta, ampere, hopper, blackwell, ... (NCCL's per-generation constants)
     source: str = ""
+    board_power_W: float | None = None   # maximum board power (TDP), datasheet: energy's upper bound
+    power_source: str = ""
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s of ``dtype``; a GPU without it is a clear error."""
@@ -75,7 +77,8 @@ def gpu_catalog() -> dict[str, Device]:
                           hbm_bytes=d["hbm_GiB"] * 2**30, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
                           stream_Bps=TBps_to_Bps(d["stream_TBps"]), launch_s=us_to_s(d["kernel_launch_us"]),
                           gemm_efficiency=tuple(sorted((float(s), e) for s, e in d["gemm_efficiency"].items())),
-                          arch=d.get("arch", ""), source=d["source"])
+                          arch=d.get("arch", ""), source=d["source"], board_power_W=d.get("board_power_W"),
+                          power_source=d.get("power_source", ""))
     return out
 
 

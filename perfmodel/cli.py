@@ -164,11 +164,19 @@ SEARCH_EPILOG = """examples:
   perfmodel search --model gpt3-1.3b --cluster commodity-25g --gpus 32 --gbs 256 \
       --candidates "dp=none|int8|ef(topk(0.01))+int8;tp=none|fp16" --max-error tp=0.001 \
       --csv all.csv --plot pareto.png
+  perfmodel search --model llama2-70b --cluster dgx-a100,dgx-h100 --gpus 512 --gbs 1024 --recompute any \
+      --tokens 1e12 --gpu-hour-price dgx-a100=1.8,dgx-h100=3.0 --pareto --plot cost.png
+  perfmodel search --model gpt3-13b --cluster dgx-h100 --nodes 16 --gbs 512 \
+      --cluster-grid "gpus_per_node=4,8 nic_Gbps=100,200,400 oversubscription=1,2" --tokens 300e9
 
 error budget defaults: dp=0.05 tp=0.01 pp=0.01 zero=0.01 (relative RMS error as the collectives
 apply the spec; on dp, a spec with error feedback needs only error < 1: what it drops returns the
 next step). Activations and gathered parameters have nothing to correct their error: 1% admits
 int8 (0.8%) and 16-bit floats, not fp8 (3.6%) or int4 (14.6%).
+
+cost (with --tokens): steps = ceil(tokens / (gbs x seq)); GPU-hours = GPUs x time to train; cost =
+GPU-hours x --gpu-hour-price; energy = GPUs x board power (the GPU's TDP, perfmodel catalog gpus) x
+time, an upper bound. The Pareto front is then over (cost, time to train, total error).
 """
 
 
@@ -181,7 +189,15 @@ def _search_parser(sub) -> None:
                         "the per-axis error budget; rank by step time with the speedup over the best uncompressed "
                         "plan; print the Pareto front of step time against error.", epilog=SEARCH_EPILOG,
                         formatter_class=RAW)
-    _cluster_args(se)
+    se.add_argument("--model", required=True, help="catalog model (perfmodel catalog models) or a model TOML path")
+    se.add_argument("--cluster", required=True, help="one or more clusters, comma-separated: catalog names, cluster "
+                    "TOML paths or variants BASE:key=value,... (e.g. 'dgx-a100,dgx-h100:nic_Gbps=200')")
+    se.add_argument("--cluster-grid", metavar="KEY=V,V ...", help="vary each --cluster over the product of "
+                    "builder arguments, e.g. 'gpus_per_node=4,8 nic_Gbps=100,200,400 oversubscription=1,2' "
+                    "(keys: gpus_per_node or any argument of the cluster's node or fabric builder)")
+    se.add_argument("--gpus", type=int, help="GPUs in the job (every cluster); not a whole number of nodes: as few "
+                    "nodes as hold them")
+    se.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
     se.add_argument("--gbs", type=int, required=True, help="global batch size")
     se.add_argument("--seq", type=int, help="sequence length (default the model's)")
     se.add_argument("--candidates", default=DEFAULT_CANDIDATES,
@@ -197,6 +213,12 @@ def _search_parser(sub) -> None:
     se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
     se.add_argument("--calibration", help="calibration profile JSON")
     se.add_argument("--library", default="nccl", help=LIBRARY_HELP)
+    se.add_argument("--tokens", help="a token budget (e.g. 300e9): add steps = tokens / (gbs x seq), time to train, "
+                    "GPU-hours and energy (GPUs x board power at TDP x time, an upper bound) to every row")
+    se.add_argument("--gpu-hour-price", metavar="USD", help="USD per GPU-hour (with --tokens): one number for all "
+                    "clusters or per cluster, e.g. 'dgx-a100=1.8,dgx-h100=3.0'; adds cost")
+    se.add_argument("--pareto", action="store_true", help="print only the Pareto front (with --tokens: over cost, "
+                    "time to train and error)")
     se.add_argument("--json", action="store_true", help="print the ranked rows and the front as JSON")
 
 
@@ -453,11 +475,9 @@ def _sweep(args) -> None:
 
 
 def _search(args) -> None:
-    from perfmodel.plots import plot_pareto
+    from perfmodel.plots import check_picture, plot_cost_front, plot_pareto
     from perfmodel.report import rows_csv, search_table
     from perfmodel.search import search
-
-    from perfmodel.plots import check_picture
 
     if args.csv:
         check_writable(args.csv, "csv")
@@ -466,24 +486,38 @@ def _search(args) -> None:
     result = search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
                     candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,
                     schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
+                    cluster_grid=args.cluster_grid, tokens=args.tokens, gpu_hour_price=args.gpu_hour_price,
                     library=args.library, progress=Progress("plans"))
     if args.csv:
         atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
-        plot_pareto(result, args.plot, f"{args.model} on {args.cluster}, gbs {args.gbs}")
+        title = f"{args.model} on {', '.join(result.clusters) if len(result.clusters) < 4 else args.cluster}, " \
+            f"gbs {args.gbs}"
+        (plot_cost_front if result.tokens else plot_pareto)(result, args.plot, title)
     if args.json:
-        print(dump_json({"ranked": result.ranked[:args.top], "pareto": result.pareto,
+        print(dump_json({"ranked": [] if args.pareto else result.ranked[:args.top], "pareto": result.pareto,
                          "best_uncompressed": result.best_uncompressed, "evaluated": result.evaluated,
-                         "plans": result.plans, "skipped_oom": result.skipped_oom, "budget": result.budget}))
+                         "plans": result.plans, "skipped_oom": result.skipped_oom, "budget": result.budget,
+                         "clusters": result.clusters, "tokens": result.tokens, "front_keys": result.front_keys}))
         return
     print(_search_summary(args, result))
     if not result.ranked:
         print("no plan fits within the budget; try --recompute any or a larger --max-error")
         return
-    print(search_table(result.ranked, args.top, title="# fastest within the error budget"))
-    print()
-    print(search_table(result.pareto, len(result.pareto),
-                       title="# Pareto front: no other row is both faster and of less total error"))
+    if not args.pareto:
+        print(search_table(result.ranked, args.top, title="# fastest within the error budget",
+                           show_cluster=len(result.clusters) > 1))
+        print()
+    print(search_table(result.pareto, len(result.pareto), title=_front_title(result),
+                       show_cluster=len(result.clusters) > 1))
+
+
+def _front_title(result) -> str:
+    if not result.tokens:
+        return "# Pareto front: no other row is both faster and of less total error"
+    cost = "cost" if result.front_keys[0] == "cost_usd" else "GPU-hours"
+    return f"# Pareto front, cheapest first: no other row is no worse in {cost}, time to train and total error " \
+        "and better in one"
 
 
 def _search_summary(args, result) -> str:
@@ -493,15 +527,35 @@ def _search_summary(args, result) -> str:
     budget = ", ".join(f"{a}={v:g}" for a, v in result.budget.items() if a in shown)
     dropped = "; ".join(f"{a}: {', '.join(v)}" for a, v in result.dropped.items() if v) or "none"
     best = result.best_uncompressed
-    lines = [f"# {args.model} on {args.cluster}, gbs {args.gbs}: {result.plans} plans, {result.skipped_oom} do not "
+    where = args.cluster if len(result.clusters) == 1 else f"{len(result.clusters)} clusters"
+    lines = [f"# {args.model} on {where}, gbs {args.gbs}: {result.plans} plans, {result.skipped_oom} do not "
              f"fit; {result.evaluated} (plan, policy) predictions in {result.seconds:.1f} s "
              f"({result.per_minute:,.0f}/min), {len(result.ranked)} within the budget"
              + (f"; all in {args.csv}" if args.csv else ""),
              f"# error budget: {budget} (dp with error feedback: < 1); candidates over it: {dropped}"]
     if best:
-        lines.append(f"# best uncompressed plan: {plan_text(best)}, {best['step_time_s']:.4g} s per step "
-                     "('vs best none' compares every row with it)")
+        lines.append(f"# best uncompressed plan: {_where(result, best)}{plan_text(best)}, {best['step_time_s']:.4g} s "
+                     "per step ('vs best none' compares every row with its cluster's)")
+    if result.tokens and result.pareto:
+        lines.append(_cheapest_line(result))
     return "\n".join(lines)
+
+
+def _where(result, row) -> str:
+    return f"{row['cluster']} " if len(result.clusters) > 1 else ""
+
+
+def _cheapest_line(result) -> str:
+    """The cheapest row within the budget (the front's first) and what training the tokens takes on it."""
+    r = result.pareto[0]
+    cost = f"${r['cost_usd']:,.0f}" if "cost_usd" in r else f"{r['gpu_hours']:,.0f} GPU-hours"
+    kwh = r["energy_kWh"]
+    energy = "" if kwh is None else f", {kwh / 1000:,.0f} MWh" if kwh >= 1000 else f", {kwh:,.1f} kWh"
+    days = r["time_to_train_s"] / 86400
+    time = f"{days:,.1f} days" if days >= 2 else f"{days * 24:,.1f} hours"
+    return (f"# {result.tokens:.3g} tokens ({r['steps']:,} steps): cheapest within the budget {cost}: "
+            f"{r['cluster']} {plan_text(r)} policy {r['policy']}, {time} on {r['gpus']} GPUs, "
+            f"{r['gpu_hours']:,.0f} GPU-hours" + (f"{energy} at most (board power at TDP)" if energy else ""))
 
 
 def _chunks(text):

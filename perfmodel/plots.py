@@ -50,6 +50,32 @@ def plot_pareto(result, path: str, title: str = "") -> str:
     return save_figure(plt, fig, path)
 
 
+def plot_cost_front(result, path: str, title: str = "") -> str:
+    """Every (cluster, plan, policy) within the budget as time to train against cost (USD where
+    priced, else GPU-hours), one colour per cluster, the Pareto front of (cost, time, error) ringed
+    and numbered as its table."""
+    plt, fig, ax = new_figure()
+    cost = result.front_keys[0]
+    rows = result.ranked
+    for i, cluster in enumerate(result.clusters):
+        mine = [r for r in rows if r["cluster"] == cluster]
+        ax.scatter([r[cost] for r in mine], [r["time_to_train_s"] / 86400 for r in mine], s=6, alpha=0.5,
+                   color=f"C{i % 10}", label=f"{cluster} ({len(mine)})")
+    front = result.pareto
+    ax.scatter([r[cost] for r in front], [r["time_to_train_s"] / 86400 for r in front], s=40, facecolors="none",
+               edgecolors="#c44e52", linewidths=1.2, label=f"Pareto front ({len(front)}: cost, time, error)")
+    for i, r in enumerate(front, 1):      # numbered as in the Pareto table
+        ax.annotate(str(i), (r[cost], r["time_to_train_s"] / 86400), fontsize=7, xytext=(3, 4),
+                    textcoords="offset points", color="#c44e52")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("cost (USD)" if cost == "cost_usd" else "GPU-hours")
+    ax.set_ylabel(f"days to train {result.tokens:.3g} tokens")
+    ax.set_title(title or "search: time to train against cost")
+    ax.legend(fontsize=7)
+    return save_figure(plt, fig, path)
+
+
 BREAKDOWN_PARTS = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_comm_exposed_s", "compression_s", "bubble_s",
                    "optimizer_s", "overlap_slowdown_s", "contention_s")
 

@@ -136,8 +136,9 @@ def catalog_report(kind: str) -> str:
     parts = []
     if kind in ("gpus", "all"):
         rows = [(k, d.name, d.peak_flops_per_s.get("bf16", d.peak_flops_per_s.get("fp16", 0)) / 1e12,
-                 d.hbm_bytes / 2**30, d.hbm_Bps / 1e12, d.stream_Bps / 1e12) for k, d in gpu_catalog().items()]
-        parts.append(table(("gpu", "name", "bf16/fp16 TFLOPS", "HBM GiB", "HBM TB/s", "stream TB/s"), rows))
+                 d.hbm_bytes / 2**30, d.hbm_Bps / 1e12, d.stream_Bps / 1e12,
+                 "-" if d.board_power_W is None else d.board_power_W) for k, d in gpu_catalog().items()]
+        parts.append(table(("gpu", "name", "bf16/fp16 TFLOPS", "HBM GiB", "HBM TB/s", "stream TB/s", "TDP W"), rows))
     if kind in ("models", "all"):
         rows = [(n, m.params / 1e9, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size,
                  m.vocab_size, m.seq_len, m.activation) for n, m in model_catalog().items()]
@@ -202,13 +203,31 @@ def search_err_axes(rows: list) -> tuple:
     return ERR_AXES + tuple(a for a in AXES if AXES[a].optional and uses[AXES[a].mesh_axis])
 
 
-def search_table(rows: list, top: int, title: str | None = None) -> str:
+def search_table(rows: list, top: int, title: str | None = None, show_cluster: bool | None = None) -> str:
     """Ranked (plan, policy) rows: both speedups, per-axis errors (dp gradients, zero gathered
-    parameters, tp and pp activations)."""
+    parameters, tp and pp activations); the cluster where rows come from several, and what training
+    the token budget takes where rows carry it (``perfmodel.cost``: days, GPU-hours, USD, MWh)."""
     out, axes = [], search_err_axes(rows[:top])
+    several = len({r.get("cluster") for r in rows}) > 1 if show_cluster is None else show_cluster
+    costs = [c for c in COST_COLUMNS if rows and c[0] in rows[0]]
     for i, r in enumerate(rows[:top], 1):
-        out.append((i, r["policy"], plan_text(r), r["step_time_s"], r["speedup_vs_best_uncompressed"],
-                    r["speedup_vs_same_plan_uncompressed"]) + tuple(r[f"error_{a}"] for a in axes)
-                   + (100 * r["mfu"], r["memory_GiB"]))
-    return table(("#", "policy", "plan", "step_s", "vs best none", "vs same plan") + tuple(f"err {a}" for a in axes)
-                 + ("MFU%", "mem GiB"), out, title=title)
+        out.append((i,) + ((r["cluster"],) if several else ()) + (r["policy"], plan_text(r), r["step_time_s"])
+                   + tuple(_amount(r[k], scale) for k, _, scale in costs)
+                   + (r["speedup_vs_best_uncompressed"], r["speedup_vs_same_plan_uncompressed"])
+                   + tuple(r[f"error_{a}"] for a in axes) + (100 * r["mfu"], r["memory_GiB"]))
+    return table(("#",) + (("cluster",) if several else ()) + ("policy", "plan", "step_s")
+                 + tuple(h for _, h, _ in costs) + ("vs best none", "vs same plan")
+                 + tuple(f"err {a}" for a in axes) + ("MFU%", "mem GiB"), out, title=title)
+
+
+# (row key, column, divisor): what training the token budget takes, in readable units
+COST_COLUMNS = (("time_to_train_s", "days", 86400.0), ("gpu_hours", "GPU-h", 1.0), ("cost_usd", "USD", 1.0),
+                ("energy_kWh", "MWh max", 1000.0))
+
+
+def _amount(value: float | None, scale: float):
+    """A cost column's cell: whole numbers from 1000 up (GPU-hours, dollars), '-' where unknown."""
+    if value is None:
+        return "-"
+    value /= scale
+    return int(round(value)) if abs(value) >= 1000 else value

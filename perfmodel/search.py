@@ -21,6 +21,11 @@ candidate specs, keeps the policies whose every axis is within its error budget,
 * **Ranking**: by step time, with the speedup over the *best uncompressed plan* (the number a
   user comes for) and, labelled apart, over the same plan uncompressed; the **Pareto front** of
   step time against total error (per-axis errors added in quadrature, as chained stages are).
+* **Clusters and cost**: several clusters (and variants of one over a grid of builder arguments,
+  ``topologies.variants``) are searched together, every row naming its ``cluster`` and compared with
+  that cluster's best uncompressed plan; with a token budget every row also carries the time to
+  train it, GPU-hours, cost at a price per GPU-hour and energy at the GPUs' board power
+  (``perfmodel.cost``), and the front weighs (cost, time to train, total error).
 
 Speed: plans that share stage costs share their pipeline evaluation (``run_schedule`` is
 cached), collective costs are cached per (cluster, group, size, spec); plans are spread over
@@ -35,6 +40,8 @@ from dataclasses import dataclass, field, fields
 
 from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
+from perfmodel.cost import board_power_W, parse_prices, parse_tokens, training_cost
+from perfmodel.cost import pareto_front as cost_front
 from perfmodel.library import library
 from perfmodel.plan import PlanRequest, parse_schedule
 from perfmodel.plan_sweep import candidate_plans
@@ -99,15 +106,19 @@ def admits(axis: str, spec: str, budget: dict) -> bool:
 
 @dataclass
 class SearchResult:
-    rows: list                 # one dict per evaluated (plan, policy), fastest first (``within_budget`` or not)
-    best_uncompressed: dict | None
-    pareto: list               # rows on the front, by total error
+    rows: list                 # one dict per (cluster, plan, policy), fastest first (``within_budget`` or not)
+    best_uncompressed: dict | None   # the fastest uncompressed row of any cluster
+    pareto: list               # rows on the front, in the order of ``front_keys``
     plans: int                 # candidate plans
     skipped_oom: int           # plans that do not fit
     evaluated: int             # (plan, policy) predictions
     seconds: float
     dropped: dict = field(default_factory=dict)   # {axis: [specs over budget]}
     budget: dict = field(default_factory=dict)
+    clusters: list = field(default_factory=list)  # the clusters searched (variants named BASE:key=value,...)
+    best_uncompressed_by_cluster: dict = field(default_factory=dict)
+    front_keys: tuple = ("total_error", "step_time_s")   # what the front weighs (``front_keys``)
+    tokens: float | None = None                   # the token budget the cost columns are of
 
     @property
     def ranked(self) -> list:
@@ -169,9 +180,9 @@ _OPTION_FIELDS = {f.name for f in fields(PredictOptions)} - {"policy"}
 _PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", "ep", "cp")
 
 
-def _row(record, plan: dict, budget: dict) -> dict:
+def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
     errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
-    return {"policy": record.policy, **{k: plan.get(k, 1) for k in _PLAN_KEYS},
+    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **{k: plan.get(k, 1) for k in _PLAN_KEYS},
             "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
             "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
             **{f"error_{a}": e for a, e in errors.items()},
@@ -194,7 +205,7 @@ def _evaluate(job) -> tuple[list, int, int]:
             elif got.field not in ("schedule", "sequence_parallel", "hpz"):   # a combination the plan does not allow
                 raise got
             continue
-        rows += [_row(record, plan, budget) for record in got]
+        rows += [_row(record, plan, budget, cluster) for record in got]
     return rows, oom, len(plans)
 
 
@@ -218,18 +229,24 @@ def _families(plans: list, gbs: int) -> list[list]:
     return list(out.values())
 
 
-def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
+def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
            candidates: str | dict = DEFAULT_CANDIDATES, max_error: str | dict | None = None, max_mbs: int = 8,
            recompute: str = "none", zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"),
            sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
-           **fixed) -> SearchResult:
-    """Search plans x policies (module doc). ``workers``: processes (None: every core);
-    ``progress(done, total)`` in plans, after each family of plans (one pipeline shape, timed
-    together); ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
+           cluster_grid: str | dict | None = None, tokens=None, gpu_hour_price=None, **fixed) -> SearchResult:
+    """Search clusters x plans x policies (module doc). ``cluster``: one name, several (a list, or
+    comma-separated: ``parse_clusters``), each varied over ``cluster_grid`` where given
+    (``topologies.variants``: ``"gpus_per_node=4,8 nic_Gbps=100,200"``); ``tokens`` adds what training
+    that many tokens takes and ``gpu_hour_price`` (USD, one number or per cluster) its cost
+    (``perfmodel.cost``). ``workers``: processes (None: every core); ``progress(done, total)`` in
+    plans of all clusters, after each family of plans (one pipeline shape, timed together);
+    ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
     import time
 
     start = time.perf_counter()
+    clusters = cluster_list(cluster, cluster_grid)
     budget = parse_max_error(max_error)
+    costing = _costing(model, clusters, gbs, fixed.get("seq"), tokens, gpu_hour_price)
     cands = parse_candidates(candidates) if isinstance(candidates, str) else {a: list(s) for a, s in candidates.items()}
     admitted = {a: [s for s in specs if admits(a, s, budget)] for a, specs in cands.items()}
     dropped = {a: [s for s in specs if s not in admitted[a]] for a, specs in cands.items()}
@@ -239,19 +256,64 @@ def search(model: str, cluster: str, *, gpus: int | None = None, nodes: int | No
     for schedule in schedules:      # a bad name is an error, not a schedule no plan allows
         parse_schedule(schedule)
     where = {"gpus": gpus, "nodes": nodes}
-    plans = plan_space(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
-                       tuple(sequence_parallel), tuple(hpz), fixed.get("seq"))
     _option_fields(fixed)
+    plans = {c: plan_space(model, c, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
+                           tuple(sequence_parallel), tuple(hpz), fixed.get("seq")) for c in clusters}
     library(fixed.get("library"))   # refused here, not in a worker
-    jobs = [(model, cluster, where, gbs, family, admitted, budget, fixed) for family in _families(plans, gbs)]
+    jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
+            for family in _families(plans[c], gbs)]
+    total = sum(map(len, plans.values()))
     rows, skipped, done = [], 0, 0
     for family_rows, oom, count in _run(jobs, workers):
         rows += family_rows
         skipped += oom
         done += count
         if progress:
-            progress(done, len(plans))
-    return _result(rows, len(plans), skipped, time.perf_counter() - start, dropped, budget)
+            progress(done, total)
+    return _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+
+
+def parse_clusters(text: str) -> list[str]:
+    """``dgx-a100,dgx-h100:nic_Gbps=200,oversubscription=2,lassen`` -> the cluster names: commas
+    separate clusters, except before a ``key=value`` that continues a variant's (or an emulated
+    cluster's) options."""
+    out: list[str] = []
+    for item in (i.strip() for i in str(text).split(",")):
+        if out and "=" in item and ":" not in item and ":" in out[-1]:
+            out[-1] += "," + item
+        elif item:
+            out.append(item)
+    if not out:
+        raise InputError("cluster", text, "one or more catalog clusters or cluster files, comma-separated")
+    return list(dict.fromkeys(out))
+
+
+def cluster_list(cluster: str | list, grid: str | dict | None = None) -> list[str]:
+    """The clusters to search: ``cluster`` (``parse_clusters``), each one varied over ``grid``."""
+    from topologies import load_spec
+    from topologies.variants import grid_names
+
+    names = parse_clusters(cluster) if isinstance(cluster, str) else list(dict.fromkeys(cluster))
+    if not names:
+        raise InputError("cluster", cluster, "one or more catalog clusters or cluster files")
+    if grid:
+        names = list(dict.fromkeys(n for base in names for n in grid_names(base, grid)))
+    for name in names:
+        load_spec(name)             # every cluster checked before any is searched
+    return names
+
+
+def _costing(model: str, clusters: list, gbs: int, seq: int | None, tokens, price) -> dict | None:
+    """What ``perfmodel.cost`` needs per cluster, or None without a token budget."""
+    if tokens is None:
+        if price is not None:
+            raise InputError("gpu_hour_price", price, "needs a token budget (tokens, --tokens): cost is of "
+                             "training that many tokens")
+        return None
+    tokens = parse_tokens(tokens)
+    prices = parse_prices(price, clusters) if price is not None else {}
+    return {"tokens": tokens, "tokens_per_step": gbs * (seq or load_model(model).seq_len),
+            "price": prices, "power_W": {c: board_power_W(c) for c in clusters}}
 
 
 def _run(jobs: list, workers: int | None):
@@ -279,25 +341,41 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict) -> SearchResult:
+def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict,
+            clusters: list, costing: dict | None) -> SearchResult:
     # Ties (plans the model cannot tell apart) ordered by the plan itself: the same rows in the same
     # order however many workers finished in whatever order.
-    rows.sort(key=lambda r: (r["step_time_s"], r["total_error"], r["policy"],
+    rows.sort(key=lambda r: (r["step_time_s"], r["total_error"], r["policy"], r["cluster"],
                              *(str(r[k]) for k in _PLAN_KEYS)))
-    plain = [r for r in rows if r["policy"] == "none"]
-    best = plain[0] if plain else None
+    best_by_cluster: dict = {}
     for r in rows:
+        if r["policy"] == "none":
+            best_by_cluster.setdefault(r["cluster"], r)
+    for r in rows:          # a cluster's rows compared with its own best uncompressed plan
+        best = best_by_cluster.get(r["cluster"])
         r["speedup_vs_best_uncompressed"] = best["step_time_s"] / r["step_time_s"] if best else float("nan")
-    return SearchResult(rows=rows, best_uncompressed=best, pareto=pareto_front([r for r in rows if r["within_budget"]]),
-                        plans=plans,
-                        skipped_oom=skipped, evaluated=len(rows), seconds=seconds, dropped=dropped, budget=budget)
+        if costing:
+            r.update(training_cost(r, costing["tokens"], costing["tokens_per_step"],
+                                   costing["price"].get(r["cluster"]), costing["power_W"][r["cluster"]]))
+    best = min(best_by_cluster.values(), key=lambda r: r["step_time_s"], default=None)
+    keys = front_keys(rows)
+    return SearchResult(rows=rows, best_uncompressed=best, pareto=pareto_front([r for r in rows if r["within_budget"]],
+                                                                               keys),
+                        plans=plans, skipped_oom=skipped, evaluated=len(rows), seconds=seconds, dropped=dropped,
+                        budget=budget, clusters=clusters, best_uncompressed_by_cluster=best_by_cluster,
+                        front_keys=keys, tokens=costing["tokens"] if costing else None)
 
 
-def pareto_front(rows: list) -> list:
-    """Rows no other row beats on both step time and total error, by total error."""
-    front, fastest = [], math.inf
-    for r in sorted(rows, key=lambda r: (r["total_error"], r["step_time_s"])):
-        if r["step_time_s"] < fastest:
-            front.append(r)
-            fastest = r["step_time_s"]
-    return front
+def front_keys(rows: list) -> tuple:
+    """What the Pareto front weighs (smaller is better), in the order it is listed: with a token
+    budget (cost, time to train, total error), the cost in USD where priced, else in GPU-hours;
+    without one (total error, step time)."""
+    if not rows or "time_to_train_s" not in rows[0]:
+        return ("total_error", "step_time_s")
+    return ("cost_usd" if "cost_usd" in rows[0] else "gpu_hours", "time_to_train_s", "total_error")
+
+
+def pareto_front(rows: list, keys: tuple = ("total_error", "step_time_s")) -> list:
+    """Rows no other row beats on every one of ``keys`` (``perfmodel.cost.pareto_front``); by
+    default step time and total error, by total error."""
+    return cost_front(rows, keys)

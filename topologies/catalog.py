@@ -1,5 +1,6 @@
 """Cluster catalog: TOML files inside the package, or a user's TOML path.
 
+A name ``BASE:key=value,...`` is a variant of a catalog cluster or file (``topologies.variants``).
 A cluster file has the top-level keys of ``TOP_KEYS``; ``[node]`` and ``[fabric]``
 each name a ``builder`` and give exactly that builder's keyword arguments (unknown
 or missing keys are refused with the list of allowed ones); ``[sources]`` maps a key
@@ -13,7 +14,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from topologies import bounds
+from topologies import bounds, variants
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
 from topologies.nodes import NODE_BUILDERS
@@ -108,6 +109,10 @@ def _int_arg(args: dict, key: str, default: int, low: int, high: int) -> int:
 def _read(name_or_path: str) -> tuple[dict, str]:
     if name_or_path.startswith("emulated:"):
         return emulated_spec(name_or_path), name_or_path
+    base, sep, options = name_or_path.partition(":")
+    if sep and not Path(name_or_path).exists():       # a variant: BASE:key=value,... (topologies.variants)
+        spec, origin = load_spec(base)
+        return variants.apply(spec, variants.parse_options(options), name_or_path), f"{origin} (variant)"
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or path.exists():
         if not path.is_file():

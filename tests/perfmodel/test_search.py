@@ -129,7 +129,7 @@ def test_rows_are_predict_one_by_one_to_the_last_bit():
         plan = {k: r[k] for k in ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule",
                                   "hpz")}
         alone = _row(perfmodel.predict("gpt2-medium", "dgx-a100", gpus=8, gbs=32, policy=r["policy"], **plan),
-                     plan, got.budget)
+                     plan, got.budget, "dgx-a100")
         assert {k: r[k] for k in alone} == alone
 
 
