@@ -26,7 +26,8 @@ class GemmShape:
     ``tile`` tiles, dealt to ``sm_count`` SMs in waves (a partial tile or a partial last wave
     costs a whole one); each wave takes k steps of a tile at ``peak_fraction`` of one SM's peak;
     plus ``fixed_s`` per kernel (launch and tail). The operands and result must also cross HBM
-    (2 (mk + kn + mn) elements) at the streaming bandwidth; the two times combine as a soft
+    (2 (mk + kn + mn) elements) at the streaming bandwidth (plus split-K's partial sums, ``split_k``:
+    a grid of fewer tiles than SMs); the two times combine as a soft
     roofline, sqrt(compute^2 + memory^2), so a square GEMM is compute-bound and a thin one
     (n or k of a few hundred, as h / tp is in small models) approaches its traffic time."""
 
@@ -38,11 +39,18 @@ class GemmShape:
     def time_s(self, m: float, n: float, k: float, peak_flops_per_s: float, elem_bytes: int,
                stream_Bps: float) -> float:
         tiles = math.ceil(m / self.tile) * math.ceil(n / self.tile)
-        waves = math.ceil(tiles / self.sm_count)
+        slices = self.split_k(tiles, k)
+        waves = math.ceil(tiles * slices / self.sm_count)
         sm_flops_per_s = peak_flops_per_s / self.sm_count * self.peak_fraction
-        compute = waves * 2.0 * self.tile * self.tile * k / sm_flops_per_s + self.fixed_s
-        memory = elem_bytes * (m * k + k * n + m * n) / stream_Bps
+        compute = waves * 2.0 * self.tile * self.tile * (k / slices) / sm_flops_per_s + self.fixed_s
+        partials = 2 * 4 * m * n * (slices - 1) if slices > 1 else 0.0   # fp32 partial sums, written and read
+        memory = (elem_bytes * (m * k + k * n + m * n) + partials) / stream_Bps
         return math.hypot(compute, memory)
+
+    def split_k(self, tiles: int, k: float) -> int:
+        """Slices of k a grid of fewer tiles than SMs is cut into (cuBLAS's and CUTLASS's split-K:
+        the slices run on idle SMs and their partial sums are added), at least one ``tile`` deep."""
+        return max(1, min(self.sm_count // max(tiles, 1), int(k // self.tile)))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
