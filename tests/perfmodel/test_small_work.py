@@ -135,3 +135,10 @@ def test_small_models_slow_down_by_the_small_work_terms():
     new = stage_compute(m, plan, A100, 24, False, False)
     old = stage_compute(m, plan, _bare(A100), 24, False, False)
     assert new.fwd_s > 1.2 * old.fwd_s
+
+
+def test_the_step_report_shows_host_bound_time_only_where_there_is_some():
+    from perfmodel.report import step_report
+    assert "host-bound" in step_report(_tiny_step())
+    big = predict("gpt3-13b", "dgx-a100", gpus=8, tp=8, pp=1, mbs=1, gbs=8, seq=2048, compute_dtype="bf16")
+    assert big.compute_detail["host_bound_s"] == 0.0 and "host-bound" not in step_report(big)
