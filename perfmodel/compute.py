@@ -17,13 +17,13 @@ experts (a dense MLP of their total width) and the routed experts as a grouped G
 experts / ep experts, each taking its share of the tokens' top-k copies times the expert load
 (``ModelSpec.expert_load``: the most loaded expert sets the layer's time), widths split over tp.
 
-Small work (where the device has ``host_op_s``): every kernel a layer runs is counted
-(``layer_kernels``). On the GPU each non-GEMM kernel adds the device's ``launch_s`` (a GEMM's
-fixed time is in its shape model, ``catalogs.GemmShape``). On the host the framework spends
-``host_op_s`` to issue each kernel, TP collectives included; the host runs ahead of the GPU
-(launches are asynchronous), so an operation takes the longer of its GPU time and its host
-time, not their sum (``host_fwd_s``, ``host_bwd_s``; the engine applies the floor after adding
-the operation's TP collectives, which the host issues too).
+Small work: every kernel a layer runs is counted (``layer_kernels``). On the GPU each non-GEMM
+kernel adds the fixed time per kernel of the device's GEMM shape model (``kernel_fixed_s``; a
+GEMM's is in its shape model, ``catalogs.GemmShape``). On the host (where the device has
+``host_op_s``) the framework spends ``host_op_s`` to issue each kernel, TP collectives included;
+the host runs ahead of the GPU (launches are asynchronous), so an operation takes the longer of
+its GPU time and its host time, not their sum (``host_fwd_s``, ``host_bwd_s``; the engine
+applies the floor after adding the operation's TP collectives, which the host issues too).
 """
 from __future__ import annotations
 
@@ -94,13 +94,17 @@ def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> di
     return {"gemm": gemm, "attention": ATTENTION_KERNELS, "memory": memory, "collective": collective}
 
 
+def kernel_fixed_s(dev: Device) -> float:
+    """GPU seconds every kernel costs beyond its work, in a stream of back-to-back kernels: the
+    fixed time of the device's GEMM shape model (fitted on GEMMs timed in such a loop); 0 where the
+    device has none (its table's efficiencies hold the GEMMs' fixed time; the others' is not known)."""
+    return dev.gemm_shape.fixed_s if dev.gemm_shape is not None else 0.0
+
+
 def _launch_s(model: ModelSpec, plan: ParallelPlan, dev: Device, moe: bool = False) -> tuple[float, float]:
-    """(GPU launch seconds of one layer's forward memory-bound kernels, of its attention kernels);
-    0 where the device does not model small work."""
-    if dev.host_op_s <= 0:
-        return 0.0, 0.0
+    """(fixed GPU seconds of one layer's forward memory-bound kernels, of its attention kernels)."""
     k = layer_kernels(model, plan, moe)
-    return k["memory"] * dev.launch_s, k["attention"] * dev.launch_s
+    return k["memory"] * kernel_fixed_s(dev), k["attention"] * kernel_fixed_s(dev)
 
 
 def host_times_s(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool, last: bool,
@@ -176,7 +180,7 @@ def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: 
     """(fwd s, FLOPs) of the embedding (first stage) and LM head + loss (last stage)."""
     T, h, dt = plan.local_seq * plan.mbs, model.hidden_size, plan.compute_dtype
     fwd = flops = 0.0
-    launch = dev.launch_s if dev.host_op_s > 0 else 0.0
+    launch = kernel_fixed_s(dev)
     if first:
         fwd += 2.0 * T * h * DTYPE_BYTES[dt] / dev.stream_Bps + EMBEDDING_KERNELS * launch
     if last:
