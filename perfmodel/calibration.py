@@ -136,6 +136,7 @@ class Calibration:
             changes["launch_s"] = us_to_s(over["kernel_launch_us"])
         if "gemm_efficiency" in over:
             changes["gemm_efficiency"] = tuple(sorted((float(k), v) for k, v in over["gemm_efficiency"].items()))
+            changes["gemm_shape"] = None     # a measured table replaces the catalog's shape model
         if "fp32_TFLOPS" in over:   # a measured peak (a CPU's, whose clock the catalog cannot know)
             changes["peak_flops_per_s"] = {**dev.peak_flops_per_s, "fp32": over["fp32_TFLOPS"] * 1e12}
         return replace(dev, **changes)

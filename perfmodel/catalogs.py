@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
+from perfmodel.dtypes import DTYPE_BYTES
 from topologies.errors import InputError
 from topologies.units import TBps_to_Bps, us_to_s
 
@@ -17,6 +18,39 @@ except ModuleNotFoundError:  # Python 3.10
 
 def read_catalog(name: str) -> dict:
     return tomllib.loads((resources.files("perfmodel") / "catalog" / f"{name}.toml").read_text())
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmShape:
+    """A GEMM's time from its shape, as cuBLAS runs it: the m x n output cut into ``tile`` x
+    ``tile`` tiles, dealt to ``sm_count`` SMs in waves (a partial tile or a partial last wave
+    costs a whole one); each wave takes k steps of a tile at ``peak_fraction`` of one SM's peak;
+    plus ``fixed_s`` per kernel (launch and tail). The operands and result must also cross HBM
+    (2 (mk + kn + mn) elements) at the streaming bandwidth (plus split-K's partial sums, ``split_k``:
+    a grid of fewer tiles than SMs); the two times combine as a soft
+    roofline, sqrt(compute^2 + memory^2), so a square GEMM is compute-bound and a thin one
+    (n or k of a few hundred, as h / tp is in small models) approaches its traffic time."""
+
+    sm_count: int
+    tile: int
+    peak_fraction: float
+    fixed_s: float
+
+    def time_s(self, m: float, n: float, k: float, peak_flops_per_s: float, elem_bytes: int,
+               stream_Bps: float) -> float:
+        tiles = math.ceil(m / self.tile) * math.ceil(n / self.tile)
+        slices = self.split_k(tiles, k)
+        waves = math.ceil(tiles * slices / self.sm_count)
+        sm_flops_per_s = peak_flops_per_s / self.sm_count * self.peak_fraction
+        compute = waves * 2.0 * self.tile * self.tile * (k / slices) / sm_flops_per_s + self.fixed_s
+        partials = 2 * 4 * m * n * (slices - 1) if slices > 1 else 0.0   # fp32 partial sums, written and read
+        memory = (elem_bytes * (m * k + k * n + m * n) + partials) / stream_Bps
+        return math.hypot(compute, memory)
+
+    def split_k(self, tiles: int, k: float) -> int:
+        """Slices of k a grid of fewer tiles than SMs is cut into (cuBLAS's and CUTLASS's split-K:
+        the slices run on idle SMs and their partial sums are added), at least one ``tile`` deep."""
+        return max(1, min(self.sm_count // max(tiles, 1), int(k // self.tile)))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -31,6 +65,8 @@ class Device:
     stream_Bps: float
     launch_s: float
     gemm_efficiency: tuple = ()   # ((cube-root size, fraction of peak), ...) ascending
+    gemm_shape: GemmShape | None = None   # a GEMM's time from its shape (tiles over SMs); None: the table
+    host_op_s: float = 0.0        # host (framework) seconds to issue one kernel; 0: not modelled
     arch: str = ""                # volta, ampere, hopper, blackwell, ... (NCCL's per-generation constants)
     source: str = ""
     board_power_W: float | None = None   # maximum board power (TDP), datasheet: energy's upper bound
@@ -56,7 +92,24 @@ class Device:
         return table[-1][1]
 
     def gemm_time_s(self, m: float, n: float, k: float, dtype: str) -> float:
-        """Time of one GEMM (2mnk FLOPs) at the table's efficiency."""
+        """Time of one GEMM (2mnk FLOPs): the table's time for its volume; where the device has
+        ``gemm_shape``, stretched by how much longer the shape model says this shape takes than the
+        cube of the same volume (thin shapes: partial waves, traffic), never shortened (the table
+        is the measured envelope of square shapes)."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        table = self.table_gemm_time_s(m, n, k, dtype)
+        if self.gemm_shape is None:
+            return table
+        c = (m * n * k) ** (1.0 / 3.0)
+        peak, size = self.peak(dtype), DTYPE_BYTES.get(dtype, 2)
+        shape = self.gemm_shape.time_s(m, n, k, peak, size, self.stream_Bps)
+        cube = self.gemm_shape.time_s(c, c, c, peak, size, self.stream_Bps)
+        return table * max(1.0, shape / cube)
+
+    def table_gemm_time_s(self, m: float, n: float, k: float, dtype: str) -> float:
+        """Time of one GEMM at the cube-root table's efficiency (attention's batched products use
+        it on every device: flash attention is not a cuBLAS tile grid)."""
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
         return 2.0 * m * n * k / (self.peak(dtype) * self.efficiency(m, n, k))
@@ -77,9 +130,17 @@ def gpu_catalog() -> dict[str, Device]:
                           hbm_bytes=d["hbm_GiB"] * 2**30, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
                           stream_Bps=TBps_to_Bps(d["stream_TBps"]), launch_s=us_to_s(d["kernel_launch_us"]),
                           gemm_efficiency=tuple(sorted((float(s), e) for s, e in d["gemm_efficiency"].items())),
+                          gemm_shape=_gemm_shape(d.get("gemm_shape")), host_op_s=us_to_s(d.get("host_op_us", 0.0)),
                           arch=d.get("arch", ""), source=d["source"], board_power_W=d.get("board_power_W"),
                           power_source=d.get("power_source", ""))
     return out
+
+
+def _gemm_shape(body: dict | None) -> GemmShape | None:
+    if not body:
+        return None
+    return GemmShape(sm_count=int(body["sm_count"]), tile=int(body["tile"]), peak_fraction=body["peak_fraction"],
+                     fixed_s=us_to_s(body["fixed_us"]))
 
 
 def device(key: str) -> Device:

@@ -16,6 +16,14 @@ GPU the same work). A MoE layer's MLP is a router GEMM (tokens x experts x h), t
 experts (a dense MLP of their total width) and the routed experts as a grouped GEMM: the GPU's
 experts / ep experts, each taking its share of the tokens' top-k copies times the expert load
 (``ModelSpec.expert_load``: the most loaded expert sets the layer's time), widths split over tp.
+
+Small work: every kernel a layer runs is counted (``layer_kernels``). On the GPU each non-GEMM
+kernel adds the fixed time per kernel of the device's GEMM shape model (``kernel_fixed_s``; a
+GEMM's is in its shape model, ``catalogs.GemmShape``). On the host (where the device has
+``host_op_s``) the framework spends ``host_op_s`` to issue each kernel, TP collectives included;
+the host runs ahead of the GPU (launches are asynchronous), so an operation takes the longer of
+its GPU time and its host time, not their sum (``host_fwd_s``, ``host_bwd_s``; the engine
+applies the floor after adding the operation's TP collectives, which the host issues too).
 """
 from __future__ import annotations
 
@@ -36,6 +44,19 @@ class StageCompute:
     attention_s: float = 0.0     # of fwd_s + bwd_s: attention scores and values (flash: no s x s in memory)
     memory_bound_s: float = 0.0  # of fwd_s + bwd_s: norms, activation, residuals, embedding, loss
     attention_fwd_s: float = 0.0  # one forward's attention scores and values (what cp's ring hides behind)
+    host_fwd_s: float = 0.0      # host seconds to issue the forward's kernels (0: not modelled)
+    host_bwd_s: float = 0.0      # host seconds to issue the backward's kernels, recompute included
+
+
+# Kernels of one layer's forward in Megatron-LM with its fused kernels: per GEMM of
+# ``layer_gemms`` one, flash attention one, and six memory-bound ones (two norms, the bias and
+# activation, two bias-dropout-residual adds, the Q/K/V layout copy). Backward runs two kernels
+# for each forward one (input gradient and weight or parameter gradient, as for the GEMMs).
+ATTENTION_KERNELS = 1
+MEMORY_KERNELS = 6
+BACKWARD_KERNELS_PER_FORWARD = 2
+EMBEDDING_KERNELS = 2          # token lookup, position add
+LOSS_KERNELS = 4               # the fused cross-entropy's passes over the logits
 
 
 def layer_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
@@ -59,6 +80,53 @@ def moe_gemms(model: ModelSpec, plan: ParallelPlan, load: float = 1.0) -> list[t
     return out + [(m, model.expert_up_width / tp, h, local), (m, h, model.moe_ffn_hidden_size / tp, local)]
 
 
+def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> dict[str, int]:
+    """Kernels of one layer's forward by kind (``gemm``, ``attention``, ``memory``, ``collective``);
+    collectives: TP's two all-reduces (all-gather and reduce-scatter pairs with sequence
+    parallelism) and, in a MoE layer, the two ep all-to-alls."""
+    gemm = len(layer_gemms(model, plan))
+    memory = MEMORY_KERNELS
+    collective = (4 if plan.sequence_parallel else 2) if plan.tp > 1 else 0
+    if moe:
+        gemm = 2 + sum(times for *_, times in moe_gemms(model, plan))
+        memory += 2                                   # token permute and unpermute
+        collective += 2 if plan.ep > 1 else 0
+    return {"gemm": gemm, "attention": ATTENTION_KERNELS, "memory": memory, "collective": collective}
+
+
+def kernel_fixed_s(dev: Device) -> float:
+    """GPU seconds every kernel costs beyond its work, in a stream of back-to-back kernels: the
+    fixed time of the device's GEMM shape model (fitted on GEMMs timed in such a loop); 0 where the
+    device has none (its table's efficiencies hold the GEMMs' fixed time; the others' is not known)."""
+    return dev.gemm_shape.fixed_s if dev.gemm_shape is not None else 0.0
+
+
+def _launch_s(model: ModelSpec, plan: ParallelPlan, dev: Device, moe: bool = False) -> tuple[float, float]:
+    """(fixed GPU seconds of one layer's forward memory-bound kernels, of its attention kernels)."""
+    k = layer_kernels(model, plan, moe)
+    return k["memory"] * kernel_fixed_s(dev), k["attention"] * kernel_fixed_s(dev)
+
+
+def host_times_s(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool, last: bool,
+                 moe_layers: int = 0) -> tuple[float, float]:
+    """(forward, backward) host seconds to issue one microbatch's kernels on a stage."""
+    if dev.host_op_s <= 0:
+        return 0.0, 0.0
+    dense, moe = layer_kernels(model, plan), layer_kernels(model, plan, True) if moe_layers else None
+
+    def count(k: dict | None, n: int) -> tuple[int, int]:
+        if k is None or n == 0:
+            return 0, 0
+        compute = k["gemm"] + k["attention"] + k["memory"]
+        return n * (compute + k["collective"]), n * (BACKWARD_KERNELS_PER_FORWARD * compute + k["collective"])
+    (f0, b0), (f1, b1) = count(dense, layers - moe_layers), count(moe, moe_layers)
+    ends = EMBEDDING_KERNELS * first + (1 + LOSS_KERNELS) * last
+    recompute = {"none": 0, "selective": layers * ATTENTION_KERNELS, "full": f0 + f1}[plan.recompute]
+    fwd = f0 + f1 + ends
+    bwd = b0 + b1 + BACKWARD_KERNELS_PER_FORWARD * ends + recompute
+    return fwd * dev.host_op_s, bwd * dev.host_op_s
+
+
 def attention_heads(model: ModelSpec, plan: ParallelPlan) -> float:
     """Sequences x heads of one microbatch on one GPU: each an s x s x head_dim score GEMM and
     a value GEMM."""
@@ -75,9 +143,9 @@ def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float
     """(fwd s, FLOPs) of one layer's attention scores and values (cp blocks under cp)."""
     heads, dt = attention_heads(model, plan), plan.compute_dtype
     if plan.cp == 1:
-        attn = 2 * heads * dev.gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
+        attn = 2 * heads * dev.table_gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
     else:
-        attn = 2 * heads * plan.cp * dev.gemm_time_s(plan.local_seq, plan.local_seq, model.head_dim, dt)
+        attn = 2 * heads * plan.cp * dev.table_gemm_time_s(plan.local_seq, plan.local_seq, model.head_dim, dt)
     return attn, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
 
 
@@ -87,8 +155,9 @@ def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, fl
     gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
     flops = sum(2.0 * m * n * k for m, n, k in shapes)
     attn, flops_attn = _attention(model, plan, dev)
-    memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps
-    return gemm, attn, memory, flops + flops_attn
+    launch_memory, launch_attn = _launch_s(model, plan, dev)
+    memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps + launch_memory
+    return gemm, attn + launch_attn, memory, flops + flops_attn
 
 
 def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float]:
@@ -103,18 +172,20 @@ def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float
     attn, flops_attn = _attention(model, plan, dev)
     kept = model.moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel,
                                                 "selective")
-    return gemm, attn, 2.0 * kept / dev.stream_Bps, flops + flops_attn
+    launch_memory, launch_attn = _launch_s(model, plan, dev, moe=True)
+    return gemm, attn + launch_attn, 2.0 * kept / dev.stream_Bps + launch_memory, flops + flops_attn
 
 
 def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: bool) -> tuple[float, float]:
     """(fwd s, FLOPs) of the embedding (first stage) and LM head + loss (last stage)."""
     T, h, dt = plan.local_seq * plan.mbs, model.hidden_size, plan.compute_dtype
     fwd = flops = 0.0
+    launch = kernel_fixed_s(dev)
     if first:
-        fwd += 2.0 * T * h * DTYPE_BYTES[dt] / dev.stream_Bps
+        fwd += 2.0 * T * h * DTYPE_BYTES[dt] / dev.stream_Bps + EMBEDDING_KERNELS * launch
     if last:
         V = model.vocab_size / plan.tp
-        fwd += dev.gemm_time_s(T, V, h, dt) + 3.0 * T * V * 4 / dev.stream_Bps
+        fwd += dev.gemm_time_s(T, V, h, dt) + 3.0 * T * V * 4 / dev.stream_Bps + LOSS_KERNELS * launch
         flops += 2.0 * T * V * h
     return fwd, flops
 
@@ -143,9 +214,10 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     attn_runs = 4 if plan.recompute in ("selective", "full") else 3
     gemm_s = total(lambda x: x[0], runs) + 3 * head
     attention_s = total(lambda x: x[1], attn_runs)
+    host_fwd, host_bwd = host_times_s(model, plan, dev, layers, first, last, moe_layers)
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
                         attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,
-                        attention_fwd_s=total(lambda x: x[1]))
+                        attention_fwd_s=total(lambda x: x[1]), host_fwd_s=host_fwd, host_bwd_s=host_bwd)
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:

@@ -275,7 +275,8 @@ def _compute_detail(stages, plan) -> dict:
     """The busiest stage's compute per step by kind (they sum to its compute seconds)."""
     busiest = max(stages, key=lambda st: st.fwd_op + st.bwd_op)
     m = plan.microbatches
-    return dict(zip(("gemm_s", "attention_s", "memory_bound_s"), (m * x for x in busiest.compute_parts)))
+    names = ("gemm_s", "attention_s", "memory_bound_s", "host_bound_s")
+    return dict(zip(names, (m * x for x in busiest.compute_parts)))
 
 
 def _hpz_ranks(plan, built) -> int:

@@ -34,7 +34,7 @@ def _breakdown_rows(r) -> list[tuple]:
         rows.append((k[:-2], r.breakdown[k], 100 * r.breakdown[k] / r.step_time_s))
         if k == "compute_s":
             rows += [(f"  {name[:-2].replace('_', '-')}", v, 100 * v / r.step_time_s)
-                     for name, v in r.compute_detail.items()]
+                     for name, v in r.compute_detail.items() if v > 0 or name != "host_bound_s"]
         if k == "compression_s":
             for axis, kinds in r.kernel_s.items():
                 rows += [(f"  {axis} kernels" + (" beside compute" if kind == "beside_compute_s" else ""), v,

@@ -51,7 +51,7 @@ class StageTime:
     send_bwd: float = 0.0     # gradient to the previous stage, kernels included
     hardware_flops: float = 0.0   # FLOPs executed per microbatch, recompute included (not time)
     zero3_layers: tuple = ()  # ZeRO-3: (layers, fwd and bwd compute per layer, gather fwd, bwd, reduce-scatter)
-    compute_parts: tuple = (0.0, 0.0, 0.0)   # of ``compute``: GEMMs, attention, memory-bound work
+    compute_parts: tuple = (0.0, 0.0, 0.0, 0.0)   # of ``compute``: GEMMs, attention, memory-bound, host-bound wait
     inner_fwd: float = 0.0    # of fwd_op: ep all-to-alls and cp's exposed ring (the trace draws them)
     inner_bwd: float = 0.0    # of bwd_op, likewise
     nic_fwd: float = 0.0      # of inner_fwd: all-to-alls whose ep group spans nodes (the des engine's NIC flows)

@@ -60,7 +60,8 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
     moe = model.moe_layers_in(plan.stage_first_layer(s, model.num_layers), layers) if model.is_moe else 0
     sc = stage_compute(model, plan, env.dev, layers, s == 0, s == plan.pp - 1, moe)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
-                   hardware_flops=sc.hardware_flops, compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s))
+                   hardware_flops=sc.hardware_flops,
+                   compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s, 0.0))
     m = plan.microbatches
     layer_tp = {"fwd": 0.0, "bwd": 0.0}
     for event in (e for e in events if e.where == "critical"):
@@ -82,7 +83,25 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
     ring = [e for e in events if e.where == "attention"]
     if ring:
         _overlap_ring(step, st, ring, sc, tally)
+    _host_floor(st, sc)
     return st, sc
+
+
+def _host_floor(st: StageTime, sc) -> None:
+    """An operation whose GPU time (compute, critical collectives, kernels) is shorter than the
+    host's time to issue its kernels waits for the host (``compute.host_times_s``): the host runs
+    ahead of the GPU through asynchronous launches, so the operation takes the longer of the two,
+    not their sum. The wait counts as compute (the fourth of ``compute_parts``: host-bound)."""
+    wait_fwd = max(0.0, sc.host_fwd_s - st.fwd_op)
+    wait_bwd = max(0.0, sc.host_bwd_s - st.bwd_op)
+    if wait_fwd + wait_bwd <= 0.0:
+        return
+    st.fwd_op += wait_fwd
+    st.bwd_op += wait_bwd
+    st.bwd += wait_bwd
+    st.compute += wait_fwd + wait_bwd
+    gemm, attention, memory, host = st.compute_parts
+    st.compute_parts = (gemm, attention, memory, host + wait_fwd + wait_bwd)
 
 
 def _with_zero3(st: StageTime, part: tuple, tally: Tally | None) -> StageTime:

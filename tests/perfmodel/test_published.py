@@ -34,7 +34,7 @@ def test_every_predicted_source_has_a_bound_and_rows(reports, published):
     bounds = pub.load_bounds(published)
     predicted = {r["source"] for r in reports if r["predicted"]}
     assert predicted == set(bounds)
-    assert all(r["predicted"] >= 9 for r in reports if r["predicted"])
+    assert all(r["predicted"] >= 5 for r in reports if r["predicted"])
 
 
 def test_check_bounds_names_a_source_above_its_bound():
