@@ -161,6 +161,13 @@ def _line(sizes, times) -> tuple[float, float]:
     return a, t
 
 
+def _share_scale(r: dict) -> float:
+    """Wall seconds at the declared share per measured wall second of a kernel record: the CPU
+    it got over its wall time over the share on a host with a quota (``compute_seconds``), else 1."""
+    wall = r["compress_s"] + r["decompress_s"]
+    return r["cpu_s"] / wall / r["cpu_share"] if _quota(r) and wall > 0 else 1.0
+
+
 def fit_kernels(records: list[dict]) -> tuple[dict, float | None, dict, dict]:
     """(kernels section, launch seconds or None, ratios, report) from kernel records; records
     with ``concurrent`` = N > 1 (N ranks computing at once) go to ``shared``."""
@@ -172,9 +179,9 @@ def fit_kernels(records: list[dict]) -> tuple[dict, float | None, dict, dict]:
     for spec, groups in sorted(by_spec.items()):
         entry: dict = {}
         for ranks, rows in sorted(groups.items()):
-            sizes = [r["size_bytes"] for r in rows]
-            a_c, t_c = _line(sizes, [r["compress_s"] for r in rows])
-            a_d, t_d = _line(sizes, [r["decompress_s"] for r in rows])
+            sizes, scale = [r["size_bytes"] for r in rows], [_share_scale(r) for r in rows]
+            a_c, t_c = _line(sizes, [r["compress_s"] * f for r, f in zip(rows, scale)])
+            a_d, t_d = _line(sizes, [r["decompress_s"] * f for r, f in zip(rows, scale)])
             fit = {"compress_GBps": t_c / 1e9, "decompress_GBps": t_d / 1e9}
             if ranks == 1:
                 entry.update(fit)
@@ -206,7 +213,7 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
     for r in rows:
         if r["op"] in ("gemm", "attention"):
             size = round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
-            by_size.setdefault(size, []).append(r["flops"] / r["time_s"])
+            by_size.setdefault(size, []).append(r["flops"] / compute_seconds(r))
     rate = {size: statistics.median(v) for size, v in sorted(by_size.items())}
     peak = max([dev.peak("fp32"), *rate.values()])
     out: dict = {}
@@ -214,12 +221,29 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
         out["gemm_efficiency"] = {str(size): v / peak for size, v in rate.items()}
         if peak > dev.peak("fp32"):
             out["fp32_TFLOPS"] = peak / 1e12
-    rates = [r["bytes"] / r["time_s"] for r in rows if r["op"] == "elementwise" and r["bytes"] > 0]
+    rates = [r["bytes"] / compute_seconds(r) for r in rows if r["op"] == "elementwise" and r["bytes"] > 0]
     if rates:
         out["stream_TBps"] = statistics.median(rates) / 1e12
     report = {"records": len(rows), "catalog_fp32_TFLOPS": dev.peak("fp32") / 1e12,
               "measured_fp32_TFLOPS": max(rate.values(), default=0.0) / 1e12}
+    granted = [r["cpu_s"] / r["time_s"] for r in rows if _quota(r)]
+    if granted:
+        report |= {"declared_share": statistics.median(r["cpu_share"] for r in rows if _quota(r)),
+                   "granted_share": statistics.median(granted)}
     return out, report
+
+
+def _quota(r: dict) -> bool:
+    return bool(r.get("cpu_share")) and r.get("cpu_s", 0) > 0
+
+
+def compute_seconds(r: dict) -> float:
+    """A compute record's seconds per call as the model prices them: on a host with a fixed CPU
+    share (``cpu_share``: a quota), the CPU seconds the work took over that share, which is the
+    wall time the quota gives it when the machine has the cores it promised (measured wall time
+    on a busy machine is longer: the quota is a cap, not a guarantee; ``granted_share`` in the
+    report says how much the helpers got); elsewhere the wall time."""
+    return r["cpu_s"] / r["cpu_share"] if _quota(r) else r["time_s"]
 
 
 def provenance(sources: list[str]) -> dict:
@@ -381,6 +405,7 @@ def summary(profile: dict) -> list[tuple]:
         fitted = ", ".join(k for k in over if k != "kernel_launch_us")
         if fitted:
             rows.append((f"device {dev}", fitted, "fitted from compute records"))
+    rows += _share_rows(profile.get("fits", {}).get("compute", {}))
     for spec, k in profile.get("kernels", {}).items():
         r2 = profile["fits"]["kernels"].get(spec, {}).get("r2_compress", math.nan)
         rows.append((f"kernel {spec}", f"compress {k['compress_GBps']:.3f} GB/s, decompress "
@@ -392,6 +417,20 @@ def summary(profile: dict) -> list[tuple]:
         rows.append((f"ratio {family}", f"{r['ratio']:.2f}x", "median"))
     rows += _runtime_rows(profile.get("runtime", {}))
     return rows
+
+
+BUSY = 0.8   # helpers granted less than this fraction of their declared share: the machine was busy
+
+
+def _share_rows(report: dict) -> list[tuple]:
+    """The CPU share the compute helpers were granted against the declared one, flagged where the
+    machine could not give it (other work on its cores)."""
+    if "granted_share" not in report:
+        return []
+    declared, granted = report["declared_share"], report["granted_share"]
+    note = "priced at the declared share" + (f"; BUSY MACHINE: under {BUSY:.0%} granted, measure again on idle cores"
+                                              if granted < BUSY * declared else "")
+    return [("compute CPU share", f"granted {granted:.2f} of a core, declared {declared:.2f}", note)]
 
 
 def _runtime_rows(runtime: dict) -> list[tuple]:

@@ -4,6 +4,11 @@ scaled-dot-product kernel, forward and backward), a layer's memory-bound work (t
 activation, two residual adds, forward and backward) and the LM head, on the shapes of the
 model and plans given, with ``ranks`` processes computing at once (as the ranks of an emulated
 cluster share this machine's cores). Records: ``perfmodel.measurements`` kind ``compute``;
+Each record has the wall seconds per call (``time_s``) and the CPU seconds the process got
+in them (``cpu_s``): on hosts with a fixed CPU share, ``perfmodel calibrate`` prices the work at
+``cpu_s / share`` (what the quota grants when the machine has the cores it promised), and
+reports the share the helpers were actually granted (``cpu_s / time_s``), so a calibration run
+on a busy machine says so instead of fitting a slower device.
 ``perfmodel calibrate`` turns them into the device's GEMM efficiency table and streaming rate.
 """
 from __future__ import annotations
@@ -75,13 +80,14 @@ def _worker(barrier, queue, cases_: list[dict]) -> None:
         fn = _callable(case)
         fn()   # warm: allocations, kernel selection
         barrier.wait()
-        calls, begin = 0, time.perf_counter()
+        calls, begin, cpu = 0, time.perf_counter(), time.process_time()
         while calls < 3 or time.perf_counter() - begin < MIN_S:
             fn()
             calls += 1
         # wall time per call over the whole interval: the time slices other ranks took count, as
-        # they do in a training step (a short call timed alone would mostly run unshared)
-        out.append((time.perf_counter() - begin) / calls)
+        # they do in a training step (a short call timed alone would mostly run unshared); and
+        # the CPU seconds the process got in it (a host with a quota turns them into wall time)
+        out.append(((time.perf_counter() - begin) / calls, (time.process_time() - cpu) / calls))
     queue.put(out)
 
 
@@ -93,7 +99,7 @@ def run_compute(model: str = "gpt-tiny", world: int = 4, ranks: int = 1, tps=(1,
     results = in_step(_worker, (todo,), ranks, threads, place)
     out = []
     for case, times in zip(todo, zip(*results)):
-        t = sorted(times)[len(times) // 2]
+        wall, cpu = sorted(times)[len(times) // 2]
         out.append(make_record("compute", op=case["op"], device="cpu", m=case["m"], n=case["n"], k=case["k"],
-                               flops=case["flops"], bytes=case["bytes"], time_s=t, concurrent=ranks))
+                               flops=case["flops"], bytes=case["bytes"], time_s=wall, cpu_s=cpu, concurrent=ranks))
     return out

@@ -83,8 +83,10 @@ def _shared_worker(barrier, queue, sizes, compressors, iters):
             c.compress(xs[0])   # warm: numba caches, workspaces
             barrier.wait()
             # long enough for the scheduler to interleave the processes (a few 4 ms slices each)
+            cpu = time.process_time()
             comp, decomp, _, p, _ = _timed_calls(c, xs, iters, totals, SHARED_MIN_S)
-            out.append((size, spec, len(p), sum(comp) / len(comp), sum(decomp) / len(decomp)))
+            cpu = (time.process_time() - cpu) / len(comp)   # CPU seconds per compress + decompress
+            out.append((size, spec, len(p), sum(comp) / len(comp), sum(decomp) / len(decomp), cpu))
     queue.put(out)
 
 
@@ -94,12 +96,14 @@ def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threa
     in step (a barrier before every case, each case run for at least ``SHARED_MIN_S`` so the
     scheduler interleaves them), as the ranks of an emulated cluster share this machine;
     decompression accumulates (as in a reduction). Mean times of the median process,
-    records marked ``concurrent = ranks``. ``place``: as ``in_step``'s."""
+    records marked ``concurrent = ranks``, with the CPU seconds per compress and decompress the
+    process got (``cpu_s``: perfmodel prices a host with a quota at its declared share from
+    them, ``perfmodel.fit.compute_seconds``). ``place``: as ``in_step``'s."""
     results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads, place)
     out = []
     for rows in zip(*results):
-        size, spec, wire, comp, decomp = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]
+        size, spec, wire, comp, decomp, cpu = sorted(rows, key=lambda r: r[3] + r[4])[len(rows) // 2]
         out.append(make_record("kernel", compressor=spec, device="cpu", size_bytes=size, wire_bytes=wire,
                                compress_s=comp, decompress_s=decomp, max_rel_error=0.0, iters=iters,
-                               accumulate=True, concurrent=ranks))
+                               accumulate=True, concurrent=ranks, cpu_s=cpu))
     return out

@@ -179,6 +179,39 @@ def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
     assert min(over["gemm_efficiency"].values()) == pytest.approx(0.5)
 
 
+def test_on_hosts_with_a_quota_compute_is_priced_at_the_declared_share_and_a_busy_machine_is_flagged():
+    """A helper on a 0.45-core quota that got only 0.15 of a core (a busy machine: the quota caps,
+    it does not guarantee) is priced at what 0.45 gives; the report and summary say what it got."""
+    from perfmodel.catalogs import device
+    from perfmodel.fit import fit_compute, fit_kernels, summary
+
+    cpu = device("host-cpu")
+    peak = cpu.peak("fp32")
+    share, granted = 0.45, 0.15
+    work = 3e6 / (0.4 * peak)          # CPU seconds of the GEMM at 0.4 of the core's peak
+    rec = _compute("gemm", 512, 384, 128, flops=3e6, time_s=work / granted)
+    rec |= {"cpu_s": work, "cpu_share": share}
+    over, report = fit_compute([rec], cpu)
+    assert over["gemm_efficiency"]["293"] == pytest.approx(0.4 * share)
+    assert report["granted_share"] == pytest.approx(granted) and report["declared_share"] == share
+    row = next(r for r in summary({"fits": {"compute": report}}) if r[0] == "compute CPU share")
+    assert "BUSY MACHINE" in row[2] and "0.15" in row[1]
+    calm = next(r for r in summary({"fits": {"compute": report | {"granted_share": 0.44}}})
+                if r[0] == "compute CPU share")
+    assert "BUSY" not in calm[2]
+    plain = _compute("gemm", 512, 384, 128, flops=3e6, time_s=work / granted)   # no quota: wall time
+    assert fit_compute([plain], cpu)[0]["gemm_efficiency"]["293"] == pytest.approx(0.4 * granted)
+    # kernels at once on quota hosts: wall seconds scaled to the declared share the same way
+    kern = [make_record("kernel", compressor="int8", device="cpu", size_bytes=s, wire_bytes=s // 4,
+                        compress_s=3 * s / 1e9, decompress_s=s / 1e9, max_rel_error=0.0, iters=5, concurrent=4,
+                        cpu_s=granted * 4 * s / 1e9, cpu_share=share) for s in (2**20, 2**22, 2**24)]
+    alone = [make_record("kernel", compressor="int8", device="cpu", size_bytes=s, wire_bytes=s // 4,
+                         compress_s=s / 2e9, decompress_s=s / 2e9, max_rel_error=0.0, iters=5) for s in (2**20, 2**24)]
+    shared = fit_kernels(alone + kern)[0]["int8"]["shared"]["4"]
+    assert shared["compress_GBps"] == pytest.approx(1 / 3 * share / granted, rel=0.01)
+    assert shared["decompress_GBps"] == pytest.approx(1.0 * share / granted, rel=0.01)
+
+
 def test_a_compute_record_with_an_unknown_op_is_refused():
     with pytest.raises(InputError, match="op"):
         _compute("conv", 1, 1, 1, flops=1.0)

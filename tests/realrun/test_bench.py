@@ -83,6 +83,7 @@ def test_kernels_shared_by_ranks_are_marked_and_accumulate():
     records = run_kernels_shared([2**18], ["int8"], iters=2, ranks=2)
     assert len(records) == 1 and records[0]["concurrent"] == 2 and records[0]["accumulate"]
     assert records[0]["compress_s"] > 0 and records[0]["wire_bytes"] < 2**18
+    assert 0 < records[0]["cpu_s"] <= 1.05 * (records[0]["compress_s"] + records[0]["decompress_s"])
 
 
 def test_loop_commands_refuse_bad_input_in_one_line(cli, tmp_path):

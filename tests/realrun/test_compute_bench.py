@@ -30,6 +30,8 @@ def test_cases_are_the_shapes_perfmodel_prices():
 def test_two_ranks_time_a_small_model_and_the_profile_loads(tmp_path):
     records = run_compute("gpt-tiny", world=2, ranks=2, tps=(1,), mbs=1, seq=16)
     assert records and all(r["time_s"] > 0 and r["concurrent"] == 2 for r in records)
+    # the CPU each helper got in its wall time: at most its wall time (one thread each)
+    assert all(0 < r["cpu_s"] <= 1.05 * r["time_s"] for r in records)
     path = tmp_path / "p.json"
     path.write_text(json.dumps(fit_profile(records, "emulated:hosts=2,bandwidth=1gbit")))
     cpu = load_calibration(str(path)).device(device("host-cpu"))
