@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from topologies import InputError
 from topologies.errors import RunError
@@ -109,6 +109,25 @@ def _run_local(jobs: list, task, workers: int):
         pool.join()
 
 
+@contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while a LocalCluster starts its worker processes, which so start with it
+    ignored (Python keeps an ignored SIGINT: Ctrl-C would otherwise interrupt them mid-import,
+    each printing a traceback); after that Ctrl-C stops the search, which closes the cluster and
+    its workers. A Ctrl-C during those seconds of start-up is lost: press it again."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
 def _worker_signals() -> None:
     """Workers end quietly when the pool ends them (the CLI's own handlers are the parent's)."""
     import signal
@@ -136,10 +155,12 @@ def _run_dask(jobs: list, task, workers: int, scheduler: str | None):
 def _client(distributed, workers: int, scheduler: str | None):
     """A client of the cluster at ``scheduler``, or of a LocalCluster started here and closed after."""
     if scheduler is None:
-        with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
-                distributed.Client(cluster, set_as_default=False) as client:
-            yield client
+        with ExitStack() as stack:
+            with _sigint_ignored():
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                    silence_logs=logging.CRITICAL))
+            yield stack.enter_context(distributed.Client(cluster, set_as_default=False))
         return
     try:
         client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
