@@ -480,7 +480,8 @@ def _search_summary(args, result) -> str:
     lines = [f"# {args.model} on {where}, gbs {args.gbs}: {result.plans} plans, {result.skipped_oom} do not "
              f"fit; {result.evaluated} (plan, policy) predictions in {result.seconds:.1f} s "
              f"({result.per_minute:,.0f}/min), {len(result.ranked)} within the budget"
-             + (f"; all in {args.csv}" if args.csv else ""),
+             + (f"; all in {args.csv}" if args.csv else "")
+             + (f"; {result.resumed} of the plans from {args.resume}" if args.resume else ""),
              f"# error budget: {budget} (dp with error feedback: < 1); candidates over it: {dropped}"]
     if best:
         lines.append(f"# best uncompressed plan: {_where(result, best)}{plan_text(best)}, {best['step_time_s']:.4g} s "

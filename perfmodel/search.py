@@ -123,6 +123,7 @@ class SearchResult:
     best_uncompressed_by_cluster: dict = field(default_factory=dict)
     front_keys: tuple = ("total_error", "step_time_s")   # what the front weighs (``front_keys``)
     tokens: float | None = None                   # the token budget the cost columns are of
+    resumed: int = 0                              # plans whose rows came from the stream resumed
 
     @property
     def ranked(self) -> list:
@@ -299,7 +300,8 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
             for family in _families(plans[c], gbs)]
     total = sum(map(len, plans.values()))
-    rows, skipped, done, todo = _resumed(jobs, stream) if resume else ([], 0, 0, jobs)
+    rows, skipped, resumed, todo = _resumed(jobs, stream) if resume else ([], 0, 0, jobs)
+    done = resumed
     if progress and done:
         progress(done, total)
     with RowStream(stream, ROW_COLUMNS, rows) if stream else contextlib.nullcontext() as out:
@@ -311,7 +313,9 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
             done += count
             if progress:
                 progress(done, total)
-    return _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    result.resumed = resumed
+    return result
 
 
 def _check_stream(stream: str | None, resume: bool) -> None:

@@ -3,6 +3,7 @@ import csv
 import functools
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -131,6 +132,20 @@ def test_cli_refuses_a_bad_executor_and_missing_dask_in_one_line(cli):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "commpress[scale]" in proc.stderr, proc.stderr
+
+
+def test_cli_resumes_a_cut_stream_to_the_uninterrupted_csv(cli, tmp_path):
+    whole, again, stream = tmp_path / "whole.csv", tmp_path / "again.csv", tmp_path / "rows.csv"
+    cli("perfmodel", "search", *CLI_CASE, "--workers", "1", "--csv", str(whole), "--stream", str(stream), check_rc=0)
+    lines = stream.read_text().splitlines(keepends=True)
+    stream.write_text("".join(lines[:200]))
+    out = cli("perfmodel", "search", *CLI_CASE, "--workers", "1", "--csv", str(again), "--resume", str(stream),
+              check_rc=0).stdout
+    resumed = re.search(rf"; (\d+) of the plans from {re.escape(str(stream))}", out)
+    assert resumed and 0 < int(resumed.group(1)) < 104, out
+    assert again.read_bytes() == whole.read_bytes()
+    twice = cli("perfmodel", "search", *CLI_CASE, "--stream", str(stream), "--resume", str(whole), check_rc=2)
+    assert "stream" in twice.stderr and len(twice.stderr.strip().splitlines()) == 1
 
 
 # Dask: a LocalCluster started by the search, and one started here that the search joins (--scheduler)
