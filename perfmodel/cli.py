@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from perfmodel.collective import DTYPES, OPS
@@ -210,8 +211,8 @@ def _search_parser(sub) -> None:
                     "with --executor dask): its workers need commpress and the files the search names")
     se.add_argument("--stream", metavar="FILE.csv", help="append every family's rows to this new CSV as it finishes "
                     "(one synced write each), so a killed search can be resumed")
-    se.add_argument("--resume", metavar="FILE.csv", help="continue the stream FILE: skip the families whose rows are "
-                    "all there, append the rest (the result is an uninterrupted search's)")
+    se.add_argument("--resume", metavar="FILE.csv", help="continue the stream FILE (a missing one is started): skip "
+                    "the families whose rows are all there, append the rest (the result is an uninterrupted search's)")
     se.add_argument("--csv", help="write every evaluated (plan, policy), within the budget or not, to this CSV")
     se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
     se.add_argument("--calibration", help="calibration profile JSON")
@@ -430,6 +431,8 @@ def _search(args) -> None:
     check_picture(args.plot)
     if args.stream and args.resume and args.stream != args.resume:
         raise InputError("stream", args.stream, f"the file --resume continues ({args.resume}), or leave one out")
+    if args.csv and os.path.abspath(args.csv) == os.path.abspath(args.resume or args.stream or ""):
+        raise InputError("csv", args.csv, "another file than the stream (the stream keeps the raw rows to resume from)")
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     result = search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
                     candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,

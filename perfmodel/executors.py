@@ -16,6 +16,9 @@ streams results and advances one progress bar whatever runs them.
   anything but bad input is tried ``TASK_RETRIES`` more times. A result is kept once, from the
   attempt that finished, so a retried task neither loses nor repeats rows.
 
+The LocalCluster's workers are spawned processes, which import the calling script: a script that
+calls ``search(..., executor="dask")`` needs the ``if __name__ == "__main__":`` guard.
+
 Dask is an optional dependency (the ``scale`` extra): ``check_executor`` refuses ``dask`` in one
 line naming the extra where it is not installed.
 """

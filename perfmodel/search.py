@@ -222,7 +222,8 @@ def _family_items(job, plans=None, with_policies: bool = True) -> list:
     model, _, where, gbs, family, candidates, _, fixed = job
     spec = load_model(model)
     return [(PlanRequest(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
-             _plan_policies(plan, candidates, spec) if with_policies else []) for plan in plans or family]
+             _plan_policies(plan, candidates, spec) if with_policies else [])
+            for plan in (family if plans is None else plans)]
 
 
 def _plan_policies(plan: dict, candidates: dict, spec) -> list[str]:

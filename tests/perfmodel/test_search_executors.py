@@ -144,8 +144,9 @@ def test_cli_resumes_a_cut_stream_to_the_uninterrupted_csv(cli, tmp_path):
     resumed = re.search(rf"; (\d+) of the plans from {re.escape(str(stream))}", out)
     assert resumed and 0 < int(resumed.group(1)) < 104, out
     assert again.read_bytes() == whole.read_bytes()
-    twice = cli("perfmodel", "search", *CLI_CASE, "--stream", str(stream), "--resume", str(whole), check_rc=2)
-    assert "stream" in twice.stderr and len(twice.stderr.strip().splitlines()) == 1
+    for clash in (["--stream", str(stream), "--resume", str(whole)], ["--stream", str(whole), "--csv", str(whole)]):
+        bad = cli("perfmodel", "search", *CLI_CASE, *clash, check_rc=2).stderr
+        assert ("stream" in bad or "csv" in bad) and len(bad.strip().splitlines()) == 1, bad
 
 
 # Dask: a LocalCluster started by the search, and one started here that the search joins (--scheduler)
