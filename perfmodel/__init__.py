@@ -8,6 +8,8 @@
            max_error="tp=0.01")                          -> SearchResult (ranked, pareto, rows)
     collective_time("allreduce", 1 << 30, cluster="dgx-h100", nodes=4, compressor="int8")
                                                           -> CollectiveRecord
+    breakeven(model, cluster, "+12.7%", policy="hybrid", library="mpi", **plan)
+                                                          -> BreakEven (kernel GB/s for a target speedup)
 """
 from perfmodel.collective import DTYPES, OPS, collective_time
 from perfmodel.compression import Codec, compile_spec, parse_spec
@@ -16,7 +18,9 @@ from perfmodel.record import CollectiveRecord, busbw_factor
 from perfmodel.plan_sweep import SweepResult
 from perfmodel.plan_sweep import sweep_plans
 from perfmodel.search import SearchResult, search  # noqa: E402  (the function shadows its module's name)
+from perfmodel.breakeven import BreakEven, breakeven  # noqa: E402  (the function shadows its module's name)
 
-__all__ = ["DTYPES", "OPS", "Codec", "CollectiveRecord", "SearchResult", "StepRecord", "SweepResult", "busbw_factor",
-           "collective_time", "compare", "compile_spec", "parse_spec", "predict", "search", "sweep_plans"]
+__all__ = ["DTYPES", "OPS", "BreakEven", "Codec", "CollectiveRecord", "SearchResult", "StepRecord", "SweepResult",
+           "busbw_factor", "breakeven", "collective_time", "compare", "compile_spec", "parse_spec", "predict", "search",
+           "sweep_plans"]
 __version__ = "0.1.0"

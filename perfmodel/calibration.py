@@ -52,6 +52,8 @@ from perfmodel.collectives.fabric import PAIR
 from perfmodel.collectives.phases import PRIMITIVES
 from perfmodel.compression.codec import Codec, compile_spec
 from perfmodel.compression.families import data_dependent
+from perfmodel.library import DEFAULT as DEFAULT_LIBRARY
+from perfmodel.library import Library, libraries, library
 from topologies import bounds
 from topologies.errors import InputError
 from topologies.units import TBps_to_Bps, us_to_s
@@ -80,6 +82,11 @@ class Calibration:
     in_run: dict = field(default_factory=dict)   # {canonical spec: ((message bytes, factor), ...)}
     calls: dict = field(default_factory=dict)    # {(op, algorithm): (seconds per call, seconds per byte)}
     transport: tuple | None = None               # (CPU seconds per call, CPU seconds per byte sent)
+    library: Library | None = None               # the collective library (perfmodel.library); None: NCCL
+
+    @property
+    def lib(self) -> Library:
+        return self.library or library(DEFAULT_LIBRARY)
 
     def call_cost(self, op: str, algorithm: str, size_bytes: float) -> float:
         """Seconds a runtime's compressed ``op`` by ``algorithm`` takes beyond wire and kernels
@@ -134,12 +141,16 @@ class Calibration:
         return replace(dev, **changes)
 
     def protocol_table(self, tier_class: str) -> dict:
-        table = dict(protocol_table()[tier_class])
+        """The library's protocols of ``tier_class`` with the profile's measured constants over them
+        (a measured protocol the library does not have, NCCL's LL under MPI, does not apply)."""
+        table = dict(self.lib.table(tier_class))
         for name, over in self.protocols.get(tier_class, {}).items():
+            if name not in table:
+                continue
             p = table[name]
             table[name] = Protocol(name=name, base_s=us_to_s(over.get("base_us", p.base_s * 1e6)),
                                    step_s=us_to_s(over.get("step_us", p.step_s * 1e6)),
-                                   bw_fraction=over.get("bw_fraction", p.bw_fraction))
+                                   bw_fraction=over.get("bw_fraction", p.bw_fraction), max_Bps=p.max_Bps)
         return table
 
     def primitive_table(self, tier_class: str) -> dict:
@@ -241,8 +252,8 @@ def _check(raw: dict) -> None:
         if cls not in protocol_table():
             _fail(f"protocols.{cls}", protos, "one of " + ", ".join(protocol_table()))
         for name, over in protos.items():
-            if name not in PROTOCOL_NAMES or not isinstance(over, dict):
-                _fail(f"protocols.{cls}.{name}", over, "an object for one of " + ", ".join(PROTOCOL_NAMES))
+            if name not in _protocol_names() or not isinstance(over, dict):
+                _fail(f"protocols.{cls}.{name}", over, "an object for one of " + ", ".join(_protocol_names()))
             for k, v in over.items():
                 if k not in PROTOCOL_KEYS:
                     _fail(f"protocols.{cls}.{name}.{k}", v, "one of " + ", ".join(PROTOCOL_KEYS))
@@ -337,6 +348,28 @@ def from_profile(raw: dict, path: str = "<profile>") -> Calibration:
                        protocols=raw.get("protocols", {}), ratios=ratios, primitives=raw.get("primitives", {}),
                        overlap_slowdown=raw.get("overlap_slowdown"), kernels=kernels, in_run=in_run, calls=calls,
                        transport=(t["cpu_us"] * 1e-6, t["cpu_ns_per_byte"] * 1e-9) if t else None)
+
+
+def _protocol_names() -> tuple:
+    """Protocol names a profile may measure: NCCL's and every library's."""
+    return tuple(dict.fromkeys(PROTOCOL_NAMES + tuple(n for lib in libraries().values() for n in lib.protocol_names())))
+
+
+def load_profile(path, library_name: str | None = None) -> Calibration | None:
+    """The profile at ``path`` (or none; a Calibration already built, ``from_profile``, as it is)
+    priced with the collective library ``library_name`` (``perfmodel.library``; None or nccl:
+    NCCL, and None without a profile, as before)."""
+    lib = library(library_name)
+    calib = path if isinstance(path, Calibration) else load_calibration(path)
+    if lib.name == DEFAULT_LIBRARY:
+        return calib
+    return _with_library(calib, lib)
+
+
+@lru_cache(maxsize=64)
+def _with_library(calib: Calibration | None, lib: Library) -> Calibration:
+    """``calib`` (or an empty profile) with ``lib``: one object per pair, so caches keyed on it hold."""
+    return replace(calib or from_profile({"schema": SCHEMA}, f"<library {lib.name}>"), library=lib)
 
 
 def load_calibration(path: str | None) -> Calibration | None:

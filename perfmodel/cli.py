@@ -6,6 +6,7 @@ import os
 import sys
 
 from perfmodel.collective import DTYPES, OPS
+from perfmodel.library import library
 from perfmodel.prediction import PredictOptions, compare, predict, request_and_options
 from perfmodel.plan import DEFAULT_BUCKET_BYTES, PlanRequest
 from perfmodel.report import plan_text, catalog_report, compare_report, step_report, sweep_csv, sweep_table
@@ -26,6 +27,8 @@ EPILOG = """examples:
   perfmodel search --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --plot pareto.png
   perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
   perfmodel predict --model deepseek-v3 --cluster dgx-h100 --gpus 2048 --pp 16 --ep 64 --policy deepseek
+  perfmodel breakeven --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policy hybrid --target +12.7% --library mpi
   perfmodel catalog models
   perfmodel validate --published megatron-lm-a100-2021
 """
@@ -33,6 +36,10 @@ POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, z
                "AXIS=SPEC or AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations, "
                "ep MoE dispatch, ep_combine MoE combine (default: as ep), cp K/V ring), e.g. "
                "'hybrid,dp=ef(topk(0.01))+int8' or 'ep=fp8,ep_combine=none'")
+
+LIBRARY_HELP = ("collective library whose algorithms and per-message constants price the collectives: nccl "
+                "(default) or mpi (a GPU-aware MPI, MVAPICH2-GDR-like: ring / Rabenseifner all-reduce, eager and "
+                "rendezvous protocols; catalog/libraries.toml gives each number's source)")
 
 
 def _size(text):
@@ -98,6 +105,7 @@ def _plan_args(p, sweep: bool = False) -> None:
                    help=f"fraction by which overlapped communication slows compute "
                    f"(default: the profile's, else {DEFAULT_OVERLAP_SLOWDOWN})")
     p.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
+    p.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     p.add_argument("--allow-oom", action="store_true", help="report plans that do not fit memory")
     p.add_argument("--json", action="store_true", help="JSON instead of tables")
 
@@ -131,8 +139,10 @@ def _parser() -> Parser:
     sw.add_argument("--top", type=positive_int, default=10, help="rows in the table (>= 1)")
     sw.add_argument("--csv", help="write every evaluated (plan, policy) to this CSV")
     _search_parser(sub)
+    _breakeven_parser(sub)
     ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
-    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "compressors", "all"))
+    ca.add_argument("kind", nargs="?", default="all", choices=("gpus", "models", "clusters", "compressors", "libraries",
+                                                                   "all"))
     _collective_parser(sub)
     _validate_parser(sub)
     cal = sub.add_parser("calibrate", help="fit a calibration profile from measured records",
@@ -222,7 +232,61 @@ def _search_parser(sub) -> None:
                     "clusters or per cluster, e.g. 'dgx-a100=1.8,dgx-h100=3.0'; adds cost")
     se.add_argument("--pareto", action="store_true", help="print only the Pareto front (with --tokens: over cost, "
                     "time to train and error)")
+    se.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     se.add_argument("--json", action="store_true", help="print the ranked rows and the front as JSON")
+
+
+BREAKEVEN_EPILOG = """examples:
+  perfmodel breakeven --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policy hybrid --target +12.7% --library mpi
+  perfmodel breakeven ... --policy 'naive:zfp(rate=8)' --target 1.05 --families zfp --json
+
+The throughput is what a calibration profile's kernels section gives a spec: GB/s of uncompressed
+bytes per direction; decompression scales with compression at the spec's own ratio of the two.
+"""
+
+
+def _breakeven_parser(sub) -> None:
+    b = sub.add_parser("breakeven", help="kernel throughput at which a policy reaches a target speedup",
+                       description="Solve for the codec kernel throughput (GB/s, compress and decompress scaled "
+                       "together) at which the policy's predicted speedup over the same plan uncompressed reaches "
+                       "--target (Brent's method over throughput), or say it cannot be reached at any throughput "
+                       "and give the limit as the throughput grows without bound.", epilog=BREAKEVEN_EPILOG,
+                       formatter_class=RAW)
+    _cluster_args(b)
+    _plan_args(b)
+    b.add_argument("--policy", default="hybrid", help=POLICY_HELP + " (default: hybrid)")
+    b.add_argument("--target", required=True, help="target speedup: a gain in percent (+12.7%%) or a ratio (1.127)")
+    b.add_argument("--families", default="zfp", help="compressor families whose kernels are scaled, comma-separated, "
+                   "or all (default: zfp)")
+
+
+def _breakeven(args) -> None:
+    from perfmodel.breakeven import breakeven, parse_target
+
+    parse_target(args.target)
+    for name in ("trace", "timeline", "plot"):
+        if getattr(args, name):
+            raise InputError(name, getattr(args, name), "not with breakeven (it draws no step)")
+    request, options = _request(args, args.policy)
+    r = breakeven(args.model, args.cluster, args.target, request, options, families=args.families)
+    print(dump_json(r.to_dict()) if args.json else _breakeven_report(r))
+
+
+def _breakeven_report(r) -> str:
+    own = "; ".join(f"{s}: {c:.4g} GB/s compress, {d:.4g} decompress" for s, (c, d) in r.model_GBps.items())
+    lines = [f"# break-even kernel throughput: {r.model} on {r.cluster}, policy {r.policy}, library {r.library}",
+             f"# scaled ({', '.join(r.families)}): {own} (the model's own, fp32)",
+             f"# speedup with the model's own kernels: {r.model_speedup:.4f}; as throughput -> infinity: "
+             f"{r.limit_speedup:.4f}"]
+    gain = f"{r.target_speedup:.4f} ({r.target_speedup - 1:+.1%})"
+    if r.reachable:
+        lines.append(f"target speedup {gain}: reached at {r.compress_GBps:.4g} GB/s compress "
+                     f"({r.decompress_GBps:.4g} GB/s decompress): speedup {r.speedup_at_solution:.4f}")
+    else:
+        lines.append(f"target speedup {gain}: not reachable at any kernel throughput (limit {r.limit_speedup:.4f}, "
+                     f"{r.limit_speedup - 1:+.1%})")
+    return "\n".join(lines)
 
 
 CALIBRATE_EPILOG = """examples:
@@ -255,6 +319,7 @@ def _collective_parser(sub) -> None:
     c.add_argument("--chunks", default="auto", help="pipelining chunks: an integer or auto")
     c.add_argument("--placement", default="packed", choices=("packed", "spread"))
     c.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
+    c.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     c.add_argument("--json", action="store_true", help="print a JSON list of records")
     c.add_argument("--plot", metavar="FILE.png", help="draw busbw and speedup against size per compressor "
                    "(with --sweep; .png, .svg or .pdf)")
@@ -321,7 +386,9 @@ def _validate_report(reports, bounds) -> None:
 def _plan_kwargs(args, sweep: bool = False) -> dict:
     """The plan and option fields the arguments give, by their names in PlanRequest and
     PredictOptions (a sweep varies the layout itself: without tp, pp, dp, zero, ...)."""
-    kw = dict(calibration=args.calibration, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
+    library(args.library)   # an unknown name is refused before any work
+    kw = dict(calibration=args.calibration, library=args.library, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs,
+              seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
@@ -439,7 +506,7 @@ def _search(args) -> None:
                     schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
                     cluster_grid=args.cluster_grid, tokens=args.tokens, gpu_hour_price=args.gpu_hour_price,
                     executor=args.executor, scheduler=args.scheduler, stream=args.resume or args.stream,
-                    resume=bool(args.resume), progress=Progress("plans"))
+                    resume=bool(args.resume), library=args.library, progress=Progress("plans"))
     if args.csv:
         atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
@@ -545,7 +612,7 @@ def _speedup_matrix(records, compressors) -> str:
     by = {(r.size_bytes, r.compressor): r for r in records}
     sizes = sorted({r.size_bytes for r in records})
     rows = [(format_size(s),) + tuple(by[(s, c)].speedup_vs_none for c in compressors) for s in sizes]
-    title = "# speedup over uncompressed (best NCCL algorithm)"
+    title = "# speedup over uncompressed (the library's best algorithm)"
     return table(("size",) + tuple(compressors), rows, title=title)
 
 
@@ -557,7 +624,7 @@ def _collective(args) -> None:
     compressors = parse_compressors(args.compressor)
     records = sweep_collectives(args.op, sizes, compressors, cluster=args.cluster, nodes=args.nodes, gpus=args.gpus,
                     algorithm=args.algorithm, dtype=args.dtype, chunks=_chunks(args.chunks),
-                    placement=args.placement, calibration=args.calibration)
+                    placement=args.placement, calibration=args.calibration, library=args.library)
     if args.plot:
         from perfmodel.plots import plot_collectives
 
@@ -567,7 +634,8 @@ def _collective(args) -> None:
         return
     first = records[0]
     print(f"# perfmodel collective {args.op}: cluster={first.cluster} nodes={first.nodes} "
-          f"gpus={first.gpus} dtype={NCCL_NAME.get(args.dtype, args.dtype)} algorithm={args.algorithm}")
+          f"gpus={first.gpus} dtype={NCCL_NAME.get(args.dtype, args.dtype)} algorithm={args.algorithm} "
+          f"library={args.library}")
     print("# size in bytes, time_us, algbw and busbw (GB/s) as nccl-tests; sent_bytes = payload bytes one rank sends; "
           "error = relative RMS error (unit-Gaussian data)")
     print(table(HEAD, [_row(r) for r in records]))
@@ -599,7 +667,8 @@ def _calibrate(args) -> None:
                 title="# largest residuals of the tier fit (all are in the profile under fits)"))
 
 
-COMMANDS = {"calibrate": _calibrate, "predict": _predict, "compare": _compare, "sweep": _sweep, "search": _search,
+COMMANDS = {"breakeven": _breakeven,
+            "calibrate": _calibrate, "predict": _predict, "compare": _compare, "sweep": _sweep, "search": _search,
             "collective": _collective, "validate": _validate, "catalog": lambda args: print(catalog_report(args.kind))}
 
 

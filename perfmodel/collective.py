@@ -15,7 +15,8 @@ from perfmodel.collectives.fabric import Ctx, make_ctx
 from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier, with_runtime_call
 from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.dtypes import DTYPE_BYTES
-from perfmodel.calibration import load_calibration
+from perfmodel.calibration import load_profile
+from perfmodel.library import library
 from perfmodel.compression import Codec, compile_spec
 from perfmodel.record import CollectiveRecord, busbw_factor
 from topologies import InputError, cluster_for, place
@@ -25,13 +26,12 @@ DTYPES = {k: DTYPE_BYTES[k] for k in ("fp32", "bf16", "fp16")}   # the element t
 # The most pipelining chunks a user may ask for: past a few hundred, per-chunk launches dominate any message.
 MAX_REQUESTED_CHUNKS = 4096
 REDUCTIONS = ("allreduce", "reduce_scatter")
-# What NCCL itself can run. 'auto' stays within these whenever the ordinary algorithm carries
-# the data (uncompressed, reducible payloads, data movement), so the uncompressed baseline is
-# what a job runs today and fp16 is not credited with a better algorithm. Others can be asked for.
-NCCL_ALGORITHMS = ("ring", "tree", "nvls", "direct")
-# What 'auto' also weighs beyond NCCL's, per op: the hierarchical all-to-all is DeepEP's, which
-# MoE training jobs run today for their expert dispatch and combine (DeepSeek-V3).
-AUTO_EXTRA = {"alltoall": ("hierarchical",)}
+# What 'auto' weighs comes from the collective library (perfmodel.library, catalog/libraries.toml):
+# NCCL's own algorithms (ring, tree, nvls, direct; and DeepEP's hierarchical all-to-all, which MoE
+# jobs run beside it) whenever the ordinary algorithm carries the data (uncompressed, reducible
+# payloads, data movement), so the uncompressed baseline is what a job runs today and fp16 is not
+# credited with a better algorithm; an MPI library's ring and Rabenseifner instead. Others can be
+# asked for by name.
 # 'auto' accepts at most this factor on the error of the most accurate algorithm
 # (error grows as sqrt(hops), so at most ERROR_BUDGET**2 times the fewest hops).
 ERROR_BUDGET = 2.0
@@ -46,9 +46,12 @@ def _check(op: str, size_bytes, dtype: str) -> None:
         raise InputError("dtype", dtype, "one of " + ", ".join(DTYPES))
 
 
-def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
-    """{algorithm: builder(ctx, msg) -> AlgoCost} applicable to ``op`` with ``codec``."""
-    if op in REDUCTIONS and not codec.reducible:
+def candidates(op: str, codec, ctx: Ctx, library_only: bool = True) -> dict:
+    """{algorithm: builder(ctx, msg) -> AlgoCost} applicable to ``op`` with ``codec``; with
+    ``library_only`` (what 'auto' weighs) those the context's collective library runs."""
+    lib = ctx.library or library(None)
+    compressed = op in REDUCTIONS and not codec.reducible
+    if compressed:
         table = dict(COMPRESSED[op])
     elif op in REDUCTIONS:
         table = {a: partial(reducible, op, a) for a in PLAIN[op]}
@@ -58,8 +61,9 @@ def candidates(op: str, codec, ctx: Ctx, nccl_only: bool = True) -> dict:
         table.pop("hierarchical", None)
     if not ctx.nvls:
         table.pop("nvls", None)
-    if nccl_only and not (op in REDUCTIONS and not codec.reducible):
-        table = {a: f for a, f in table.items() if a in NCCL_ALGORITHMS + AUTO_EXTRA.get(op, ())}
+    allowed = (lib.compressed.get(op) if compressed else lib.auto.get(op, ())) if library_only else None
+    if allowed is not None:
+        table = {a: f for a, f in table.items() if a in allowed}
     return table
 
 
@@ -74,7 +78,7 @@ def _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks):
     """(name, AlgoCost, Timed, Msg) of the fastest candidate. 'auto' on a lossy codec only
     considers algorithms whose error growth (hops) keeps the error within ERROR_BUDGET times
     that of the most accurate candidate: it will not buy speed with a 16-hop ring of top-k."""
-    table = candidates(op, codec, ctx, nccl_only=algorithm == "auto")
+    table = candidates(op, codec, ctx, library_only=algorithm == "auto")
     if algorithm != "auto":
         if algorithm not in table:
             raise InputError("algorithm", algorithm, _allowed_text(op, codec))
@@ -103,20 +107,21 @@ def _uncompressed_time(op, size_bytes, dtype, ctx) -> float:
 def collective_time(op: str, size_bytes: int, *, cluster: str = "dgx-a100", nodes: int | None = None,
                     gpus: int | None = None, compressor: str = "none", algorithm: str = "auto",
                     dtype: str = "fp32", chunks="auto", placement="packed", ranks: int | None = None,
-                    concurrent=(), calibration: str | None = None) -> CollectiveRecord:
+                    concurrent=(), calibration: str | None = None, library: str | None = None) -> CollectiveRecord:
     """Predict one collective on ``cluster`` sized by ``nodes`` or ``gpus``.
 
     ``ranks`` (default: every GPU) are placed ``packed``, ``spread`` or on an explicit
     list of GPU indices; ``concurrent`` lists other groups (GPU indices) that run the
     same collective at the same time and share links. ``chunks`` is an int >= 1 or
-    'auto'. ``calibration`` is a profile path (see ``perfmodel.calibration``). Returns a
-    CollectiveRecord (``.to_dict()`` for JSON).
+    'auto'. ``calibration`` is a profile path (see ``perfmodel.calibration``); ``library`` the
+    collective library whose algorithms and constants price it (``perfmodel.library``: nccl, the
+    default, or mpi). Returns a CollectiveRecord (``.to_dict()`` for JSON).
     """
     _check(op, size_bytes, dtype)
     bad_int = isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_REQUESTED_CHUNKS
     if chunks != "auto" and bad_int:
         raise InputError("chunks", chunks, f"an integer from 1 to {MAX_REQUESTED_CHUNKS}, or auto")
-    calib = load_calibration(calibration)
+    calib = load_profile(calibration, library)
     built, job = cluster_for(cluster, nodes=nodes, gpus=gpus)   # a partial last node where gpus asks
     ctx = resolve_context(built, ranks or job, placement if isinstance(placement, str) else tuple(placement),
                    tuple(tuple(g) for g in concurrent), calib)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
 from perfmodel.axes import NAMES, active_axes
-from perfmodel.calibration import load_calibration
+from perfmodel.calibration import load_profile
 from perfmodel.catalogs import device
 from perfmodel.engines import Env, StepInputs, engine_for
 from perfmodel.memory import peak_memory
@@ -66,14 +66,16 @@ class StepRecord:
 @dataclass(frozen=True, kw_only=True)
 class PredictOptions:
     """How to predict: ``policy`` (``perfmodel.policy``), ``engine`` (``analytical`` or ``des``),
-    a ``calibration`` profile path, ``overlap_slowdown`` (default: the profile's, else
-    DEFAULT_OVERLAP_SLOWDOWN), ``allow_oom`` (predict a plan that does not fit instead of
+    a ``calibration`` profile path (or a ``perfmodel.calibration.Calibration``), ``library`` (the
+    collective library: nccl, the default, or mpi; ``perfmodel.library``), ``overlap_slowdown``
+    (default: the profile's, else DEFAULT_OVERLAP_SLOWDOWN), ``allow_oom`` (predict a plan that does not fit instead of
     refusing it), ``trace`` (a path for Chrome trace-event JSON, or a list the events are
     appended to, processes numbered from ``trace_pid``) and ``timeline`` (a picture path)."""
 
     policy: str = "none"
     engine: str = "analytical"
     calibration: str | None = None
+    library: str = "nccl"
     overlap_slowdown: float | None = None
     allow_oom: bool = False
     trace: str | list | None = None
@@ -117,6 +119,16 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", plan: PlanRequ
     _draw(timing, setup.plan, pol, opts,
           f"{setup.arch.name} on {setup.built.name} ({setup.ranks} GPUs): {pol.text}, {engine.name}")
     return _finish(setup, pol, timing, engine.name)
+
+
+def step_seconds(model: str, cluster: str, plan: PlanRequest | None = None, options: PredictOptions | None = None,
+                 **kw) -> float:
+    """The step time alone of ``predict`` (no uncompressed rerun, no record, no pictures): what a
+    solver over one input calls many times (``perfmodel.breakeven``)."""
+    request, opts = request_and_options(plan, options, **kw)
+    setup = _setup(model, cluster, request, opts)
+    _check_fits(setup, opts)
+    return engine_for(opts.engine).time_step(setup.inputs(_policy(opts.policy))).breakdown.total
 
 
 def predict_many(model: str, cluster: str, items: list, options: PredictOptions | None = None) -> list:
@@ -181,7 +193,7 @@ class _Setup:
 
 def _setup(model: str, cluster: str, request: PlanRequest, opts: PredictOptions) -> _Setup:
     """``predict``'s checks and objects up to its policy, in its order (cached per request)."""
-    calib = load_calibration(opts.calibration)
+    calib = load_profile(opts.calibration, opts.library)
     return _setup_cached(model, cluster, request, calib, opts.overlap_slowdown)
 
 

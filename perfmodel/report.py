@@ -150,7 +150,20 @@ def catalog_report(kind: str) -> str:
         parts.append(table(("cluster", "gpu", "description"), rows))
     if kind in ("compressors", "all"):
         parts.append(compressor_catalog())
+    if kind in ("libraries", "all"):
+        parts.append(library_catalog())
     return "\n\n".join(parts)
+
+
+def library_catalog() -> str:
+    """Every collective library (--library): the all-reduce algorithms 'auto' weighs, its protocols,
+    and what it is (catalog/libraries.toml gives each constant's source)."""
+    from perfmodel.library import libraries
+
+    rows = [(lib.name, lib.doc.split(":")[0], ", ".join(lib.auto["allreduce"]),
+             ", ".join(lib.compressed.get("allreduce", ("any",))), ", ".join(lib.protocol_names()))
+            for lib in libraries().values()]
+    return table(("library", "what", "allreduce", "compressed allreduce", "protocols"), rows)
 
 
 def compressor_catalog() -> str:

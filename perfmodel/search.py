@@ -46,6 +46,7 @@ from perfmodel.compression import compile_spec
 from perfmodel.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.cost import pareto_front as cost_front
 from perfmodel.executors import check_executor, run_jobs
+from perfmodel.library import library
 from perfmodel.plan import PlanRequest, parse_schedule
 from perfmodel.plan_sweep import candidate_plans
 from perfmodel.policy import POLICY_AXES
@@ -298,6 +299,7 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     _option_fields(fixed)
     plans = {c: plan_space(model, c, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
                            tuple(sequence_parallel), tuple(hpz), fixed.get("seq")) for c in clusters}
+    library(fixed.get("library"))   # refused here, not in a worker
     jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
             for family in _families(plans[c], gbs)]
     total = sum(map(len, plans.values()))

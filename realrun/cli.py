@@ -21,6 +21,7 @@ from topologies.units import format_size, parse_size
 EPILOG = """examples:
   realrun bench allreduce --world 4 --sizes 1MiB:64MiB --compressors "none,int8,topk(0.01)" \\
       --algorithms ring,two_phase --json records.jsonl
+  realrun bench alltoall --world 4 --sizes 256KiB:4MiB --compressors none,bf16,fp8,int8
   realrun bench kernels --sizes 64MiB --compressors "fp16,int8,sign,topk(0.01)"
 """
 
@@ -41,7 +42,9 @@ def _parser() -> Parser:
                        "compressors alone (kernels); print nccl-tests-style tables and write JSON Lines "
                        "records (perfmodel.measurements schema) with --json.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels")
+    b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels (alltoall: SIZE is what "
+                   "each rank sends, SIZE/world to every rank, each chunk compressed once at its source; busbw = "
+                   "algbw x (n-1)/n)")
     b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "
                    "torchrun, which starts the ranks)")
     b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo (CPU tensors, numpy "
@@ -96,11 +99,11 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
                    "A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, compressed "
-                   "collectives): each case predicted first, then measured --repeats times (the median counts; "
-                   "spread = max/min - 1 of the repeats). Writes DIR/results.csv, DIR/report.md "
-                   "and DIR/predicted_vs_measured.png and prints the summary: MAPE with the testbed's noise floor "
-                   "(median spread) and the cases spread over 5%, worst case, fastest-compressor "
-                   "agreement, int8 crossover bandwidth.", LOOP_EPILOG)
+                   "all-reduces and realrun's all-to-all): each case predicted first, then measured --repeats "
+                   "times (the median counts; spread = max/min - 1 of the repeats). Writes DIR/results.csv, "
+                   "DIR/report.md and DIR/predicted_vs_measured.png and prints the summary: MAPE with the "
+                   "testbed's noise floor (median spread) and the cases spread over 5%, MAPE per op, worst case, "
+                   "fastest-compressor agreement, int8 crossover bandwidth.", LOOP_EPILOG)
     val.add_argument("--calibration", help="profile from realrun calibrate (default: catalog numbers)")
     val.add_argument("--cluster", default="emu", help="as for calibrate")
     val.add_argument("--out", required=True, help="output folder (created)")

@@ -108,8 +108,13 @@ def summary_lines(summary: dict) -> list[str]:
     lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
              f"algorithms: {', '.join(summary['algorithms'])}",
              f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%); {noise_text(summary)}"]
+    by_op = summary.get("by_op") or {}
+    if len(by_op) > 1:
+        lines.append("MAPE by op: " + "; ".join(f"{op} {100 * v['mape']:.1f}% ({v['cases']} cases)"
+                                                 for op, v in by_op.items()))
     if worst:
-        lines.append(f"worst: {100 * worst['error']:+.1f}% ({worst['compressor']} {worst['algorithm']} "
+        lines.append(f"worst: {100 * worst['error']:+.1f}% ({_op_label(worst)}{worst['compressor']} "
+                     f"{worst['algorithm']} "
                      f"{format_size(worst['size_bytes'])} {worst['hosts']} hosts {rate_label(worst['bandwidth'])})")
     if summary["fastest_total"]:
         share = summary["fastest_agree"] / summary["fastest_total"]
@@ -124,6 +129,12 @@ def summary_lines(summary: dict) -> list[str]:
     return lines
 
 
+def _op_label(row: dict) -> str:
+    """'' for an all-reduce (the grid's default), else the op and a space."""
+    op = row.get("op", "allreduce")
+    return "" if op == "allreduce" else f"{op} "
+
+
 def report_md(rows: list[dict], summary: dict) -> str:
     out = ["# realrun validate: predicted vs measured", "",
            "Each case was predicted (perfmodel, the calibration profile, the algorithm realrun ran) before it "
@@ -132,18 +143,20 @@ def report_md(rows: list[dict], summary: dict) -> str:
            "## Summary", ""]
     out += [f"- {line}" for line in summary_lines(summary)]
     for key, p, m in summary.get("fastest_wrong", []):
-        hosts, bw, size = key
-        out.append(f"- fastest differs at {hosts} hosts, {rate_label(bw)}, {format_size(size)}: predicted {p}, "
+        hosts, bw, size, *op = key
+        where = f" ({op[0]})" if op and op[0] != "allreduce" else ""
+        out.append(f"- fastest differs at {hosts} hosts, {rate_label(bw)}, {format_size(size)}{where}: predicted {p}, "
                    f"measured {m}")
     cross = summary.get("crossover") or {}
     if cross.get("bandwidths"):
         pts = ", ".join(f"{format_rate(b)}: {s:.2f}x" for b, s in zip(cross["bandwidths"], cross["speedups"]))
         out.append(f"- measured int8 speedup over none at {format_size(8 * 2**20)}: {pts}")
     out += ["", "## Cases", "",
-            "| hosts | bandwidth | size | compressor | algorithm | predicted s | measured s | error | spread |",
-            "|---:|---:|---:|---|---|---:|---:|---:|---:|"]
+            "| op | hosts | bandwidth | size | compressor | algorithm | predicted s | measured s | error | spread |",
+            "|---|---:|---:|---:|---|---|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['hosts']} | {rate_label(r['bandwidth'])} | {format_size(r['size_bytes'])} | "
+        out.append(f"| {r.get('op', 'allreduce')} | {r['hosts']} | {rate_label(r['bandwidth'])} | "
+                   f"{format_size(r['size_bytes'])} | "
                    f"`{r['compressor']}` | {r['algorithm']} | {r['predicted_s']:.4f} | {r['measured_s']:.4f} | "
                    f"{100 * r['error']:+.1f}% | {spread_cell(r)} |")
     return "\n".join(out) + "\n"
@@ -166,10 +179,11 @@ def plot(rows: list[dict], path: str) -> None:
     ax.fill_between(xs, [x * 0.9 for x in xs], [x * 1.1 for x in xs], color="0.88", label="±10%")
     ax.plot(xs, xs, color="0.3", lw=1, label="y = x")
     markers = "osD^vP*X"
-    for i, comp in enumerate(sorted({r["compressor"] for r in rows})):
-        pts = [r for r in rows if r["compressor"] == comp]
+    for i, (op, comp) in enumerate(sorted({(r.get("op", "allreduce"), r["compressor"]) for r in rows})):
+        pts = [r for r in rows if (r.get("op", "allreduce"), r["compressor"]) == (op, comp)]
         ax.errorbar([r["measured_s"] for r in pts], [r["predicted_s"] for r in pts], xerr=error_bars(pts),
-                    fmt=markers[i % len(markers)], ms=5, elinewidth=0.8, capsize=2, label=comp)
+                    fmt=markers[i % len(markers)], ms=5, elinewidth=0.8, capsize=2,
+                    label=comp + (f" ({op})" if op != "allreduce" else ""), mfc="none" if op != "allreduce" else None)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

@@ -5,16 +5,19 @@ runs, no chunking), then measured ``repeats`` times (each repeat the median over
 the slowest rank; the case the median of its repeats, its spread max/min - 1). The grid
 is disjoint from calibration: other sizes (2, 8, 32 MiB against 64 KiB-16 MiB), other
 bandwidths (100 Mbit/s and 1 Gbit/s against 200 and 500 Mbit/s), compressed collectives
-(calibration times compressors alone and uncompressed all-reduce only).
+(calibration times compressors alone and uncompressed all-reduce only). Besides the all-reduces,
+the grid has realrun's all-to-all (expert parallelism's dispatch and combine: ``direct``, each
+chunk compressed once) uncompressed and compressed, so the model's pairwise all-to-all is checked
+like the others (``op`` in every row; summary ``by_op``).
 
-Repeats: one launch per (hosts, bandwidth) runs its cases round-robin, every case's timed block
+Repeats: one launch per (hosts, bandwidth, op) runs its cases round-robin, every case's timed block
 (a warm-up iteration, then ``iters`` timed ones, on inputs of its own) once per round, ``repeats``
 rounds. A repeat is thus its own warm-up and timed block, separated from the case's other repeats
 by every other case of the launch: a drift over the launch (another load on the machine, the
 scheduler moving ranks, socket buffers growing) falls on every case alike and shows as spread,
 not as one case's bias. The blocks are what costs time; a launch of its own per repeat would
 add every rank's start (torch import, process group, numba compiles) R - 1 times per
-(hosts, bandwidth) and time nothing more that a collective's call depends on.
+(hosts, bandwidth, op) and time nothing more that a collective's call depends on.
 
 Outputs in ``DIR``: ``results.csv`` (a row per case, with ``repeats``, ``spread`` and every
 repeat's time in ``measured_all_s``, ';'-joined), ``report.md`` (tables and summary, spread per
@@ -23,7 +26,7 @@ range as error bars).
 
 Summary numbers: MAPE and worst case over cases of 1 MiB and more; how often the predicted
 fastest compressor (each with its best algorithm) is the measured fastest per (hosts,
-bandwidth, size); the bandwidth where ``int8`` stops paying off against ``none``, predicted
+bandwidth, size, op); MAPE per op; the bandwidth where ``int8`` stops paying off against ``none``, predicted
 and measured (log-linear interpolation of the speedup over the bandwidths measured); the
 testbed's noise floor (median spread over every case measured) and the cases flagged.
 """
@@ -50,6 +53,9 @@ PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))"
          ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase", "recursive_doubling")))
 QUICK_PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))", ("allgather",)),
                ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase",)))
+# realrun's all-to-all (auto = direct): uncompressed and two calibrated specs (quick: one)
+ALLTOALL_SPECS = ("none", "fp16", "int8")
+QUICK_ALLTOALL_SPECS = ("none", "int8")
 CROSSOVER_SIZE = 8 * MIB
 CROSSOVER_BANDWIDTHS = (100 * MBIT, 1 * GBIT, 3 * GBIT, 10 * GBIT)
 
@@ -61,16 +67,19 @@ class Case:
     size_bytes: int
     compressor: str
     algorithm: str
+    op: str = "allreduce"   # or "alltoall"
 
 
 def grid(hosts: int, quick: bool, bandwidths=(100 * MBIT, GBIT), subsets: bool = True) -> list[Case]:
     """Held-out cases: 4 (or the cluster's) hosts at 100 Mbit/s and 1 Gbit/s; the full grid
-    adds 2 hosts (where the runner can run a subset) and 32 MiB."""
+    adds 2 hosts (where the runner can run a subset) and 32 MiB. All-reduces, then all-to-alls."""
     sizes = (2 * MIB, 8 * MIB) if quick else (2 * MIB, 8 * MIB, 32 * MIB)
     host_counts = (hosts,) if quick or hosts <= 2 or not subsets else (hosts, 2)
     pairs = QUICK_PAIRS if quick else PAIRS
+    specs = QUICK_ALLTOALL_SPECS if quick else ALLTOALL_SPECS
     return [Case(h, bw, s, c, a) for h in host_counts for bw in bandwidths for s in sizes
-            for c, algs in pairs for a in algs]
+            for c, algs in pairs for a in algs] + [Case(h, bw, s, c, "auto", "alltoall") for h in host_counts
+                                                    for bw in bandwidths for s in sizes for c in specs]
 
 
 def crossover_cases(hosts: int, quick: bool) -> list[Case]:
@@ -81,25 +90,25 @@ def crossover_cases(hosts: int, quick: bool) -> list[Case]:
 
 def predict(case: Case, runner, calibration: str | None) -> float:
     cluster = runner.topology(case.hosts, case.bandwidth or None)
-    return runtime_time("allreduce", case.size_bytes, cluster=cluster, compressor=case.compressor,
+    return runtime_time(case.op, case.size_bytes, cluster=cluster, compressor=case.compressor,
                         algorithm=case.algorithm, calibration=calibration).time_s
 
 
 def measure(cases: list[Case], runner, iters: int, repeats: int = REPEATS) -> dict:
-    """{case: measured seconds of each repeat}, one launch per (hosts, bandwidth) that runs its
-    cases round-robin ``repeats`` times (module doc)."""
+    """{case: measured seconds of each repeat}, one launch per (hosts, bandwidth, op) that runs
+    its cases round-robin ``repeats`` times (module doc)."""
     out: dict = {}
     groups: dict = {}
     for c in dict.fromkeys(cases):
-        groups.setdefault((c.hosts, c.bandwidth), []).append(c)
+        groups.setdefault((c.hosts, c.bandwidth, c.op), []).append(c)
     try:
-        for i, ((hosts, bw), members) in enumerate(sorted(groups.items())):
+        for i, ((hosts, bw, op), members) in enumerate(sorted(groups.items())):
             runner.set_bandwidth(bw)
             if getattr(runner, "rank", 0) == 0:
-                print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {rate_label(bw)}: {len(members)} cases x "
-                      f"{repeats} repeats", file=sys.stderr, flush=True)
+                print(f"validate: {i + 1}/{len(groups)} {hosts} hosts at {rate_label(bw)}, {op}: {len(members)} "
+                      f"cases x {repeats} repeats", file=sys.stderr, flush=True)
             rounds = members * repeats
-            config = BenchConfig(op="allreduce", iters=iters, warmup=1, timeout_s=RUN_TIMEOUT_S * repeats, cases=tuple(
+            config = BenchConfig(op=op, iters=iters, warmup=1, timeout_s=RUN_TIMEOUT_S * repeats, cases=tuple(
                 BenchCase(size_bytes=c.size_bytes, compressor=c.compressor, algorithm=c.algorithm) for c in rounds))
             for c, r in zip(rounds, runner.collectives(config, hosts), strict=True):
                 out.setdefault(c, []).append(r["time_s"])
@@ -109,10 +118,10 @@ def measure(cases: list[Case], runner, iters: int, repeats: int = REPEATS) -> di
 
 
 def _fastest_agreement(rows) -> tuple[int, int, list]:
-    """(agreeing, total, disagreements) over (hosts, bandwidth, size) of the fastest compressor."""
+    """(agreeing, total, disagreements) over (hosts, bandwidth, size, op) of the fastest compressor."""
     best: dict = {}
     for r in rows:
-        key = (r["hosts"], r["bandwidth"], r["size_bytes"])
+        key = (r["hosts"], r["bandwidth"], r["size_bytes"], r.get("op", "allreduce"))
         for side in ("predicted_s", "measured_s"):
             slot = best.setdefault(key, {}).setdefault(side, {})
             slot[r["compressor"]] = min(slot.get(r["compressor"], math.inf), r[side])
@@ -154,14 +163,30 @@ def summarize(rows: list[dict], cross: dict) -> dict:
     worst = max(big, key=lambda r: abs(r["error"])) if big else None
     agree, total, wrong = _fastest_agreement(big)
     compressors = sorted({r["compressor"] for r in big})
-    algorithms = sorted({runtime_algorithm("allreduce", r["compressor"], r["algorithm"]) for r in big})
+    algorithms = sorted({runtime_algorithm(r.get("op", "allreduce"), r["compressor"], r["algorithm"]) for r in big})
     ratio = None
     if cross.get("predicted") and cross.get("measured"):
         ratio = max(cross["predicted"], cross["measured"]) / min(cross["predicted"], cross["measured"])
     return {"cases": len(big), "compressors": compressors, "algorithms": algorithms,
             "mape": sum(errors) / len(errors) if errors else math.nan,
             "worst": worst, "fastest_agree": agree, "fastest_total": total, "fastest_wrong": wrong,
-            "crossover": cross, "crossover_ratio": ratio, **noise(rows)}
+            "crossover": cross, "crossover_ratio": ratio, "by_op": _by_op(big), **noise(rows)}
+
+
+def _by_op(rows: list[dict]) -> dict:
+    """{op: {"cases", "mape"}} over the summary's cases (the all-reduces' and the all-to-alls')."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault(r.get("op", "allreduce"), []).append(abs(r["error"]))
+    return {op: {"cases": len(e), "mape": sum(e) / len(e)} for op, e in sorted(out.items())}
+
+
+def _crossover_times(rows: list[dict], hosts: int) -> dict:
+    """{(bandwidth, compressor): measured s} of the all-reduces at the crossover size (none: auto,
+    int8: two_phase)."""
+    return {(r["bandwidth"], r["compressor"]): r["measured_s"] for r in rows if r["size_bytes"] == CROSSOVER_SIZE
+            and r["hosts"] == hosts and r.get("op", "allreduce") == "allreduce"
+            and r["algorithm"] in ("auto", "two_phase")}
 
 
 def validate(runner, calibration: str | None, out_dir: str, quick: bool = False, iters: int = 5,
@@ -181,8 +206,7 @@ def validate(runner, calibration: str | None, out_dir: str, quick: bool = False,
             for c in cases + [c for c in cross_cases if c not in cases]]
     cross = {}
     if cross_cases:
-        by = {(r["bandwidth"], r["compressor"]): r["measured_s"] for r in rows if r["size_bytes"] == CROSSOVER_SIZE
-              and r["hosts"] == runner.hosts and r["algorithm"] in ("auto", "two_phase")}
+        by = _crossover_times(rows, runner.hosts)
         bws = sorted({bw for bw, _ in by if (bw, "none") in by and (bw, "int8") in by})
         cross = {"measured": crossover(bws, [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]),
                  "predicted": predicted_crossover(runner, runner.hosts, calibration),
@@ -206,11 +230,11 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
     runner = StoredCluster()
     rows = []
     for m in stored:
-        case = Case(int(m["hosts"]), int(m["bandwidth"]), int(m["size_bytes"]), m["compressor"], m["algorithm"])
+        case = Case(int(m["hosts"]), int(m["bandwidth"]), int(m["size_bytes"]), m["compressor"], m["algorithm"],
+                    m.get("op") or "allreduce")   # written before all-to-alls were validated: all-reduces
         rows.append(_row(case, predict(case, runner, calibration), restored(m), crossover=m["crossover"] == "True"))
     hosts = max(r["hosts"] for r in rows)
-    by = {(r["bandwidth"], r["compressor"]): r["measured_s"] for r in rows if r["size_bytes"] == CROSSOVER_SIZE
-          and r["hosts"] == hosts and r["algorithm"] in ("auto", "two_phase")}
+    by = _crossover_times(rows, hosts)
     bws = sorted({bw for bw, _ in by if (bw, "none") in by and (bw, "int8") in by})
     cross = {"measured": crossover(bws, [by[(bw, "none")] / by[(bw, "int8")] for bw in bws]),
              "predicted": predicted_crossover(runner, hosts, calibration), "bandwidths": bws,
@@ -228,7 +252,7 @@ def _row(case: Case, predicted_s: float, measured: dict, crossover: bool) -> dic
 
 
 FIELDS = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s",
-          "measured_s", "error", "repeats", "spread", "measured_all_s")
+          "measured_s", "error", "repeats", "spread", "measured_all_s", "op")
 
 
 def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:

@@ -3,20 +3,27 @@ import inspect
 
 import pytest
 
-from perfmodel.collectives.registry import ALGORITHMS, COMPRESSED, OPS, PLAIN, RUNTIME_ALGORITHMS, implementations
+from perfmodel.collectives.registry import (ALGORITHMS, COMPRESSED, OPS, PLAIN, RUNTIME_ALGORITHMS, RUNTIME_OPS,
+                                           implementations, runtime_algorithms)
 
 
 def test_every_runtime_algorithm_has_a_model_entry_and_the_reverse():
     pytest.importorskip("torch", reason="realrun's implementations need torch")
-    from realrun.comm.algorithms import IMPLEMENTATIONS
+    from realrun.comm.algorithms import ALLTOALL_IMPLEMENTATIONS, IMPLEMENTATIONS
     from realrun.comm.names import ALGORITHMS as NAMED
 
-    declared = {a.name for a in ALGORITHMS.values() if a.runtime}
-    assert set(IMPLEMENTATIONS) == declared
-    assert set(NAMED) == {n for n in declared if ALGORITHMS[n].selectable}
-    for name, fn in IMPLEMENTATIONS.items():   # the arguments each declares are the ones it takes
-        extra = [p for p in inspect.signature(fn).parameters if p not in ("x", "c", "group")]
-        assert tuple(extra) == ALGORITHMS[name].runtime_args, name
+    by_op = {"allreduce": IMPLEMENTATIONS, "alltoall": ALLTOALL_IMPLEMENTATIONS}
+    assert set(RUNTIME_OPS) == set(by_op)
+    for op, impls in by_op.items():
+        declared = {a.name for a in ALGORITHMS.values() if op in a.runtime}
+        assert set(impls) == declared, op
+        assert set(runtime_algorithms(op)) == {n for n in declared if ALGORITHMS[n].selectable}
+        for name, fn in impls.items():   # the arguments each declares are the ones it takes
+            extra = [p for p in inspect.signature(fn).parameters if p not in ("x", "c", "group")]
+            assert tuple(extra) == ALGORITHMS[name].runtime_args, name
+    assert NAMED == RUNTIME_ALGORITHMS == runtime_algorithms("allreduce")
+    assert "direct" not in NAMED and runtime_algorithms("alltoall") == ("direct",)
+    assert "hierarchical" not in runtime_algorithms("alltoall")   # DeepEP's all-to-all: model-only
 
 
 def test_runtime_algorithms_the_model_prices():
@@ -38,12 +45,14 @@ def test_views_hold_every_declaration_by_op():
 
 
 def test_an_undeclared_or_missing_runtime_algorithm_is_refused():
-    declared = {a.name: (lambda x, c, group=None: x) for a in ALGORITHMS.values() if a.runtime}
-    assert set(implementations(**declared)) == set(declared)
+    declared = {a.name: (lambda x, c, group=None: x) for a in ALGORITHMS.values() if "allreduce" in a.runtime}
+    assert set(implementations("allreduce", **declared)) == set(declared)
     with pytest.raises(ValueError, match="differ"):
-        implementations(**declared, butterfly=lambda x, c, group=None: x)
+        implementations("allreduce", **declared, butterfly=lambda x, c, group=None: x)
     with pytest.raises(ValueError, match="differ"):
-        implementations(**{k: v for k, v in declared.items() if k != "ring"})
+        implementations("allreduce", **{k: v for k, v in declared.items() if k != "ring"})
+    with pytest.raises(ValueError, match="alltoall"):   # the all-to-all's are declared apart
+        implementations("alltoall", **declared)
 
 
 def test_calibration_times_declared_runtime_algorithms():

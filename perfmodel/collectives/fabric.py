@@ -11,6 +11,7 @@ from functools import cached_property, lru_cache, partial
 
 from perfmodel.catalogs import Device, Protocol, device, nvlink_for_arch, nvls_protocols, protocol_table, tier_class
 from perfmodel.collectives.alltoall import alltoall_links
+from perfmodel.library import library
 from topologies import Cluster, fabric_view
 
 
@@ -65,6 +66,7 @@ class Ctx:
     call: object = None      # Calibration.call_cost: (op, algorithm, message bytes) -> runtime seconds per call
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
     alltoall_view: object = None   # () -> AllToAllLinks from the group's traffic matrix, or None
+    library: object = None   # the collective library (perfmodel.library.Library) whose algorithms 'auto' weighs
 
     @cached_property
     def alltoall(self):
@@ -129,13 +131,14 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     share = cpu_share(cluster, active)
     if share < 1.0:
         dev = replace(dev, stream_Bps=dev.stream_Bps * share, launch_s=dev.launch_s / share)
-    nvls = cluster.supports_nvls and view.hosts == 1 and view.ranks > 1
+    lib = calib.lib if calib else library(None)
+    nvls = cluster.supports_nvls and view.hosts == 1 and view.ranks > 1 and lib.nccl_caps
     nvls_table = nvls_protocols(arch) if nvls else None
     return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
                ring=ring, intra=intra, inter=inter, device=dev, nvls=nvls,
                nvls_link=replace(intra, protocols=nvls_table) if nvls_table else None,
                kernels=calib.kernel if calib else None, in_run=calib.in_run_factor if calib else None,
-               share=share, active=active, call=calib.call_cost if calib and calib.calls else None,
+               share=share, active=active, call=calib.call_cost if calib and calib.calls else None, library=lib,
                alltoall_view=partial(alltoall_links, cluster, tuple(group), tuple(concurrent),
                                      partial(_matrix_link, tables, prims, classify)))
 
@@ -149,13 +152,16 @@ def _matrix_link(tables, prims, classify, tier: str, bandwidth_Bps: float, laten
 
 
 def _tables(calib, arch: str):
-    """tier class -> protocols: the profile's where it measured the class, else the catalog's,
-    with NCCL's per-architecture caps on NVLink (``nvlink_for_arch``)."""
+    """tier class -> protocols: the profile's where it measured the class, else the collective
+    library's (``perfmodel.library``; NCCL's catalog without a profile), with NCCL's per-architecture
+    caps on NVLink (``nvlink_for_arch``) where the library is NCCL."""
+    lib = calib.lib if calib else library(None)
+
     def table(cls: str) -> dict:
         if calib and cls in calib.protocols:
             return calib.protocol_table(cls)
         base = calib.protocol_table(cls) if calib else protocol_table()[cls]
-        return nvlink_for_arch(base, arch) if cls == "nvlink" else base
+        return nvlink_for_arch(base, arch) if cls == "nvlink" and lib.nccl_caps else base
     return table
 
 

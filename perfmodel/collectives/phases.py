@@ -129,11 +129,14 @@ def with_runtime_call(cost: AlgoCost, ctx, op: str, algorithm: str, size_bytes: 
 
 
 def _protocols(cost: AlgoCost) -> tuple:
-    """The protocols every link of ``cost`` has (NVLS runs Simple only); '-' with no stages."""
+    """The protocols every link of ``cost`` has, in the first link's order (NCCL's LL, LL128, Simple;
+    NVLS runs Simple only; an MPI library's eager and rendezvous); '-' with no stages."""
     if not cost.stages:
         return ("-",)
-    links = {id(ph.link): ph.link for st in cost.stages for ph in st}.values()
-    return tuple(n for n in PROTOCOL_NAMES if all(n in link.protocols for link in links)) or ("-",)
+    links = list({id(ph.link): ph.link for st in cost.stages for ph in st}.values())
+    if not links:
+        return PROTOCOL_NAMES
+    return tuple(n for n in links[0].protocols if all(n in link.protocols for link in links)) or ("-",)
 
 
 def wire_bytes_by_tier(cost: AlgoCost) -> dict:

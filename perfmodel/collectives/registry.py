@@ -9,8 +9,9 @@ takes beyond ``(x, wire, group)``, and ``selectable`` whether a user names it (`
 chosen by ``chunks``, not by name). realrun's implementations register against these entries
 (``implementations``), and ``tests/test_algorithm_registry.py`` fails when a runtime algorithm
 has no model entry or the reverse. An op missing from ``runtime`` is model-only (the
-all-to-alls, tree, NVLS): the model prices it, realrun has no implementation of it under that
-name. ``PLAIN`` and ``COMPRESSED`` are views by op.
+hierarchical all-to-all, tree, NVLS): the model prices it, realrun has no implementation of it
+under that name; ``direct`` runs in realrun as the all-to-all (``Comm.alltoall``).
+``PLAIN`` and ``COMPRESSED`` are views by op.
 """
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
                   "pair on its rail, NVLink forwarding beside it (model-only: no runtime op for it)"),
     Algorithm(name="nvls", plain={"allreduce": p.nvls_allreduce}, doc="NVLink SHARP: the switch reduces"),
     Algorithm(name="direct", plain={"alltoall": p.direct_alltoall, "sendrecv": p.direct_sendrecv},
+              runtime=("alltoall",), runtime_args=("splits", "out_splits"),
               doc="every pair at once (all-to-all: pairwise, from the traffic matrix) or one hop (a pipeline "
-                  "boundary); model-only"),
+                  "boundary); realrun's all-to-all (each chunk compressed once at its source)"),
     Algorithm(name="pipelined", runtime=("allreduce",), runtime_args=("chunks",), selectable=False,
               doc="realrun's all-gather all-reduce in chunks (the model prices it as allgather with chunks)"),
 )}
@@ -79,13 +81,21 @@ def _view(kind: str) -> dict:
 
 PLAIN = _view("plain")
 COMPRESSED = _view("compressed")
-RUNTIME_ALGORITHMS = tuple(a.name for a in ALGORITHMS.values() if a.runtime and a.selectable)
 
 
-def implementations(**functions) -> dict:
-    """realrun's implementations by algorithm name, checked against the declarations: every
-    name declared for the runtime, and every runtime declaration implemented."""
-    declared = {a.name for a in ALGORITHMS.values() if a.runtime}
+def runtime_algorithms(op: str = "allreduce") -> tuple:
+    """The algorithms a user names for realrun's ``op`` (declaration order)."""
+    return tuple(a.name for a in ALGORITHMS.values() if op in a.runtime and a.selectable)
+
+
+RUNTIME_ALGORITHMS = runtime_algorithms("allreduce")   # realrun --algorithms (the all-reduce's)
+RUNTIME_OPS = tuple(op for op in OPS if any(op in a.runtime for a in ALGORITHMS.values()))
+
+
+def implementations(op: str, **functions) -> dict:
+    """realrun's implementations of ``op`` by algorithm name, checked against the declarations:
+    every name declared for that op in the runtime, and every such declaration implemented."""
+    declared = {a.name for a in ALGORITHMS.values() if op in a.runtime}
     if set(functions) != declared:
-        raise ValueError(f"runtime algorithms {sorted(functions)} differ from the declared {sorted(declared)}")
+        raise ValueError(f"runtime {op} algorithms {sorted(functions)} differ from the declared {sorted(declared)}")
     return dict(functions)

@@ -15,7 +15,7 @@ from perfmodel.compression import compile_spec
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from topologies.errors import InputError
 
-OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast")
+OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 BACKENDS = ("gloo", "nccl")
 RUN_TIMEOUT_S = 1800.0
 

@@ -38,7 +38,8 @@ def _case(op, spec, alg, x, exact, iters, warmup):
     call = {"allreduce": lambda st: comm.allreduce(work if inplace else x, spec, alg, inplace=inplace, stats=st),
             "allgather": lambda st: comm.allgather(x, spec, stats=st),
             "reduce_scatter": lambda st: comm.reduce_scatter(x, spec, stats=st),
-            "broadcast": lambda st: comm.broadcast(x, spec, src=0, stats=st)}[op]
+            "broadcast": lambda st: comm.broadcast(x, spec, src=0, stats=st),
+            "alltoall": lambda st: comm.alltoall(x, spec, stats=st)}[op]
     times, result = [], None
     for i in range(warmup + iters):
         st = CommStats()
@@ -95,6 +96,12 @@ def _exact(op, x, world, rank):
     if op == "broadcast":
         out = x.clone()
         dist.broadcast(out, 0)
+        return out
+    if op == "alltoall":   # every rank's x in p parts (earlier ranks one longer), part j to rank j
+        base, extra = divmod(len(x), world)
+        splits = [base + (1 if j < extra else 0) for j in range(world)]
+        out = torch.empty(splits[rank] * world, dtype=x.dtype, device=x.device)
+        dist.all_to_all_single(out, x, [splits[rank]] * world, splits)
         return out
     total = x.clone()
     dist.all_reduce(total)

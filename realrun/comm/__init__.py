@@ -1,8 +1,8 @@
 """Compressed collectives on torch.distributed (see ``collectives``); torch loads on first use."""
 from realrun.comm.names import ALGORITHMS
 
-_EXPORTS = ("Comm", "CommStats", "allgather", "allreduce", "broadcast", "default_comm", "recv", "reduce_scatter",
-            "send")
+_EXPORTS = ("Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm", "recv",
+            "reduce_scatter", "send")
 __all__ = ["ALGORITHMS", *_EXPORTS]
 
 

@@ -1,4 +1,4 @@
-"""The all-reduce algorithms of realrun (docs/design.md, compressed collectives), on arrays.
+"""The all-reduce and all-to-all algorithms of realrun (docs/design.md, compressed collectives), on arrays.
 
 Each takes the local array ``x`` (numpy, or CuPy on the GPU), a ``BoundWire`` (the spec, the
 tensor's key, the call's statistics) and the process group, and returns the sum. Written so
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from realrun.comm.exchange import (_array, _gather, _u8, all_gather_bytes, all_to_all_bytes, as_u8, on_gpu,
-                                   sendrecv_bytes, world)
+from realrun.comm.exchange import (_array, _gather, _u8, all_gather_bytes, all_to_all_bytes, all_to_all_split_bytes,
+                                   as_u8, on_gpu, sendrecv_bytes, world)
 from perfmodel.collectives.registry import implementations
 from realrun.comm.wire import BoundWire
 
@@ -182,8 +182,28 @@ def hierarchical_reduce_scatter(x: np.ndarray, c: BoundWire, group=None, *, loca
     return _reduce_scatter(mine, c, inter, per_node, "hrs2-")
 
 
+def direct_alltoall(x: np.ndarray, c: BoundWire, group=None, *, splits: list[int],
+                    out_splits: list[int] | None) -> np.ndarray:
+    """The pairwise all-to-all: ``x[edges[j]:edges[j + 1]]`` (``splits[j]`` values) goes to rank j
+    compressed once at this source and is decoded once at its destination (activations are
+    forwarded, never summed: error enters once); this rank's own chunk crosses no link and stays
+    exact. Returns the values every rank sent here, in rank order. ``out_splits`` (values from
+    each rank), where known with a fixed-size spec, skips the size round."""
+    rank, p = world(group)
+    edges = np.cumsum([0, *splits])
+    chunks = [x[int(edges[j]):int(edges[j + 1])] for j in range(p)]
+    pieces = [x[:0].view("uint8") if j == rank else c.pack(chunks[j], f"a2a{j}") for j in range(p)]
+    known = None if out_splits is None else c.sizes(list(out_splits), x.dtype)
+    if known is not None:
+        known[rank] = 0
+    got = all_to_all_split_bytes(pieces, group, known)
+    parts = [chunks[i].copy() if i == rank else c.unpack(got[i], x.dtype) for i in range(p)]
+    return _xp(x).concatenate(parts)
+
+
 # Registered against perfmodel's declarations (perfmodel.collectives.registry): a name the model
 # does not declare for the runtime, or a declared one missing here, fails at import.
-IMPLEMENTATIONS = implementations(ring=ring_allreduce, recursive_doubling=recursive_doubling_allreduce,
+IMPLEMENTATIONS = implementations("allreduce", ring=ring_allreduce, recursive_doubling=recursive_doubling_allreduce,
                                   allgather=allgather_allreduce, two_phase=two_phase_allreduce,
                                   hierarchical=hierarchical_allreduce, pipelined=pipelined_allgather_allreduce)
+ALLTOALL_IMPLEMENTATIONS = implementations("alltoall", direct=direct_alltoall)

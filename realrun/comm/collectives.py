@@ -14,10 +14,13 @@ The module-level functions (``allreduce(t, "int8")`` ...) use one ``Comm`` per p
 ``algorithms.py`` (every rank ends with the same bits). ``algorithm="auto"`` is
 ``perfmodel.runtime.runtime_algorithm`` (one place decides, so the model predicts what runs):
 none, fp16 and bf16 run the ordinary all-reduce on the (cast) tensor; sparse specs (top-k,
-rand-k) use ``allgather`` (one compression per value), others ``two_phase`` (two).
+rand-k) use ``allgather`` (one compression per value), others ``two_phase`` (two). The
+all-to-all (``alltoall``, expert parallelism's dispatch and combine) runs ``direct``: each chunk
+compressed once at its source, decoded once at its destination.
 """
 from __future__ import annotations
 
+import numbers
 import os
 
 import numpy as np
@@ -27,14 +30,16 @@ import torch.distributed as dist
 from perfmodel.compression import Codec
 from perfmodel.record import busbw_factor
 from perfmodel.runtime import runtime_algorithm
-from realrun.comm.algorithms import IMPLEMENTATIONS, _reduce_scatter, _xp, hierarchical_reduce_scatter
+from perfmodel.collectives.registry import runtime_algorithms
+from realrun.comm.algorithms import (ALLTOALL_IMPLEMENTATIONS, IMPLEMENTATIONS, _reduce_scatter, _xp,
+                                     hierarchical_reduce_scatter, split)
 from realrun.comm.exchange import all_gather_bytes, as_u8, exchange_bytes, on_gpu, to_array, world
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
 from realrun.comm.wire import BoundWire, CommStats, Wire
 from topologies.errors import InputError
 
-__all__ = ["ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "broadcast", "default_comm", "recv",
-           "reduce_scatter", "send"]
+__all__ = ["ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm",
+           "recv", "reduce_scatter", "send"]
 
 
 class Comm:
@@ -164,6 +169,45 @@ class Comm:
             self._settle(c, stats)
         return _tensor(part, part)
 
+    def alltoall(self, tensor: torch.Tensor, spec: str | Codec = "none", splits: list[int] | None = None,
+                 out_splits: list[int] | None = None, algorithm: str = "auto", key: str = "",
+                 stats: CommStats | None = None) -> torch.Tensor:
+        """Rows of ``tensor`` (its dim 0) to every rank, as ``torch.distributed.all_to_all_single``:
+        ``splits[j]`` rows go to rank j (default: split as evenly as possible, earlier ranks one
+        longer, every rank's tensor the same length); returns the rows every rank sent here, in
+        rank order. Each chunk is compressed once at its source and decoded once at its
+        destination (dispatched tokens are forwarded, never summed: error enters once); the own
+        chunk stays exact. ``out_splits`` (rows from each rank), where known, skips the size round
+        for fixed-size specs. ``algorithm``: auto or direct (pairwise). ``none`` runs torch's own
+        ``all_to_all_single`` on the rows (no payload copies)."""
+        if algorithm not in ("auto",) + runtime_algorithms("alltoall"):
+            raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(runtime_algorithms("alltoall")))
+        if tensor.dim() < 1:
+            raise InputError("tensor", tuple(tensor.shape), "a tensor of at least one dim (its rows are sent)")
+        rank, p = world(self.group)
+        rows, width = tensor.shape[0], int(np.prod(tensor.shape[1:]))
+        if splits is None:
+            splits = [s.stop - s.start for s in split(rows, p)]
+            out_splits = [splits[rank]] * p if out_splits is None else out_splits
+        splits = _check_splits("splits", splits, p, rows)
+        if out_splits is not None:
+            out_splits = _check_splits("out_splits", out_splits, p, None)
+        c = self._bound(spec, tensor, key)
+        try:
+            if p == 1:
+                return tensor.clone()
+            if c.none:
+                sent = (rows - splits[rank]) * width * tensor.element_size()
+                c.stats.bytes_in, c.stats.bytes_out = c.stats.bytes_in + sent, c.stats.bytes_out + sent
+                return _torch_alltoall(tensor, splits, out_splits, self.group)
+            alg = runtime_algorithm("alltoall", c.wire.codec, algorithm)
+            values = None if out_splits is None else [s * width for s in out_splits]
+            out = ALLTOALL_IMPLEMENTATIONS[alg](to_array(tensor), c, self.group, splits=[s * width for s in splits],
+                                                out_splits=values)
+        finally:
+            self._settle(c, stats)
+        return _tensor(out, out).reshape(len(out) // max(width, 1), *tensor.shape[1:])
+
     def broadcast(self, tensor: torch.Tensor, spec: str | Codec = "none", src: int = 0, key: str = "",
                   stats: CommStats | None = None) -> torch.Tensor:
         """``src``'s tensor on every rank; the source keeps the decoded version too (same bits)."""
@@ -220,6 +264,29 @@ def _torch_allreduce(tensor: torch.Tensor, cast: str | None, group, inplace: boo
     return out
 
 
+def _torch_alltoall(tensor: torch.Tensor, splits: list[int], out_splits: list[int] | None, group) -> torch.Tensor:
+    """torch.distributed's own all-to-all of rows (``none``); the row counts arriving are
+    exchanged first where the caller does not know them."""
+    if out_splits is None:
+        got = torch.zeros(len(splits), dtype=torch.int64, device=tensor.device)
+        dist.all_to_all_single(got, torch.tensor(splits, dtype=torch.int64, device=tensor.device), group=group)
+        out_splits = got.tolist()
+    out = tensor.new_empty((sum(out_splits), *tensor.shape[1:]))
+    dist.all_to_all_single(out, tensor.detach().contiguous(), list(out_splits), list(splits), group=group)
+    return out
+
+
+def _check_splits(name: str, splits, p: int, rows: int | None) -> list[int]:
+    """``p`` row counts >= 0 (summing to ``rows`` where given) as Python ints; one clear error
+    otherwise."""
+    ok = isinstance(splits, (list, tuple)) and len(splits) == p and all(
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in splits)
+    if not ok or rows is not None and sum(splits) != rows:
+        total = f" summing to the {rows} rows of the tensor" if rows is not None else ""
+        raise InputError(name, splits, f"{p} row counts >= 0, one per rank{total}")
+    return [int(s) for s in splits]
+
+
 def _device(tensor: torch.Tensor, group) -> str:
     """'cpu' (gloo) or 'cuda' (NCCL moves only CUDA tensors; compression runs on the GPU)."""
     kind = tensor.device.type
@@ -261,6 +328,11 @@ def allgather(tensor, spec="none", group=None, key="", stats=None):
 
 def reduce_scatter(tensor, spec="none", group=None, key="", stats=None, local_size=None):
     return default_comm(group).reduce_scatter(tensor, spec, key, stats, local_size)
+
+
+def alltoall(tensor, spec="none", splits=None, out_splits=None, group=None, algorithm="auto", key="", stats=None):
+    """``default_comm(group).alltoall(...)``."""
+    return default_comm(group).alltoall(tensor, spec, splits, out_splits, algorithm, key, stats)
 
 
 def broadcast(tensor, spec="none", src=0, group=None, key="", stats=None):

@@ -110,6 +110,28 @@ def all_to_all_bytes(pieces: list, group=None, sizes: list[list[int]] | None = N
     return [raw[i * top: i * top + sizes[i][rank]] for i in range(p)]
 
 
+def all_to_all_split_bytes(pieces: list, group=None, recv_sizes: list[int] | None = None) -> list:
+    """``pieces[j]`` goes to rank j at its own length (``all_to_all_single`` with split sizes: no
+    padding; gloo and NCCL post every pair at once); returns what each rank sent here, in rank
+    order. ``recv_sizes`` (bytes from each rank), where known, skips the size round (an
+    all-to-all of one int64 per pair). Bounded by the process group's timeout."""
+    _, p = world(group)
+    arrays = [as_u8(x) for x in pieces]
+    dev = _device(arrays[0])
+    send_sizes = [len(a) for a in arrays]
+    if recv_sizes is None:
+        got = torch.zeros(p, dtype=torch.int64, device=dev)
+        dist.all_to_all_single(got, _ints(send_sizes, dev), group=group)
+        recv_sizes = got.tolist()
+    send = torch.cat([_u8(a, len(a), dev) for a in arrays])
+    recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=dev)
+    dist.all_to_all_single(recv, send, output_split_sizes=list(recv_sizes), input_split_sizes=send_sizes,
+                           group=group)
+    raw = _array(recv)
+    edges = np.cumsum([0, *recv_sizes])
+    return [raw[int(edges[i]):int(edges[i + 1])] for i in range(p)]
+
+
 def sendrecv_bytes(data, dst: int, src: int, group=None, size: int | None = None, like=None):
     """Send ``data`` to ``dst`` while receiving from ``src`` (group ranks); ``size`` (what ``src``
     sends), where known, skips the size round. ``like``: an array on the device to receive on

@@ -64,7 +64,7 @@ def test_auto_never_picks_a_slower_valid_compressed_algorithm(spec, cluster, nod
         for size in (2**16, 2**22, 2**28):
             name, _, timed, _ = _best(op, size, "fp32", codec, ctx, "auto", 1)
             msg = Msg(size_bytes=size, dtype_bytes=4, codec=codec)
-            costs = {a: build(ctx, msg) for a, build in candidates(op, codec, ctx, nccl_only=False).items()}
+            costs = {a: build(ctx, msg) for a, build in candidates(op, codec, ctx, library_only=False).items()}
             fewest = min(c.hops for c in costs.values())
             for other, cost in costs.items():
                 if cost.hops <= fewest * ERROR_BUDGET ** 2:

@@ -25,6 +25,34 @@ def test_bench_allreduce_writes_records(cli, tmp_path):
             assert r["wire_bytes"] < r["size_bytes"] and 0 < r["max_rel_error"] < 0.05
 
 
+@pytest.mark.distributed
+def test_bench_alltoall_table_and_records(cli, tmp_path):
+    """nccl-tests' all-to-all: SIZE is what a rank sends, busbw = algbw x (n-1)/n; every chunk
+    compressed once, none exact."""
+    from realrun.cli import HEAD
+
+    out = tmp_path / "a.jsonl"
+    proc = cli("realrun", "bench", "alltoall", "--world", "3", "--sizes", "12KiB,48KiB", "--compressors",
+               "none,fp8,int8", "--iters", "2", "--json", str(out), check_rc=0)
+    assert proc.stdout.startswith("# realrun bench alltoall: world=3")
+    lines = proc.stdout.splitlines()
+    assert tuple(lines[1].split()) == HEAD
+    rows = [dict(zip(HEAD, line.split())) for line in lines[3:]]
+    records = read_records(str(out))
+    assert len(rows) == len(records) == 2 * 3
+    for row, r in zip(rows, records):
+        assert r["op"] == "alltoall" and r["world"] == 3 and r["busbw_factor"] == pytest.approx(2 / 3)
+        assert (int(row["size"]), row["compressor"]) == (r["size_bytes"], r["compressor"])
+        algbw = r["size_bytes"] / r["time_s"] / 1e9
+        assert float(row["algbw"]) == pytest.approx(algbw, abs=1e-3)
+        assert float(row["busbw"]) == pytest.approx(algbw * 2 / 3, abs=1e-3)
+        assert r["wrong"] == 0 and int(row["#wrong"]) == 0
+        if r["compressor"] == "none":   # two thirds of the array leave the rank, exactly
+            assert r["max_rel_error"] == 0 and r["wire_bytes"] == pytest.approx(r["size_bytes"] * 2 / 3, abs=8)
+        else:                           # one application's error on the two chunks that cross a link
+            assert 0 < r["max_rel_error"] < 0.05 and r["wire_bytes"] < r["size_bytes"] / 3
+
+
 def test_bench_kernels(cli, tmp_path):
     out = tmp_path / "k.jsonl"
     proc = cli("realrun", "bench", "kernels", "--sizes", "256KiB", "--compressors", "fp16,int8,topk(0.01)",
@@ -38,7 +66,8 @@ def test_bench_kernels(cli, tmp_path):
 def test_bench_bad_input_is_one_line_exit_2(cli):
     for args in (["allreduce", "--world", "0"], ["allreduce", "--compressors", "topk(9)"],
                  ["allreduce", "--algorithms", "spiral"], ["kernels", "--device", "cuda"],
-                 ["allreduce", "--sizes", "big"], ["allreduce", "--iters", "0"]):
+                 ["allreduce", "--sizes", "big"], ["allreduce", "--iters", "0"],
+                 ["alltoall", "--compressors", "fp9"], ["alltoall", "--compressors", "int8(0)"]):
         proc = cli("realrun", "bench", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -119,4 +148,4 @@ def test_calibrate_and_validate_run_under_torchrun(tmp_path):
                    "--iters", "1", "--out", str(tmp_path / "val"))
     assert "MAPE" in out and out.count("# realrun validate") == 1
     rows = (tmp_path / "val" / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 12 and ",0," in rows[1]   # bandwidth 0: the cluster's own links
+    assert len(rows) == 1 + 12 + 4 and ",0," in rows[1]   # bandwidth 0: the cluster's own links; 4 all-to-alls

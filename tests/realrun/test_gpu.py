@@ -143,9 +143,13 @@ def test_device_collectives_run_on_nccl_with_gpu_payloads(spec, tmp_path):
             got = C.IMPLEMENTATIONS[alg](cp.asarray(x), comm.wire(spec, "cuda").bound(), None)
             ref = C.IMPLEMENTATIONS[alg](x, comm.wire(spec, "cpu").bound(), dist.new_group([0], backend="gloo"))
             np.testing.assert_allclose(cp.asnumpy(got), ref, rtol=1e-6, atol=1e-6)
+        a2a = C.ALLTOALL_IMPLEMENTATIONS["direct"](cp.asarray(x), C.Comm().wire(spec, "cuda").bound(), None,
+                                                    splits=[len(x)], out_splits=None)   # the size round on NCCL
+        np.testing.assert_array_equal(cp.asnumpy(a2a), x)                               # the own chunk: exact
         t = torch.from_numpy(x).cuda()
         assert C.allreduce(t, spec, "auto").device.type == "cuda"
         assert C.broadcast(t, spec).device.type == "cuda"
+        assert C.alltoall(t.reshape(-1, 8), spec).device.type == "cuda"
     finally:
         dist.destroy_process_group()
 

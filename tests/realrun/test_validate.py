@@ -41,7 +41,8 @@ class FakeRunner:
 
     def collectives(self, config, hosts=None):
         self.configs.append(config)
-        return [{"time_s": self.times[(c.size_bytes, c.compressor, c.algorithm)].pop(0)} for c in config.cases]
+        op = () if config.op == "allreduce" else (config.op,)
+        return [{"time_s": self.times[(*op, c.size_bytes, c.compressor, c.algorithm)].pop(0)} for c in config.cases]
 
 
 CASES = [Case(4, 10**9, 2 * MIB, "none", "auto"), Case(4, 10**9, 2 * MIB, "int8", "two_phase"),
@@ -80,7 +81,36 @@ def test_the_grid_covers_the_targets():
     assert {c.bandwidth for c in cases} == {10**8, 10**9}
     assert len({c.compressor for c in cases}) >= 5 and len({c.algorithm for c in cases} - {"auto"}) >= 3
     assert all(c.size_bytes >= MIB for c in cases) and len(grid(4, quick=False)) >= 40
+    for quick, specs in ((True, {"none", "int8"}), (False, {"none", "fp16", "int8"})):   # realrun's all-to-all too
+        a2a = [c for c in grid(4, quick=quick) if c.op == "alltoall"]
+        assert {c.compressor for c in a2a} == specs and {c.algorithm for c in a2a} == {"auto"}
+        assert {(c.hosts, c.bandwidth, c.size_bytes) for c in a2a} == {
+            (c.hosts, c.bandwidth, c.size_bytes) for c in grid(4, quick=quick) if c.op == "allreduce"}
 
+
+def test_the_all_to_all_is_predicted_measured_and_reported_beside_the_all_reduces(tmp_path):
+    """Its own launch (BenchConfig op alltoall), rows marked with their op, MAPE per op; its
+    uncompressed 8 MiB case does not enter the all-reduce's int8 crossover."""
+    from realrun.validate import predict, repredict
+
+    a2a = [Case(4, 10**9, 8 * MIB, "none", "auto", "alltoall"), Case(4, 10**9, 8 * MIB, "int8", "auto", "alltoall")]
+    runner = FakeRunner(TIMES)
+    for c in a2a:   # measured 10% slower than the model says
+        runner.times[("alltoall", c.size_bytes, c.compressor, c.algorithm)] = [1.1 * predict(c, runner, None)]
+    summary = validate(runner, None, str(tmp_path), cases=CASES + a2a, repeats=1)
+    assert [c.op for c in runner.configs] == ["allreduce", "alltoall"]
+    assert [(c.compressor, c.algorithm) for c in runner.configs[1].cases] == [("none", "auto"), ("int8", "auto")]
+    assert summary["by_op"]["alltoall"] == {"cases": 2, "mape": pytest.approx(1 / 11)}
+    assert summary["by_op"]["allreduce"]["cases"] == 3 and summary["cases"] == 5
+    assert "direct" in summary["algorithms"] and summary["fastest_total"] == 3   # (4, 1gbit, 8MiB) twice: per op
+    assert any(line.startswith("MAPE by op: allreduce") and "alltoall 9.1% (2 cases)" in line
+               for line in summary_lines(summary))
+    with open(tmp_path / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["op"] for r in rows] == ["allreduce"] * 3 + ["alltoall"] * 2
+    assert "| alltoall | 4 | 1gbit | 8MiB | `int8` | auto |" in (tmp_path / "report.md").read_text()
+    again = repredict(str(tmp_path / "results.csv"), None, str(tmp_path / "again"))
+    assert again["by_op"] == summary["by_op"]
 
 @pytest.mark.netns
 @pytest.mark.slow
