@@ -188,9 +188,10 @@ _PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel",
 ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
                "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
                "within_budget", "memory_GiB")
-_ROW_TYPES = {"cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int, "tp": int, "pp": int,
-              "dp": int, "mbs": int, "zero": int, "ep": int, "cp": int, "sequence_parallel": bool, "hpz": bool,
-              "within_budget": bool}
+STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``_search_tag``)
+_ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
+              "tp": int, "pp": int, "dp": int, "mbs": int, "zero": int, "ep": int, "cp": int,
+              "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
 
 
 def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
@@ -303,22 +304,52 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
             for family in _families(plans[c], gbs)]
     total = sum(map(len, plans.values()))
-    rows, skipped, resumed, todo = _resumed(jobs, stream) if resume else ([], 0, 0, jobs)
+    tag = _search_tag(model, where, gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
+    rows, skipped, resumed = _run(jobs, total, progress, (executor, workers, scheduler), stream, resume, tag)
+    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    result.resumed = resumed
+    return result
+
+
+def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):
+    """Every family's rows: those a resumed stream holds, then the others as they finish on
+    ``executor`` = (executor, workers, scheduler), appended to the stream; (rows, plans that do not
+    fit, plans whose rows came from the stream)."""
+    rows, skipped, resumed, todo = _resumed(jobs, stream, tag) if resume else ([], 0, 0, jobs)
     done = resumed
     if progress and done:
         progress(done, total)
-    with RowStream(stream, ROW_COLUMNS, rows) if stream else contextlib.nullcontext() as out:
-        for _, (family_rows, oom, count) in run_jobs(todo, _evaluate, executor, workers, scheduler):
+    with RowStream(stream, STREAM_COLUMNS, _tagged(rows, tag)) if stream else contextlib.nullcontext() as out:
+        for _, (family_rows, oom, count) in run_jobs(todo, _evaluate, *executor):
             if out:
-                out.append(family_rows)
+                out.append(_tagged(family_rows, tag))
             rows += family_rows
             skipped += oom
             done += count
             if progress:
                 progress(done, total)
-    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
-    result.resumed = resumed
-    return result
+    return rows, skipped, resumed
+
+
+def _search_tag(*arguments) -> str:
+    """What a stream's rows are of (model, job size, batch, admitted candidates, error budget and
+    options; the plan space is not in it: a plan's rows depend on these alone): 12 hex digits of
+    their hash, in every streamed row, so a resume with other arguments is refused."""
+    import hashlib
+
+    return hashlib.sha256(repr(_canonical(arguments)).encode()).hexdigest()[:12]
+
+
+def _canonical(value):
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(v) for v in value)
+    return value
+
+
+def _tagged(rows: list, tag: str) -> list:
+    return [{"search": tag, **r} for r in rows]
 
 
 def _check_stream(stream: str | None, resume: bool) -> None:
@@ -347,13 +378,17 @@ def _plan_keys(job) -> list[tuple]:
     return out
 
 
-def _resumed(jobs: list, path: str) -> tuple[list, int, int, list]:
+def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
     """What a stream already holds: (its rows of the families that finished, their plans that do
     not fit, their plans, the jobs still to run). A family finished when every plan that fits has
     all its rows there (plans without rows are checked to be ones that do not fit or are not
-    allowed; nothing is timed). Rows no family makes are refused: another search's stream."""
+    allowed; nothing is timed). Rows of another ``tag`` or that no family makes are refused:
+    another search's stream."""
     present: dict = {}
-    for row in read_rows(path, ROW_COLUMNS, _ROW_TYPES):
+    for row in read_rows(path, STREAM_COLUMNS, _ROW_TYPES):
+        if row.pop("search") != tag:
+            raise InputError("resume", path, "a stream of this search (its rows are of another model, job size, "
+                             "batch, candidates, error budget or options: resume with the same arguments)")
         key = _row_key(row)
         if key in present:
             raise InputError("resume", path, f"each row once (cluster {key[0]}, policy {key[-1]} repeats)")

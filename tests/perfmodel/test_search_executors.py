@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import perfmodel
-from perfmodel.search import ROW_COLUMNS, _evaluate, _row_key
+from perfmodel.search import ROW_COLUMNS, STREAM_COLUMNS, _evaluate, _row_key
 from perfmodel.stream import read_rows
 from topologies import InputError
 
@@ -38,14 +38,15 @@ def tight():
 
 
 def _stream_keys(path):
-    return [_row_key(r) for r in read_rows(str(path), ROW_COLUMNS, SEARCH._ROW_TYPES)]
+    return [_row_key(r) for r in read_rows(str(path), STREAM_COLUMNS, SEARCH._ROW_TYPES)]
 
 
 def test_streamed_rows_read_back_exactly(local, tmp_path):
     path = tmp_path / "rows.csv"
     again = perfmodel.search("gpt2-medium", "dgx-a100", workers=1, stream=str(path), **CASE)
     assert again.rows == local.rows
-    streamed = read_rows(str(path), ROW_COLUMNS, SEARCH._ROW_TYPES)
+    streamed = read_rows(str(path), STREAM_COLUMNS, SEARCH._ROW_TYPES)
+    assert len({r.pop("search") for r in streamed}) == 1          # every row names the search it is of
     assert sorted(map(_row_key, streamed)) == sorted(map(_row_key, local.rows))
     by_key = {_row_key(r): r for r in local.rows}
     assert all(by_key[_row_key(r)][c] == r[c] for r in streamed for c in ROW_COLUMNS)   # floats exact, types kept
@@ -100,6 +101,8 @@ def test_resume_refuses_another_searchs_stream(tmp_path):
         perfmodel.search("gpt2-medium", "dgx-a100", workers=1, stream=str(path), resume=True,
                          **{**CASE, "candidates": "dp=none|fp16;tp=none|fp16"})
     assert err.value.field == "resume" and "same arguments" in str(err.value)
+    with pytest.raises(InputError, match="same arguments"):    # the same plans and policies, other numbers
+        perfmodel.search("gpt2-medium", "dgx-a100", workers=1, stream=str(path), resume=True, library="mpi", **CASE)
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="header"):
         perfmodel.search("gpt2-medium", "dgx-a100", workers=1, stream=str(tmp_path / "other.csv"), resume=True,
