@@ -67,6 +67,8 @@ def run_jobs(jobs: list, task, executor: str = "local", workers: int | None = 1,
     """``(index, task(jobs[index]))`` for every job, as each finishes (module doc). Bad input
     raised in a task (``InputError``) is raised here."""
     check_executor(executor, scheduler)
+    if not jobs:                # a resumed search that had finished: no cluster to start
+        return
     if executor == "dask":
         yield from _run_dask(jobs, task, worker_count(workers), scheduler)
     else:
@@ -148,8 +150,8 @@ def _run_dask(jobs: list, task, workers: int, scheduler: str | None):
             for future, outcome in distributed.as_completed(futures, loop=client.loop, with_results=True):
                 yield futures[future], _unwrap(outcome)
         except distributed.KilledWorker as err:
-            raise RunError("executor", "dask", f"a task killed every worker it ran on ({err}); the rows of "
-                           "the tasks that finished are in the --stream file: --resume it") from None
+            raise RunError("executor", "dask", f"a task killed every worker it ran on ({err}); with --stream "
+                           "the rows of the tasks that finished are kept: --resume it") from None
         finally:
             client.cancel(list(futures))
 
