@@ -216,3 +216,32 @@ def test_an_unreachable_scheduler_is_one_error(monkeypatch):
     with pytest.raises(InputError) as err:
         perfmodel.search("gpt2-medium", "dgx-a100", executor="dask", scheduler="tcp://127.0.0.1:9", **CASE)
     assert err.value.field == "scheduler" and "no Dask scheduler" in str(err.value)
+
+
+def _bad_input(log, job):
+    """Every family refused as bad input, each attempt logged (a test hook)."""
+    with open(log, "a") as handle:
+        handle.write(repr(job[4][0]) + "\n")
+    raise InputError("calibration", "x.json", "an existing calibration profile (JSON)")
+
+
+def test_bad_input_met_on_a_worker_is_one_error_not_retried(cluster, tmp_path, monkeypatch):
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    log = tmp_path / "attempts"
+    monkeypatch.setattr(SEARCH, "_evaluate", functools.partial(_bad_input, str(log)))
+    with pytest.raises(InputError) as err:
+        perfmodel.search("gpt2-medium", "dgx-a100", executor="dask", scheduler=cluster.scheduler_address, **CASE)
+    assert err.value.field == "calibration" and err.value.value == "x.json"
+    attempts = log.read_text().splitlines()
+    assert attempts and len(attempts) == len(set(attempts))        # no family tried twice
+
+
+def test_a_finished_stream_resumes_without_a_cluster(local, tmp_path):
+    _dask()
+    path = tmp_path / "rows.csv"
+    perfmodel.search("gpt2-medium", "dgx-a100", workers=1, stream=str(path), **CASE)
+    got = perfmodel.search("gpt2-medium", "dgx-a100", executor="dask", scheduler="tcp://127.0.0.1:9",  # none there
+                           stream=str(path), resume=True, **CASE)
+    assert got.rows == local.rows and got.resumed == got.plans
