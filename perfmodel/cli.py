@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from perfmodel.collective import DTYPES, OPS
@@ -168,6 +169,9 @@ SEARCH_EPILOG = """examples:
       --tokens 1e12 --gpu-hour-price dgx-a100=1.8,dgx-h100=3.0 --pareto --plot cost.png
   perfmodel search --model gpt3-13b --cluster dgx-h100 --nodes 16 --gbs 512 \
       --cluster-grid "gpus_per_node=4,8 nic_Gbps=100,200,400 oversubscription=1,2" --tokens 300e9
+  perfmodel search --model gpt3-1.3b --cluster dgx-a100 --gpus 32 --gbs 256 --executor dask --workers 2 \
+      --stream rows.csv            (killed? the same command with --resume rows.csv continues it)
+  perfmodel search ... --executor dask --scheduler tcp://host:8786 --resume rows.csv
 
 error budget defaults: dp=0.05 tp=0.01 pp=0.01 zero=0.01 (relative RMS error as the collectives
 apply the spec; on dp, a spec with error feedback needs only error < 1: what it drops returns the
@@ -208,17 +212,27 @@ def _search_parser(sub) -> None:
                     help="pipeline schedules to try, comma-separated (default: %(default)s)")
     se.add_argument("--max-mbs", type=positive_int, default=8, help="largest microbatch size (default: %(default)s)")
     se.add_argument("--top", type=positive_int, default=10, help="rows in the table (default: %(default)s)")
-    se.add_argument("--workers", type=positive_int, help="processes (default: every core)")
+    se.add_argument("--workers", type=positive_int, help="processes (default: every core); with --executor dask "
+                    "the local cluster's worker processes")
+    se.add_argument("--executor", choices=("local", "dask"), default="local", help="where the families of plans "
+                    "run: local (a process pool) or dask (a Dask LocalCluster of --workers processes, or the cluster "
+                    "at --scheduler; needs the scale extra: pip install 'commpress[scale]')")
+    se.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster's scheduler (tcp://host:8786; "
+                    "with --executor dask): its workers need commpress and the files the search names")
+    se.add_argument("--stream", metavar="FILE.csv", help="append every family's rows to this new CSV as it finishes "
+                    "(one synced write each), so a killed search can be resumed")
+    se.add_argument("--resume", metavar="FILE.csv", help="continue the stream FILE (a missing one is started): skip "
+                    "the families whose rows are all there, append the rest (the result is an uninterrupted search's)")
     se.add_argument("--csv", help="write every evaluated (plan, policy), within the budget or not, to this CSV")
     se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
     se.add_argument("--calibration", help="calibration profile JSON")
-    se.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     se.add_argument("--tokens", help="a token budget (e.g. 300e9): add steps = tokens / (gbs x seq), time to train, "
                     "GPU-hours and energy (GPUs x board power at TDP x time, an upper bound) to every row")
     se.add_argument("--gpu-hour-price", metavar="USD", help="USD per GPU-hour (with --tokens): one number for all "
                     "clusters or per cluster, e.g. 'dgx-a100=1.8,dgx-h100=3.0'; adds cost")
     se.add_argument("--pareto", action="store_true", help="print only the Pareto front (with --tokens: over cost, "
                     "time to train and error)")
+    se.add_argument("--library", default="nccl", help=LIBRARY_HELP)
     se.add_argument("--json", action="store_true", help="print the ranked rows and the front as JSON")
 
 
@@ -482,12 +496,17 @@ def _search(args) -> None:
     if args.csv:
         check_writable(args.csv, "csv")
     check_picture(args.plot)
+    if args.stream and args.resume and args.stream != args.resume:
+        raise InputError("stream", args.stream, f"the file --resume continues ({args.resume}), or leave one out")
+    if args.csv and os.path.abspath(args.csv) == os.path.abspath(args.resume or args.stream or ""):
+        raise InputError("csv", args.csv, "another file than the stream (the stream keeps the raw rows to resume from)")
     schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
     result = search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
                     candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,
                     schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
                     cluster_grid=args.cluster_grid, tokens=args.tokens, gpu_hour_price=args.gpu_hour_price,
-                    library=args.library, progress=Progress("plans"))
+                    executor=args.executor, scheduler=args.scheduler, stream=args.resume or args.stream,
+                    resume=bool(args.resume), library=args.library, progress=Progress("plans"))
     if args.csv:
         atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
@@ -531,7 +550,8 @@ def _search_summary(args, result) -> str:
     lines = [f"# {args.model} on {where}, gbs {args.gbs}: {result.plans} plans, {result.skipped_oom} do not "
              f"fit; {result.evaluated} (plan, policy) predictions in {result.seconds:.1f} s "
              f"({result.per_minute:,.0f}/min), {len(result.ranked)} within the budget"
-             + (f"; all in {args.csv}" if args.csv else ""),
+             + (f"; all in {args.csv}" if args.csv else "")
+             + (f"; {result.resumed} of the plans from {args.resume}" if args.resume else ""),
              f"# error budget: {budget} (dp with error feedback: < 1); candidates over it: {dropped}"]
     if best:
         lines.append(f"# best uncompressed plan: {_where(result, best)}{plan_text(best)}, {best['step_time_s']:.4g} s "

@@ -28,11 +28,14 @@ candidate specs, keeps the policies whose every axis is within its error budget,
   (``perfmodel.cost``), and the front weighs (cost, time to train, total error).
 
 Speed: plans that share stage costs share their pipeline evaluation (``run_schedule`` is
-cached), collective costs are cached per (cluster, group, size, spec); plans are spread over
-``workers`` processes. ``benchmarks/bench_search.py`` prints evaluations per minute.
+cached), collective costs are cached per (cluster, group, size, spec); families of plans (one
+pipeline shape each) are spread over ``workers`` processes or a Dask cluster
+(``perfmodel.executors``), their rows streamed to a file as they finish and a killed search
+resumed from it (``perfmodel.stream``). ``benchmarks/bench_search.py`` prints evaluations per minute.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -42,11 +45,13 @@ from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
 from perfmodel.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.cost import pareto_front as cost_front
+from perfmodel.executors import check_executor, run_jobs
 from perfmodel.library import library
 from perfmodel.plan import PlanRequest, parse_schedule
 from perfmodel.plan_sweep import candidate_plans
 from perfmodel.policy import POLICY_AXES
 from perfmodel.prediction import PredictOptions, predict_many
+from perfmodel.stream import RowStream, check_stream, read_rows
 from perfmodel.workload import load_model
 from topologies import InputError
 
@@ -119,6 +124,7 @@ class SearchResult:
     best_uncompressed_by_cluster: dict = field(default_factory=dict)
     front_keys: tuple = ("total_error", "step_time_s")   # what the front weighs (``front_keys``)
     tokens: float | None = None                   # the token budget the cost columns are of
+    resumed: int = 0                              # plans whose rows came from the stream resumed
 
     @property
     def ranked(self) -> list:
@@ -178,6 +184,14 @@ def _within(record, budget: dict) -> bool:
 _REQUEST_FIELDS = {f.name for f in fields(PlanRequest)}
 _OPTION_FIELDS = {f.name for f in fields(PredictOptions)} - {"policy"}
 _PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", "ep", "cp")
+# The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
+ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
+               "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
+               "within_budget", "memory_GiB")
+STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``_search_tag``)
+_ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
+              "tp": int, "pp": int, "dp": int, "mbs": int, "zero": int, "ep": int, "cp": int,
+              "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
 
 
 def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
@@ -194,19 +208,39 @@ def _evaluate(job) -> tuple[list, int, int]:
     """Rows of one family of plans (``_families``) under their policies (each plan's uncompressed
     one first), timed together (``predict_many``); (rows, plans that do not fit, plans)."""
     model, cluster, where, gbs, plans, candidates, budget, fixed = job
-    spec = load_model(model)
-    items = [(PlanRequest(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
-              ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]) for plan in plans]
     rows, oom = [], 0
-    for plan, got in zip(plans, predict_many(model, cluster, items, PredictOptions(**_option_fields(fixed)))):
-        if isinstance(got, InputError):
-            if got.field == "memory":
-                oom += 1
-            elif got.field not in ("schedule", "sequence_parallel", "hpz"):   # a combination the plan does not allow
-                raise got
+    options = PredictOptions(**_option_fields(fixed))
+    for plan, got in zip(plans, predict_many(model, cluster, _family_items(job), options)):
+        if _refused(got):
+            oom += got.field == "memory"
             continue
         rows += [_row(record, plan, budget, cluster) for record in got]
     return rows, oom, len(plans)
+
+
+def _family_items(job, plans=None, with_policies: bool = True) -> list:
+    """(PlanRequest, policies) of a family's plans (or of ``plans``): each plan's uncompressed
+    policy first; none with ``with_policies`` False (what fits, nothing timed)."""
+    model, _, where, gbs, family, candidates, _, fixed = job
+    spec = load_model(model)
+    return [(PlanRequest(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
+             _plan_policies(plan, candidates, spec) if with_policies else [])
+            for plan in (family if plans is None else plans)]
+
+
+def _plan_policies(plan: dict, candidates: dict, spec) -> list[str]:
+    return ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]
+
+
+def _refused(got) -> bool:
+    """Whether ``predict_many`` refused a plan that a search skips: it does not fit (``memory``)
+    or its schedule, sequence parallelism or hpZ is a combination it does not allow; other bad
+    input is raised."""
+    if not isinstance(got, InputError):
+        return False
+    if got.field not in ("memory", "schedule", "sequence_parallel", "hpz"):
+        raise got
+    return True
 
 
 def _plan_fields(fixed: dict) -> dict:
@@ -233,17 +267,24 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
            candidates: str | dict = DEFAULT_CANDIDATES, max_error: str | dict | None = None, max_mbs: int = 8,
            recompute: str = "none", zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"),
            sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
-           cluster_grid: str | dict | None = None, tokens=None, gpu_hour_price=None, **fixed) -> SearchResult:
+           cluster_grid: str | dict | None = None, tokens=None, gpu_hour_price=None, executor: str = "local",
+           scheduler: str | None = None, stream: str | None = None, resume: bool = False, **fixed) -> SearchResult:
     """Search clusters x plans x policies (module doc). ``cluster``: one name, several (a list, or
     comma-separated: ``parse_clusters``), each varied over ``cluster_grid`` where given
     (``topologies.variants``: ``"gpus_per_node=4,8 nic_Gbps=100,200"``); ``tokens`` adds what training
     that many tokens takes and ``gpu_hour_price`` (USD, one number or per cluster) its cost
-    (``perfmodel.cost``). ``workers``: processes (None: every core); ``progress(done, total)`` in
+    (``perfmodel.cost``). ``executor``: ``local`` (``workers`` processes, None: every core) or
+    ``dask`` (a LocalCluster of ``workers`` processes, or the Dask cluster at ``scheduler``:
+    ``perfmodel.executors``). ``stream``: a CSV file every family's rows are appended to as it
+    finishes; ``resume``: continue that file, skipping the families whose rows are all there
+    (``perfmodel.stream``; the result is an uninterrupted search's). ``progress(done, total)`` in
     plans of all clusters, after each family of plans (one pipeline shape, timed together);
     ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
     import time
 
     start = time.perf_counter()
+    check_executor(executor, scheduler)
+    _check_stream(stream, resume)
     clusters = cluster_list(cluster, cluster_grid)
     budget = parse_max_error(max_error)
     costing = _costing(model, clusters, gbs, fixed.get("seq"), tokens, gpu_hour_price)
@@ -263,14 +304,134 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
             for family in _families(plans[c], gbs)]
     total = sum(map(len, plans.values()))
-    rows, skipped, done = [], 0, 0
-    for family_rows, oom, count in _run(jobs, workers):
-        rows += family_rows
-        skipped += oom
-        done += count
-        if progress:
-            progress(done, total)
-    return _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    tag = _search_tag(model, where, gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
+    rows, skipped, resumed = _run(jobs, total, progress, (executor, workers, scheduler), stream, resume, tag)
+    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    result.resumed = resumed
+    return result
+
+
+def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):
+    """Every family's rows: those a resumed stream holds, then the others as they finish on
+    ``executor`` = (executor, workers, scheduler), appended to the stream; (rows, plans that do not
+    fit, plans whose rows came from the stream)."""
+    rows, skipped, resumed, todo = _resumed(jobs, stream, tag) if resume else ([], 0, 0, jobs)
+    done = resumed
+    if progress and done:
+        progress(done, total)
+    with RowStream(stream, STREAM_COLUMNS, _tagged(rows, tag)) if stream else contextlib.nullcontext() as out:
+        for _, (family_rows, oom, count) in run_jobs(todo, _evaluate, *executor):
+            if out:
+                out.append(_tagged(family_rows, tag))
+            rows += family_rows
+            skipped += oom
+            done += count
+            if progress:
+                progress(done, total)
+    return rows, skipped, resumed
+
+
+def _search_tag(*arguments) -> str:
+    """What a stream's rows are of (model, job size, batch, admitted candidates, error budget and
+    options; the plan space is not in it: a plan's rows depend on these alone): 12 hex digits of
+    their hash, in every streamed row, so a resume with other arguments is refused."""
+    import hashlib
+
+    return hashlib.sha256(repr(_canonical(arguments)).encode()).hexdigest()[:12]
+
+
+def _canonical(value):
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(v) for v in value)
+    return value
+
+
+def _tagged(rows: list, tag: str) -> list:
+    return [{"search": tag, **r} for r in rows]
+
+
+def _check_stream(stream: str | None, resume: bool) -> None:
+    """A new stream file (or one to resume), checked before any work."""
+    if stream is None:
+        if resume:
+            raise InputError("resume", resume, "a stream file to continue (stream=FILE, --resume FILE)")
+        return
+    check_stream(stream, "resume" if resume else "stream")
+    if not resume and os.path.exists(stream) and os.path.getsize(stream) > 0:
+        raise InputError("stream", stream, "a new file (it exists: resume it, --resume FILE, or remove it)")
+
+
+def _row_key(row: dict) -> tuple:
+    return (row["cluster"], *(row[k] for k in _PLAN_KEYS), row["policy"])
+
+
+def _plan_keys(job) -> list[tuple]:
+    """(plan, the row keys it makes if it fits) for each plan of a family."""
+    model, cluster, _, _, plans, candidates, _, _ = job
+    spec = load_model(model)
+    out = []
+    for plan in plans:
+        head = (cluster, *(plan.get(k, 1) for k in _PLAN_KEYS))
+        out.append((plan, [(*head, p) for p in _plan_policies(plan, candidates, spec)]))
+    return out
+
+
+def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
+    """What a stream already holds: (its rows of the families that finished, their plans that do
+    not fit, their plans, the jobs still to run). A family finished when every plan that fits has
+    all its rows there (plans without rows are checked to be ones that do not fit or are not
+    allowed; nothing is timed). Rows of another ``tag`` or that no family makes are refused:
+    another search's stream."""
+    present: dict = {}
+    for row in read_rows(path, STREAM_COLUMNS, _ROW_TYPES):
+        if row.pop("search") != tag:
+            raise InputError("resume", path, "a stream of this search (its rows are of another model, job size, "
+                             "batch, candidates, error budget or options: resume with the same arguments)")
+        key = _row_key(row)
+        if key in present:
+            raise InputError("resume", path, f"each row once (cluster {key[0]}, policy {key[-1]} repeats)")
+        present[key] = row
+    rows, oom, done, todo, expected = [], 0, 0, [], set()
+    for job in jobs:
+        keys = _plan_keys(job)
+        expected.update(k for _, ks in keys for k in ks)
+        finished = _finished(job, keys, present)
+        if finished is None:
+            todo.append(job)
+            continue
+        rows += finished[0]
+        oom += finished[1]
+        done += len(job[4])
+    strangers = len(set(present) - expected)
+    if strangers:
+        raise InputError("resume", path, f"a stream of this search ({strangers} of its rows are of plans or policies "
+                         "this one does not try: resume with the same arguments)")
+    return rows, oom, done, todo
+
+
+def _finished(job, keys: list, present: dict) -> tuple[list, int] | None:
+    """(rows, plans that do not fit) of a family whose rows are all in ``present``, else None."""
+    rows, absent = [], []
+    for plan, plan_keys in keys:
+        found = [present[k] for k in plan_keys if k in present]
+        if found and len(found) < len(plan_keys):
+            return None
+        rows += found
+        if not found:
+            absent.append(plan)
+    if not rows:            # nothing streamed (or no plan fits: quick to run again)
+        return None
+    oom = 0
+    if absent:
+        model, cluster, *_, fixed = job
+        for got in predict_many(model, cluster, _family_items(job, absent, with_policies=False),
+                                PredictOptions(**_option_fields(fixed))):
+            if not _refused(got):
+                return None         # a plan that fits has no rows
+            oom += got.field == "memory"
+    return rows, oom
 
 
 def parse_clusters(text: str) -> list[str]:
@@ -314,31 +475,6 @@ def _costing(model: str, clusters: list, gbs: int, seq: int | None, tokens, pric
     prices = parse_prices(price, clusters) if price is not None else {}
     return {"tokens": tokens, "tokens_per_step": gbs * (seq or load_model(model).seq_len),
             "price": prices, "power_W": {c: board_power_W(c) for c in clusters}}
-
-
-def _run(jobs: list, workers: int | None):
-    workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
-    if workers == 1 or len(jobs) < 2:
-        yield from map(_evaluate, jobs)
-        return
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    pool = context.Pool(workers, initializer=_worker_signals)
-    try:
-        yield from pool.imap_unordered(_evaluate, jobs)   # one plan each: their costs differ a hundredfold
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
-
-
-def _worker_signals() -> None:
-    """Workers end quietly when the pool ends them (the CLI's own handlers are the parent's)."""
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict,

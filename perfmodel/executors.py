@@ -1,0 +1,181 @@
+"""Where a search's tasks run: ``local`` (this machine's processes) or ``dask`` (a Dask cluster).
+
+A task is one job (for ``perfmodel search``: one family of plans, ``search._families``) given to
+one function; ``run_jobs`` yields ``(index, result)`` in the order tasks finish, so the caller
+streams results and advances one progress bar whatever runs them.
+
+* ``local``: ``workers`` processes of a ``multiprocessing`` pool (fork where the platform has it),
+  or this process alone for one worker.
+* ``dask``: ``dask.distributed`` futures, consumed with ``as_completed``. Without ``scheduler``
+  a ``LocalCluster`` of ``workers`` processes (one thread each: the model is pure Python, threads
+  would share one interpreter lock) is started and closed; with it (``tcp://host:8786``) the
+  tasks go to that cluster's workers, which need commpress installed and the cluster and
+  calibration files the search names at the same paths. A worker that dies mid-task is
+  replaced (its nanny restarts it) and the scheduler runs the task again elsewhere, up to
+  Dask's ``distributed.scheduler.allowed-failures`` (3) deaths per task; a task that raises
+  anything but bad input is tried ``TASK_RETRIES`` more times. A result is kept once, from the
+  attempt that finished, so a retried task neither loses nor repeats rows.
+
+The LocalCluster's workers are spawned processes, which import the calling script: a script that
+calls ``search(..., executor="dask")`` needs the ``if __name__ == "__main__":`` guard.
+
+Dask is an optional dependency (the ``scale`` extra): ``check_executor`` refuses ``dask`` in one
+line naming the extra where it is not installed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import ExitStack, contextmanager
+
+from topologies import InputError
+from topologies.errors import RunError
+
+EXECUTORS = ("local", "dask")
+SCALE_EXTRA = "pip install 'commpress[scale]'"
+TASK_RETRIES = 2            # more tries of a task that raised (a worker's death is Dask's to retry)
+CONNECT_TIMEOUT_S = 20      # waiting for an existing scheduler, and for its first worker
+
+
+def check_executor(executor: str, scheduler: str | None = None) -> None:
+    """Refuse an unknown executor, a scheduler without ``dask``, and ``dask`` without Dask."""
+    if executor not in EXECUTORS:
+        raise InputError("executor", executor, "one of " + ", ".join(EXECUTORS))
+    if scheduler is not None:
+        if executor != "dask":
+            raise InputError("scheduler", scheduler, "only with executor dask (--executor dask)")
+        if not isinstance(scheduler, str) or not scheduler.strip():
+            raise InputError("scheduler", scheduler, "a Dask scheduler address, e.g. tcp://host:8786")
+    if executor == "dask":
+        _distributed()
+
+
+def _distributed():
+    try:
+        from dask import distributed
+    except ImportError:
+        raise RunError("executor", "dask", f"--executor dask needs Dask, the scale extra: {SCALE_EXTRA}") from None
+    return distributed
+
+
+def worker_count(workers: int | None) -> int:
+    """``workers`` processes; None: every core."""
+    return (os.cpu_count() or 1) if workers is None else max(1, int(workers))
+
+
+def run_jobs(jobs: list, task, executor: str = "local", workers: int | None = 1, scheduler: str | None = None):
+    """``(index, task(jobs[index]))`` for every job, as each finishes (module doc). Bad input
+    raised in a task (``InputError``) is raised here."""
+    check_executor(executor, scheduler)
+    if not jobs:                # a resumed search that had finished: no cluster to start
+        return
+    if executor == "dask":
+        yield from _run_dask(jobs, task, worker_count(workers), scheduler)
+    else:
+        yield from _run_local(jobs, task, worker_count(workers))
+
+
+def _guarded(task, job):
+    """``task(job)``, bad input returned rather than raised: it is not retried, and an
+    ``InputError`` does not pickle by its message alone."""
+    try:
+        return True, task(job)
+    except InputError as err:
+        return False, (err.field, err.value, err.allowed)
+
+
+def _unwrap(outcome):
+    ok, value = outcome
+    if not ok:
+        raise InputError(*value)
+    return value
+
+
+def _indexed(item):
+    task, index, job = item
+    return index, _guarded(task, job)
+
+
+def _run_local(jobs: list, task, workers: int):
+    if workers == 1 or len(jobs) < 2:
+        for index, job in enumerate(jobs):
+            yield index, task(job)
+        return
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    pool = context.Pool(workers, initializer=_worker_signals)
+    try:   # one job per task: their costs differ a hundredfold
+        for index, outcome in pool.imap_unordered(_indexed, [(task, i, job) for i, job in enumerate(jobs)]):
+            yield index, _unwrap(outcome)
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+@contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while a LocalCluster starts its worker processes, which so start with it
+    ignored (Python keeps an ignored SIGINT: Ctrl-C would otherwise interrupt them mid-import,
+    each printing a traceback); after that Ctrl-C stops the search, which closes the cluster and
+    its workers. A Ctrl-C during those seconds of start-up is lost: press it again."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+
+
+def _worker_signals() -> None:
+    """Workers end quietly when the pool ends them (the CLI's own handlers are the parent's)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_dask(jobs: list, task, workers: int, scheduler: str | None):
+    distributed = _distributed()
+    with _client(distributed, workers, scheduler) as client:
+        futures = {client.submit(_guarded, task, job, retries=TASK_RETRIES, pure=False): index
+                   for index, job in enumerate(jobs)}
+        try:
+            for future, outcome in distributed.as_completed(futures, loop=client.loop, with_results=True):
+                yield futures[future], _unwrap(outcome)
+        except distributed.KilledWorker as err:
+            raise RunError("executor", "dask", f"a task killed every worker it ran on ({err}); with --stream "
+                           "the rows of the tasks that finished are kept: --resume it") from None
+        finally:
+            client.cancel(list(futures))
+
+
+@contextmanager
+def _client(distributed, workers: int, scheduler: str | None):
+    """A client of the cluster at ``scheduler``, or of a LocalCluster started here and closed after."""
+    if scheduler is None:
+        with ExitStack() as stack:
+            with _sigint_ignored():
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                    silence_logs=logging.CRITICAL))
+            yield stack.enter_context(distributed.Client(cluster, set_as_default=False))
+        return
+    try:
+        client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError, TypeError) as err:
+        raise RunError("scheduler", scheduler, f"no Dask scheduler answers at {scheduler!r} ({err}); start one "
+                       "(dask scheduler) or leave --scheduler out for a local cluster") from None
+    with client:
+        try:
+            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except (TimeoutError, OSError):
+            raise RunError("scheduler", scheduler, f"the Dask scheduler at {scheduler!r} has no worker after "
+                           f"{CONNECT_TIMEOUT_S} s; start some (dask worker {scheduler})") from None
+        yield client
