@@ -32,6 +32,9 @@ def add_parser(sub, command) -> None:
     t.add_argument("--pp", type=positive_int, default=1, help="pipeline stages (default 1); layers split as "
                    "perfmodel splits them, activations between stages under the policy's pp spec")
     t.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
+    t.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks (default 1): a mixture-of-experts "
+                   "model's routed experts sharded over ep ranks of each dp group (ep divides dp and num_experts), "
+                   "tokens dispatched and combined by all-to-alls under the policy's ep and ep_combine specs")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
                    "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
     t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
@@ -72,7 +75,7 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, schedule=args.schedule, zero=args.zero,
+    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, schedule=args.schedule, zero=args.zero,
                       mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
@@ -86,7 +89,7 @@ def run_train(args) -> None:
         check_writable(os.path.join(folder, "latest") if os.path.isdir(folder) else folder, "checkpoint")
     for axis in cfg.idle_axes():
         print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, pp={cfg.pp}, "
-              f"dp={cfg.dp}, zero={cfg.zero})",
+              f"dp={cfg.dp}, {f'ep={cfg.ep}, ' if cfg.ep > 1 else ''}zero={cfg.zero})",
               file=sys.stderr)
     records = run_training(cfg)
     if not records:   # ranks other than 0 of a launch
@@ -97,6 +100,6 @@ def run_train(args) -> None:
     if args.json:
         print(json.dumps(s, indent=1))
         return
-    print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp} zero={cfg.zero} "
+    print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp}{f' ep={cfg.ep}' if cfg.ep > 1 else ''} zero={cfg.zero} "
           f"mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))

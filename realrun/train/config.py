@@ -30,13 +30,17 @@ class TrainConfig:
     sequences per step (``gbs = mbs x dp x microbatches``) through its pipeline under
     ``schedule``; ``policy`` compresses the dp axis (gradients), the tp axis (activations and
     their gradients inside a layer), the pp axis (activations and their gradients between
-    stages) and the zero axis (parameters gathered after a ZeRO-1 step). ``checkpoint``: a
+    stages) and the zero axis (parameters gathered after a ZeRO-1 step). A mixture-of-experts
+    model's routed experts shard over ``ep`` ranks of each dp group (Megatron-Core's expert
+    parallelism: ep divides dp and num_experts), dispatched and combined under the ep and
+    ep_combine specs. ``checkpoint``: a
     folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it."""
 
     model: str
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    ep: int = 1
     schedule: str = "1f1b"
     zero: int = 0
     mbs: int = 4
@@ -63,6 +67,12 @@ class TrainConfig:
         _int("tp", self.tp, 1, 64)
         _int("pp", self.pp, 1, 64)
         _int("zero", self.zero, 0, 1)
+        _int("ep", self.ep, 1, 64)
+        if self.ep > 1 and self.tp > 1:
+            raise InputError("ep", self.ep, "1 with tp > 1 (realrun runs expert parallelism without tensor "
+                             "parallelism)")
+        if self.ep > 1 and self.zero:
+            raise InputError("ep", self.ep, "1 with zero=1 (ZeRO-1 here shards replicated parameters only)")
         if self.device not in DEVICES:
             raise InputError("device", self.device, " or ".join(DEVICES))
         if self.schedule not in RUN_SCHEDULES:
@@ -97,7 +107,8 @@ class TrainConfig:
     def plan(self) -> ParallelPlan:
         """perfmodel's plan of this run (the stage split and what a prediction of it assumes):
         fp32 compute and gradients, as the CPU run computes."""
-        return make_plan(load_model(self.model), self.world, tp=self.tp, pp=self.pp, dp=self.dp, zero=self.zero,
+        return make_plan(load_model(self.model), self.world, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
+                         zero=self.zero,
                          mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
                          compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False)
 

@@ -7,7 +7,8 @@ layer for layernorm models. Token embedding, a final norm and the LM head (tied 
 embedding or not). Positions are rotary (RoPE, Su et al. 2021): no parameters, so the count
 equals ``ModelSpec.params`` exactly (a test checks several shapes). Attention is causal,
 ``torch.nn.functional.scaled_dot_product_attention``, grouped-query where num_kv_heads <
-num_heads.
+num_heads. Layers the spec makes mixture-of-experts ones (``ModelSpec.is_moe_layer``) have a
+``realrun.train.moe.MoE`` MLP instead.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from perfmodel.workload import ModelSpec
+from realrun.train.moe import ExpertParallel, MoE
 from realrun.train.tensor_parallel import (TensorParallel, copy_to_group, parallel_cross_entropy,
                                            parallel_embedding, reduce_from_group, shard_cols, shard_rows, vocab_range)
 
@@ -55,19 +57,23 @@ class Block(nn.Module):
         self.qkv = nn.Linear(h, h + 2 * kv, bias=bias)
         self.out = nn.Linear(h, h, bias=False)       # row-parallel: bias added after the reduction
         self.out_bias = _bias(h, bias)
-        self.fc1 = nn.Linear(h, spec.mlp_up_width, bias=bias)
-        self.fc2 = nn.Linear(spec.ffn_hidden_size, h, bias=False)
-        self.fc2_bias = _bias(h, bias)
+        self.moe = MoE(spec, index) if spec.is_moe_layer(index) else None   # replaces the dense MLP
+        if self.moe is None:
+            self.fc1 = nn.Linear(h, spec.mlp_up_width, bias=bias)
+            self.fc2 = nn.Linear(spec.ffn_hidden_size, h, bias=False)
+            self.fc2_bias = _bias(h, bias)
 
     def shard(self, tp: TensorParallel) -> None:
-        """Keep this rank's rows of QKV and FC1 and columns of the output projection and FC2."""
+        """Keep this rank's rows of QKV and FC1 and columns of the output projection and FC2 (a
+        MoE layer's experts stay whole on every rank of the group, as its norms do)."""
         s, n, r = self.spec, tp.size, tp.rank
         up = [s.ffn_hidden_size] * (2 if s.activation == "swiglu" else 1)
-        for layer, parts in ((self.qkv, [s.hidden_size, s.kv_dim, s.kv_dim]), (self.fc1, up)):
+        dense = self.moe is None
+        for layer, parts in ((self.qkv, [s.hidden_size, s.kv_dim, s.kv_dim]),) + (((self.fc1, up),) if dense else ()):
             layer.weight = nn.Parameter(shard_rows(layer.weight.data, parts, n, r).clone())
             if layer.bias is not None:
                 layer.bias = nn.Parameter(shard_rows(layer.bias.data, parts, n, r).clone())
-        for layer in (self.out, self.fc2):
+        for layer in (self.out, self.fc2) if dense else (self.out,):
             layer.weight = nn.Parameter(shard_cols(layer.weight.data, n, r).contiguous())
         self.tp = tp
 
@@ -90,6 +96,8 @@ class Block(nn.Module):
         return self._row_parallel(self.out, self.out_bias, y, f"l{self.index}.attn_out")
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.moe is not None:
+            return self.moe(x)
         x = copy_to_group(x, self.tp, f"l{self.index}.mlp")
         up = self.fc1(x)
         if self.spec.activation == "swiglu":
@@ -127,7 +135,7 @@ class GPT(nn.Module):
                 if name.endswith("bias"):
                     nn.init.zeros_(p)
                 continue
-            std = scaled if name.endswith(("out.weight", "fc2.weight")) else 0.02
+            std = scaled if name.endswith(("out.weight", "fc2.weight", "w_down", "shared_down")) else 0.02
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
 
@@ -143,6 +151,18 @@ class GPT(nn.Module):
                     layer.weight = nn.Parameter(layer.weight.data[rows].clone())
         self.tp = tp
         return self
+
+    def shard_experts(self, ep: ExpertParallel) -> GPT:
+        """Keep this rank's routed experts of every MoE layer (expert parallelism over ``ep``)."""
+        for block in self.blocks:
+            if block.moe is not None:
+                block.moe.shard(ep)
+        return self
+
+    def expert_parameters(self) -> list[nn.Parameter]:
+        """The routed experts' weights of this stage's MoE layers (their gradients reduce over
+        the expert-data-parallel group; every other parameter's over dp)."""
+        return [p for block in self.blocks if block.moe is not None for p in block.moe.expert_parameters()]
 
     def keep_stage(self, start: int, end: int, first: bool, last: bool) -> GPT:
         """Keep pipeline stage ``[start, end)`` of the layers: the embedding on the first stage,

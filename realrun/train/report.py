@@ -27,6 +27,8 @@ def summary(records: list[dict]) -> dict:
     for axis in _axes(records[0], "_rel_error"):
         errors = [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
         out[f"{axis}_rel_error"] = statistics.median(errors) if errors else None
+    if "moe_dropped" in records[0]:   # a mixture-of-experts model: assignments its capacity dropped
+        out["moe_dropped"] = statistics.fmean(r["moe_dropped"] for r in records)
     return out
 
 
@@ -39,6 +41,8 @@ def summary_table(s: dict) -> str:
              for axis in _axes(s, "_wire_bytes_per_step")]
     rows += [(f"{axis} relative error (measured, median)", f"{s[f'{axis}_rel_error']:.3g}")
              for axis in _axes(s, "_rel_error") if s[f"{axis}_rel_error"] is not None]
+    if "moe_dropped" in s:
+        rows.append(("MoE tokens dropped (mean fraction)", f"{s['moe_dropped']:.4f}"))
     return table(("", "value"), rows)
 
 

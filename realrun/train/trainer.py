@@ -21,6 +21,12 @@ every ``eval_every`` steps the validation loss, every ``error_every`` steps the 
 relative error of each compressed axis on rank 0 (``realrun.train.accuracy``): dp, the
 gradient sums against exact sums; tp, the layers' sums; pp, what the stage received against
 what was sent (exact copies travel uncounted on those steps, outside the timed phases).
+
+A mixture-of-experts model (``realrun.train.moe``) adds ``moe_dropped``, the fraction of
+token-to-expert assignments its capacity dropped; with expert parallelism (``ep`` ranks carved
+from dp) the ep and ep_combine all-to-alls' seconds (``ep_comm_s``, out of forward and
+backward), kernels, payload bytes and measured errors, and the routed experts' gradients
+reduce over the expert-data-parallel group (dp / ep ranks) instead of dp.
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ from realrun.train.clock import now
 from realrun.train.config import TrainConfig
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
+from realrun.train.moe import ExpertParallel
 from realrun.train.pipeline import Pipeline
 from realrun.train.tensor_parallel import TensorParallel
 from realrun.train.zero import ShardedOptimizer
@@ -90,14 +97,17 @@ def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, error
 
 def evaluate(run: Run, model: GPT, vals) -> float:
     """Validation loss of the replica with dp rank 0 (its whole pipeline and TP group run the
-    forward passes; the other replicas wait); every rank gets the value."""
+    forward passes; the other replicas wait, or with expert parallelism run the same batches
+    beside it); every rank gets the value."""
     value = 0.0
-    if run.dp_rank == 0:
+    if run.dp_rank == 0 or run.ep.size > 1:   # an ep group's ranks hold one replica's experts together
         model.eval()
         with torch.no_grad():
-            value = run.pipe.run(model, vals, run.hidden_shape, backward=False).loss_sum
+            loss = run.pipe.run(model, vals, run.hidden_shape, backward=False).loss_sum
         model.train()
-        run.tp.take()   # evaluation's reductions are not the next step's
+        value = loss if run.dp_rank == 0 else 0.0
+        run.tp.take()   # evaluation's reductions and routing are not the next step's
+        run.ep.take()
     return _last_stage_mean(value, run, replicas=1)
 
 
@@ -159,9 +169,12 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
                            seq=cfg.seq_len) for m in range(cfg.microbatches)]
     measure = cfg.error_every > 0 and step % cfg.error_every == 0
     run.tp.error = RelativeError() if measure and cfg.tp > 1 else None
+    run.ep.error = {"ep": RelativeError(), "ep_combine": RelativeError()} if measure and cfg.ep > 1 else None
     pipe = run.pipe.run(model, batches, run.hidden_shape, measure=measure)
     tp_error, run.tp.error = run.tp.error, None
+    ep_error, run.ep.error = run.ep.error or {}, None
     tp_fwd, tp_bwd, tp_stats = run.tp.take()
+    ep_fwd, ep_bwd, ep_stats, routed, dropped = run.ep.take()
     stats, zero_stats = CommStats(), CommStats()
     t = now(run.device)
     run.sync_embedding(model, stats)
@@ -172,20 +185,35 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     else:
         if cfg.dp > 1:
             sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, dp_error)
+        run.sync_expert_gradients(cfg.dp, stats, dp_error)
         sync = now(run.device) - t
         t = now(run.device)
         opt.step()
         optim = now(run.device) - t
     measured = {"dp": (stats, dp_error), "tp": (tp_stats, tp_error), "pp": (pipe.stats, pipe.error),
                 "zero": (zero_stats, None)}   # perfmodel.axes names; zero: its error is not measured
+    if cfg.ep > 1:
+        measured.update({axis: (ep_stats[axis], ep_error.get(axis)) for axis in ("ep", "ep_combine")})
     kernels = {axis: st.compress_s + st.decompress_s for axis, (st, _) in measured.items()}
-    times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd, pipe.backward_s - tp_bwd,
+    times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd - ep_fwd,
+                              pipe.backward_s - tp_bwd - ep_bwd,
                               max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
                               max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim)))
+    if cfg.ep > 1:
+        times["ep_comm_s"] = max(0.0, ep_fwd + ep_bwd - kernels["ep"] - kernels["ep_combine"])
     times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
+    moe = {"moe_dropped": _dropped_fraction(routed, dropped, run.device)} if model.spec.is_moe else {}
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
             **{f"{axis}_wire_bytes": st.bytes_out for axis, (st, _) in measured.items()},
-            **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}}
+            **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}, **moe}
+
+
+def _dropped_fraction(routed: int, dropped: int, device) -> float:
+    """The step's dropped token assignments over all it routed, every MoE layer, micro-batch and
+    rank (a TP group's ranks route alike: counted on each, the fraction is the same)."""
+    t = torch.tensor([routed, dropped], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t[1] / t[0]) if t[0] else 0.0
 
 
 def device_of(cfg: TrainConfig, rank: int) -> torch.device:
@@ -223,15 +251,17 @@ class Run:
 
     def __init__(self, cfg: TrainConfig, rank: int, model: GPT, device: torch.device):
         self.device = device
-        mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"))
+        mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"), ep=cfg.ep)
         coords = mesh.coords(rank)
-        self.dp_rank, stage = coords["dp"], coords["pp"]
+        self.dp_rank, stage = mesh.group_of("dp", rank).index(rank), coords["pp"]   # the data it reads
         policy = parse_policy(cfg.policy)
         tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank)[0] for axis in ("tp", "pp", "dp"))
         self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
+        self.ep, self.edp_comm = _expert_parallel(cfg, mesh, rank, policy)
+        self.ep.aux_scale = 1.0 / cfg.microbatches   # as the pipeline scales each micro-batch's loss
         layers = cfg.plan().stage_layers(model.spec.num_layers)
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
-        model.shard(self.tp).to(device)
+        model.shard(self.tp).shard_experts(self.ep).to(device)
         line = mesh.group_of("pp", rank)
         self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, cfg.op_timeout_s), policy.axis("pp"),
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
@@ -239,7 +269,9 @@ class Run:
         self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
         self.embed_comm = _embedding_comm(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
         self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
-        self.buckets = buckets(list(model.parameters()), cfg.bucket_bytes)
+        experts = model.expert_parameters() if cfg.ep > 1 else []   # sharded: reduced over edp, not dp
+        self.buckets = buckets([p for p in model.parameters() if not any(p is e for e in experts)], cfg.bucket_bytes)
+        self.expert_buckets = buckets(experts, cfg.bucket_bytes)
         self.zero = None
         if cfg.zero and cfg.dp > 1:
             self.zero = ShardedOptimizer(self.buckets, self.dp_comm, self.dp_rank, cfg.dp, self.dp_axis,
@@ -247,7 +279,8 @@ class Run:
 
     def comms(self) -> dict:
         """{name: Comm} of every collective this rank runs (their compressor state is checkpointed)."""
-        named = {"tp": self.tp.comm, "pp": self.pipe.comm, "embedding": self.embed_comm, "dp": self.dp_comm}
+        named = {"tp": self.tp.comm, "pp": self.pipe.comm, "embedding": self.embed_comm, "dp": self.dp_comm,
+                 "ep": self.ep.comm, "edp": self.edp_comm}
         return {name: comm for name, comm in named.items() if comm is not None}
 
     def sync_embedding(self, model: GPT, stats: CommStats) -> None:
@@ -259,6 +292,30 @@ class Run:
         grad = model.embed.weight.grad
         codec = self.dp_axis.codec_for(grad.numel() * grad.element_size())
         grad.copy_(self.embed_comm.allreduce(grad, codec, key="embedding", stats=stats))
+
+
+    def sync_expert_gradients(self, dp: int, stats: CommStats, error: RelativeError | None) -> None:
+        """The routed experts' gradients under expert parallelism: each already sums what its ep
+        group's tokens sent it, so a sum over the expert-data-parallel group (dp / ep ranks,
+        under the dp spec) makes the whole batch's, averaged over dp as the dense ones are."""
+        if self.edp_comm is not None:
+            sync_gradients(self.expert_buckets, self.edp_comm, self.dp_axis, dp, stats, error)
+            return
+        for params in self.expert_buckets:
+            for p in params:
+                p.grad /= dp
+
+
+def _expert_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> tuple[ExpertParallel, Comm | None]:
+    """This rank's ep group (the dispatch and combine under the ep and ep_combine specs) and its
+    expert-data-parallel Comm (None where ep = 1 or the group is this rank alone)."""
+    if cfg.ep == 1:
+        return ExpertParallel(1, 0, None), None
+    ep_group = _my_group(mesh.groups["ep"], rank)[0]
+    edp_group = _my_group(mesh.groups["edp"], rank)[0]
+    comm = Comm(ep_group, cfg.op_timeout_s)
+    ep = ExpertParallel(cfg.ep, mesh.coords(rank)["ep"], comm, policy.axis("ep"), policy.axis("ep_combine"))
+    return ep, Comm(edp_group) if cfg.dp // cfg.ep > 1 else None
 
 
 def _embedding_comm(mesh: Mesh, rank: int) -> Comm | None:
