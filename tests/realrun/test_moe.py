@@ -1,0 +1,178 @@
+"""Mixture-of-experts layers and expert parallelism in realrun train (realrun.train.moe)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from perfmodel.workload import ModelSpec, load_model
+from topologies.errors import InputError
+
+torch = pytest.importorskip("torch")
+
+from realrun.train.config import TrainConfig  # noqa: E402
+from realrun.train.model import GPT  # noqa: E402
+from realrun.train.moe import MoE, capacity  # noqa: E402
+
+MOE_TOML = ("hidden_size = 64\nnum_layers = 2\nnum_heads = 4\nnum_kv_heads = 4\nffn_hidden_size = 256\n"
+            "vocab_size = 256\nseq_len = 64\nactivation = \"gelu\"\nnorm = \"layernorm\"\ntied_embeddings = true\n"
+            "num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\n")
+
+
+def moe_spec(**kw):
+    base = dict(name="m", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                vocab_size=256, seq_len=64, activation="gelu", norm="layernorm", tied_embeddings=True,
+                num_experts=4, moe_top_k=2, moe_ffn_hidden_size=64)
+    return ModelSpec(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw", [{}, dict(activation="swiglu", norm="rmsnorm", tied_embeddings=False),
+                                dict(num_layers=4, moe_layer_freq=2, moe_first_dense=1, moe_shared_experts=1),
+                                dict(num_experts=8, moe_top_k=1, num_kv_heads=2)])
+def test_moe_parameter_count_equals_perfmodels(kw):
+    s = moe_spec(**kw)
+    model = GPT(s)
+    assert model.num_params() == s.params
+    assert sum(p.numel() for p in model.expert_parameters()) == s.num_moe_layers * s.moe_routed_params()
+    tiny = load_model("gpt-tiny-moe")
+    assert GPT(tiny).num_params() == tiny.params and tiny.is_moe and tiny.num_moe_layers == tiny.num_layers
+
+
+def test_perfmodel_predicts_the_tiny_moe_model_with_its_all_to_alls():
+    from perfmodel import predict
+
+    r = predict("gpt-tiny-moe", "dgx-a100", gpus=2, tp=1, pp=1, ep=2, mbs=4, gbs=8, seq=64, compute_dtype="bf16")
+    assert r.step_time_s > 0 and r.breakdown["ep_comm_s"] > 0
+
+
+def test_capacity_is_the_ceiling_of_the_fair_share_times_the_factor():
+    assert capacity(1.25, 512, 2, 4) == 320
+    assert capacity(1.25, 7, 2, 4) == 5          # ceil(4.375)
+    assert capacity(0.0, 10, 2, 4) == 10         # dropless
+    assert capacity(100.0, 10, 2, 4) == 10       # never more than the tokens
+
+
+def _reference(layer: MoE, x: torch.Tensor, cap: int) -> tuple[torch.Tensor, int]:
+    """Token by token: softmax over the top-k logits, expert queues filled first choices first."""
+    logits = x @ layer.router.weight.T
+    top, chosen = logits.topk(layer.spec.moe_top_k, dim=-1)
+    weights = top.softmax(dim=-1)
+    out, load, dropped = torch.zeros_like(x), [0] * layer.spec.num_experts, 0
+    for slot in range(layer.spec.moe_top_k):
+        for t in range(x.shape[0]):
+            e = int(chosen[t, slot])
+            if load[e] == cap:
+                dropped += 1
+                continue
+            load[e] += 1
+            hidden = torch.nn.functional.gelu(layer.w_up[e] @ x[t])
+            out[t] += weights[t, slot] * (layer.w_down[e] @ hidden)
+    return out, dropped
+
+
+@pytest.mark.parametrize("factor", [0.0, 0.75])
+def test_routing_matches_a_token_by_token_reference_and_counts_drops(factor):
+    s = moe_spec(moe_capacity_factor=factor, norm="rmsnorm")
+    layer = GPT(s, seed=3).blocks[0].moe
+    x = torch.randn(2, 24, s.hidden_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = layer(x)
+        want, dropped = _reference(layer, x.reshape(-1, s.hidden_size), capacity(factor, 48, 2, 4))
+    assert torch.allclose(y.reshape(-1, s.hidden_size), want, atol=1e-5)
+    assert layer.ep.routed == 96 and layer.ep.dropped == dropped
+    assert (dropped == 0) == (factor == 0.0)
+
+
+def test_the_balance_loss_reaches_the_router_and_leaves_the_loss_alone():
+    s = moe_spec()
+    model, tokens = GPT(s), torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    loss = model(tokens, tokens)
+    loss.backward()
+    router = model.blocks[0].moe.router.weight.grad.clone()
+    model.zero_grad()
+    for block in model.blocks:
+        block.moe.ep.aux_scale = 0.0   # no balance gradient
+    assert float(model(tokens, tokens).detach()) == pytest.approx(float(loss.detach()), rel=1e-6)
+    model(tokens, tokens).backward()
+    assert not torch.allclose(router, model.blocks[0].moe.router.weight.grad)
+
+
+@pytest.mark.parametrize("kw, field", [(dict(ep=2, dp=1), "ep"), (dict(ep=2, dp=2, model="gpt-tiny"), "ep"),
+                                       (dict(ep=3, dp=3), "ep"), (dict(ep=2, dp=2, tp=2), "ep"),
+                                       (dict(ep=2, dp=2, zero=1), "ep"), (dict(ep=0), "ep")])
+def test_bad_expert_parallel_configs_name_the_field(kw, field):
+    with pytest.raises(InputError, match=field):
+        TrainConfig(**{"model": "gpt-tiny-moe", **kw})
+
+
+def test_train_bad_ep_is_one_line(cli):
+    for args in (("--model", "gpt-tiny-moe", "--ep", "2"), ("--model", "gpt-tiny", "--dp", "2", "--ep", "2"),
+                 ("--model", "gpt-tiny-moe", "--dp", "3", "--ep", "3")):
+        proc = cli("realrun", "train", *args)
+        assert proc.returncode == 2 and "ep" in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _train(tmp_path, name, *args, model="gpt-tiny-moe"):
+    exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
+    out = tmp_path / f"{name}.jsonl"
+    proc = subprocess.run([exe, "train", "--model", model, "--seq", "64", "--metrics", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [json.loads(line) for line in out.read_text().splitlines()], proc
+
+
+def test_dropless_capacity_drops_nothing_and_the_catalog_capacity_reports_its_drops(tmp_path):
+    toml = tmp_path / "m.toml"
+    toml.write_text(MOE_TOML + "moe_capacity_factor = 0.0\n")
+    dropless, proc = _train(tmp_path, "dropless", "--mbs", "2", "--steps", "3", "--eval-every", "0",
+                            model=str(toml))
+    assert all(r["moe_dropped"] == 0.0 for r in dropless) and "MoE tokens dropped" in proc.stdout
+    tight, _ = _train(tmp_path, "tight", "--mbs", "2", "--steps", "3", "--eval-every", "0")
+    assert all(0.0 < r["moe_dropped"] < 1.0 for r in tight)   # capacity 1.25 on bytes: some drops
+    dense, _ = _train(tmp_path, "dense", "--mbs", "2", "--steps", "1", "--eval-every", "0", model="gpt-tiny")
+    assert "moe_dropped" not in dense[0]
+
+
+@pytest.mark.distributed
+def test_expert_parallel_reproduces_one_rank(tmp_path):
+    """dp=2 ep=2 (each rank holds 2 of the 4 experts, one microbatch each) against one rank with
+    both microbatches: the same global batch, capacity on the same token sets, so the same drops
+    and, with policy none, the same losses."""
+    args = ("--mbs", "4", "--gbs", "8", "--steps", "10", "--eval-every", "5")
+    two, proc = _train(tmp_path, "ep2", "--dp", "2", "--ep", "2", *args)
+    one, _ = _train(tmp_path, "ep1", *args)
+    assert len(two) == len(one) == 10
+    for a, b in zip(two, one):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+        assert a["moe_dropped"] == b["moe_dropped"]
+    assert two[-1]["ep_wire_bytes"] > 0 and two[-1]["ep_combine_wire_bytes"] > 0 and "ep_wire_bytes" not in one[0]
+    assert two[0]["ep_rel_error"] == 0.0 and "ep=2" in proc.stdout
+
+
+@pytest.mark.distributed
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group(tmp_path):
+    """dp=4 ep=2: two replicas of each expert half, their gradients summed over edp (2 ranks)."""
+    args = ("--mbs", "2", "--gbs", "8", "--steps", "3", "--eval-every", "0")
+    four, _ = _train(tmp_path, "edp", "--dp", "4", "--ep", "2", *args)
+    one, _ = _train(tmp_path, "one", *args)
+    for a, b in zip(four, one):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+
+
+@pytest.mark.distributed
+def test_compressed_dispatch_still_learns_and_combine_follows_ep(tmp_path):
+    from perfmodel.axes import AXES
+
+    args = ("--dp", "2", "--ep", "2", "--mbs", "4", "--steps", "12", "--eval-every", "0", "--error-every", "4")
+    int8, _ = _train(tmp_path, "int8", "--policy", "ep=int8", *args)
+    exact, _ = _train(tmp_path, "none", "--steps", "1", *args[:-6])
+    assert int8[-1]["loss"] < int8[0]["loss"] - 0.5
+    for axis in ("ep", "ep_combine"):   # ep_combine follows ep: both int8, about a quarter of fp32
+        assert int8[-1][f"{axis}_wire_bytes"] < 0.3 * exact[0][f"{axis}_wire_bytes"]
+        assert 0 < int8[0][f"{axis}_rel_error"] < AXES[axis].max_error
