@@ -75,8 +75,8 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, schedule=args.schedule, zero=args.zero,
-                      mbs=args.mbs, gbs=args.gbs,
+    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, schedule=args.schedule,
+                      zero=args.zero, mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
                       op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
@@ -89,7 +89,7 @@ def run_train(args) -> None:
         check_writable(os.path.join(folder, "latest") if os.path.isdir(folder) else folder, "checkpoint")
     for axis in cfg.idle_axes():
         print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, pp={cfg.pp}, "
-              f"dp={cfg.dp}, {f'ep={cfg.ep}, ' if cfg.ep > 1 else ''}zero={cfg.zero})",
+              f"dp={cfg.dp}, ep={cfg.ep}, zero={cfg.zero})",
               file=sys.stderr)
     records = run_training(cfg)
     if not records:   # ranks other than 0 of a launch
@@ -100,6 +100,7 @@ def run_train(args) -> None:
     if args.json:
         print(json.dumps(s, indent=1))
         return
-    print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp}{f' ep={cfg.ep}' if cfg.ep > 1 else ''} zero={cfg.zero} "
+    ep = f" ep={cfg.ep}" if cfg.ep > 1 else ""
+    print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp}{ep} zero={cfg.zero} "
           f"mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))

@@ -27,8 +27,9 @@ from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
 # what must be equal for a checkpoint to continue a run (steps, metrics and evaluation may change)
-IDENTITY = ("model", "dp", "tp", "pp", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
+IDENTITY = ("model", "dp", "tp", "pp", "ep", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
             "seed", "bucket_bytes")
+IDENTITY_DEFAULTS = {"ep": 1}   # keys newer than some checkpoints: what a run without them had
 
 
 def _step_name(step: int) -> str:
@@ -71,7 +72,7 @@ def check(folder: str, cfg) -> str:
     if not isinstance(saved, dict) or not os.path.isdir(os.path.join(folder, name)):
         raise InputError("checkpoint", folder, "a complete checkpoint ('latest' names no step folder)")
     for key in IDENTITY:
-        if saved.get(key) != getattr(cfg, key):
+        if saved.get(key, IDENTITY_DEFAULTS.get(key)) != getattr(cfg, key):
             raise InputError(key, getattr(cfg, key), f"{saved.get(key)!r}, as in the checkpoint's run (resume "
                              "continues the same run)")
     return os.path.join(folder, name)

@@ -176,3 +176,18 @@ def test_compressed_dispatch_still_learns_and_combine_follows_ep(tmp_path):
     for axis in ("ep", "ep_combine"):   # ep_combine follows ep: both int8, about a quarter of fp32
         assert int8[-1][f"{axis}_wire_bytes"] < 0.3 * exact[0][f"{axis}_wire_bytes"]
         assert 0 < int8[0][f"{axis}_rel_error"] < AXES[axis].max_error
+
+
+@pytest.mark.distributed
+def test_resume_with_expert_parallelism_continues_the_same_loss_curve(tmp_path):
+    """Each rank's file holds its own experts; resuming with another ep is refused in one line."""
+    args = ("--dp", "2", "--ep", "2", "--mbs", "2", "--eval-every", "0")
+    whole, _ = _train(tmp_path, "whole", *args, "--steps", "4")
+    ck = tmp_path / "ck"
+    _train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
+    resumed, _ = _train(tmp_path, "part", *args, "--steps", "4", "--checkpoint", str(ck), "--resume")
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
+    proc = subprocess.run([exe, "train", "--model", "gpt-tiny-moe", "--seq", "64", "--dp", "2", "--mbs", "2",
+                           "--steps", "6", "--checkpoint", str(ck), "--resume"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "ep" in proc.stderr and "Traceback" not in proc.stderr
