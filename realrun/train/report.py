@@ -20,8 +20,9 @@ def summary(records: list[dict]) -> dict:
     vals = [r for r in records if r.get("val_loss") is not None]
     out = {"steps": len(records), "first_loss": records[0]["loss"], "final_loss": records[-1]["loss"],
            "final_val_loss": vals[-1]["val_loss"] if vals else None}
-    for key in PHASES:
-        out[f"median_{key}"] = statistics.median(r[key] for r in steady)
+    for key in PHASES + ("ep_comm_s",):   # ep_comm_s: expert parallelism's all-to-alls, where it runs
+        if key in records[0]:
+            out[f"median_{key}"] = statistics.median(r[key] for r in steady)
     for axis in _axes(records[0], "_wire_bytes"):
         out[f"{axis}_wire_bytes_per_step"] = statistics.median(r[f"{axis}_wire_bytes"] for r in steady)
     for axis in _axes(records[0], "_rel_error"):
