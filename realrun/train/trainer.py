@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -37,7 +36,8 @@ from perfmodel.policy import parse_policy
 from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
 from realrun.comm.exchange import gather_tensor
-from realrun.train import checkpoint
+from realrun.compressors import fast
+from realrun.train import checkpoint, rendezvous
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
 from realrun.train.config import TrainConfig
@@ -200,13 +200,12 @@ def device_of(cfg: TrainConfig, rank: int) -> torch.device:
 
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:
     """Run ``cfg`` as rank ``rank`` of ``world`` (``store``: a FileStore path for local ranks,
-    None for env://) on gloo (CPU) or NCCL (GPU). Returns rank 0's records (empty elsewhere)."""
+    None for a launcher's ranks, see ``rendezvous``) on gloo (CPU) or NCCL (GPU). Returns rank
+    0's records (empty elsewhere)."""
     device = device_of(cfg, rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
-                            init_method="env://" if store is None else f"file://{store}",
-                            timeout=timedelta(seconds=cfg.op_timeout_s))
+    rendezvous.init_process_group("nccl" if device.type == "cuda" else "gloo", rank, world, cfg.op_timeout_s, store)
     try:
         if world != cfg.world:
             raise InputError("dp", cfg.dp, f"tp x pp x dp = the number of ranks ({world})")
@@ -285,6 +284,7 @@ def _my_group(groups, rank: int) -> tuple[object, bool]:
 def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
+    fast.set_threads(cfg.threads)   # as NUMBA_NUM_THREADS in the ranks run_local starts
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
     opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
