@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -226,18 +227,20 @@ class Run:
         coords = mesh.coords(rank)
         self.dp_rank, stage = coords["dp"], coords["pp"]
         policy = parse_policy(cfg.policy)
-        tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank)[0] for axis in ("tp", "pp", "dp"))
-        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
+        wait_s = cfg.op_timeout_s   # every group's, every Comm's: a dead peer ends the run, never hangs it
+        tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank, wait_s)[0] for axis in ("tp", "pp", "dp"))
+        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group, wait_s) if cfg.tp > 1 else None,
+                                 policy.axis("tp"))
         layers = cfg.plan().stage_layers(model.spec.num_layers)
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
         model.shard(self.tp).to(device)
         line = mesh.group_of("pp", rank)
-        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, cfg.op_timeout_s), policy.axis("pp"),
+        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, wait_s), policy.axis("pp"),
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
                              device)
         self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
-        self.embed_comm = _embedding_comm(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
-        self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
+        self.embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
+        self.dp_comm, self.dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
         self.buckets = buckets(list(model.parameters()), cfg.bucket_bytes)
         self.zero = None
         if cfg.zero and cfg.dp > 1:
@@ -260,14 +263,14 @@ class Run:
         grad.copy_(self.embed_comm.allreduce(grad, codec, key="embedding", stats=stats))
 
 
-def _embedding_comm(mesh: Mesh, rank: int) -> Comm | None:
+def _embedding_comm(mesh: Mesh, rank: int, timeout_s: float) -> Comm | None:
     """Collectives between the first and last stage of this rank's pipeline (tied embeddings);
     None on the stages between."""
-    group, member = _my_group([(line[0], line[-1]) for line in mesh.groups["pp"]], rank)
-    return Comm(group) if member else None
+    group, member = _my_group([(line[0], line[-1]) for line in mesh.groups["pp"]], rank, timeout_s)
+    return Comm(group, timeout_s) if member else None
 
 
-def _my_group(groups, rank: int) -> tuple[object, bool]:
+def _my_group(groups, rank: int, timeout_s: float) -> tuple[object, bool]:
     """(this rank's process group among ``groups`` (lists of global ranks; None: the whole
     world), whether the rank is in one). Every rank creates every group, in the same order, as
     torch.distributed requires."""
@@ -275,7 +278,7 @@ def _my_group(groups, rank: int) -> tuple[object, bool]:
     for members in groups:
         if len(members) == dist.get_world_size():
             return None, True
-        group = dist.new_group(list(members))
+        group = dist.new_group(list(members), timeout=timedelta(seconds=timeout_s))   # torch's default: 30 min
         if rank in members:
             mine, member = group, True
     return mine, member
