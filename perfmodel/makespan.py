@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from perfmodel.schedule import SCHEDULES, _compiled
+from perfmodel.schedule import SCHEDULES, _compiled, drive
 
 @dataclass(frozen=True, eq=False)
 class Program:
@@ -95,6 +95,7 @@ def _replay(plans, links, p: int, graph: _Graph) -> list:
     sent, taken, done = [None] * n, [None] * n, [None] * n
     link_free: dict = {}
     pos, clock = [0] * p, [0] * p
+    wake = set(range(p))
 
     def advance(s: int) -> bool:
         tids, awaited, code, _ = plans[s][pos[s]]
@@ -122,14 +123,7 @@ def _replay(plans, links, p: int, graph: _Graph) -> list:
         pos[s] += 1
         return True
 
-    wake = set(range(p))
-    while wake:
-        s = min(wake)
-        wake.discard(s)
-        while pos[s] < len(plans[s]) and advance(s):
-            pass
-    if any(pos[s] < len(plans[s]) for s in range(p)):
-        raise RuntimeError(f"schedule deadlocks on {p} stages x {len(plans[0])} steps")
+    drive(plans, pos, advance, wake, f"schedule deadlocks on {p} stages x {len(plans[0])} steps")
     return clock
 
 

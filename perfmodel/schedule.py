@@ -144,6 +144,19 @@ def _compiled(name: str, p: int, m: int, chunks: int) -> tuple:
     return tuple(plans), tuple((t[2], t[3], 0 if t[0] == "act" else 1) for t in keys), keys
 
 
+def drive(plans, pos: list, advance, wake: set, deadlock: str) -> None:
+    """Advance the stages in turn, each as far as it can (``advance(s)`` False: it waits on a
+    peer), the lowest woken stage first (``advance`` wakes the peers it posts to), until none
+    can; RuntimeError(``deadlock``) if a stage is left with steps it cannot take."""
+    while wake:
+        s = min(wake)
+        wake.discard(s)
+        while pos[s] < len(plans[s]) and advance(s):
+            pass
+    if any(pos[s] < len(plans[s]) for s in range(len(plans))):
+        raise RuntimeError(deadlock)
+
+
 @lru_cache(maxsize=4096)
 def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, record: bool) -> Timeline:
     p, m = len(stages), microbatches
@@ -156,6 +169,7 @@ def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, reco
     run = [(0.0, st.fwd / chunks, st.bwd / chunks) for st in stages]
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
     ops, moved = [], []
+    wake = set(range(p))     # stages that may advance: all at first, then those a peer posted to
 
     def advance(s: int) -> bool:
         """Run stage ``s``'s next exchange and operation if what it waits for is there."""
@@ -195,13 +209,6 @@ def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, reco
         pos[s] += 1
         return True
 
-    wake = set(range(p))     # stages that may advance: all at first, then those a peer posted to
-    while wake:
-        s = min(wake)
-        wake.discard(s)
-        while pos[s] < len(plans[s]) and advance(s):
-            pass
-    if any(pos[s] < len(plans[s]) for s in range(p)):
-        raise RuntimeError(f"schedule {name} deadlocks on {p} stages x {m} microbatches")
+    drive(plans, pos, advance, wake, f"schedule {name} deadlocks on {p} stages x {m} microbatches")
     return Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock), ops=tuple(ops),
                     transfers=tuple(moved))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 from realrun.comm.names import OP_TIMEOUT_S
 from topologies.clikit import check_writable, positive_int
@@ -57,7 +58,8 @@ def add_parser(sub, command) -> None:
                    "at the end and every --checkpoint-every steps")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only the last)")
     t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint from its last step "
-                   "(same model, plan, batch, policy, seed and lr; --steps is the new total)")
+                   "(same model, plan, batch, policy, seed and lr; --steps is the new total); under torchrun "
+                   "--max-restarts, from step 0 while no checkpoint is written yet")
     t.add_argument("--metrics", help="JSON Lines file, one record per step (rank 0 appends)")
     t.add_argument("--plot", help="loss-curve PNG at the end")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -82,6 +84,8 @@ def run_train(args) -> None:
                       op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
                       checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
     device_of(cfg, 0)   # cuda without a CUDA device: one line here, not a failed rank
+    if cfg.resume and checkpoint.under_elastic_launcher() and not checkpoint.written(cfg.checkpoint):
+        cfg = replace(cfg, resume=False)   # torchrun's first attempt: every restart passes the same --resume
     if cfg.resume:
         checkpoint.check(cfg.checkpoint, cfg)
     elif cfg.checkpoint:   # the folder, or its parent, takes new files (before any work)

@@ -24,6 +24,41 @@ def cli():
     return run_cli
 
 
+def run_ranks(argvs: list, timeout_s: float, env=None) -> list[str]:
+    """Start one process per argv at once, wait for all (a crashed rank must not leave the others
+    hanging: every one still running after ``timeout_s`` is killed), assert they all exited 0;
+    their outputs (stdout and stderr together)."""
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for argv in argvs]
+    try:
+        outs = [p.communicate(timeout=timeout_s)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)[-3000:]
+    return outs
+
+
+@pytest.fixture
+def launch_ranks():
+    return run_ranks
+
+
+def pid_alive(pid: int) -> bool:
+    """Still running (a zombie waiting for its parent's wait counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def alive():
+    return pid_alive
+
+
 @pytest.fixture
 def published():
     """The folder of published reference tables (committed, so it is never missing)."""

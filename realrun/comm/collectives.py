@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numbers
 import os
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ class Comm:
     """Compressed collectives on one process group, with their state (module doc)."""
 
     def __init__(self, group=None, timeout_s: float = OP_TIMEOUT_S):
-        self.group, self.timeout_s = group, timeout_s   # timeout_s: point-to-point waits (exchange)
+        self.group, self.timeout_s = group, timeout_s   # timeout_s: point-to-point waits (exchange), node groups
         self.stats = CommStats()
         self._wires: dict = {}
         self._subgroups: dict = {}
@@ -89,8 +90,11 @@ class Comm:
             raise InputError("local_size", local_size, f"a divisor of the world size {p}")
         if local_size not in self._subgroups:
             ranks = list(range(p)) if self.group is None else dist.get_process_group_ranks(self.group)
-            intra = [dist.new_group([ranks[i] for i in range(n, n + local_size)]) for n in range(0, p, local_size)]
-            inter = [dist.new_group([ranks[i] for i in range(j, p, local_size)]) for j in range(local_size)]
+            wait = timedelta(seconds=self.timeout_s)   # a dead peer fails their collectives, never hangs them
+            intra = [dist.new_group([ranks[i] for i in range(n, n + local_size)], timeout=wait)
+                     for n in range(0, p, local_size)]
+            inter = [dist.new_group([ranks[i] for i in range(j, p, local_size)], timeout=wait)
+                     for j in range(local_size)]
             self._subgroups[local_size] = (intra, inter)
         intra, inter = self._subgroups[local_size]
         return intra[rank // local_size], inter[rank % local_size]

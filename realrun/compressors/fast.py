@@ -29,6 +29,16 @@ def _k():
     return _kernels
 
 
+def set_threads(n: int) -> None:
+    """Run the compiled kernels on at most ``n`` threads (numba's default: every core), what
+    ``NUMBA_NUM_THREADS`` does for the ranks realrun starts itself; for ranks a launcher
+    started (torchrun), so that they run like those. Nothing where numba is not installed."""
+    if AVAILABLE:
+        import numba
+
+        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
 def _chunks() -> int:
     """Work items of the top-k passes: two per thread (each has its own 512 KiB histogram)."""
     from numba import get_num_threads

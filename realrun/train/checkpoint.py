@@ -8,11 +8,15 @@ after every rank has written its file (a barrier), then removes older step folde
 follows ``latest`` and never sees a half-written step.
 
 Resuming (``--resume``) loads this rank's file, checks that the run is the same one (model,
-plan, batch, policy, seed, learning rate), and continues at the step after the checkpoint. The
-data of step n depends only on (seed, n), so a resumed run reads what the uninterrupted run
-would have read. Each rank's compressor state (error-feedback residuals, PowerSGD warm starts,
-random-draw counters of every ``Comm`` the rank holds) is saved beside its model, so a resumed
-run continues the same loss curve exactly under ``ef(...)`` policies too.
+plan, batch, policy, seed, learning rate), and continues at the step after the checkpoint.
+Under torchrun (``--max-restarts N``), whose restarts rerun every rank with the same arguments,
+``--resume`` before any checkpoint was written starts the run at step 0 (the first attempt, or
+a failure before the first checkpoint); elsewhere it is refused (a folder without a checkpoint
+is a mistyped path). The data of step n depends only on (seed, n), so a resumed run reads what
+the uninterrupted run would have read. Each rank's compressor state (error-feedback residuals,
+PowerSGD warm starts, random-draw counters of every ``Comm`` the rank holds) is saved beside
+its model, so a resumed run continues the same loss curve exactly under ``ef(...)`` policies
+too.
 """
 from __future__ import annotations
 
@@ -30,6 +34,17 @@ from topologies.errors import InputError
 IDENTITY = ("model", "dp", "tp", "pp", "ep", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
             "seed", "bucket_bytes")
 IDENTITY_DEFAULTS = {"ep": 1}   # keys newer than some checkpoints: what a run without them had
+
+
+def written(folder: str) -> bool:
+    """True once a run has completed a checkpoint in ``folder`` (its ``latest`` exists)."""
+    return os.path.isfile(os.path.join(folder, "latest"))
+
+
+def under_elastic_launcher() -> bool:
+    """A rank of torchrun (torch elastic), which restarts every rank after a failure with the same
+    arguments (``--max-restarts``): there ``--resume`` also means the first attempt."""
+    return "TORCHELASTIC_RESTART_COUNT" in os.environ
 
 
 def _step_name(step: int) -> str:

@@ -43,7 +43,8 @@ from perfmodel.policy import parse_policy
 from perfmodel.workload import load_model
 from realrun.comm import Comm, CommStats
 from realrun.comm.exchange import gather_tensor
-from realrun.train import checkpoint
+from realrun.compressors import fast
+from realrun.train import checkpoint, rendezvous
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
 from realrun.train.config import TrainConfig
@@ -228,13 +229,12 @@ def device_of(cfg: TrainConfig, rank: int) -> torch.device:
 
 def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> list[dict]:
     """Run ``cfg`` as rank ``rank`` of ``world`` (``store``: a FileStore path for local ranks,
-    None for env://) on gloo (CPU) or NCCL (GPU). Returns rank 0's records (empty elsewhere)."""
+    None for a launcher's ranks, see ``rendezvous``) on gloo (CPU) or NCCL (GPU). Returns rank
+    0's records (empty elsewhere)."""
     device = device_of(cfg, rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
-                            init_method="env://" if store is None else f"file://{store}",
-                            timeout=timedelta(seconds=cfg.op_timeout_s))
+    rendezvous.init_process_group("nccl" if device.type == "cuda" else "gloo", rank, world, cfg.op_timeout_s, store)
     try:
         if world != cfg.world:
             raise InputError("dp", cfg.dp, f"tp x pp x dp = the number of ranks ({world})")
@@ -255,20 +255,22 @@ class Run:
         coords = mesh.coords(rank)
         self.dp_rank, stage = mesh.group_of("dp", rank).index(rank), coords["pp"]   # the data it reads
         policy = parse_policy(cfg.policy)
-        tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank)[0] for axis in ("tp", "pp", "dp"))
-        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group) if cfg.tp > 1 else None, policy.axis("tp"))
+        wait_s = cfg.op_timeout_s   # every group's, every Comm's: a dead peer ends the run, never hangs it
+        tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank, wait_s)[0] for axis in ("tp", "pp", "dp"))
+        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group, wait_s) if cfg.tp > 1 else None,
+                                 policy.axis("tp"))
         self.ep, self.edp_comm = _expert_parallel(cfg, mesh, rank, policy)
         self.ep.aux_scale = 1.0 / cfg.microbatches   # as the pipeline scales each micro-batch's loss
         layers = cfg.plan().stage_layers(model.spec.num_layers)
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
         model.shard(self.tp).shard_experts(self.ep).to(device)
         line = mesh.group_of("pp", rank)
-        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, cfg.op_timeout_s), policy.axis("pp"),
+        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, wait_s), policy.axis("pp"),
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
                              device)
         self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
-        self.embed_comm = _embedding_comm(mesh, rank) if cfg.pp > 1 and model.spec.tied_embeddings else None
-        self.dp_comm, self.dp_axis = Comm(dp_group), policy.axis("dp")
+        self.embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
+        self.dp_comm, self.dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
         experts = model.expert_parameters() if cfg.ep > 1 else []   # sharded: reduced over edp, not dp
         self.buckets = buckets([p for p in model.parameters() if not any(p is e for e in experts)], cfg.bucket_bytes)
         self.expert_buckets = buckets(experts, cfg.bucket_bytes)
@@ -311,21 +313,22 @@ def _expert_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> tuple[E
     expert-data-parallel Comm (None where ep = 1 or the group is this rank alone)."""
     if cfg.ep == 1:
         return ExpertParallel(1, 0, None), None
-    ep_group = _my_group(mesh.groups["ep"], rank)[0]
-    edp_group = _my_group(mesh.groups["edp"], rank)[0]
-    comm = Comm(ep_group, cfg.op_timeout_s)
+    wait_s = cfg.op_timeout_s
+    ep_group = _my_group(mesh.groups["ep"], rank, wait_s)[0]
+    edp_group = _my_group(mesh.groups["edp"], rank, wait_s)[0]
+    comm = Comm(ep_group, wait_s)
     ep = ExpertParallel(cfg.ep, mesh.coords(rank)["ep"], comm, policy.axis("ep"), policy.axis("ep_combine"))
-    return ep, Comm(edp_group) if cfg.dp // cfg.ep > 1 else None
+    return ep, Comm(edp_group, wait_s) if cfg.dp // cfg.ep > 1 else None
 
 
-def _embedding_comm(mesh: Mesh, rank: int) -> Comm | None:
+def _embedding_comm(mesh: Mesh, rank: int, timeout_s: float) -> Comm | None:
     """Collectives between the first and last stage of this rank's pipeline (tied embeddings);
     None on the stages between."""
-    group, member = _my_group([(line[0], line[-1]) for line in mesh.groups["pp"]], rank)
-    return Comm(group) if member else None
+    group, member = _my_group([(line[0], line[-1]) for line in mesh.groups["pp"]], rank, timeout_s)
+    return Comm(group, timeout_s) if member else None
 
 
-def _my_group(groups, rank: int) -> tuple[object, bool]:
+def _my_group(groups, rank: int, timeout_s: float) -> tuple[object, bool]:
     """(this rank's process group among ``groups`` (lists of global ranks; None: the whole
     world), whether the rank is in one). Every rank creates every group, in the same order, as
     torch.distributed requires."""
@@ -333,7 +336,7 @@ def _my_group(groups, rank: int) -> tuple[object, bool]:
     for members in groups:
         if len(members) == dist.get_world_size():
             return None, True
-        group = dist.new_group(list(members))
+        group = dist.new_group(list(members), timeout=timedelta(seconds=timeout_s))   # torch's default: 30 min
         if rank in members:
             mine, member = group, True
     return mine, member
@@ -342,6 +345,7 @@ def _my_group(groups, rank: int) -> tuple[object, bool]:
 def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
+    fast.set_threads(cfg.threads)   # as NUMBA_NUM_THREADS in the ranks run_local starts
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
     opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)

@@ -1,6 +1,5 @@
 """The compressed all-to-all (realrun.comm.Comm.alltoall) on gloo with 2-4 processes (marker: distributed)."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,28 +14,20 @@ WORKER = Path(__file__).with_name("alltoall_worker.py")
 LOSSY = ("fp16", "bf16", "fp8", "int8")
 
 
-def _run(world: int, tmp_path) -> list[list[dict]]:
+def _run(world: int, tmp_path, run_ranks) -> list[list[dict]]:
     if not torch.distributed.is_gloo_available():
         pytest.skip("gloo is not available in this torch build")
     store = tmp_path / "store"
     env = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    procs = [subprocess.Popen([sys.executable, "-P", str(WORKER), str(r), str(world), str(store), str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for r in range(world)]
-    try:
-        outs = [p.communicate(timeout=180)[0] for p in procs]
-    finally:
-        for p in procs:   # a crashed rank must not leave the others hanging
-            if p.poll() is None:
-                p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(outs)[-3000:]
+    run_ranks([[sys.executable, "-P", str(WORKER), str(r), str(world), str(store), str(tmp_path)]
+               for r in range(world)], 180, env)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-def test_alltoall_is_exact_for_none_and_bounded_per_chunk_for_lossy_specs(world, tmp_path):
-    for rank, rows in enumerate(_run(world, tmp_path)):
+def test_alltoall_is_exact_for_none_and_bounded_per_chunk_for_lossy_specs(world, tmp_path, launch_ranks):
+    for rank, rows in enumerate(_run(world, tmp_path, launch_ranks)):
         cases = [r for r in rows if r["spec"] not in ("default", "refused")]
         assert {r["spec"] for r in cases} == {"none", "lossless", *LOSSY}
         for row in cases:

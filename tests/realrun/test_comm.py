@@ -1,7 +1,6 @@
 """Compressed collectives on gloo with several processes (marker: distributed)."""
 import json
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,26 +19,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(world: int, tmp_path) -> list[list[dict]]:
+def _run(world: int, tmp_path, run_ranks) -> list[list[dict]]:
     if not torch.distributed.is_gloo_available():
         pytest.skip("gloo is not available in this torch build")
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    try:
-        # a hang guard, not a speed test: 8 ranks on 2 shared cores took 282 s under load 20
-        outs = [p.communicate(timeout=240 if world <= 4 else 600)[0] for p in procs]
-    finally:
-        for p in procs:   # a crashed rank must not leave the others hanging
-            if p.poll() is None:
-                p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(outs)[-3000:]
+    # a hang guard, not a speed test: 8 ranks on 2 shared cores took 282 s under load 20
+    run_ranks([[sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp_path)] for r in range(world)],
+              240 if world <= 4 else 600)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, pytest.param(8, marks=pytest.mark.slow)])
-def test_every_rank_ends_with_the_same_result(world, tmp_path):
-    ranks = _run(world, tmp_path)
+def test_every_rank_ends_with_the_same_result(world, tmp_path, launch_ranks):
+    ranks = _run(world, tmp_path, launch_ranks)
     first = ranks[0]
     shared = ("allreduce", "allgather", "broadcast")
     for other in ranks[1:]:   # every rank ran the same collectives and holds the same bits

@@ -169,13 +169,6 @@ def test_output_held_back_is_shown_when_every_rank_succeeds(capfd):
     assert "ZeroDivisionError" in capfd.readouterr().err
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 def _wait_for(condition, timeout_s: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout_s
@@ -187,7 +180,7 @@ def _wait_for(condition, timeout_s: float = 30.0) -> bool:
 
 
 @pytest.mark.distributed
-def test_kill_9_of_the_parent_stops_the_ranks_and_removes_their_temporary_folder(tmp_path):
+def test_kill_9_of_the_parent_stops_the_ranks_and_removes_their_temporary_folder(tmp_path, alive):
     pytest.importorskip("torch")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -203,7 +196,7 @@ def test_kill_9_of_the_parent_stops_the_ranks_and_removes_their_temporary_folder
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    assert _wait_for(lambda: not any(_alive(r) for r in ranks)), "ranks outlived their parent"
+    assert _wait_for(lambda: not any(alive(r) for r in ranks)), "ranks outlived their parent"
     assert _wait_for(lambda: not list(tmp.glob("commpress-*"))), "the temporary folder was left behind"
 
 

@@ -85,14 +85,6 @@ def _children(pid: int, running: str = "realrun.bench") -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    """Still running (a zombie waiting for its parent's wait counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 def _bench(*extra):
     exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
@@ -113,7 +105,7 @@ def _ranks_started(proc, timeout_s=60) -> list[int]:
 
 
 @pytest.mark.distributed
-def test_sigterm_ends_bench_and_every_rank():
+def test_sigterm_ends_bench_and_every_rank(alive):
     pytest.importorskip("torch")
     proc = _bench()
     ranks = _ranks_started(proc)
@@ -121,7 +113,7 @@ def test_sigterm_ends_bench_and_every_rank():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err
     time.sleep(0.5)
-    assert not [r for r in ranks if _alive(r)]
+    assert not [r for r in ranks if alive(r)]
 
 
 @pytest.mark.distributed

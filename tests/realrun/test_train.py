@@ -1,5 +1,6 @@
 """realrun train: the model matches perfmodel's description, data is deterministic, data
 parallelism through realrun.comm reproduces single-rank training, compressed runs still learn."""
+import contextlib
 import json
 import math
 import os
@@ -336,3 +337,69 @@ def test_compressor_state_survives_a_checkpoint_file(tmp_path):
         got = [bytes(c.wire(spec).c.compress(x, key="bucket0").data) for c in (a, b)]
         assert got[0] == got[1]
     assert Comm().state_dict() == {}
+
+
+def _rank_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return None
+    return env.get(b"RANK", b"").decode() or None
+
+
+@pytest.mark.distributed
+def test_torchrun_restarts_meet_in_a_store_of_their_own():
+    """torchrun keeps one store for every attempt, with the failed attempt's keys in it; the
+    restarted ranks (one of them late) still meet: each attempt in a store of its own."""
+    worker = os.path.join(os.path.dirname(__file__), "elastic_worker.py")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "--max-restarts", "2", worker], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, [line for line in proc.stderr.splitlines() if "rror" in line][:12]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("attempt"))
+    assert lines == [f"attempt {a} rank {r} sum 3" for a in range(3) for r in range(2)], proc.stdout
+
+
+@pytest.mark.distributed
+def test_torchrun_restarts_survive_a_killed_rank_and_reach_the_same_loss(tmp_path):
+    """torchrun --max-restarts 1 with --checkpoint DIR --resume (the same arguments on every
+    attempt): rank 1 killed mid-run, torchrun restarts both ranks, they meet in a store of the new
+    attempt's own (not the failed attempt's keys) and continue from the last checkpoint; every
+    step is recorded once, with exactly the losses of the uninterrupted run started by realrun."""
+    import signal
+    import time
+
+    args = ("--dp", "2", "--mbs", "4", "--gbs", "8", "--eval-every", "0", "--steps", "16",
+            "--policy", "dp=ef(topk(0.05))+int8")
+    whole, _ = _train(tmp_path, "whole", *args)
+    metrics, ck = tmp_path / "elastic.jsonl", tmp_path / "ck"
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             "--max-restarts", "1", "-m", "realrun.cli", "train", "--model", "gpt-tiny", "--seq", "64",
+                             *args, "--checkpoint", str(ck), "--checkpoint-every", "2", "--resume",
+                             "--metrics", str(metrics)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 5):
+            time.sleep(0.05)
+        victims = [pid for pid, cmd in _children(proc.pid).items() if "realrun.cli train" in cmd
+                   and _rank_of(pid) == "1"]
+        assert len(victims) == 1 and len(metrics.read_text().splitlines()) < 16, _children(proc.pid)
+        os.kill(victims[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            for pid in _children(proc.pid):   # torchrun starts each rank in a session of its own
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, [line for line in err.splitlines() if "rror" in line][:12]
+    assert "failed (exitcode: -9) local_rank: 1" in err   # the kill happened; torchrun restarted the ranks
+    assert (ck / "latest").read_text().strip() == "step-00000016"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(16))
+    # bit for bit: torchrun's ranks run on cfg.threads threads (torch and numba) as realrun's own do
+    assert [r["loss"] for r in records] == [r["loss"] for r in whole]
