@@ -60,14 +60,14 @@ class _Graph:
         self.inputs, self.coef, self.depth = [()], [0], [0]
 
     def node(self, inputs, coef: int) -> int:
-        ins = tuple(dict.fromkeys(i for i in inputs if i))       # the start (0) never exceeds a time >= 0
+        ins = tuple(dict.fromkeys([i for i in inputs if i]))      # the start (0) never exceeds a time >= 0
         if not ins:
             ins = (0,)
         if coef == 0 and len(ins) == 1:
             return ins[0]
         self.inputs.append(ins)
         self.coef.append(coef)
-        self.depth.append(1 + max(self.depth[i] for i in ins))
+        self.depth.append(1 + max(map(self.depth.__getitem__, ins)))
         return len(self.coef) - 1
 
     def freeze(self, p: int, chunks: int, clock: list, forward_ops: np.ndarray) -> Program:
@@ -76,15 +76,17 @@ class _Graph:
         number = np.empty_like(order)
         number[order] = np.arange(len(order))
         bounds = np.searchsorted(depth[order], np.arange(1, depth.max() + 2))
+        width = max(map(len, self.inputs))
+        lengths = np.fromiter(map(len, self.inputs), dtype=np.int64, count=len(self.inputs))
+        padded = number[np.array([i + i[:1] * (width - len(i)) if i else (0,) * width for i in self.inputs])]
+        coefs = np.array(self.coef)         # inputs padded by repeating the first (node 0 has none)
         depths = []
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             if hi <= lo:
                 continue
             old = order[lo:hi]
-            k = max(len(self.inputs[i]) for i in old)
-            ins = np.array([[number[j] for j in self.inputs[i]] + [number[self.inputs[i][0]]] *
-                            (k - len(self.inputs[i])) for i in old]).T.copy()
-            depths.append((int(lo), int(hi), ins, np.array([self.coef[i] for i in old])))
+            k = int(lengths[old].max())
+            depths.append((int(lo), int(hi), padded[old, :k].T.copy(), coefs[old]))
         return Program(p=p, chunks=chunks, nodes=len(order), depths=tuple(depths),
                        last=number[np.array(clock)], forward_ops=forward_ops)
 
@@ -143,15 +145,28 @@ def makespans(name: str, microbatches: int, fwd, bwd, send_fwd, send_bwd, chunks
     run_f, run_b = fwd / chunks, bwd / chunks
     coef = np.concatenate([np.zeros((1, n)), run_f.T, run_b.T, np.asarray(send_fwd, dtype=float).T,
                            np.asarray(send_bwd, dtype=float).T])
-    values = np.empty((prog.nodes, n))
+    groups = -(-n // max(_MIN_COLUMNS, _BUFFER_BYTES // (8 * prog.nodes)))
+    width = -(-n // groups)
+    values = np.empty((prog.nodes, min(width, n)))     # one buffer, reused by each group of plans
+    finish = np.concatenate([_evaluate(prog, coef[:, lo:lo + width], values) for lo in range(0, n, width)],
+                            axis=1).T
+    return finish.max(axis=1), _busy(prog.forward_ops, run_f, run_b), finish
+
+
+_BUFFER_BYTES = 256 << 20     # the node values of a group of plans: a big graph's are evaluated a group at a time
+_MIN_COLUMNS = 128            # (each column is one plan's, independent of the others; the numbers are the same)
+
+
+def _evaluate(prog: Program, coef: np.ndarray, buffer: np.ndarray) -> np.ndarray:
+    """Each stage's finish (p x k) for the k plans of ``coef``'s columns, ``buffer`` holding the nodes."""
+    values = buffer[:, :coef.shape[1]]
     values[0] = 0.0
     for lo, hi, ins, rows in prog.depths:
         acc = values[ins[0]]
         for more in ins[1:]:
             np.maximum(acc, values[more], out=acc)
         np.add(acc, coef[rows], out=values[lo:hi])
-    finish = values[prog.last].T
-    return finish.max(axis=1), _busy(prog.forward_ops, run_f, run_b), finish
+    return values[prog.last]
 
 
 def _busy(forward_ops: np.ndarray, run_f: np.ndarray, run_b: np.ndarray) -> np.ndarray:
