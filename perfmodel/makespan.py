@@ -92,47 +92,53 @@ class _Graph:
 
 
 def _replay(plans, links, p: int, graph: _Graph) -> list:
-    """``run_schedule``'s loop with node numbers for seconds (None: not posted or not done)."""
+    """``run_schedule``'s loop with node numbers for seconds (None: not posted or not done): a
+    woken stage runs its steps until one waits for a transfer its peer has not posted."""
     n = len(links)
     sent, taken, done = [None] * n, [None] * n, [None] * n
-    link_free: dict = {}
+    link_free = [0] * (p * p)                      # per directed link (src p + dst): its last transfer
+    link_of = [src * p + dst for src, dst, _ in links]
+    row_of = [1 + (2 + kind) * p + src for src, _, kind in links]
+    node = graph.node
     pos, clock = [0] * p, [0] * p
-
-    def advance(s: int) -> bool:
-        tids, awaited, code, _ = plans[s][pos[s]]
-        now = clock[s]
-        for t in tids:
-            src, dst, _ = links[t]
-            if src == s:
-                if sent[t] is None:
-                    sent[t] = now
-                    if taken[t] is not None:
-                        wake.add(dst)
-            elif taken[t] is None:
-                taken[t] = now
-                if sent[t] is not None:
-                    wake.add(src)
-        for t in awaited:
-            if done[t] is None and (sent[t] is None or taken[t] is None):
-                return False
-        for t in tids:
-            if done[t] is None and sent[t] is not None and taken[t] is not None:
-                src, dst, kind = links[t]
-                free = link_free.get((src, dst), 0)
-                done[t] = link_free[(src, dst)] = graph.node((sent[t], taken[t], free), 1 + (2 + kind) * p + src)
-        clock[s] = graph.node((now, *(done[t] for t in awaited)), 1 + (code - 1) * p + s if code else 0)
-        pos[s] += 1
-        return True
-
     wake = set(range(p))
     while wake:
         s = min(wake)
         wake.discard(s)
-        while pos[s] < len(plans[s]) and advance(s):
-            pass
+        steps, k, now = plans[s], pos[s], clock[s]
+        while k < len(steps):
+            tids, awaited, code, _ = steps[k]
+            for t in tids:
+                src, dst, _ = links[t]
+                if src == s:
+                    if sent[t] is None:
+                        sent[t] = now
+                        if taken[t] is not None:
+                            wake.add(dst)
+                elif taken[t] is None:
+                    taken[t] = now
+                    if sent[t] is not None:
+                        wake.add(src)
+            if not _ready(awaited, sent, taken, done):
+                break
+            for t in tids:
+                if done[t] is None and sent[t] is not None and taken[t] is not None:
+                    link = link_of[t]
+                    done[t] = link_free[link] = node((sent[t], taken[t], link_free[link]), row_of[t])
+            now = node((now, *[done[t] for t in awaited]), 1 + (code - 1) * p + s if code else 0)
+            k += 1
+        pos[s], clock[s] = k, now
     if any(pos[s] < len(plans[s]) for s in range(p)):
         raise RuntimeError(f"schedule deadlocks on {p} stages x {len(plans[0])} steps")
     return clock
+
+
+def _ready(awaited, sent, taken, done) -> bool:
+    """Whether every awaited transfer is done or posted by both ends (a loop: faster than all())."""
+    for t in awaited:  # noqa: SIM110
+        if done[t] is None and (sent[t] is None or taken[t] is None):
+            return False
+    return True
 
 
 def makespans(name: str, microbatches: int, fwd, bwd, send_fwd, send_bwd, chunks: int = 1):
