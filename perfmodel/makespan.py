@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from perfmodel.schedule import SCHEDULES, _compiled, drive
+from perfmodel.schedule import SCHEDULES, _compiled
 
 @dataclass(frozen=True, eq=False)
 class Program:
@@ -60,14 +60,14 @@ class _Graph:
         self.inputs, self.coef, self.depth = [()], [0], [0]
 
     def node(self, inputs, coef: int) -> int:
-        ins = tuple(dict.fromkeys(i for i in inputs if i))       # the start (0) never exceeds a time >= 0
+        ins = tuple(dict.fromkeys([i for i in inputs if i]))      # the start (0) never exceeds a time >= 0
         if not ins:
             ins = (0,)
         if coef == 0 and len(ins) == 1:
             return ins[0]
         self.inputs.append(ins)
         self.coef.append(coef)
-        self.depth.append(1 + max(self.depth[i] for i in ins))
+        self.depth.append(1 + max(map(self.depth.__getitem__, ins)))
         return len(self.coef) - 1
 
     def freeze(self, p: int, chunks: int, clock: list, forward_ops: np.ndarray) -> Program:
@@ -76,55 +76,69 @@ class _Graph:
         number = np.empty_like(order)
         number[order] = np.arange(len(order))
         bounds = np.searchsorted(depth[order], np.arange(1, depth.max() + 2))
+        width = max(map(len, self.inputs))
+        lengths = np.fromiter(map(len, self.inputs), dtype=np.int64, count=len(self.inputs))
+        padded = number[np.array([i + i[:1] * (width - len(i)) if i else (0,) * width for i in self.inputs])]
+        coefs = np.array(self.coef)         # inputs padded by repeating the first (node 0 has none)
         depths = []
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             if hi <= lo:
                 continue
             old = order[lo:hi]
-            k = max(len(self.inputs[i]) for i in old)
-            ins = np.array([[number[j] for j in self.inputs[i]] + [number[self.inputs[i][0]]] *
-                            (k - len(self.inputs[i])) for i in old]).T.copy()
-            depths.append((int(lo), int(hi), ins, np.array([self.coef[i] for i in old])))
+            k = int(lengths[old].max())
+            depths.append((int(lo), int(hi), padded[old, :k].T.copy(), coefs[old]))
         return Program(p=p, chunks=chunks, nodes=len(order), depths=tuple(depths),
                        last=number[np.array(clock)], forward_ops=forward_ops)
 
 
 def _replay(plans, links, p: int, graph: _Graph) -> list:
-    """``run_schedule``'s loop with node numbers for seconds (None: not posted or not done)."""
+    """``run_schedule``'s loop with node numbers for seconds (None: not posted or not done): a
+    woken stage runs its steps until one waits for a transfer its peer has not posted."""
     n = len(links)
     sent, taken, done = [None] * n, [None] * n, [None] * n
-    link_free: dict = {}
+    link_free = [0] * (p * p)                      # per directed link (src p + dst): its last transfer
+    link_of = [src * p + dst for src, dst, _ in links]
+    row_of = [1 + (2 + kind) * p + src for src, _, kind in links]
+    node = graph.node
     pos, clock = [0] * p, [0] * p
     wake = set(range(p))
-
-    def advance(s: int) -> bool:
-        tids, awaited, code, _ = plans[s][pos[s]]
-        now = clock[s]
-        for t in tids:
-            src, dst, _ = links[t]
-            if src == s:
-                if sent[t] is None:
-                    sent[t] = now
-                    if taken[t] is not None:
-                        wake.add(dst)
-            elif taken[t] is None:
-                taken[t] = now
-                if sent[t] is not None:
-                    wake.add(src)
-        for t in awaited:
-            if done[t] is None and (sent[t] is None or taken[t] is None):
-                return False
-        for t in tids:
-            if done[t] is None and sent[t] is not None and taken[t] is not None:
-                src, dst, kind = links[t]
-                free = link_free.get((src, dst), 0)
-                done[t] = link_free[(src, dst)] = graph.node((sent[t], taken[t], free), 1 + (2 + kind) * p + src)
-        clock[s] = graph.node((now, *(done[t] for t in awaited)), 1 + (code - 1) * p + s if code else 0)
-        pos[s] += 1
-        return True
-
-    drive(plans, pos, advance, wake, f"schedule deadlocks on {p} stages x {len(plans[0])} steps")
+    while wake:
+        s = min(wake)
+        wake.discard(s)
+        steps, k, now = plans[s], pos[s], clock[s]
+        while k < len(steps):
+            tids, awaited, code, _ = steps[k]
+            for t in tids:
+                src, dst, _ = links[t]
+                if src == s:
+                    if sent[t] is None:
+                        sent[t] = now
+                        if taken[t] is not None:
+                            wake.add(dst)
+                elif taken[t] is None:
+                    taken[t] = now
+                    if sent[t] is not None:
+                        wake.add(src)
+            if not _ready(awaited, sent, taken, done):
+                break
+            for t in tids:
+                if done[t] is None and sent[t] is not None and taken[t] is not None:
+                    link = link_of[t]
+                    done[t] = link_free[link] = node((sent[t], taken[t], link_free[link]), row_of[t])
+            now = node((now, *[done[t] for t in awaited]), 1 + (code - 1) * p + s if code else 0)
+            k += 1
+        pos[s], clock[s] = k, now
+    if any(pos[s] < len(plans[s]) for s in range(p)):
+        raise RuntimeError(f"schedule deadlocks on {p} stages x {len(plans[0])} steps")
     return clock
+
+
+def _ready(awaited, sent, taken, done) -> bool:
+    """Whether every awaited transfer is done or posted by both ends (a loop: faster than all())."""
+    for t in awaited:  # noqa: SIM110
+        if done[t] is None and (sent[t] is None or taken[t] is None):
+            return False
+    return True
 
 
 def makespans(name: str, microbatches: int, fwd, bwd, send_fwd, send_bwd, chunks: int = 1):
@@ -137,15 +151,28 @@ def makespans(name: str, microbatches: int, fwd, bwd, send_fwd, send_bwd, chunks
     run_f, run_b = fwd / chunks, bwd / chunks
     coef = np.concatenate([np.zeros((1, n)), run_f.T, run_b.T, np.asarray(send_fwd, dtype=float).T,
                            np.asarray(send_bwd, dtype=float).T])
-    values = np.empty((prog.nodes, n))
+    groups = -(-n // max(_MIN_COLUMNS, _BUFFER_BYTES // (8 * prog.nodes)))
+    width = -(-n // groups)
+    values = np.empty((prog.nodes, min(width, n)))     # one buffer, reused by each group of plans
+    finish = np.concatenate([_evaluate(prog, coef[:, lo:lo + width], values) for lo in range(0, n, width)],
+                            axis=1).T
+    return finish.max(axis=1), _busy(prog.forward_ops, run_f, run_b), finish
+
+
+_BUFFER_BYTES = 256 << 20     # the node values of a group of plans: a big graph's are evaluated a group at a time
+_MIN_COLUMNS = 128            # (each column is one plan's, independent of the others; the numbers are the same)
+
+
+def _evaluate(prog: Program, coef: np.ndarray, buffer: np.ndarray) -> np.ndarray:
+    """Each stage's finish (p x k) for the k plans of ``coef``'s columns, ``buffer`` holding the nodes."""
+    values = buffer[:, :coef.shape[1]]
     values[0] = 0.0
     for lo, hi, ins, rows in prog.depths:
         acc = values[ins[0]]
         for more in ins[1:]:
             np.maximum(acc, values[more], out=acc)
         np.add(acc, coef[rows], out=values[lo:hi])
-    finish = values[prog.last].T
-    return finish.max(axis=1), _busy(prog.forward_ops, run_f, run_b), finish
+    return values[prog.last]
 
 
 def _busy(forward_ops: np.ndarray, run_f: np.ndarray, run_b: np.ndarray) -> np.ndarray:

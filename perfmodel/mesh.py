@@ -60,7 +60,7 @@ class Mesh:
         axes = sorted(len(self.order) - 1 - self.order.index(d) for d in dims)
         rows = np.moveaxis(ranks, axes, range(ranks.ndim - len(axes), ranks.ndim))
         size = int(np.prod([self.sizes[d] for d in dims]))
-        return Groups(tuple(int(r) for r in row) for row in rows.reshape(-1, size))
+        return Groups(tuple(row) for row in rows.reshape(-1, size).tolist())
 
     def rank(self, **coords) -> int:
         r, stride = 0, 1

@@ -75,7 +75,8 @@ class ParallelPlan:
     def stage_first_layer(self, stage: int, num_layers: int) -> int:
         """The index of a stage's first layer (stages hold contiguous layers; with interleaving
         the MoE layers are counted as if they did)."""
-        return sum(self.stage_layers(num_layers)[:stage])
+        base, extra = divmod(num_layers, self.pp)
+        return base * stage + min(stage, extra)      # the sum of stage_layers before it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -90,17 +90,16 @@ def exchanges(name: str, s: int, p: int, m: int, chunks: int = 1) -> tuple:
     """Per operation: (transfers of the exchange before it, the operation); a last exchange
     with the final send and None. A transfer is (kind, microbatch, from stage, to stage), with
     the sending chunk appended under interleaving. Cached (the same shapes recur)."""
-    out, pending = [], None
+    out, pending, last = [], None, p * chunks - 1
     for op in stage_ops(name, s, p, m, chunks):
         kind, i = op[0], op[1]
-        here = (op[2] if len(op) > 2 else 0) * p + s            # virtual stage
-        recv = None
-        if kind == "F" and here > 0:
-            recv = _transfer("act", i, here - 1, s, p, chunks)
-        elif kind == "B" and here < p * chunks - 1:
-            recv = _transfer("grad", i, here + 1, s, p, chunks)
-        out.append((tuple(t for t in (pending, recv) if t), op))
-        pending = _transfer("act", i, here, (here + 1) % p, p, chunks) if kind == "F" and here < p * chunks - 1 \
+        here = op[2] * p + s if len(op) > 2 else s            # virtual stage
+        if kind == "F":
+            recv = _transfer("act", i, here - 1, s, p, chunks) if here > 0 else None
+        else:
+            recv = _transfer("grad", i, here + 1, s, p, chunks) if here < last else None
+        out.append(((pending, recv) if pending and recv else (pending,) if pending else (recv,) if recv else (), op))
+        pending = _transfer("act", i, here, (here + 1) % p, p, chunks) if kind == "F" and here < last \
             else _transfer("grad", i, here, (here - 1) % p, p, chunks) if kind == "B" and here > 0 else None
     out.append(((pending,) if pending else (), None))
     return tuple(out)
@@ -136,8 +135,8 @@ def _compiled(name: str, p: int, m: int, chunks: int) -> tuple:
     for s in range(p):
         steps = []
         for transfers, op in exchanges(name, s, p, m, chunks):
-            tids = tuple(ids.setdefault(t, len(ids)) for t in transfers)
-            awaited = tuple(ids[t] for t in transfers if blocking or t[3] == s)
+            tids = tuple([ids.setdefault(t, len(ids)) for t in transfers])
+            awaited = tids if blocking else tuple([i for t, i in zip(transfers, tids) if t[3] == s])
             steps.append((tids, awaited, 0 if op is None else 1 if op[0] == "F" else 2, op))
         plans.append(tuple(steps))
     keys = tuple(ids)

@@ -40,6 +40,7 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 
 from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
@@ -155,8 +156,14 @@ def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8
 def policies_for(plan: dict, candidates: dict, model=None) -> list[str]:
     """Policy texts for ``plan``: the product of the admitted candidates of its active axes
     (``perfmodel.axes.active_axes``; with ``model``, as its tied embedding makes them)."""
-    active = [a for a in active_axes(plan, model) if a in candidates]
-    choices = [[(a, s) for s in candidates[a]] for a in active]
+    active = tuple(a for a in active_axes(plan, model) if a in candidates)
+    return list(_policy_product(tuple((a, tuple(candidates[a])) for a in active)))
+
+
+@lru_cache(maxsize=256)
+def _policy_product(choices: tuple) -> tuple:
+    """``policies_for``'s texts for ((axis, candidate specs), ...): cached, plans share their active axes."""
+    choices = [[(a, s) for s in specs] for a, specs in choices]
     out = []
     for combo in itertools.product(*choices):
         specs = dict(combo)
@@ -165,7 +172,7 @@ def policies_for(plan: dict, candidates: dict, model=None) -> list[str]:
         # compressed dispatch is written out
         items = [f"{a}={s}" for a, s in combo if not compile_spec(s).is_none or (a == "ep_combine" and dispatch)]
         out.append(",".join(items) if items else "none")
-    return list(dict.fromkeys(out))
+    return tuple(dict.fromkeys(out))
 
 
 def _within(record, budget: dict) -> bool:

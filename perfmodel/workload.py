@@ -96,8 +96,13 @@ class ModelSpec:
             and (index - self.moe_first_dense) % self.moe_layer_freq == 0
 
     def moe_layers_in(self, first: int, count: int) -> int:
-        """MoE layers among layers ``first`` .. ``first + count - 1`` (a pipeline stage's)."""
-        return sum(self.is_moe_layer(i) for i in range(first, first + count))
+        """MoE layers among layers ``first`` .. ``first + count - 1`` (a pipeline stage's): the
+        multiples of ``moe_layer_freq`` in [lo, hi), counted from ``moe_first_dense``."""
+        if not self.is_moe:
+            return 0
+        d, f = self.moe_first_dense, self.moe_layer_freq
+        lo, hi = max(first, d) - d, first + count - d
+        return max(0, -(-hi // f) + (-lo // f))        # ceil(hi / f) - ceil(lo / f)
 
     @property
     def num_moe_layers(self) -> int:
