@@ -55,8 +55,8 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     "wire_bytes": (INT, 0, MAX_SIZE_BYTES),
     "world": (INT, 1, MAX_GPUS),
     # calibration profiles: protocol costs (a second at most) and GEMM sizes (the efficiency table's keys)
-    "base_us": (NUMBER, 0.0, 1e4),       # 10 ms: 100x the slowest fitted protocol (TCP)
-    "step_us": (NUMBER, 0.0, 1e4),
+    "base_us": (NUMBER, 0.0, 1e5),       # 100 ms: 100x the slowest fitted step (emulated TCP, ~1 ms)
+    "step_us": (NUMBER, 0.0, 1e5),       # a loaded 2-core emulated cluster fitted 13 ms
     "gemm_size": (NUMBER, 1.0, 1e12),
     # realrun's emulated links (tc tbf on this machine): below 1 mbit a step takes hours, above 100 gbit
     # no veth pair on one machine carries it

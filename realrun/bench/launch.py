@@ -7,6 +7,7 @@ an env:// launch (torchrun, ``realrun cluster run``), every rank returning rank 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -63,9 +64,22 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+@functools.cache
+def _end_group_at_exit() -> None:
+    """Once per process: the process group ends when the process does."""
+    import atexit
+
+    import torch.distributed as dist
+
+    atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+
+
 def run_here(config: BenchConfig) -> list[dict]:
     """Run the benchmark in this process as one rank of an env:// launch (torchrun); every
-    rank returns rank 0's records."""
+    rank returns rank 0's records. The process group stays for the next benchmark of the
+    process (validate runs one per op) and ends with it: a second env:// start in one torchrun
+    attempt reads the first group's addresses from torchrun's store and fails to connect."""
+    _end_group_at_exit()
     import torch.distributed as dist
 
     with procs.temporary_directory() as tmp:
@@ -76,5 +90,4 @@ def run_here(config: BenchConfig) -> list[dict]:
             with open(out) as handle:
                 lines = [handle.read()]
         dist.broadcast_object_list(lines, src=0)
-        dist.destroy_process_group()
     return [json.loads(line) for line in lines[0].splitlines()]

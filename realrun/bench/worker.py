@@ -115,9 +115,10 @@ def worker(rank: int, world: int, store: str | None, cfg: BenchConfig, out: str,
     import torch
     import torch.distributed as dist
 
-    init = "env://" if store is None else f"file://{store}"
-    dist.init_process_group(cfg.backend, init_method=init, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=cfg.op_timeout_s))
+    if not dist.is_initialized():   # under torchrun, one group for every benchmark of the process
+        init = "env://" if store is None else f"file://{store}"
+        dist.init_process_group(cfg.backend, init_method=init, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=cfg.op_timeout_s))
     records = []
     if cfg.backend == "nccl":   # one GPU per rank: the launcher's local rank, else the rank
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
