@@ -170,7 +170,7 @@ def _policy(text: str):
 
 @lru_cache(maxsize=4096)
 def _plan_dict(plan) -> dict:
-    return {k: v for k, v in asdict(plan).items()} | {"microbatches": plan.microbatches}
+    return asdict(plan) | {"microbatches": plan.microbatches}
 
 
 @dataclass(frozen=True, eq=False)

@@ -24,7 +24,7 @@ from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.memory import shards, stage_params
 from perfmodel.mesh import mesh_for
 from perfmodel.step import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
-                            pipeline_from, pipeline_spans, pipeline_time, split_kernel, zero3_backward, zero3_forward)
+                            pipeline_from, pipeline_spans, split_kernel, zero3_backward, zero3_forward)
 
 
 def cost(env, event, policy):
@@ -74,7 +74,7 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
         if event.axis == "tp":
             layer_tp[event.phase] += wire * per_mb
         if event.axis in ("ep", "ep_combine"):
-            _inner(st, event, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_host))
+            _inner(st, event.phase, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_host))
         if s == 0:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, kernel * event.count)
@@ -142,9 +142,9 @@ def _spans_nodes(group: tuple, gpus_per_host: int) -> bool:
     return group[0] // gpus_per_host != group[-1] // gpus_per_host
 
 
-def _inner(st: StageTime, event, seconds: float, across_nodes: bool) -> None:
+def _inner(st: StageTime, phase: str, seconds: float, across_nodes: bool) -> None:
     """Count an operation's all-to-all or ring seconds where the trace and the des engine see them."""
-    if event.phase == "fwd":
+    if phase == "fwd":
         st.inner_fwd += seconds
         st.nic_fwd += seconds if across_nodes else 0.0
     else:
@@ -177,8 +177,7 @@ def _overlap_ring(step: StepInputs, st: StageTime, events: list, sc, tally) -> N
         charged = seconds - hidden + env.overlap_slowdown * hidden
         st.add_comm("cp", charged)
         st.compression += kernels[phase]
-        event = events[0] if phase == "fwd" else events[-1]
-        _inner(st, event, charged + kernels[phase], False)
+        _inner(st, phase, charged + kernels[phase], False)
         if phase == "fwd":
             st.fwd_op += charged + kernels[phase]
         else:
@@ -287,14 +286,11 @@ def _plan_stages(model, plan, gpus_per_host: int) -> tuple:
     return layers, events, alike, axes
 
 
-def _pipeline_breakdown(stages: list[StageTime], plan, span=None) -> Breakdown:
+def _pipeline_breakdown(stages: list[StageTime], plan, span: tuple) -> Breakdown:
     """The pipeline's seconds by kind, as seen on its bottleneck stage (they sum to the
     pipeline's time): its operations' parts, its transfers where it waited, the bubble.
-    ``span``: (pipeline seconds, busy seconds per stage) if already evaluated."""
-    if span is None:
-        total, bubble, worst = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)
-    else:
-        total, bubble, worst = pipeline_from(stages, plan.microbatches, *span)
+    ``span``: (pipeline seconds, busy seconds per stage), evaluated (``step.pipeline_spans``)."""
+    total, bubble, worst = pipeline_from(stages, plan.microbatches, *span)
     b, m = stages[worst], plan.microbatches
     pp, compression = m * b.comm("pp"), m * b.compression
     if plan.virtual_stages == 1:
@@ -367,8 +363,7 @@ class AnalyticalEngine:
     name = "analytical"
 
     def time_step(self, step: StepInputs) -> StepTiming:
-        stages, events, tally = time_stages(step)
-        return _finish(step, stages, events, tally, None)
+        return self.time_steps([step])[0]
 
     def time_steps(self, steps: list) -> list:
         """``time_step`` of each; plans of one pipeline shape (stages, microbatches, chunks,
@@ -387,7 +382,7 @@ class AnalyticalEngine:
 
 
 def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span) -> StepTiming:
-    """The step from its stages: the pipeline (``span``: already evaluated), DP overlap, tail, optimizer."""
+    """The step from its stages: the pipeline (``span``: evaluated), DP overlap, tail, optimizer."""
     plan = step.plan
     out = _pipeline_breakdown(stages, plan, span)
     first = events[0]
