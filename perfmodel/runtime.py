@@ -64,7 +64,7 @@ def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx,
               kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
     alg = runtime_algorithm(op, compressor, algorithm)
     allowed = runtime_algorithms(op) if op == "alltoall" else tuple(COMPRESSED[op])
-    if alg != "torch" and alg not in allowed:
+    if (alg != "torch" or op == "alltoall") and alg not in allowed:
         raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(allowed))
     if op == "alltoall":
         cost = alltoall_cost(alg, ctx, msg)

@@ -68,17 +68,18 @@ class FabricView:
         return tuple(t.tier for t in self.ring.tiers)
 
 
-def _by_host(cluster: Cluster, group) -> list[list[int]]:
+def by_host(group, gpus_per_host: int) -> list[list[int]]:
+    """``group``'s GPUs by host, hosts and GPUs in the group's order."""
     hosts: dict[int, list[int]] = {}
     for g in group:
-        hosts.setdefault(g // cluster.gpus_per_host, []).append(g)
+        hosts.setdefault(g // gpus_per_host, []).append(g)
     return list(hosts.values())
 
 
 def ring_flows(cluster: Cluster, group) -> list:
     """Flat ring over ``group``; one channel per rank on a host when it spans hosts.
     Flows are (source GPU index, destination GPU index, weight)."""
-    per_host = _by_host(cluster, group)
+    per_host = by_host(group, cluster.gpus_per_host)
     if len(per_host) == 1:
         return _cycle(list(group), 1.0)
     channels = len(per_host[0])
@@ -90,11 +91,11 @@ def ring_flows(cluster: Cluster, group) -> list:
 
 
 def intra_flows(cluster: Cluster, group) -> list:
-    return [f for ranks in _by_host(cluster, group) for f in _cycle(ranks, 1.0)]
+    return [f for ranks in by_host(group, cluster.gpus_per_host) for f in _cycle(ranks, 1.0)]
 
 
 def inter_flows(cluster: Cluster, group) -> list:
-    per_host = _by_host(cluster, group)
+    per_host = by_host(group, cluster.gpus_per_host)
     width = min(len(r) for r in per_host)
     return [f for j in range(width) for f in _cycle([r[j] for r in per_host], 1.0)]
 
@@ -208,7 +209,7 @@ def fabric_view(cluster: Cluster, group=None, concurrent=()) -> FabricView:
 def _fabric_view(cluster: Cluster, group: tuple, others: tuple) -> FabricView:
     _check_group(cluster, group)
     groups = (group,) + others
-    per_host = _by_host(cluster, group)
+    per_host = by_host(group, cluster.gpus_per_host)
     spans = len(per_host) > 1
     width = max(len(r) for r in per_host)
     return FabricView(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topologies.fabricview import by_host
 from topologies.loads import loads_for
 
 
@@ -39,14 +40,6 @@ class AllToAllLinks:
     pairwise_intra: object
     pairwise_inter: object
     rail: object
-    forward: object
-
-
-def _by_host(group: tuple, gpus_per_host: int) -> list[list[int]]:
-    hosts: dict = {}
-    for g in group:
-        hosts.setdefault(g // gpus_per_host, []).append(g)
-    return list(hosts.values())
 
 
 def pair_flows(groups, gpus_per_host: int, same_host: bool):
@@ -66,7 +59,7 @@ def rail_flows(groups, gpus_per_host: int):
     """(src, dst) of DeepEP's RDMA phase: local index j of each node to local index j of every other."""
     src, dst = [], []
     for g in groups:
-        hosts = _by_host(g, gpus_per_host)
+        hosts = by_host(g, gpus_per_host)
         width = min(len(h) for h in hosts)
         cols = np.array([h[:width] for h in hosts], dtype=np.int64)     # (nodes, width)
         for a in range(len(hosts)):
@@ -96,10 +89,10 @@ def alltoall_links(cluster, group: tuple, concurrent: tuple, make_link) -> AllTo
     ``make_link(tier, bandwidth_Bps, latency_s, traversals)`` gives a tier its protocols."""
     gph = cluster.gpus_per_host
     groups = (group,) + tuple(g for g in concurrent if tuple(g) != tuple(group))
-    hosts = _by_host(group, gph)
+    hosts = by_host(group, gph)
     nodes, width = len(hosts), max(len(h) for h in hosts)
     p = len(group)
     intra = phase_link(cluster, *pair_flows(groups, gph, True), width - 1, make_link)
     inter = phase_link(cluster, *pair_flows(groups, gph, False), p - width, make_link) if nodes > 1 else None
     rail = phase_link(cluster, *rail_flows(groups, gph), (nodes - 1), make_link) if nodes > 1 else None
-    return AllToAllLinks(pairwise_intra=intra, pairwise_inter=inter, rail=rail, forward=intra)
+    return AllToAllLinks(pairwise_intra=intra, pairwise_inter=inter, rail=rail)

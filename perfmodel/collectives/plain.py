@@ -115,7 +115,7 @@ def hierarchical_alltoall(ctx: Ctx, S: float) -> AlgoCost:
     matrix's links; on a hand-built context the ``inter`` and ``intra`` patterns stand in."""
     p, N, r = ctx.ranks, ctx.hosts, ctx.ranks_per_host
     links = ctx.alltoall
-    rail, forward = (links.rail, links.forward) if links is not None else (ctx.inter, ctx.intra)
+    rail, forward = (links.rail, links.pairwise_intra) if links is not None else (ctx.inter, ctx.intra)
     return AlgoCost(stages=(stage(Phase(rail, N - 1, (N - 1) * r / p * S),
                                   Phase(forward, r - 1, (r - 1) * N / p * S)),))
 

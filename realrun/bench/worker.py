@@ -22,6 +22,7 @@ import numpy as np
 from perfmodel.record import busbw_factor
 from perfmodel.measurements import make_record
 from realrun.bench.config import BenchConfig
+from realrun.comm.algorithms import split
 
 def _case(op, spec, alg, x, exact, iters, warmup):
     import torch
@@ -97,17 +98,15 @@ def _exact(op, x, world, rank):
         out = x.clone()
         dist.broadcast(out, 0)
         return out
-    if op == "alltoall":   # every rank's x in p parts (earlier ranks one longer), part j to rank j
-        base, extra = divmod(len(x), world)
-        splits = [base + (1 if j < extra else 0) for j in range(world)]
+    parts = split(len(x), world)   # as realrun.comm splits: earlier ranks one longer
+    if op == "alltoall":   # every rank's x in p parts, part j to rank j
+        splits = [s.stop - s.start for s in parts]
         out = torch.empty(splits[rank] * world, dtype=x.dtype, device=x.device)
         dist.all_to_all_single(out, x, [splits[rank]] * world, splits)
         return out
     total = x.clone()
     dist.all_reduce(total)
-    base, extra = divmod(len(x), world)
-    start = rank * base + min(rank, extra)
-    return total[start:start + base + (1 if rank < extra else 0)]
+    return total[parts[rank]]
 
 
 def worker(rank: int, world: int, store: str | None, cfg: BenchConfig, out: str, keep_group: bool = False) -> None:

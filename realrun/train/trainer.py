@@ -272,7 +272,8 @@ class Run:
         self.embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
         self.dp_comm, self.dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
         experts = model.expert_parameters() if cfg.ep > 1 else []   # sharded: reduced over edp, not dp
-        self.buckets = buckets([p for p in model.parameters() if not any(p is e for e in experts)], cfg.bucket_bytes)
+        sharded = {id(e) for e in experts}
+        self.buckets = buckets([p for p in model.parameters() if id(p) not in sharded], cfg.bucket_bytes)
         self.expert_buckets = buckets(experts, cfg.bucket_bytes)
         self.zero = None
         if cfg.zero and cfg.dp > 1:

@@ -45,3 +45,10 @@ def test_model_only_all_to_all_algorithms_are_refused():
     for alg in ("hierarchical", "ring", "two_phase"):
         with pytest.raises(InputError, match="direct"):
             runtime_time("alltoall", S, cluster=CLUSTER, compressor="int8", algorithm=alg)
+
+
+def test_torch_is_not_an_alltoall_algorithm_of_the_runtime():
+    """algorithm='torch' names torch's own reduction: for the all-to-all it is one line, not a KeyError."""
+    with pytest.raises(InputError) as err:
+        runtime_time("alltoall", 1 << 20, cluster="dgx-h100", ranks=16, compressor="int8", algorithm="torch")
+    assert err.value.field == "algorithm"
