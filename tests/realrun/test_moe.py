@@ -149,8 +149,10 @@ def test_expert_parallel_reproduces_one_rank(tmp_path):
     assert len(two) == len(one) == 10
     for a, b in zip(two, one):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+        assert (a["val_loss"] is None) == (b["val_loss"] is None)
         assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
         assert a["moe_dropped"] == b["moe_dropped"]
+    assert sum(r["val_loss"] is not None for r in two) >= 2   # evaluated at steps 0, 5 and 9
     assert two[-1]["ep_wire_bytes"] > 0 and two[-1]["ep_combine_wire_bytes"] > 0 and "ep_wire_bytes" not in one[0]
     assert two[0]["ep_rel_error"] == 0.0 and "ep=2" in proc.stdout
 
