@@ -22,7 +22,6 @@ import numpy as np
 from perfmodel.record import busbw_factor
 from perfmodel.measurements import make_record
 from realrun.bench.config import BenchConfig
-from realrun.comm.algorithms import split
 
 def _case(op, spec, alg, x, exact, iters, warmup):
     import torch
@@ -98,6 +97,8 @@ def _exact(op, x, world, rank):
         out = x.clone()
         dist.broadcast(out, 0)
         return out
+    from realrun.comm.algorithms import split   # (numba and torch only once a rank runs)
+
     parts = split(len(x), world)   # as realrun.comm splits: earlier ranks one longer
     if op == "alltoall":   # every rank's x in p parts, part j to rank j
         splits = [s.stop - s.start for s in parts]
