@@ -178,9 +178,19 @@ apply the spec; on dp, a spec with error feedback needs only error < 1: what it 
 next step). Activations and gathered parameters have nothing to correct their error: 1% admits
 int8 (0.8%) and 16-bit floats, not fp8 (3.6%) or int4 (14.6%).
 
-cost (with --tokens): steps = ceil(tokens / (gbs x seq)); GPU-hours = GPUs x time to train; cost =
-GPU-hours x --gpu-hour-price; energy = GPUs x board power (the GPU's TDP, perfmodel catalog gpus) x
-time, an upper bound. The Pareto front is then over (cost, time to train, total error).
+accuracy cost: every row's steps inflation (perfmodel.convergence), the steps its policy needs to
+reach the uncompressed run's loss over the uncompressed steps: error feedback divides the steps
+the gradient's curvature sets by its contraction 1 - e^2 (Stich & Karimireddy 2020), a compressor
+without it adds e^2 to the steps the gradient noise sets (Alistarh et al. 2017); the split is the
+batch over the critical batch (McCandlish et al. 2018), Kaplan et al. 2020's at 2 nats per token
+unless --convergence gives one measured by realrun convergence. Rows rank by the time per step of
+progress (step time x inflation, 'to target' column); the Pareto front weighs it against the
+uncompensated error (axes without error feedback in quadrature).
+
+cost (with --tokens): steps = ceil(tokens / (gbs x seq) x inflation); GPU-hours = GPUs x time to
+train; cost = GPU-hours x --gpu-hour-price; energy = GPUs x board power (the GPU's TDP, perfmodel
+catalog gpus) x time, an upper bound. The Pareto front is then over (cost, time to train,
+uncompensated error).
 """
 
 
@@ -226,6 +236,10 @@ def _search_parser(sub) -> None:
     se.add_argument("--csv", help="write every evaluated (plan, policy), within the budget or not, to this CSV")
     se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
     se.add_argument("--calibration", help="calibration profile JSON")
+    se.add_argument("--convergence", metavar="FILE.json", help="the training regime of the steps inflation: a "
+                    "realrun convergence file (its fitted critical batch and the errors it measured on real "
+                    "gradients; default: Kaplan et al. 2020's critical batch at 2 nats per token, unit-Gaussian "
+                    "errors)")
     se.add_argument("--tokens", help="a token budget (e.g. 300e9): add steps = tokens / (gbs x seq), time to train, "
                     "GPU-hours and energy (GPUs x board power at TDP x time, an upper bound) to every row")
     se.add_argument("--gpu-hour-price", metavar="USD", help="USD per GPU-hour (with --tokens): one number for all "
@@ -506,7 +520,8 @@ def _search(args) -> None:
                     schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
                     cluster_grid=args.cluster_grid, tokens=args.tokens, gpu_hour_price=args.gpu_hour_price,
                     executor=args.executor, scheduler=args.scheduler, stream=args.resume or args.stream,
-                    resume=bool(args.resume), library=args.library, progress=Progress("plans"))
+                    resume=bool(args.resume), library=args.library, convergence=args.convergence,
+                    progress=Progress("plans"))
     if args.csv:
         atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
@@ -524,7 +539,7 @@ def _search(args) -> None:
         print("no plan fits within the budget; try --recompute any or a larger --max-error")
         return
     if not args.pareto:
-        print(search_table(result.ranked, args.top, title="# fastest within the error budget",
+        print(search_table(result.ranked, args.top, title="# fastest to target within the error budget",
                            show_cluster=len(result.clusters) > 1))
         print()
     print(search_table(result.pareto, len(result.pareto), title=_front_title(result),
@@ -533,10 +548,10 @@ def _search(args) -> None:
 
 def _front_title(result) -> str:
     if not result.tokens:
-        return "# Pareto front: no other row is both faster and of less total error"
+        return "# Pareto front: no other row is both faster to target and of less uncompensated error"
     cost = "cost" if result.front_keys[0] == "cost_usd" else "GPU-hours"
-    return f"# Pareto front, cheapest first: no other row is no worse in {cost}, time to train and total error " \
-        "and better in one"
+    return f"# Pareto front, cheapest first: no other row is no worse in {cost}, time to train and uncompensated " \
+        "error and better in one"
 
 
 def _search_summary(args, result) -> str:
@@ -553,6 +568,13 @@ def _search_summary(args, result) -> str:
              + (f"; all in {args.csv}" if args.csv else "")
              + (f"; {result.resumed} of the plans from {args.resume}" if args.resume else ""),
              f"# error budget: {budget} (dp with error feedback: < 1); candidates over it: {dropped}"]
+    if result.regime is not None:
+        from perfmodel.workload import load_model
+
+        r, batch = result.regime, args.gbs * (args.seq or load_model(args.model).seq_len)
+        lines.append(f"# accuracy cost: steps inflation at a batch of {batch:,} tokens against a critical batch of "
+                     f"{r.critical_batch_tokens:,.0f} ({r.source}); 'to target' = speedup in time to the "
+                     "uncompressed loss")
     if best:
         lines.append(f"# best uncompressed plan: {_where(result, best)}{plan_text(best)}, {best['step_time_s']:.4g} s "
                      "per step ('vs best none' compares every row with its cluster's)")

@@ -2,8 +2,10 @@
 
 For a budget of ``tokens`` at global batch ``gbs`` and sequence length ``seq``:
 
-* ``steps = ceil(tokens / (gbs x seq))`` (whole steps: the last one may train a little past the budget);
-* ``time_to_train_s = steps x step_time_s``;
+* ``steps = ceil(tokens / (gbs x seq) x steps_inflation)``: the steps that reach the loss the
+  uncompressed run reaches on the budget (``perfmodel.convergence``; 1 for an uncompressed row;
+  whole steps: the last one may train a little past it);
+* ``time_to_train_s = steps x step_time_s`` (the time to target);
 * ``gpu_hours = gpus x time_to_train_s / 3600``;
 * ``cost_usd = gpu_hours x price`` with ``price`` the cluster's USD per GPU-hour (given by the
   user: no price is assumed);
@@ -82,7 +84,7 @@ def board_power_W(cluster: str) -> float | None:
 def training_cost(row: dict, tokens: float, tokens_per_step: int, price: float | None,
                   power_W: float | None) -> dict:
     """The cost columns (module doc) of one search row (``step_time_s``, ``gpus``)."""
-    steps = math.ceil(tokens / tokens_per_step)
+    steps = math.ceil(tokens / tokens_per_step * row.get("steps_inflation", 1.0))
     time_s = steps * row["step_time_s"]
     gpu_hours = row["gpus"] * time_s / 3600.0
     out = {"steps": steps, "time_to_train_s": time_s, "gpu_hours": gpu_hours}

@@ -24,18 +24,18 @@ def save_figure(plt, fig, path: str) -> str:
 
 
 def plot_pareto(result, path: str, title: str = "") -> str:
-    """Every (plan, policy) within the budget as step time against total error, the Pareto front
-    joined and numbered as its table, the best uncompressed plan marked."""
+    """Every (plan, policy) within the budget as time per step of progress (step time x steps
+    inflation) against uncompensated error, the Pareto front joined and numbered as its table,
+    the best uncompressed plan marked."""
     plt, fig, ax = new_figure()
     rows = result.ranked
-    ax.scatter([r["total_error"] for r in rows], [r["step_time_s"] for r in rows], s=6, color="#bbbbbb",
+    x, y = "uncompensated_error", "effective_step_time_s"
+    ax.scatter([r[x] for r in rows], [r[y] for r in rows], s=6, color="#bbbbbb",
                label=f"(plan, policy) within budget ({len(rows)})")
     front = result.pareto
-    ax.plot([r["total_error"] for r in front], [r["step_time_s"] for r in front], "o-", color="#c44e52",
-            label="Pareto front")
+    ax.plot([r[x] for r in front], [r[y] for r in front], "o-", color="#c44e52", label="Pareto front")
     for i, r in enumerate(front, 1):      # numbered as in the Pareto table
-        ax.annotate(str(i), (r["total_error"], r["step_time_s"]), fontsize=8, xytext=(3, 5),
-                    textcoords="offset points", color="#c44e52")
+        ax.annotate(str(i), (r[x], r[y]), fontsize=8, xytext=(3, 5), textcoords="offset points", color="#c44e52")
     best = result.best_uncompressed
     if best:
         ax.axhline(best["step_time_s"], color="#4c72b0", linestyle="--", linewidth=1,
@@ -43,9 +43,9 @@ def plot_pareto(result, path: str, title: str = "") -> str:
     ax.set_xscale("symlog", linthresh=1e-4)
     ax.set_xlim(left=0)
     ax.set_yscale("log")
-    ax.set_xlabel("total error (per-axis relative RMS errors in quadrature)")
-    ax.set_ylabel("step time (s)")
-    ax.set_title(title or "search: step time against error")
+    ax.set_xlabel("uncompensated error (axes without error feedback, relative RMS in quadrature)")
+    ax.set_ylabel("step time x steps inflation (s)")
+    ax.set_title(title or "search: time per step of progress against error")
     ax.legend(fontsize=8)
     return save_figure(plt, fig, path)
 

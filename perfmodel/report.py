@@ -204,19 +204,23 @@ def search_err_axes(rows: list) -> tuple:
 
 
 def search_table(rows: list, top: int, title: str | None = None, show_cluster: bool | None = None) -> str:
-    """Ranked (plan, policy) rows: both speedups, per-axis errors (dp gradients, zero gathered
+    """Ranked (plan, policy) rows: both speedups, the steps inflation and the speedup in time to
+    target (``perfmodel.convergence``), per-axis errors (dp gradients, zero gathered
     parameters, tp and pp activations); the cluster where rows come from several, and what training
     the token budget takes where rows carry it (``perfmodel.cost``: days, GPU-hours, USD, MWh)."""
     out, axes = [], search_err_axes(rows[:top])
     several = len({r.get("cluster") for r in rows}) > 1 if show_cluster is None else show_cluster
     costs = [c for c in COST_COLUMNS if rows and c[0] in rows[0]]
+    accuracy = bool(rows) and "speedup_to_target" in rows[0]   # the steps inflation (perfmodel.convergence)
     for i, r in enumerate(rows[:top], 1):
         out.append((i,) + ((r["cluster"],) if several else ()) + (r["policy"], plan_text(r), r["step_time_s"])
                    + tuple(_amount(r[k], scale) for k, _, scale in costs)
                    + (r["speedup_vs_best_uncompressed"], r["speedup_vs_same_plan_uncompressed"])
+                   + ((r["steps_inflation"], r["speedup_to_target"]) if accuracy else ())
                    + tuple(r[f"error_{a}"] for a in axes) + (100 * r["mfu"], r["memory_GiB"]))
     return table(("#",) + (("cluster",) if several else ()) + ("policy", "plan", "step_s")
                  + tuple(h for _, h, _ in costs) + ("vs best none", "vs same plan")
+                 + (("steps x", "to target") if accuracy else ())
                  + tuple(f"err {a}" for a in axes) + ("MFU%", "mem GiB"), out, title=title)
 
 

@@ -44,13 +44,14 @@ from functools import lru_cache
 
 from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
+from perfmodel.convergence import Regime, inflation, load_regime
 from perfmodel.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.cost import pareto_front as cost_front
 from perfmodel.executors import check_executor, run_jobs
 from perfmodel.library import library
 from perfmodel.plan import PlanRequest, parse_schedule
 from perfmodel.plan_sweep import candidate_plans
-from perfmodel.policy import POLICY_AXES
+from perfmodel.policy import POLICY_AXES, parse_policy
 from perfmodel.prediction import PredictOptions, predict_many
 from perfmodel.stream import RowStream, check_stream, read_rows
 from perfmodel.workload import load_model
@@ -123,9 +124,10 @@ class SearchResult:
     budget: dict = field(default_factory=dict)
     clusters: list = field(default_factory=list)  # the clusters searched (variants named BASE:key=value,...)
     best_uncompressed_by_cluster: dict = field(default_factory=dict)
-    front_keys: tuple = ("total_error", "step_time_s")   # what the front weighs (``front_keys``)
+    front_keys: tuple = ("uncompensated_error", "effective_step_time_s")   # what the front weighs (``front_keys``)
     tokens: float | None = None                   # the token budget the cost columns are of
     resumed: int = 0                              # plans whose rows came from the stream resumed
+    regime: Regime | None = None                  # the training regime of the steps inflation
 
     @property
     def ranked(self) -> list:
@@ -275,7 +277,8 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
            recompute: str = "none", zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"),
            sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
            cluster_grid: str | dict | None = None, tokens=None, gpu_hour_price=None, executor: str = "local",
-           scheduler: str | None = None, stream: str | None = None, resume: bool = False, **fixed) -> SearchResult:
+           scheduler: str | None = None, stream: str | None = None, resume: bool = False,
+           convergence: str | Regime | None = None, **fixed) -> SearchResult:
     """Search clusters x plans x policies (module doc). ``cluster``: one name, several (a list, or
     comma-separated: ``parse_clusters``), each varied over ``cluster_grid`` where given
     (``topologies.variants``: ``"gpus_per_node=4,8 nic_Gbps=100,200"``); ``tokens`` adds what training
@@ -284,7 +287,9 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     ``dask`` (a LocalCluster of ``workers`` processes, or the Dask cluster at ``scheduler``:
     ``perfmodel.executors``). ``stream``: a CSV file every family's rows are appended to as it
     finishes; ``resume``: continue that file, skipping the families whose rows are all there
-    (``perfmodel.stream``; the result is an uninterrupted search's). ``progress(done, total)`` in
+    (``perfmodel.stream``; the result is an uninterrupted search's). ``convergence``: the training
+    regime the steps inflation is of (``perfmodel.convergence``: a ``Regime``, a ``realrun
+    convergence`` file, or None for the default). ``progress(done, total)`` in
     plans of all clusters, after each family of plans (one pipeline shape, timed together);
     ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
     import time
@@ -295,6 +300,8 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     clusters = cluster_list(cluster, cluster_grid)
     budget = parse_max_error(max_error)
     costing = _costing(model, clusters, gbs, fixed.get("seq"), tokens, gpu_hour_price)
+    regime = convergence if isinstance(convergence, Regime) else load_regime(convergence)
+    batch_tokens = gbs * (fixed.get("seq") or load_model(model).seq_len)
     cands = parse_candidates(candidates) if isinstance(candidates, str) else {a: list(s) for a, s in candidates.items()}
     admitted = {a: [s for s in specs if admits(a, s, budget)] for a, specs in cands.items()}
     dropped = {a: [s for s in specs if s not in admitted[a]] for a, specs in cands.items()}
@@ -313,8 +320,9 @@ def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: i
     total = sum(map(len, plans.values()))
     tag = _search_tag(model, where, gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
     rows, skipped, resumed = _run(jobs, total, progress, (executor, workers, scheduler), stream, resume, tag)
+    add_accuracy_cost(rows, regime, batch_tokens)
     result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
-    result.resumed = resumed
+    result.resumed, result.regime = resumed, regime
     return result
 
 
@@ -488,7 +496,7 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
             clusters: list, costing: dict | None) -> SearchResult:
     # Ties (plans the model cannot tell apart) ordered by the plan itself: the same rows in the same
     # order however many workers finished in whatever order.
-    rows.sort(key=lambda r: (r["step_time_s"], r["total_error"], r["policy"], r["cluster"],
+    rows.sort(key=lambda r: (r["effective_step_time_s"], r["step_time_s"], r["total_error"], r["policy"], r["cluster"],
                              *(str(r[k]) for k in _PLAN_KEYS)))
     best_by_cluster: dict = {}
     for r in rows:
@@ -497,6 +505,7 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
     for r in rows:          # a cluster's rows compared with its own best uncompressed plan
         best = best_by_cluster.get(r["cluster"])
         r["speedup_vs_best_uncompressed"] = best["step_time_s"] / r["step_time_s"] if best else float("nan")
+        r["speedup_to_target"] = best["step_time_s"] / r["effective_step_time_s"] if best else float("nan")
         if costing:
             r.update(training_cost(r, costing["tokens"], costing["tokens_per_step"],
                                    costing["price"].get(r["cluster"]), costing["power_W"][r["cluster"]]))
@@ -511,14 +520,44 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
 
 def front_keys(rows: list) -> tuple:
     """What the Pareto front weighs (smaller is better), in the order it is listed: with a token
-    budget (cost, time to train, total error), the cost in USD where priced, else in GPU-hours;
-    without one (total error, step time)."""
+    budget (cost, time to train, uncompensated error), the cost in USD where priced, else in
+    GPU-hours; without one (uncompensated error, time per step of progress). Error feedback's
+    own error is not weighed twice: its cost is in the steps inflation the times carry."""
     if not rows or "time_to_train_s" not in rows[0]:
-        return ("total_error", "step_time_s")
-    return ("cost_usd" if "cost_usd" in rows[0] else "gpu_hours", "time_to_train_s", "total_error")
+        return ("uncompensated_error", "effective_step_time_s")
+    return ("cost_usd" if "cost_usd" in rows[0] else "gpu_hours", "time_to_train_s", "uncompensated_error")
 
 
-def pareto_front(rows: list, keys: tuple = ("total_error", "step_time_s")) -> list:
+def pareto_front(rows: list, keys: tuple = ("uncompensated_error", "effective_step_time_s")) -> list:
     """Rows no other row beats on every one of ``keys`` (``perfmodel.cost.pareto_front``); by
-    default step time and total error, by total error."""
+    default time per step of progress and uncompensated error, by that error."""
     return cost_front(rows, keys)
+
+
+ACCURACY_COLUMNS = ("steps_inflation", "effective_step_time_s", "uncompensated_error")
+
+
+def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
+    """What each row's policy costs in training (``perfmodel.convergence``): ``steps_inflation``
+    (steps to the uncompressed run's loss over its steps), ``effective_step_time_s`` (step time
+    times it: seconds per uncompressed step of progress, what the ranking sorts by) and
+    ``uncompensated_error`` (the per-axis errors of axes without error feedback in quadrature:
+    what no later step corrects)."""
+    for r in rows:
+        feedback = _feedback_axes(r["policy"])
+        errors = {a: r[f"error_{a}"] for a in POLICY_AXES}
+        r["steps_inflation"] = _inflation(r["policy"], tuple(errors.items()), batch_tokens, regime)
+        r["effective_step_time_s"] = r["step_time_s"] * r["steps_inflation"]
+        r["uncompensated_error"] = math.sqrt(sum(e * e for a, e in errors.items() if a not in feedback))
+
+
+@lru_cache(maxsize=4096)
+def _inflation(policy: str, errors: tuple, batch_tokens: int, regime: Regime) -> float:
+    specs = {a: p.spec for a, p in parse_policy(policy).axes.items()}
+    return inflation(specs, dict(errors), batch_tokens, regime)[0]
+
+
+@lru_cache(maxsize=4096)
+def _feedback_axes(policy: str) -> frozenset:
+    """The axes of ``policy`` whose spec feeds its error back (and whose axis admits it)."""
+    return frozenset(a for a, p in parse_policy(policy).axes.items() if AXES[a].feedback and p.codec.error_feedback)

@@ -11,7 +11,7 @@ from perfmodel.collective_sweep import parse_compressors, parse_sweep
 from perfmodel.workload import load_model
 from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
-from realrun import train_cli
+from realrun import convergence_cli, train_cli
 from realrun.compressors import Compressor
 from realrun.report import MAX_REPEATS, REPEATS, check_repeats
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
@@ -68,6 +68,7 @@ def _parser() -> Parser:
     _cluster_parser(sub)
     _loop_parsers(sub)
     train_cli.add_parser(sub, _command)
+    convergence_cli.add_parser(sub, _command)
     return p
 
 
@@ -416,7 +417,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv[: len(argv) - len(cmd) - (1 if "--" in argv else 0)])
     args.cmd = cmd
     {"bench": _bench, "cluster": _cluster, "calibrate": _calibrate, "validate": _validate,
-     "train": train_cli.run_train}[args.command](args)
+     "train": train_cli.run_train, "convergence": convergence_cli.run}[args.command](args)
     return 0
 
 

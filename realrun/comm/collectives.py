@@ -20,6 +20,7 @@ compressed once at its source, decoded once at its destination.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from datetime import timedelta
@@ -57,6 +58,17 @@ class Comm:
         if key not in self._wires:
             self._wires[key] = Wire(spec, device)
         return self._wires[key]
+
+    def take_contraction(self) -> float | None:
+        """The relative error ``||C(y) - y|| / ||y||`` of this Comm's error-feedback compressions
+        since the last take (``y`` the tensor plus its old residual: the contraction of the
+        error-feedback theory, ``perfmodel.convergence``); None where none ran."""
+        res2 = y2 = 0.0
+        for wire in self._wires.values():
+            if not wire.gpu:
+                r, y = wire.c.ctx.take_contraction()
+                res2, y2 = res2 + r, y2 + y
+        return math.sqrt(res2 / y2) if y2 > 0 else None
 
     def state_dict(self) -> dict:
         """Every wire's compressor state ({device: {spec: state}}), for checkpoints."""

@@ -43,6 +43,14 @@ class CompressorState:
     state: dict = field(default_factory=dict)
     work: dict = field(default_factory=dict)
     out: np.ndarray | None = None
+    # error feedback's contraction as measured: sums of ||residual||^2 and ||input + old residual||^2
+    # over its calls since the last ``take_contraction`` (float64)
+    ef_energy: list = field(default_factory=lambda: [0.0, 0.0])
+
+    def take_contraction(self) -> tuple[float, float]:
+        """(residual energy, input energy) of the error-feedback calls since the last take."""
+        out, self.ef_energy = tuple(self.ef_energy), [0.0, 0.0]
+        return out
 
     def buffer(self, owner, tag: str, n: int, dtype) -> np.ndarray:
         """A scratch array reused across calls (fresh pages cost more than the kernels): valid

@@ -206,7 +206,8 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     moe = {"moe_dropped": _dropped_fraction(routed, dropped, run.device)} if model.spec.is_moe else {}
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
             **{f"{axis}_wire_bytes": st.bytes_out for axis, (st, _) in measured.items()},
-            **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}, **moe}
+            **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}, **moe,
+            "dp_contraction": run.dp_comm.take_contraction()}   # error feedback's ||C(y) - y|| / ||y|| (None: none)
 
 
 def _dropped_fraction(routed: int, dropped: int, device) -> float:

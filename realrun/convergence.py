@@ -1,0 +1,274 @@
+"""``realrun convergence``: what compression costs in steps, measured by training the small GPT,
+with perfmodel's inflation model (``perfmodel.convergence``) fitted and checked on it.
+
+The uncompressed policy trains ``steps`` steps once per seed; the **target** is its validation
+loss at ``target_step`` (the mean over seeds), so a compressed run has ``steps / target_step``
+times the steps to reach it. Each run's steps to target is where its validation-loss curve (the
+running minimum, evaluated every ``eval_every`` steps) first reaches the target, interpolated
+linearly between evaluations; a run that never reaches it is reported as such (inflation above
+``steps / target_step``), never extrapolated. A policy's **measured inflation** is its steps to
+target over the uncompressed runs' mean; the uncompressed seeds' own spread is the noise floor.
+
+Measured beside it, per run: the gradient's relative error after the reduction
+(``dp_rel_error``) and, for error-feedback specs, the contraction ``||C(y) - y|| / ||y||`` on the
+tensor plus its residual (``dp_contraction``), the ``e`` of ``delta = 1 - e^2``. perfmodel's model
+is then fitted (``fit_critical_batch``: the critical batch ``B_crit``, one number for the regime)
+on the measured errors and inflations, and each policy's inflation predicted twice: from the
+fit on every policy, and leave one out (the fit on the others: a check, not a fit); and a priori
+from perfmodel's unit-Gaussian error estimates with the fitted ``B_crit``. Outputs in ``DIR``:
+``convergence.csv`` (one row per run), ``convergence.json`` (the target, per-policy summary and
+the fitted regime that ``perfmodel search --convergence`` reads), ``report.md`` and
+``loss_curves.png``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+
+from perfmodel.axes import AXES
+from perfmodel.convergence import Regime, axis_inflation, fit_critical_batch
+from perfmodel.policy import parse_policy
+from topologies.clikit import atomic_write, table
+from topologies.errors import InputError
+
+POLICIES = ("dp=fp16", "dp=int8", "dp=ef(topk(0.01))+int8", "dp=ef(powersgd(rank=4))")
+BASE = "none"
+CSV_FIELDS = ("policy", "seed", "steps", "steps_to_target", "final_val_loss", "dp_rel_error", "dp_contraction",
+              "batch_tokens")
+
+
+def steps_to(points: list[tuple[int, float]], target: float) -> float | None:
+    """The first step at which the running minimum of the (step, validation loss) ``points``
+    reaches ``target``, linear between evaluations; None if it never does."""
+    best, prev = math.inf, None
+    for step, loss in points:
+        if loss <= target:
+            if prev is None or prev[1] <= target:
+                return float(step)
+            (s0, l0), s1 = prev, step
+            return s0 + (s1 - s0) * (l0 - target) / (l0 - loss)
+        if loss < best:
+            best, prev = loss, (step, loss)
+        else:
+            prev = (step, best)
+    return None
+
+
+def val_curve(records: list[dict]) -> list[tuple[int, float]]:
+    return [(r["step"] + 1, r["val_loss"]) for r in records if r.get("val_loss") is not None]
+
+
+def _median(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def run_row(policy: str, seed: int, records: list[dict], target: float | None, batch_tokens: int) -> dict:
+    curve = val_curve(records)
+    return {"policy": policy, "seed": seed, "steps": len(records),
+            "steps_to_target": steps_to(curve, target) if target is not None else None,
+            "final_val_loss": curve[-1][1] if curve else None, "dp_rel_error": _median(records, "dp_rel_error"),
+            "dp_contraction": _median(records, "dp_contraction"), "batch_tokens": batch_tokens, "curve": curve}
+
+
+def target_of(base_runs: list[list[dict]], target_step: int) -> float:
+    """The uncompressed runs' mean validation loss at ``target_step`` (the evaluation at or just before it)."""
+    losses = []
+    for records in base_runs:
+        at = [loss for step, loss in val_curve(records) if step <= target_step]
+        if not at:
+            raise InputError("target_step", target_step, "a step at or after the first validation (eval_every)")
+        losses.append(at[-1])
+    return statistics.fmean(losses)
+
+
+def axis_errors(policy: str, row: dict) -> list[tuple[float, bool]]:
+    """The (measured error, error feedback) of the policy's compressed axes in a run's row: the
+    contraction where the spec feeds its error back, the reduced gradient's error otherwise."""
+    out = []
+    for axis, p in parse_policy(policy).axes.items():
+        codec = p.codec
+        if codec.is_none:
+            continue
+        if axis != "dp":
+            raise InputError("policy", policy, "dp=SPEC only (realrun convergence measures the gradient axis)")
+        feedback = AXES[axis].feedback and codec.error_feedback
+        error = row["dp_contraction"] if feedback else row["dp_rel_error"]
+        if error is None:
+            raise InputError("policy", policy, "a policy whose error the run measured (dp > 1, error_every > 0)")
+        out.append((error, feedback))
+    return out
+
+
+def gaussian_errors(policy: str) -> list[tuple[float, bool]]:
+    """perfmodel's a-priori (unit-Gaussian) error of each compressed axis of ``policy``."""
+    out = []
+    for axis, p in parse_policy(policy).axes.items():
+        codec = p.codec
+        if not codec.is_none:
+            out.append((codec.error, AXES[axis].feedback and codec.error_feedback))
+    return out
+
+
+def predicted(errors: list[tuple[float, bool]], batch_tokens: float, critical_batch: float) -> float:
+    phi = batch_tokens / (batch_tokens + critical_batch)
+    return math.prod(axis_inflation(e, fb, phi) for e, fb in errors)
+
+
+def summarize(rows: list[dict], steps: int, target_step: int) -> dict:
+    """Per policy: measured inflation (median over seeds, spread), the fit and its checks (module doc)."""
+    base_steps = [r["steps_to_target"] for r in rows if r["policy"] == BASE and r["steps_to_target"] is not None]
+    if not base_steps:
+        raise InputError("target_step", target_step, "a step the uncompressed runs reach (they set the target)")
+    base = statistics.fmean(base_steps)
+    ceiling = steps / base
+    per: dict = {}
+    for r in rows:
+        r["inflation"] = r["steps_to_target"] / base if r["steps_to_target"] is not None else None
+        per.setdefault(r["policy"], []).append(r)
+    points = {p: [(r["batch_tokens"], axis_errors(p, r), r["inflation"]) for r in runs if r["inflation"] is not None]
+              for p, runs in per.items() if p != BASE}
+    fitted = [pt for pts in points.values() for pt in pts]
+    critical, critical_se = fit_critical_batch(fitted) if fitted else (math.nan, math.nan)
+    policies = {}
+    for policy, runs in per.items():
+        policies[policy] = _policy_summary(policy, runs, points, critical, ceiling)
+    return {"target_loss": None, "target_step": target_step, "steps": steps, "base_steps_to_target": base,
+            "noise_floor": _spread([r["inflation"] for r in per[BASE]]), "ceiling": ceiling,
+            "critical_batch_tokens": critical, "critical_batch_se": critical_se, "policies": policies}
+
+
+def _spread(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return max(values) / min(values) - 1 if len(values) > 1 else None
+
+
+def _policy_summary(policy: str, runs: list[dict], points: dict, critical: float, ceiling: float) -> dict:
+    reached = [r["inflation"] for r in runs if r["inflation"] is not None]
+    out = {"runs": len(runs), "reached": len(reached), "measured": statistics.median(reached) if reached else None,
+           "spread": _spread(reached), "ceiling": ceiling}
+    if policy == BASE:
+        return {**out, "predicted": 1.0, "predicted_held_out": 1.0, "predicted_gaussian": 1.0}
+    batch = runs[0]["batch_tokens"]
+    measured_errors = [axis_errors(policy, r) for r in runs]
+    mean_errors = [(statistics.fmean(e[i][0] for e in measured_errors), measured_errors[0][i][1])
+                   for i in range(len(measured_errors[0]))]
+    others = [pt for p, pts in points.items() if p != policy for pt in pts]
+    held_out = fit_critical_batch(others)[0] if others else math.nan
+    return {**out, "errors": [e for e, _ in mean_errors],
+            "predicted": predicted(mean_errors, batch, critical) if math.isfinite(critical) else None,
+            "predicted_held_out": predicted(mean_errors, batch, held_out) if math.isfinite(held_out) else None,
+            "predicted_gaussian": predicted(gaussian_errors(policy), batch, critical)
+            if math.isfinite(critical) else None}
+
+
+def regime_of(summary: dict, model: str) -> Regime:
+    """The fitted regime, with the measured errors of the error-feedback specs (``perfmodel.convergence``)."""
+    errors = {}
+    for policy, s in summary["policies"].items():
+        for axis, p in parse_policy(policy).axes.items():
+            if p.codec.error_feedback and s.get("errors"):
+                errors.setdefault(axis, {})[p.spec] = s["errors"][0]
+    return Regime(summary["critical_batch_tokens"], f"realrun convergence on {model}: B_crit fitted on "
+                  f"{sum(1 for p in summary['policies'] if p != BASE)} compressed policies", errors)
+
+
+def write_outputs(out_dir: str, rows: list[dict], summary: dict, regime: Regime, runs: dict) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=(*CSV_FIELDS, "inflation"), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(os.path.join(out_dir, "convergence.csv"), lambda h: h.write(buf.getvalue().encode()))
+    doc = {"summary": summary, "regime": {"critical_batch_tokens": regime.critical_batch_tokens,
+                                          "source": regime.source, "errors": regime.errors}}
+    atomic_write(os.path.join(out_dir, "convergence.json"),
+                 lambda h: h.write(json.dumps(doc, indent=1, default=_jsonable).encode()))
+    atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(summary).encode()))
+    if runs:
+        from realrun.train.report import plot_losses
+
+        plot_losses(runs, os.path.join(out_dir, "loss_curves.png"))
+
+
+def _jsonable(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else str(value)
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+
+
+def summary_table(summary: dict) -> str:
+    rows = []
+    for policy, s in summary["policies"].items():
+        measured = _fmt(s["measured"]) if s["reached"] == s["runs"] else \
+            f"> {s['ceiling']:.2f} ({s['reached']}/{s['runs']} reached)" if not s["reached"] else \
+            f"{_fmt(s['measured'])} ({s['reached']}/{s['runs']})"
+        rows.append((policy, measured, _fmt(s["spread"], ".1%"), _fmt(s["predicted"]), _fmt(s["predicted_held_out"]),
+                     _fmt(s["predicted_gaussian"]), " ".join(_fmt(e, ".3f") for e in s.get("errors", [])) or "-"))
+    return table(("policy", "measured inflation", "spread", "fitted", "held out", "gaussian a priori",
+                  "measured error"), rows)
+
+
+def summary_lines(summary: dict) -> list[str]:
+    b, se = summary["critical_batch_tokens"], summary["critical_batch_se"]
+    return [f"target: validation loss {summary['target_loss']:.4f} (uncompressed, step {summary['target_step']}), "
+            f"reached at step {summary['base_steps_to_target']:.1f} on average; noise floor "
+            f"{_fmt(summary['noise_floor'], '.1%')} (spread of the uncompressed seeds)",
+            f"fitted critical batch B_crit = {_fmt(b, ',.0f')} tokens (standard error {_fmt(se, ',.0f')})"]
+
+
+def report_md(summary: dict) -> str:
+    return "\n".join(["# realrun convergence", "", *summary_lines(summary), "", "```", summary_table(summary), "```",
+                      "", "inflation: steps to the target over the uncompressed runs' mean; fitted: perfmodel's "
+                      "model with B_crit fitted on every policy and the measured errors; held out: fitted on "
+                      "the other policies; gaussian a priori: perfmodel's unit-Gaussian error estimates.", ""])
+
+
+def _configs(model: str, dp: int, mbs: int, steps: int, policies, seeds, eval_every: int, lr: float,
+             threads: int) -> list:
+    from realrun.train.config import TrainConfig
+
+    if dp < 2:
+        raise InputError("dp", dp, "an integer >= 2 (the gradient axis moves nothing on one replica)")
+    if eval_every < 1 or eval_every > steps:
+        raise InputError("eval_every", eval_every, f"an integer from 1 to steps ({steps})")
+    return [(policy, seed, TrainConfig(model=model, dp=dp, mbs=mbs, steps=steps, policy=policy, seed=seed, lr=lr,
+                                       eval_every=eval_every, error_every=eval_every, threads=threads, device="cpu"))
+            for policy in (BASE, *(p for p in policies if p != BASE)) for seed in seeds]
+
+
+def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int = 400, target_step: int | None = None,
+                policies=POLICIES, seeds=(1, 2), eval_every: int = 5, lr: float = 3e-3, out_dir: str | None = None,
+                threads: int = 1, progress: bool = True) -> dict:
+    """Train every policy (and the uncompressed one) for every seed, measure steps to target and
+    fit perfmodel's inflation model (module doc). Returns {"summary", "regime", "rows"}; with
+    ``out_dir`` writes the files of the module doc."""
+    from tqdm import tqdm
+
+    from realrun.train.launch import run_local
+
+    target_step = target_step or max(eval_every, steps // 4)
+    if not 1 <= target_step <= steps:
+        raise InputError("target_step", target_step, f"a step from 1 to steps ({steps})")
+    configs = _configs(model, dp, mbs, steps, policies, seeds, eval_every, lr, threads)
+    for policy, _, _ in configs:
+        axis_errors(policy, {"dp_contraction": 0.0, "dp_rel_error": 0.0})   # dp=SPEC only, before any run
+    runs = {}
+    for policy, seed, cfg in tqdm(configs, desc="convergence runs", unit="run", disable=not progress):
+        runs[(policy, seed)] = run_local(cfg)
+    target = target_of([r for (p, _), r in runs.items() if p == BASE], target_step)
+    batch = configs[0][2].global_batch * configs[0][2].seq_len
+    rows = [run_row(p, s, records, target, batch) for (p, s), records in runs.items()]
+    summary = {**summarize(rows, steps, target_step), "target_loss": target, "model": model, "dp": dp, "mbs": mbs,
+               "batch_tokens": batch, "seeds": list(seeds), "lr": lr}
+    regime = regime_of(summary, model)
+    if out_dir:
+        write_outputs(out_dir, rows, summary, regime, {f"{p} seed {s}": r for (p, s), r in runs.items()
+                                                       if s == seeds[0]})
+    return {"summary": summary, "regime": regime, "rows": rows}

@@ -1,0 +1,113 @@
+"""realrun convergence: steps to target from validation curves, the contraction measured, the fit."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from perfmodel.convergence import axis_inflation, load_regime
+from realrun.convergence import axis_errors, convergence, steps_to, summarize, target_of
+from topologies.errors import InputError
+
+torch = pytest.importorskip("torch", reason="the real extra (torch) is not installed")
+
+
+def test_steps_to_target_interpolates_on_the_running_minimum():
+    curve = [(5, 3.0), (10, 2.0), (15, 2.5), (20, 1.0)]
+    assert steps_to(curve, 2.5) == pytest.approx(7.5)
+    assert steps_to(curve, 1.5) == pytest.approx(15 + 5 * (2.0 - 1.5) / (2.0 - 1.0))   # 15's bump ignored
+    assert steps_to(curve, 3.5) == 5.0
+    assert steps_to(curve, 0.5) is None
+
+
+def test_the_target_is_the_mean_base_loss_at_the_target_step():
+    runs = [[{"step": s, "val_loss": v} for s, v in ((4, 3.0), (9, 2.0))],
+            [{"step": s, "val_loss": v} for s, v in ((4, 3.2), (9, 2.2))]]
+    assert target_of(runs, 10) == pytest.approx(2.1)
+    assert target_of(runs, 7) == pytest.approx(3.1)
+    with pytest.raises(InputError, match="target_step"):
+        target_of(runs, 2)
+
+
+def _row(policy, seed, steps_to_target, contraction=None, rel=None, batch=1000):
+    return {"policy": policy, "seed": seed, "steps": 100, "steps_to_target": steps_to_target,
+            "dp_contraction": contraction, "dp_rel_error": rel, "batch_tokens": batch}
+
+
+def test_summary_measures_inflation_and_fits_the_critical_batch():
+    truth, batch = 3000.0, 1000
+    phi = batch / (batch + truth)
+    topk, psgd = axis_inflation(0.9, True, phi), axis_inflation(0.8, True, phi)
+    rows = [_row("none", 1, 20.0), _row("none", 2, 22.0),
+            _row("dp=ef(topk(0.01))+int8", 1, 21 * topk, contraction=0.9),
+            _row("dp=ef(powersgd(rank=4))", 1, 21 * psgd, contraction=0.8),
+            _row("dp=int8", 1, 21.0, rel=0.009)]
+    s = summarize(rows, 100, 25)
+    assert s["noise_floor"] == pytest.approx(0.1) and s["base_steps_to_target"] == 21.0
+    assert s["critical_batch_tokens"] == pytest.approx(truth, rel=0.05)
+    p = s["policies"]["dp=ef(topk(0.01))+int8"]
+    assert p["measured"] == pytest.approx(topk) and p["predicted"] == pytest.approx(topk, rel=0.02)
+    assert p["predicted_held_out"] == pytest.approx(topk, rel=0.05)      # fitted on the others only
+    assert p["predicted_gaussian"] > p["measured"]          # Gaussian topk+int8 (0.96) is worse than 0.9
+    rows.append(_row("dp=fp16", 1, None, rel=0.0003))       # never reached: no inflation, counted
+    s = summarize(rows, 100, 25)
+    assert s["policies"]["dp=fp16"]["reached"] == 0 and s["policies"]["dp=fp16"]["measured"] is None
+
+
+def test_only_gradient_policies_whose_error_was_measured_are_accepted():
+    with pytest.raises(InputError, match="dp=SPEC"):
+        axis_errors("tp=int8", {"dp_contraction": 0.1, "dp_rel_error": 0.1})
+    with pytest.raises(InputError, match="measured"):
+        axis_errors("dp=ef(topk(0.01))", {"dp_contraction": None, "dp_rel_error": 0.5})
+    assert axis_errors("dp=ef(topk(0.01))", {"dp_contraction": 0.7, "dp_rel_error": 0.5}) == [(0.7, True)]
+    assert axis_errors("dp=int8", {"dp_contraction": None, "dp_rel_error": 0.01}) == [(0.01, False)]
+
+
+def test_error_feedback_measures_its_contraction_on_input_plus_residual():
+    from realrun.compressors import Compressor
+
+    c = Compressor("ef(topk(0.1))")
+    x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    first = c.decompress(c.compress(x, key="g"))
+    r2, y2 = c.ctx.take_contraction()
+    assert r2 / y2 == pytest.approx(float(((x - first) ** 2).sum() / (x ** 2).sum()), rel=1e-4)
+    assert c.ctx.take_contraction() == (0.0, 0.0)           # taken: reset
+    residual = x - first
+    second = c.decompress(c.compress(x, key="g"))          # the input now carries the residual
+    y = x + residual
+    r2, y2 = c.ctx.take_contraction()
+    assert y2 == pytest.approx(float((y ** 2).sum()), rel=1e-4)
+    assert r2 == pytest.approx(float(((y - second) ** 2).sum()), rel=1e-4)
+
+
+@pytest.mark.distributed
+def test_a_short_campaign_writes_what_perfmodel_search_reads(tmp_path):
+    out = tmp_path / "conv"
+    result = convergence(steps=12, eval_every=3, target_step=3, policies=("dp=ef(topk(0.01))+int8",), seeds=(1,),
+                         out_dir=str(out), progress=False)
+    s = result["summary"]
+    assert set(s["policies"]) == {"none", "dp=ef(topk(0.01))+int8"} and s["batch_tokens"] == 2 * 8 * 128
+    rows = {r["policy"]: r for r in result["rows"]}
+    assert 0.3 < rows["dp=ef(topk(0.01))+int8"]["dp_contraction"] < 1.0        # measured on real gradients
+    assert rows["none"]["dp_contraction"] is None and rows["none"]["steps_to_target"] <= 3
+    for name in ("convergence.csv", "convergence.json", "report.md", "loss_curves.png"):
+        assert (out / name).stat().st_size > 0
+    regime = load_regime(str(out / "convergence.json"))
+    assert regime.errors["dp"]["ef(topk(0.01))+int8"] == pytest.approx(
+        s["policies"]["dp=ef(topk(0.01))+int8"]["errors"][0])
+    assert json.loads((out / "convergence.json").read_text())["summary"]["target_step"] == 3
+    assert math.isfinite(regime.critical_batch_tokens) or rows["dp=ef(topk(0.01))+int8"]["steps_to_target"] is None
+
+
+def test_bad_input_is_one_line_before_any_run(cli, tmp_path):
+    cases = [(("--policies", "tp=int8"), "policy"), (("--seeds", "1,1"), "seeds"), (("--dp", "1"), "dp"),
+             (("--steps", "10", "--target-step", "20"), "target_step"), (("--policies", "dp=bogus"), "bogus")]
+    for args, field in cases:
+        proc = cli("realrun", "convergence", *args)
+        assert proc.returncode == 2 and field in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
+    bad = tmp_path / "c.json"
+    bad.write_text("{}")
+    proc = cli("perfmodel", "search", "--model", "gpt2-medium", "--cluster", "dgx-a100", "--gpus", "8", "--gbs", "64",
+               "--convergence", str(bad))
+    assert proc.returncode == 2 and "convergence" in proc.stderr and "Traceback" not in proc.stderr
