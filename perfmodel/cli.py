@@ -236,8 +236,9 @@ def _search_parser(sub) -> None:
     se.add_argument("--csv", help="write every evaluated (plan, policy), within the budget or not, to this CSV")
     se.add_argument("--plot", metavar="FILE.png", help="draw step time against error with the Pareto front")
     se.add_argument("--calibration", help="calibration profile JSON")
-    se.add_argument("--convergence", metavar="FILE.json", help="the training regime of the steps inflation: a "
-                    "realrun convergence file (its fitted critical batch and the errors it measured on real "
+    se.add_argument("--convergence", metavar="FILE.json|NAME", help="the training regime of the steps inflation: "
+                    "a realrun convergence file or a catalog regime (gpt-tiny: measured on the small GPT) (its "
+                    "fitted critical batch and the errors it measured on real "
                     "gradients; default: Kaplan et al. 2020's critical batch at 2 nats per token, unit-Gaussian "
                     "errors)")
     se.add_argument("--tokens", help="a token budget (e.g. 300e9): add steps = tokens / (gbs x seq), time to train, "

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
 import statistics
 from dataclasses import dataclass, field
 
@@ -115,10 +116,20 @@ def record_inflation(record, regime: Regime | None = None) -> tuple[float, dict]
     return inflation(specs, record.error_estimate, batch_tokens, regime)
 
 
+CATALOG = pathlib.Path(__file__).parent / "catalog"   # convergence-NAME.json: regimes measured by realrun convergence
+
+
+def catalog_regimes() -> list[str]:
+    return sorted(p.stem.removeprefix("convergence-") for p in CATALOG.glob("convergence-*.json"))
+
+
 def load_regime(path: str | None) -> Regime:
-    """The regime of a ``realrun convergence`` file (``convergence.json``), or the default."""
+    """The regime of a ``realrun convergence`` file (``convergence.json``), of a catalog entry by
+    name (``catalog_regimes()``: ``gpt-tiny``, measured on the small GPT), or the default."""
     if path is None:
         return default_regime()
+    if path in catalog_regimes():
+        path = str(CATALOG / f"convergence-{path}.json")
     try:
         with open(path) as handle:
             data = json.load(handle)
@@ -126,7 +137,8 @@ def load_regime(path: str | None) -> Regime:
         return Regime(float(regime["critical_batch_tokens"]), str(regime["source"]),
                       {a: {s: float(e) for s, e in d.items()} for a, d in regime.get("errors", {}).items()})
     except OSError as exc:
-        raise InputError("convergence", path, f"a readable convergence.json ({exc.strerror})") from None
+        raise InputError("convergence", path, f"a readable convergence.json ({exc.strerror}) or a catalog regime: "
+                         + ", ".join(catalog_regimes())) from None
     except (ValueError, KeyError, TypeError, AttributeError):
         raise InputError("convergence", path, "a convergence.json as realrun convergence writes it") from None
 

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 from perfmodel.axes import AXES, active_axes
 from perfmodel.compression import compile_spec
-from perfmodel.convergence import Regime, inflation, load_regime
+from perfmodel.convergence import Regime, axis_inflation, load_regime
 from perfmodel.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.cost import pareto_front as cost_front
 from perfmodel.executors import check_executor, run_jobs
@@ -543,21 +543,26 @@ def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
     times it: seconds per uncompressed step of progress, what the ranking sorts by) and
     ``uncompensated_error`` (the per-axis errors of axes without error feedback in quadrature:
     what no later step corrects)."""
+    phi = regime.deterministic_fraction(batch_tokens)
     for r in rows:
-        feedback = _feedback_axes(r["policy"])
-        errors = {a: r[f"error_{a}"] for a in POLICY_AXES}
-        r["steps_inflation"] = _inflation(r["policy"], tuple(errors.items()), batch_tokens, regime)
-        r["effective_step_time_s"] = r["step_time_s"] * r["steps_inflation"]
-        r["uncompensated_error"] = math.sqrt(sum(e * e for a, e in errors.items() if a not in feedback))
+        compressed, feedback = _policy_axes(r["policy"])
+        factor, uncompensated = 1.0, 0.0
+        for axis, spec in compressed:
+            error = regime.error(axis, spec, r[f"error_{axis}"])
+            factor *= axis_inflation(error, axis in feedback, phi)
+            if axis not in feedback:
+                uncompensated += r[f"error_{axis}"] ** 2
+        r["steps_inflation"] = factor
+        r["effective_step_time_s"] = r["step_time_s"] * factor
+        r["uncompensated_error"] = math.sqrt(uncompensated)
 
 
 @lru_cache(maxsize=4096)
-def _inflation(policy: str, errors: tuple, batch_tokens: int, regime: Regime) -> float:
-    specs = {a: p.spec for a, p in parse_policy(policy).axes.items()}
-    return inflation(specs, dict(errors), batch_tokens, regime)[0]
+def _policy_axes(policy: str) -> tuple[tuple, frozenset]:
+    """((axis, spec) of the axes ``policy`` compresses, the axes among them whose spec feeds its
+    error back and whose axis admits it)."""
+    axes = parse_policy(policy).axes
+    compressed = tuple((a, p.spec) for a, p in axes.items() if not p.codec.is_none)
+    return compressed, frozenset(a for a, p in axes.items() if AXES[a].feedback and p.codec.error_feedback)
 
 
-@lru_cache(maxsize=4096)
-def _feedback_axes(policy: str) -> frozenset:
-    """The axes of ``policy`` whose spec feeds its error back (and whose axis admits it)."""
-    return frozenset(a for a, p in parse_policy(policy).axes.items() if AXES[a].feedback and p.codec.error_feedback)
