@@ -119,27 +119,38 @@ def predicted(errors: list[tuple[float, bool]], batch_tokens: float, critical_ba
     return math.prod(axis_inflation(e, fb, phi) for e, fb in errors)
 
 
-def summarize(rows: list[dict], steps: int, target_step: int) -> dict:
-    """Per policy: measured inflation (median over seeds, spread), the fit and its checks (module doc)."""
-    base_steps = [r["steps_to_target"] for r in rows if r["policy"] == BASE and r["steps_to_target"] is not None]
-    if not base_steps:
-        raise InputError("target_step", target_step, "a step the uncompressed runs reach (they set the target)")
-    base = statistics.fmean(base_steps)
-    ceiling = steps / base
-    per: dict = {}
+def add_inflation(rows: list[dict]) -> dict:
+    """Each run's ``inflation``: its steps to target over the mean of the uncompressed runs of its
+    batch (a campaign's target is its own); returns {batch tokens: that mean}."""
+    bases = {}
+    for batch in sorted({r["batch_tokens"] for r in rows}):
+        steps = [r["steps_to_target"] for r in rows
+                 if r["batch_tokens"] == batch and r["policy"] == BASE and r["steps_to_target"] is not None]
+        if not steps:
+            raise InputError("target_step", f"batch {batch} tokens", "a step the uncompressed runs reach "
+                             "(they set the target)")
+        bases[batch] = statistics.fmean(steps)
     for r in rows:
+        base = bases[r["batch_tokens"]]
         r["inflation"] = r["steps_to_target"] / base if r["steps_to_target"] is not None else None
-        per.setdefault(r["policy"], []).append(r)
-    points = {p: [(r["batch_tokens"], axis_errors(p, r), r["inflation"]) for r in runs if r["inflation"] is not None]
-              for p, runs in per.items() if p != BASE}
+    return bases
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per (policy, batch): measured inflation (median over seeds, spread), the fit of one
+    ``B_crit`` on every compressed group and its checks (module doc)."""
+    bases = add_inflation(rows)
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["policy"], r["batch_tokens"]), []).append(r)
+    points = {key: [(key[1], axis_errors(key[0], r), r["inflation"]) for r in runs if r["inflation"] is not None]
+              for key, runs in groups.items() if key[0] != BASE}
     fitted = [pt for pts in points.values() for pt in pts]
     critical, critical_se = fit_critical_batch(fitted) if fitted else (math.nan, math.nan)
-    policies = {}
-    for policy, runs in per.items():
-        policies[policy] = _policy_summary(policy, runs, points, critical, ceiling)
-    return {"target_loss": None, "target_step": target_step, "steps": steps, "base_steps_to_target": base,
-            "noise_floor": _spread([r["inflation"] for r in per[BASE]]), "ceiling": ceiling,
-            "critical_batch_tokens": critical, "critical_batch_se": critical_se, "policies": policies}
+    several = len(bases) > 1
+    out = [_group_summary(key, runs, points, critical, bases[key[1]], several) for key, runs in groups.items()]
+    return {"base_steps_to_target": {str(b): v for b, v in bases.items()},
+            "critical_batch_tokens": critical, "critical_batch_se": critical_se, "groups": out}
 
 
 def _spread(values: list) -> float | None:
@@ -147,17 +158,18 @@ def _spread(values: list) -> float | None:
     return max(values) / min(values) - 1 if len(values) > 1 else None
 
 
-def _policy_summary(policy: str, runs: list[dict], points: dict, critical: float, ceiling: float) -> dict:
+def _group_summary(key: tuple, runs: list[dict], points: dict, critical: float, base: float, several: bool) -> dict:
+    policy, batch = key
     reached = [r["inflation"] for r in runs if r["inflation"] is not None]
-    out = {"runs": len(runs), "reached": len(reached), "measured": statistics.median(reached) if reached else None,
-           "spread": _spread(reached), "ceiling": ceiling}
+    out = {"label": f"{policy} @ {batch} tokens" if several else policy, "policy": policy, "batch_tokens": batch,
+           "runs": len(runs), "reached": len(reached), "measured": statistics.median(reached) if reached else None,
+           "spread": _spread(reached), "ceiling": min(r["steps"] for r in runs) / base}
     if policy == BASE:
         return {**out, "predicted": 1.0, "predicted_held_out": 1.0, "predicted_gaussian": 1.0}
-    batch = runs[0]["batch_tokens"]
     measured_errors = [axis_errors(policy, r) for r in runs]
     mean_errors = [(statistics.fmean(e[i][0] for e in measured_errors), measured_errors[0][i][1])
                    for i in range(len(measured_errors[0]))]
-    others = [pt for p, pts in points.items() if p != policy for pt in pts]
+    others = [pt for k, pts in points.items() if k != key for pt in pts]
     held_out = fit_critical_batch(others)[0] if others else math.nan
     return {**out, "errors": [e for e, _ in mean_errors],
             "predicted": predicted(mean_errors, batch, critical) if math.isfinite(critical) else None,
@@ -167,14 +179,18 @@ def _policy_summary(policy: str, runs: list[dict], points: dict, critical: float
 
 
 def regime_of(summary: dict, model: str) -> Regime:
-    """The fitted regime, with the measured errors of the error-feedback specs (``perfmodel.convergence``)."""
-    errors = {}
-    for policy, s in summary["policies"].items():
-        for axis, p in parse_policy(policy).axes.items():
-            if p.codec.error_feedback and s.get("errors"):
-                errors.setdefault(axis, {})[p.spec] = s["errors"][0]
+    """The fitted regime, with the error-feedback specs' contractions as measured (the median over
+    batches where several were run: ``perfmodel.convergence``)."""
+    measured: dict = {}
+    for g in summary["groups"]:
+        for axis, p in parse_policy(g["policy"]).axes.items():
+            if p.codec.error_feedback and g.get("errors"):
+                measured.setdefault(axis, {}).setdefault(p.spec, []).append(g["errors"][0])
+    errors = {a: {spec: statistics.median(v) for spec, v in d.items()} for a, d in measured.items()}
+    compressed = {g["policy"] for g in summary["groups"] if g["policy"] != BASE}
+    batches = sorted({g["batch_tokens"] for g in summary["groups"]})
     return Regime(summary["critical_batch_tokens"], f"realrun convergence on {model}: B_crit fitted on "
-                  f"{sum(1 for p in summary['policies'] if p != BASE)} compressed policies", errors)
+                  f"{len(compressed)} compressed policies at {', '.join(map(str, batches))} tokens a batch", errors)
 
 
 def write_outputs(out_dir: str, rows: list[dict], summary: dict, regime: Regime, runs: dict) -> None:
@@ -205,22 +221,29 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 def summary_table(summary: dict) -> str:
     rows = []
-    for policy, s in summary["policies"].items():
-        measured = _fmt(s["measured"]) if s["reached"] == s["runs"] else \
-            f"> {s['ceiling']:.2f} ({s['reached']}/{s['runs']} reached)" if not s["reached"] else \
-            f"{_fmt(s['measured'])} ({s['reached']}/{s['runs']})"
-        rows.append((policy, measured, _fmt(s["spread"], ".1%"), _fmt(s["predicted"]), _fmt(s["predicted_held_out"]),
-                     _fmt(s["predicted_gaussian"]), " ".join(_fmt(e, ".3f") for e in s.get("errors", [])) or "-"))
+    for g in summary["groups"]:
+        measured = _fmt(g["measured"]) if g["reached"] == g["runs"] else \
+            f"> {g['ceiling']:.2f} ({g['reached']}/{g['runs']} reached)" if not g["reached"] else \
+            f"{_fmt(g['measured'])} ({g['reached']}/{g['runs']})"
+        rows.append((g["label"], measured, _fmt(g["spread"], ".1%"), _fmt(g["predicted"]),
+                     _fmt(g["predicted_held_out"]), _fmt(g["predicted_gaussian"]),
+                     " ".join(_fmt(e, ".3f") for e in g.get("errors", [])) or "-"))
     return table(("policy", "measured inflation", "spread", "fitted", "held out", "gaussian a priori",
                   "measured error"), rows)
 
 
 def summary_lines(summary: dict) -> list[str]:
     b, se = summary["critical_batch_tokens"], summary["critical_batch_se"]
-    return [f"target: validation loss {summary['target_loss']:.4f} (uncompressed, step {summary['target_step']}), "
-            f"reached at step {summary['base_steps_to_target']:.1f} on average; noise floor "
-            f"{_fmt(summary['noise_floor'], '.1%')} (spread of the uncompressed seeds)",
-            f"fitted critical batch B_crit = {_fmt(b, ',.0f')} tokens (standard error {_fmt(se, ',.0f')})"]
+    lines = [f"batch {batch} tokens: target validation loss {summary['targets'][batch]:.4f} (uncompressed, step "
+             f"{summary['target_steps'][batch]}), reached at step {steps:.1f} on average; noise floor "
+             f"{_fmt(_base_floor(summary, batch), '.1%')} (spread of the uncompressed seeds)"
+             for batch, steps in summary["base_steps_to_target"].items()]
+    return lines + [f"fitted critical batch B_crit = {_fmt(b, ',.0f')} tokens (standard error {_fmt(se, ',.0f')})"]
+
+
+def _base_floor(summary: dict, batch: str):
+    return next((g["spread"] for g in summary["groups"] if g["policy"] == BASE and str(g["batch_tokens"]) == batch),
+                None)
 
 
 def report_md(summary: dict) -> str:
@@ -265,10 +288,52 @@ def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int =
     target = target_of([r for (p, _), r in runs.items() if p == BASE], target_step)
     batch = configs[0][2].global_batch * configs[0][2].seq_len
     rows = [run_row(p, s, records, target, batch) for (p, s), records in runs.items()]
-    summary = {**summarize(rows, steps, target_step), "target_loss": target, "model": model, "dp": dp, "mbs": mbs,
-               "batch_tokens": batch, "seeds": list(seeds), "lr": lr}
+    summary = {**summarize(rows), "targets": {str(batch): target}, "target_steps": {str(batch): target_step},
+               "model": model, "dp": dp, "mbs": mbs, "steps": steps, "seeds": list(seeds), "lr": lr}
     regime = regime_of(summary, model)
     if out_dir:
         write_outputs(out_dir, rows, summary, regime, {f"{p} seed {s}": r for (p, s), r in runs.items()
                                                        if s == seeds[0]})
+    return {"summary": summary, "regime": regime, "rows": rows}
+
+
+def read_campaign(path: str) -> tuple[list[dict], dict]:
+    """(rows, summary) of a campaign's folder (``convergence.csv`` and ``convergence.json``)."""
+    kinds = {"seed": int, "steps": int, "batch_tokens": int, "policy": str}
+    try:
+        with open(os.path.join(path, "convergence.csv")) as handle:
+            rows = [{k: (kinds.get(k, float)(v) if v != "" else None) for k, v in r.items() if k in CSV_FIELDS}
+                    for r in csv.DictReader(handle)]
+        with open(os.path.join(path, "convergence.json")) as handle:
+            summary = json.load(handle)["summary"]
+        summary["targets"], summary["target_steps"], summary["model"]
+    except OSError as exc:
+        raise InputError("fit", path, f"a folder realrun convergence wrote ({exc.strerror})") from None
+    except (ValueError, KeyError, TypeError):
+        raise InputError("fit", path, "a folder realrun convergence wrote (convergence.csv, convergence.json)") \
+            from None
+    return rows, summary
+
+
+def refit(paths: list[str], out_dir: str | None = None) -> dict:
+    """One fit over the runs of several campaigns (``read_campaign``: e.g. one per batch size),
+    nothing trained: each run's inflation against its own campaign's uncompressed runs, one
+    ``B_crit`` for all, each (policy, batch) held out in turn."""
+    rows, targets, target_steps, models = [], {}, {}, set()
+    for path in paths:
+        got, summary = read_campaign(path)
+        batches = {r["batch_tokens"] for r in got}
+        if batches & {r["batch_tokens"] for r in rows}:
+            raise InputError("fit", path, "campaigns of distinct batch sizes (each sets its own target)")
+        rows += got
+        targets.update(summary["targets"])
+        target_steps.update(summary["target_steps"])
+        models.add(summary["model"])
+    if len(models) > 1:
+        raise InputError("fit", ",".join(paths), "campaigns of one model (got " + ", ".join(sorted(models)) + ")")
+    summary = {**summarize(rows), "targets": targets, "target_steps": target_steps, "model": models.pop(),
+               "campaigns": list(paths)}
+    regime = regime_of(summary, summary["model"])
+    if out_dir:
+        write_outputs(out_dir, rows, summary, regime, {})
     return {"summary": summary, "regime": regime, "rows": rows}

@@ -8,6 +8,7 @@ from topologies.clikit import positive_int
 EPILOG = """examples:
   realrun convergence --out conv/                       # none, fp16, int8, ef(topk)+int8, ef(powersgd), 2 seeds
   realrun convergence --policies "dp=ef(topk(0.01))+int8" --seeds 1,2,3 --steps 600 --out conv/
+  realrun convergence --fit conv-mbs4/,conv/,conv-mbs16/ --out conv-all/    # one fit over campaigns, no training
   perfmodel search --model gpt3-1.3b --cluster dgx-a100 --gpus 32 --gbs 512 --convergence conv/convergence.json
 """
 
@@ -47,6 +48,8 @@ def add_parser(sub, command) -> None:
     c.add_argument("--eval-every", type=positive_int, default=5, help="steps between validation losses (default 5)")
     c.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     c.add_argument("--threads", type=positive_int, default=1, help="CPU threads per rank (default 1)")
+    c.add_argument("--fit", metavar="DIR,DIR", help="train nothing: fit one critical batch over the runs these "
+                   "campaigns' folders hold (e.g. one campaign per --mbs), each (policy, batch) held out in turn")
     c.add_argument("--out", metavar="DIR", help="folder for the outputs (default: print only)")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -54,13 +57,20 @@ def add_parser(sub, command) -> None:
 def run(args) -> None:
     from realrun.convergence import convergence, summary_lines, summary_table
 
-    policies = [p.strip() for p in args.policies.split(";") if p.strip()]
-    result = convergence(args.model, args.dp, args.mbs, args.steps, args.target_step, policies, args.seeds,
-                         args.eval_every, args.lr, args.out, args.threads, progress=not args.json)
+    from realrun.convergence import refit
+
+    if args.fit:
+        result = refit([p.strip() for p in args.fit.split(",") if p.strip()], args.out)
+        head = f"# realrun convergence --fit: {len(result['summary']['campaigns'])} campaigns"
+    else:
+        policies = [p.strip() for p in args.policies.split(";") if p.strip()]
+        result = convergence(args.model, args.dp, args.mbs, args.steps, args.target_step, policies, args.seeds,
+                             args.eval_every, args.lr, args.out, args.threads, progress=not args.json)
+        head = f"# realrun convergence: {args.model}, dp {args.dp}, mbs {args.mbs}, {args.steps} steps, seeds " \
+            + ",".join(map(str, args.seeds))
     if args.json:
         print(json.dumps(result["summary"], indent=1, default=str))
         return
-    print(f"# realrun convergence: {args.model}, dp {args.dp}, mbs {args.mbs}, {args.steps} steps, seeds "
-          + ",".join(map(str, args.seeds)) + (f" -> {args.out}/" if args.out else ""))
+    print(head + (f" -> {args.out}/" if args.out else ""))
     print("\n".join(summary_lines(result["summary"])))
     print(summary_table(result["summary"]))

@@ -34,6 +34,10 @@ def _row(policy, seed, steps_to_target, contraction=None, rel=None, batch=1000):
             "dp_contraction": contraction, "dp_rel_error": rel, "batch_tokens": batch}
 
 
+def _group(summary, policy, batch=None):
+    return next(g for g in summary["groups"] if g["policy"] == policy and batch in (None, g["batch_tokens"]))
+
+
 def test_summary_measures_inflation_and_fits_the_critical_batch():
     truth, batch = 3000.0, 1000
     phi = batch / (batch + truth)
@@ -42,16 +46,54 @@ def test_summary_measures_inflation_and_fits_the_critical_batch():
             _row("dp=ef(topk(0.01))+int8", 1, 21 * topk, contraction=0.9),
             _row("dp=ef(powersgd(rank=4))", 1, 21 * psgd, contraction=0.8),
             _row("dp=int8", 1, 21.0, rel=0.009)]
-    s = summarize(rows, 100, 25)
-    assert s["noise_floor"] == pytest.approx(0.1) and s["base_steps_to_target"] == 21.0
+    s = summarize(rows)
+    assert _group(s, "none")["spread"] == pytest.approx(0.1) and s["base_steps_to_target"] == {"1000": 21.0}
     assert s["critical_batch_tokens"] == pytest.approx(truth, rel=0.05)
-    p = s["policies"]["dp=ef(topk(0.01))+int8"]
+    p = _group(s, "dp=ef(topk(0.01))+int8")
     assert p["measured"] == pytest.approx(topk) and p["predicted"] == pytest.approx(topk, rel=0.02)
     assert p["predicted_held_out"] == pytest.approx(topk, rel=0.05)      # fitted on the others only
     assert p["predicted_gaussian"] > p["measured"]          # Gaussian topk+int8 (0.96) is worse than 0.9
+    assert p["ceiling"] == pytest.approx(100 / 21) and p["label"] == "dp=ef(topk(0.01))+int8"
     rows.append(_row("dp=fp16", 1, None, rel=0.0003))       # never reached: no inflation, counted
-    s = summarize(rows, 100, 25)
-    assert s["policies"]["dp=fp16"]["reached"] == 0 and s["policies"]["dp=fp16"]["measured"] is None
+    s = summarize(rows)
+    assert _group(s, "dp=fp16")["reached"] == 0 and _group(s, "dp=fp16")["measured"] is None
+
+
+def test_campaigns_at_several_batches_share_one_critical_batch():
+    truth = 2000.0
+    rows = []
+    for batch, base in ((1000, 30.0), (4000, 20.0)):
+        phi = batch / (batch + truth)
+        rows += [_row("none", 1, base, batch=batch), _row("none", 2, base, batch=batch),
+                 _row("dp=ef(topk(0.01))+int8", 1, base * axis_inflation(0.9, True, phi), contraction=0.9, batch=batch)]
+    s = summarize(rows)
+    assert s["critical_batch_tokens"] == pytest.approx(truth, rel=1e-3)
+    small, large = _group(s, "dp=ef(topk(0.01))+int8", 1000), _group(s, "dp=ef(topk(0.01))+int8", 4000)
+    assert small["label"].endswith("@ 1000 tokens") and large["measured"] > small["measured"]   # phi grows with B
+    assert large["predicted_held_out"] == pytest.approx(large["measured"], rel=1e-3)   # from the other batch alone
+    with pytest.raises(InputError, match="target_step"):
+        summarize([r for r in rows if not (r["policy"] == "none" and r["batch_tokens"] == 4000)])
+
+
+def test_refit_reads_campaign_folders(tmp_path):
+    from realrun.convergence import refit, regime_of, write_outputs
+
+    truth = 2000.0
+    dirs = []
+    for batch in (1000, 4000):
+        phi = batch / (batch + truth)
+        rows = [_row("none", 1, 20.0, batch=batch), _row("none", 2, 20.0, batch=batch),
+                _row("dp=ef(topk(0.01))+int8", 1, 20 * axis_inflation(0.9, True, phi), contraction=0.9, batch=batch)]
+        summary = {**summarize(rows), "targets": {str(batch): 2.5}, "target_steps": {str(batch): 25}, "model": "m"}
+        write_outputs(str(tmp_path / str(batch)), rows, summary, regime_of(summary, "m"), {})
+        dirs.append(str(tmp_path / str(batch)))
+    got = refit(dirs, str(tmp_path / "all"))
+    assert got["summary"]["critical_batch_tokens"] == pytest.approx(truth, rel=1e-3)
+    assert load_regime(str(tmp_path / "all" / "convergence.json")).errors == {"dp": {"ef(topk(0.01))+int8": 0.9}}
+    with pytest.raises(InputError, match="distinct batch"):
+        refit([dirs[0], dirs[0]])
+    with pytest.raises(InputError, match="fit"):
+        refit([str(tmp_path / "nope")])
 
 
 def test_only_gradient_policies_whose_error_was_measured_are_accepted():
@@ -86,16 +128,16 @@ def test_a_short_campaign_writes_what_perfmodel_search_reads(tmp_path):
     result = convergence(steps=12, eval_every=3, target_step=3, policies=("dp=ef(topk(0.01))+int8",), seeds=(1,),
                          out_dir=str(out), progress=False)
     s = result["summary"]
-    assert set(s["policies"]) == {"none", "dp=ef(topk(0.01))+int8"} and s["batch_tokens"] == 2 * 8 * 128
+    assert {g["policy"] for g in s["groups"]} == {"none", "dp=ef(topk(0.01))+int8"}
+    assert {g["batch_tokens"] for g in s["groups"]} == {2 * 8 * 128}
     rows = {r["policy"]: r for r in result["rows"]}
     assert 0.3 < rows["dp=ef(topk(0.01))+int8"]["dp_contraction"] < 1.0        # measured on real gradients
     assert rows["none"]["dp_contraction"] is None and rows["none"]["steps_to_target"] <= 3
     for name in ("convergence.csv", "convergence.json", "report.md", "loss_curves.png"):
         assert (out / name).stat().st_size > 0
     regime = load_regime(str(out / "convergence.json"))
-    assert regime.errors["dp"]["ef(topk(0.01))+int8"] == pytest.approx(
-        s["policies"]["dp=ef(topk(0.01))+int8"]["errors"][0])
-    assert json.loads((out / "convergence.json").read_text())["summary"]["target_step"] == 3
+    assert regime.errors["dp"]["ef(topk(0.01))+int8"] == pytest.approx(_group(s, "dp=ef(topk(0.01))+int8")["errors"][0])
+    assert json.loads((out / "convergence.json").read_text())["summary"]["target_steps"] == {"2048": 3}
     assert math.isfinite(regime.critical_batch_tokens) or rows["dp=ef(topk(0.01))+int8"]["steps_to_target"] is None
 
 
