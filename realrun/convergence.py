@@ -37,8 +37,8 @@ from topologies.errors import InputError
 
 POLICIES = ("dp=fp16", "dp=int8", "dp=ef(topk(0.01))+int8", "dp=ef(powersgd(rank=4))")
 BASE = "none"
-CSV_FIELDS = ("policy", "seed", "steps", "steps_to_target", "final_val_loss", "dp_rel_error", "dp_contraction",
-              "batch_tokens")
+CSV_FIELDS = ("campaign", "policy", "seed", "steps", "steps_to_target", "final_val_loss", "dp_rel_error",
+              "dp_contraction", "batch_tokens")
 
 
 def steps_to(points: list[tuple[int, float]], target: float) -> float | None:
@@ -119,19 +119,26 @@ def predicted(errors: list[tuple[float, bool]], batch_tokens: float, critical_ba
     return math.prod(axis_inflation(e, fb, phi) for e, fb in errors)
 
 
+def _base_key(row: dict) -> str:
+    """The uncompressed runs a run is measured against: its campaign's (``campaign``, where rows
+    of several are fitted together) of its batch; the label targets are keyed by."""
+    batch = str(row["batch_tokens"])
+    return f"{row['campaign']}: {batch}" if row.get("campaign") else batch
+
+
 def add_inflation(rows: list[dict]) -> dict:
     """Each run's ``inflation``: its steps to target over the mean of the uncompressed runs of its
-    batch (a campaign's target is its own); returns {batch tokens: that mean}."""
+    campaign and batch (each sets its own target); returns {``_base_key``: that mean}."""
     bases = {}
-    for batch in sorted({r["batch_tokens"] for r in rows}):
+    for key in sorted({_base_key(r) for r in rows}):
         steps = [r["steps_to_target"] for r in rows
-                 if r["batch_tokens"] == batch and r["policy"] == BASE and r["steps_to_target"] is not None]
+                 if _base_key(r) == key and r["policy"] == BASE and r["steps_to_target"] is not None]
         if not steps:
-            raise InputError("target_step", f"batch {batch} tokens", "a step the uncompressed runs reach "
+            raise InputError("target_step", f"batch {key} tokens", "a step the uncompressed runs reach "
                              "(they set the target)")
-        bases[batch] = statistics.fmean(steps)
+        bases[key] = statistics.fmean(steps)
     for r in rows:
-        base = bases[r["batch_tokens"]]
+        base = bases[_base_key(r)]
         r["inflation"] = r["steps_to_target"] / base if r["steps_to_target"] is not None else None
     return bases
 
@@ -147,9 +154,11 @@ def summarize(rows: list[dict]) -> dict:
               for key, runs in groups.items() if key[0] != BASE}
     fitted = [pt for pts in points.values() for pt in pts]
     critical, critical_se = fit_critical_batch(fitted) if fitted else (math.nan, math.nan)
-    several = len(bases) > 1
-    out = [_group_summary(key, runs, points, critical, bases[key[1]], several) for key, runs in groups.items()]
-    return {"base_steps_to_target": {str(b): v for b, v in bases.items()},
+    several = len({batch for _, batch in groups}) > 1
+    out = [_group_summary(key, runs, points, critical, several, bases) for key, runs in groups.items()]
+    floors = {key: _spread([r["inflation"] for r in rows if r["policy"] == BASE and _base_key(r) == key])
+              for key in bases}
+    return {"base_steps_to_target": bases, "noise_floors": floors,
             "critical_batch_tokens": critical, "critical_batch_se": critical_se, "groups": out}
 
 
@@ -158,12 +167,13 @@ def _spread(values: list) -> float | None:
     return max(values) / min(values) - 1 if len(values) > 1 else None
 
 
-def _group_summary(key: tuple, runs: list[dict], points: dict, critical: float, base: float, several: bool) -> dict:
+def _group_summary(key: tuple, runs: list[dict], points: dict, critical: float, several: bool, bases: dict) -> dict:
     policy, batch = key
     reached = [r["inflation"] for r in runs if r["inflation"] is not None]
+    ceiling = min(r["steps"] / bases[_base_key(r)] for r in runs)   # the most a run could show
     out = {"label": f"{policy} @ {batch} tokens" if several else policy, "policy": policy, "batch_tokens": batch,
            "runs": len(runs), "reached": len(reached), "measured": statistics.median(reached) if reached else None,
-           "spread": _spread(reached), "ceiling": min(r["steps"] for r in runs) / base}
+           "spread": _spread(reached), "ceiling": ceiling}
     if policy == BASE:
         return {**out, "predicted": 1.0, "predicted_held_out": 1.0, "predicted_gaussian": 1.0}
     measured_errors = [axis_errors(policy, r) for r in runs]
@@ -234,16 +244,11 @@ def summary_table(summary: dict) -> str:
 
 def summary_lines(summary: dict) -> list[str]:
     b, se = summary["critical_batch_tokens"], summary["critical_batch_se"]
-    lines = [f"batch {batch} tokens: target validation loss {summary['targets'][batch]:.4f} (uncompressed, step "
-             f"{summary['target_steps'][batch]}), reached at step {steps:.1f} on average; noise floor "
-             f"{_fmt(_base_floor(summary, batch), '.1%')} (spread of the uncompressed seeds)"
-             for batch, steps in summary["base_steps_to_target"].items()]
+    lines = [f"batch {key} tokens: target validation loss {summary['targets'][key]:.4f} (uncompressed, step "
+             f"{summary['target_steps'][key]}), reached at step {steps:.1f} on average; noise floor "
+             f"{_fmt(summary['noise_floors'].get(key), '.1%')} (spread of the uncompressed seeds)"
+             for key, steps in summary["base_steps_to_target"].items()]
     return lines + [f"fitted critical batch B_crit = {_fmt(b, ',.0f')} tokens (standard error {_fmt(se, ',.0f')})"]
-
-
-def _base_floor(summary: dict, batch: str):
-    return next((g["spread"] for g in summary["groups"] if g["policy"] == BASE and str(g["batch_tokens"]) == batch),
-                None)
 
 
 def report_md(summary: dict) -> str:
@@ -299,7 +304,7 @@ def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int =
 
 def read_campaign(path: str) -> tuple[list[dict], dict]:
     """(rows, summary) of a campaign's folder (``convergence.csv`` and ``convergence.json``)."""
-    kinds = {"seed": int, "steps": int, "batch_tokens": int, "policy": str}
+    kinds = {"seed": int, "steps": int, "batch_tokens": int, "policy": str, "campaign": str}
     try:
         with open(os.path.join(path, "convergence.csv")) as handle:
             rows = [{k: (kinds.get(k, float)(v) if v != "" else None) for k, v in r.items() if k in CSV_FIELDS}
@@ -320,14 +325,14 @@ def refit(paths: list[str], out_dir: str | None = None) -> dict:
     nothing trained: each run's inflation against its own campaign's uncompressed runs, one
     ``B_crit`` for all, each (policy, batch) held out in turn."""
     rows, targets, target_steps, models = [], {}, {}, set()
+    if len(set(paths)) != len(paths):
+        raise InputError("fit", ",".join(paths), "distinct campaign folders")
     for path in paths:
         got, summary = read_campaign(path)
-        batches = {r["batch_tokens"] for r in got}
-        if batches & {r["batch_tokens"] for r in rows}:
-            raise InputError("fit", path, "campaigns of distinct batch sizes (each sets its own target)")
-        rows += got
-        targets.update(summary["targets"])
-        target_steps.update(summary["target_steps"])
+        name = os.path.basename(os.path.normpath(path))
+        rows += [{**r, "campaign": name} for r in got]
+        targets.update({f"{name}: {k}": v for k, v in summary["targets"].items()})
+        target_steps.update({f"{name}: {k}": v for k, v in summary["target_steps"].items()})
         models.add(summary["model"])
     if len(models) > 1:
         raise InputError("fit", ",".join(paths), "campaigns of one model (got " + ", ".join(sorted(models)) + ")")

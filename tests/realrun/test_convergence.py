@@ -90,7 +90,8 @@ def test_refit_reads_campaign_folders(tmp_path):
     got = refit(dirs, str(tmp_path / "all"))
     assert got["summary"]["critical_batch_tokens"] == pytest.approx(truth, rel=1e-3)
     assert load_regime(str(tmp_path / "all" / "convergence.json")).errors == {"dp": {"ef(topk(0.01))+int8": 0.9}}
-    with pytest.raises(InputError, match="distinct batch"):
+    assert set(got["summary"]["targets"]) == {"1000: 1000", "4000: 4000"}      # campaign: batch
+    with pytest.raises(InputError, match="distinct campaign"):
         refit([dirs[0], dirs[0]])
     with pytest.raises(InputError, match="fit"):
         refit([str(tmp_path / "nope")])
