@@ -244,11 +244,17 @@ def summary_table(summary: dict) -> str:
 
 def summary_lines(summary: dict) -> list[str]:
     b, se = summary["critical_batch_tokens"], summary["critical_batch_se"]
-    lines = [f"batch {key} tokens: target validation loss {summary['targets'][key]:.4f} (uncompressed, step "
+    lines = [f"{_where(key)}: target validation loss {summary['targets'][key]:.4f} (uncompressed, step "
              f"{summary['target_steps'][key]}), reached at step {steps:.1f} on average; noise floor "
              f"{_fmt(summary['noise_floors'].get(key), '.1%')} (spread of the uncompressed seeds)"
              for key, steps in summary["base_steps_to_target"].items()]
     return lines + [f"fitted critical batch B_crit = {_fmt(b, ',.0f')} tokens (standard error {_fmt(se, ',.0f')})"]
+
+
+def _where(key: str) -> str:
+    """``_base_key`` in words: ``mbs8 (batch 2048 tokens)``, or ``batch 2048 tokens``."""
+    name, _, batch = key.rpartition(": ")
+    return f"{name} (batch {batch} tokens)" if name else f"batch {batch} tokens"
 
 
 def report_md(summary: dict) -> str:
@@ -331,8 +337,9 @@ def refit(paths: list[str], out_dir: str | None = None) -> dict:
         got, summary = read_campaign(path)
         name = os.path.basename(os.path.normpath(path))
         rows += [{**r, "campaign": name} for r in got]
-        targets.update({f"{name}: {k}": v for k, v in summary["targets"].items()})
-        target_steps.update({f"{name}: {k}": v for k, v in summary["target_steps"].items()})
+        # keyed "batch" by a campaign, "campaign: batch" by a fit: this fit's campaign names
+        targets.update({f"{name}: {k.rpartition(': ')[2]}": v for k, v in summary["targets"].items()})
+        target_steps.update({f"{name}: {k.rpartition(': ')[2]}": v for k, v in summary["target_steps"].items()})
         models.add(summary["model"])
     if len(models) > 1:
         raise InputError("fit", ",".join(paths), "campaigns of one model (got " + ", ".join(sorted(models)) + ")")
