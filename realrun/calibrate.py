@@ -8,7 +8,12 @@
 3. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
    cluster, at ``BANDWIDTHS``, also on 2 of its hosts -> base, alpha and beta of the tier per
    primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.fit),
-   and the CPU each call took (the transport's term).
+   and the CPU each call took (the transport's term). The uncompressed all-to-all (torch's
+   ``all_to_all_single``, what realrun's all-to-all moves) at the same sizes, so the
+   ``alltoall`` primitive is fitted on runs of its own, not only as the part of two-phase's
+   time that its all-gather leaves (on 4 emulated hosts a quick profile fitted 0.78 of the
+   link that way and 0.62 with the all-to-all's own runs; validation's all-to-alls at
+   100 Mbit/s were predicted 14-24% short with the first, -5% to +7% with the second).
 4. On an emulated cluster, compressed all-reduces of ``IN_RUN`` at ``IN_RUN_SIZES``: their
    kernels timed inside the run (the in-run factor) and the seconds beyond wire and kernels
    (the runtime's per-call term, ``runtime.calls``).
@@ -38,7 +43,7 @@ TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trai
 IN_RUN = (("int8", "two_phase"), ("ef(topk(0.01))", "allgather"), ("powersgd(4)", "allgather"),
           ("zfp(rate=8)", "two_phase"))
 IN_RUN_SIZES = (256 * KIB, 1 * MIB, 16 * MIB)
-COMPRESSORS = ("fp16", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
+COMPRESSORS = ("fp16", "fp8", "int8", "sign", "topk(0.01)", "ef(topk(0.01))", "powersgd(4)", "zfp(rate=8)",
                "sz3(abs=1e-3)")
 
 
@@ -62,6 +67,9 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
             config = BenchConfig.grid(op="allreduce", sizes=list(sizes), compressors=["none"],
                                       algorithms=list(CALIBRATED_ALGORITHMS), iters=iters, warmup=1)
             records += runner.collectives(config)
+            _say(f"uncompressed all-to-all on {runner.topology()}: {len(sizes)} sizes")
+            records += runner.collectives(BenchConfig.grid(op="alltoall", sizes=list(sizes), compressors=["none"],
+                                                           iters=iters, warmup=1))
             if runner.emulated and runner.hosts > 2 and not quick:   # a pair of hosts: both ways at once
                 _say(f"uncompressed all-reduce on 2 of its hosts: {len(sizes)} sizes x "
                      f"{len(CALIBRATED_ALGORITHMS)} algorithms")

@@ -86,9 +86,9 @@ def _loop_parsers(sub) -> None:
     cal = _command(sub, "calibrate", "measure what the model needs and fit a calibration profile",
                    "Time every compressor alone and with every host's rank computing at once (one thread each), "
                    "a training step's compute (GEMMs, attention, memory-bound work of --model), "
-                   "and the uncompressed runs of each algorithm at several sizes and, on an emulated cluster, at "
-                   "200 and 500 Mbit/s; fit them with perfmodel calibrate. The profile works with --calibration "
-                   "in every perfmodel command.", LOOP_EPILOG)
+                   "and the uncompressed runs of each algorithm and of the all-to-all at several sizes and, on an "
+                   "emulated cluster, at 200 and 500 Mbit/s; fit them with perfmodel calibrate. The profile works "
+                   "with --calibration in every perfmodel command.", LOOP_EPILOG)
     cal.add_argument("--cluster", default="emu", help="an emulated cluster that is up (its name), or under "
                      "torchrun the topologies cluster the ranks run on")
     cal.add_argument("-o", "--output", required=True, help="the profile (JSON, written atomically)")

@@ -53,9 +53,9 @@ PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))"
          ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase", "recursive_doubling")))
 QUICK_PAIRS = (("none", ("auto",)), ("int8", ("two_phase", "ring")), ("ef(topk(0.01))", ("allgather",)),
                ("powersgd(4)", ("allgather",)), ("zfp(rate=8)", ("two_phase",)))
-# realrun's all-to-all (auto = direct): uncompressed and two calibrated specs (quick: one)
-ALLTOALL_SPECS = ("none", "fp16", "int8")
-QUICK_ALLTOALL_SPECS = ("none", "int8")
+# realrun's all-to-all (auto = direct): uncompressed and calibrated specs, fp8 the MoE dispatch's
+ALLTOALL_SPECS = ("none", "fp16", "fp8", "int8")
+QUICK_ALLTOALL_SPECS = ("none", "fp8", "int8")
 CROSSOVER_SIZE = 8 * MIB
 CROSSOVER_BANDWIDTHS = (100 * MBIT, 1 * GBIT, 3 * GBIT, 10 * GBIT)
 

@@ -293,3 +293,34 @@ def from_fp16_bits(h, out):
                 m <<= 1
                 k += 1
             out[i] = sign | ((113 - k) << 23) | ((m & 0x3FF) << 13)
+
+@njit(cache=True)
+def _f2fp8(u, man, bias, top, over):
+    """float32 bits -> OCP FP8 code (``man`` mantissa bits, exponent ``bias``), nearest, ties
+    to even, as casts.to_fp8: ``top`` is the largest finite code, ``over`` the code of a value
+    rounding past it (e4m3: ``top``, saturation; e5m2: Inf); NaN is 0x7F, unsigned."""
+    a = u & 0x7FFFFFFF
+    sign = (u >> 24) & 0x80
+    if a > 0x7F800000:
+        return 0x7F
+    if a == 0x7F800000:
+        return 0x7F if over == top else sign | over
+    e = a >> 23
+    drop = 23 - man
+    if e >= 128 - bias:              # normal in fp8 (or beyond its range)
+        code = (a >> drop) - ((127 - bias) << man)
+        r, half = a & ((1 << drop) - 1), 1 << (drop - 1)
+    else:                            # fp8 subnormal: the implicit bit shifted in
+        sh = 151 - bias - man - e
+        if sh > 24:                  # at most half the smallest subnormal: (signed) zero
+            return sign
+        m = (a & 0x7FFFFF) | 0x800000
+        code, r, half = m >> sh, m & ((1 << sh) - 1), 1 << (sh - 1)
+    if r > half or (r == half and (code & 1)):
+        code += 1
+    return sign | (over if code > top else code)
+
+@njit(parallel=True, cache=True)
+def to_fp8_bits(bits32, man, bias, top, over, out):
+    for i in prange(bits32.size):
+        out[i] = _f2fp8(np.uint32(bits32[i]), man, bias, top, over)

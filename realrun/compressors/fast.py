@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from functools import partial
 
 import numpy as np
 
@@ -131,7 +132,29 @@ def topk(x: np.ndarray, k: int, idx=None, values=None) -> tuple[np.ndarray, np.n
     return idx, values
 
 
-_CASTS = {"fp16": (fp16_encode, fp16_decode), "bf16": (bf16_encode, bf16_decode)}
+# OCP FP8 formats: mantissa bits, exponent bias, largest finite code, the code a value rounding
+# past it gets (e4m3 has no Inf: it saturates; e5m2 overflows to Inf), as casts.to_fp8
+FP8_FORMATS = {"e4m3": (3, 7, 0x7E, 0x7E), "e5m2": (2, 15, 0x7B, 0x7C)}
+
+
+def fp8_encode(x: np.ndarray, out=None, *, fmt: str) -> np.ndarray:
+    out = _empty(x.size, np.uint8, out)
+    _k().to_fp8_bits(np.ascontiguousarray(x, dtype=np.float32).view(np.uint32), *FP8_FORMATS[fmt], out)
+    return out
+
+
+def fp8_decode(codes: np.ndarray, out=None, *, fmt: str) -> np.ndarray:
+    """FP8 -> float32 through the reference's table of all 256 codes (NaN bits included)."""
+    from realrun.compressors.casts import fp8_table
+
+    out = _empty(codes.size, np.float32, out)
+    _k().lookup(np.ascontiguousarray(codes).view(np.uint8), fp8_table(fmt).view(np.uint32), out.view(np.uint32))
+    return out
+
+
+# cast format -> (encode, decode, code dtype)
+_CASTS = {"fp16": (fp16_encode, fp16_decode, np.uint16), "bf16": (bf16_encode, bf16_decode, np.uint16),
+          **{fmt: (partial(fp8_encode, fmt=fmt), partial(fp8_decode, fmt=fmt), np.uint8) for fmt in FP8_FORMATS}}
 
 
 class NumbaBackend(Backend):
@@ -172,7 +195,8 @@ class NumbaBackend(Backend):
         return out
 
     def cast_encode(self, fmt, x, work):
-        return _CASTS[fmt][0](x, work("codes", len(x), np.uint16))
+        encode, _, dtype = _CASTS[fmt]
+        return encode(x, work("codes", len(x), dtype))
 
     def cast_decode(self, fmt, codes, out):
         return _CASTS[fmt][1](codes, out)

@@ -190,8 +190,61 @@ def test_fp16_decode_covers_every_half():
     assert np.array_equal(got[finite].view(np.uint32), ref[finite].view(np.uint32))
 
 
-@pytest.mark.parametrize("spec", ["fp16", "int8", "int4", "int8(block=7)", "int4(block=100)", "sign",
-                                  "sign(block=13)", "topk(0.01)", "topk(0.2)", "topk(0.9)"])
+def fp8_edges(fmt: str) -> np.ndarray:
+    """Every finite FP8 value of ``fmt``, the midpoints between neighbours (ties) and the float32
+    next to each, both signs; +-0, +-Inf, NaNs of both signs and other payloads, the overflow
+    and saturation edges (e4m3 448 / 464 / 480, e5m2 57344 / 61440 / 65536), float32
+    subnormals and the largest float32."""
+    from realrun.compressors.casts import fp8_table
+
+    table = fp8_table(fmt)
+    grid = np.unique(np.abs(table[np.isfinite(table)]).astype(np.float64))
+    mids = ((grid[1:] + grid[:-1]) / 2).astype(np.float32)
+    beyond = np.array([grid[-1] * 2, grid[1] / 2, grid[1] / 4], np.float32)   # overflow; tie to 0; below it
+    near = np.concatenate([grid.astype(np.float32), mids, np.nextafter(mids, np.float32(np.inf)),
+                           np.nextafter(mids, np.float32(0)), beyond])
+    special = np.array([0.0, np.inf, 448, 464, 480, 57344, 61440, 65536, 1e-45, 1.1754942e-38, 3.4028235e38],
+                       np.float32)
+    nans = np.array([0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0xFFC00000, 0xFF800001], np.uint32).view(np.float32)
+    return np.concatenate([near, -near, special, -special, nans])
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_kernels_match_the_reference_on_edge_values(fmt):
+    """Bytes of every code's value, tie, neighbour, NaN, Inf, saturation and subnormal edge; and
+    the decoded bits of all 256 codes."""
+    from realrun.compressors import casts, fast
+
+    if not fast.AVAILABLE:
+        pytest.skip("numba is not installed")
+    x = fp8_edges(fmt)
+    with np.errstate(invalid="ignore"):
+        ref = casts.to_fp8(x, fmt)
+    assert fast.fp8_encode(x, fmt=fmt).tolist() == ref.tolist()
+    codes = np.arange(256, dtype=np.uint8)
+    got, ref = fast.fp8_decode(codes, fmt=fmt), casts.from_fp8(codes, fmt)
+    assert got.view(np.uint32).tolist() == ref.view(np.uint32).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=hnp.arrays(np.uint32, st.integers(0, 3000)), scale=st.sampled_from([1.0, 2.0**-12, 300.0, 2.0**14]),
+       fmt=st.sampled_from(["e4m3", "e5m2"]))
+def test_fp8_kernels_match_the_reference_on_random_values(bits, scale, fmt):
+    """Any float32 bit pattern (NaN payloads, Inf, subnormals), and gaussians scaled into the
+    subnormal, normal and overflow ranges of each format: the reference's codes, byte for byte."""
+    from realrun.compressors import casts, fast
+
+    if not fast.AVAILABLE:
+        pytest.skip("numba is not installed")
+    gauss = (np.random.default_rng(bits.size).standard_normal(bits.size) * scale).astype(np.float32)
+    for x in (bits.view(np.float32), gauss):
+        with np.errstate(invalid="ignore"):
+            ref = casts.to_fp8(x, fmt)
+        assert fast.fp8_encode(x, fmt=fmt).tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("spec", ["fp16", "fp8", "fp8(format=e5m2)", "int8", "int4", "int8(block=7)",
+                                  "int4(block=100)", "sign", "sign(block=13)", "topk(0.01)", "topk(0.2)", "topk(0.9)"])
 def test_compiled_paths_match_the_numpy_reference(spec, monkeypatch):
     """With numba, the compiled paths produce the reference's bytes (NaN aside: same NaN-ness)."""
     from realrun.compressors import fast

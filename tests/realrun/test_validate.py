@@ -81,7 +81,7 @@ def test_the_grid_covers_the_targets():
     assert {c.bandwidth for c in cases} == {10**8, 10**9}
     assert len({c.compressor for c in cases}) >= 5 and len({c.algorithm for c in cases} - {"auto"}) >= 3
     assert all(c.size_bytes >= MIB for c in cases) and len(grid(4, quick=False)) >= 40
-    for quick, specs in ((True, {"none", "int8"}), (False, {"none", "fp16", "int8"})):   # realrun's all-to-all too
+    for quick, specs in ((True, {"none", "fp8", "int8"}), (False, {"none", "fp16", "fp8", "int8"})):   # the all-to-all
         a2a = [c for c in grid(4, quick=quick) if c.op == "alltoall"]
         assert {c.compressor for c in a2a} == specs and {c.algorithm for c in a2a} == {"auto"}
         assert {(c.hosts, c.bandwidth, c.size_bytes) for c in a2a} == {
@@ -130,6 +130,9 @@ def test_a_small_validate_end_to_end(tmp_path, monkeypatch):
         monkeypatch.setattr("realrun.calibrate.KERNEL_SIZES", (2**20, 2**22))
         monkeypatch.setattr("realrun.calibrate.QUICK_SIZES", (2**16, 2**20, 2**22))
         profile, records = calibrate(runner, ["int8"], quick=True, iters=2)
+        a2a = [r for r in records if r["kind"] == "collective" and r["op"] == "alltoall"]
+        assert {r["compressor"] for r in a2a} == {"none"} and len(a2a) == 3   # the primitive timed itself
+        assert "alltoall@pair" in profile["primitives"]["tcp"]   # 2 hosts: the pair's primitive
         path = tmp_path / "profile.json"
         import json
 
