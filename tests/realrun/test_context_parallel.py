@@ -130,3 +130,19 @@ def test_compressed_ring_sends_fewer_bytes_and_still_learns(tmp_path):
     errors = [r["cp_rel_error"] for r in int8 if r["cp_rel_error"] is not None]
     assert len(errors) == 4 and all(0 < e < AXES["cp"].max_error for e in errors)
     assert int8[-1]["loss"] < int8[0]["loss"] - 1.0
+
+
+@pytest.mark.distributed
+def test_resume_with_context_parallelism_continues_the_same_loss_curve(tmp_path):
+    """Each cp rank's file holds its state; resuming with another cp is refused in one line."""
+    args = ("--cp", "2", "--seq", "64", "--mbs", "2", "--eval-every", "0", "--policy", "cp=int8")
+    whole, _ = _train(tmp_path, "whole", *args, "--steps", "4")
+    ck = tmp_path / "ck"
+    _train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
+    resumed, _ = _train(tmp_path, "part", *args, "--steps", "4", "--checkpoint", str(ck), "--resume")
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
+    proc = subprocess.run([exe, "train", "--model", "gpt-tiny", "--seq", "64", "--mbs", "2",
+                           "--policy", "cp=int8", "--steps", "6", "--checkpoint", str(ck), "--resume"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "cp" in proc.stderr and "Traceback" not in proc.stderr
