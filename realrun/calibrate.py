@@ -38,6 +38,7 @@ QUICK_SIZES = (64 * KIB, 1 * MIB, 4 * MIB)
 BANDWIDTHS = (200 * 10**6, 500 * 10**6)
 KERNEL_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trains (one place)
+TRAIN_MOE_MODEL = "gpt-tiny-moe"          # its expert-parallel plans' model: gpt-tiny, MoE MLPs (4 experts, top-2)
 # compressed all-reduces whose kernels are timed inside the run (the in-run factor of each spec):
 # the algorithms realrun picks for them, at sizes and a bandwidth validation does not use
 IN_RUN = (("int8", "two_phase"), ("ef(topk(0.01))", "allgather"), ("powersgd(4)", "allgather"),

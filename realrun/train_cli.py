@@ -19,12 +19,13 @@ TRAIN_EPILOG = """examples:
 
 def add_parser(sub, command) -> None:
     t = command(sub, "train", "train a small GPT with compressed gradients, for real",
-                "Tensor-, pipeline- and data-parallel training (and ZeRO-1) of a GPT built from a perfmodel "
-                "model description (catalog name or TOML file) on the Python standard library's source (bytes): "
-                "every TP all-reduce, pipeline transfer, gradient bucket and parameter gather goes through "
-                "realrun.comm under the policy's tp, pp, dp and zero specs. Starts tp x pp x dp local ranks, or "
-                "runs as the ranks of torchrun / realrun cluster run. One JSON line per step (--metrics): "
-                "loss, phase seconds, payload bytes and measured error per axis.",
+                "Tensor-, context-, pipeline-, expert- and data-parallel training (and ZeRO-1) of a GPT built "
+                "from a perfmodel model description (catalog name or TOML file) on the Python standard "
+                "library's source (bytes): every TP all-reduce, K/V ring step, expert all-to-all, pipeline "
+                "transfer, gradient bucket and parameter gather goes through realrun.comm under the policy's "
+                "tp, cp, ep, pp, dp and zero specs. Starts tp x cp x pp x dp local ranks, or runs as the ranks "
+                "of torchrun / realrun cluster run. One JSON line per step (--metrics): loss, phase seconds, "
+                "payload bytes and measured error per axis.",
                 TRAIN_EPILOG)
     t.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
     t.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas (default 1)")
@@ -36,6 +37,10 @@ def add_parser(sub, command) -> None:
     t.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks (default 1): a mixture-of-experts "
                    "model's routed experts sharded over ep ranks of each dp group (ep divides dp and num_experts), "
                    "tokens dispatched and combined by all-to-alls under the policy's ep and ep_combine specs")
+    t.add_argument("--cp", type=positive_int, default=1, help="context-parallel ranks per replica (default 1): every "
+                   "sequence cut into 2 cp chunks, rank i keeps chunks i and 2cp-1-i; ring attention passes K/V "
+                   "(backward also their gradients) under the policy's cp spec; tp x cp x pp x dp ranks in all "
+                   "(here with tp = pp = ep = 1, zero 0)")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
                    "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
     t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
@@ -77,8 +82,8 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, schedule=args.schedule,
-                      zero=args.zero, mbs=args.mbs, gbs=args.gbs,
+    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, cp=args.cp,
+                      schedule=args.schedule, zero=args.zero, mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
                       op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
@@ -93,7 +98,7 @@ def run_train(args) -> None:
         check_writable(os.path.join(folder, "latest") if os.path.isdir(folder) else folder, "checkpoint")
     for axis in cfg.idle_axes():
         print(f"realrun train: policy axis {axis} has no traffic in this plan (tp={cfg.tp}, pp={cfg.pp}, "
-              f"dp={cfg.dp}, ep={cfg.ep}, zero={cfg.zero})",
+              f"dp={cfg.dp}, ep={cfg.ep}, cp={cfg.cp}, zero={cfg.zero})",
               file=sys.stderr)
     records = run_training(cfg)
     if not records:   # ranks other than 0 of a launch
@@ -104,7 +109,7 @@ def run_train(args) -> None:
     if args.json:
         print(json.dumps(s, indent=1))
         return
-    ep = f" ep={cfg.ep}" if cfg.ep > 1 else ""
+    ep = (f" ep={cfg.ep}" if cfg.ep > 1 else "") + (f" cp={cfg.cp}" if cfg.cp > 1 else "")
     print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp}{ep} zero={cfg.zero} "
           f"mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))

@@ -19,9 +19,14 @@ validation loss and time to target are the first run's (runs are deterministic: 
 losses in every run); measured relative errors are the median over all runs' steps.
 
 Phases compared (predicted <- measured): compute (forward + backward), tp, pp (send/recv with
-its wait <- pp comm + bubble), dp (exposed gradient reduction and parameter gather, with their
-kernels, as perfmodel prices them), tp and pp compression kernels, optimizer; each the median
-over the runs of the run's median. Outputs in ``DIR``: ``results_training.csv`` (with
+its wait <- pp comm + bubble), ep (the MoE dispatch and combine all-to-alls), cp (the K/V ring
+of context parallelism), dp (exposed gradient reduction and parameter gather, with their
+kernels, as perfmodel prices them), tp, pp, ep and cp compression kernels, optimizer; each the
+median over the runs of the run's median (ep and cp 0 in plans without them).
+
+Besides the grid's plans, ``--plans`` accepts ``extra_plans``: expert parallelism (``ep2xdpN``,
+the MoE model ``TRAIN_MOE_MODEL``, ep carved from dp as ``realrun train --ep`` does) and
+context parallelism (``cp2xdpN``), each on all the cluster's hosts. Outputs in ``DIR``: ``results_training.csv`` (with
 ``repeats``, ``spread`` and every run's step time, ';'-joined, in ``measured_step_all_s``),
 ``report.md`` (spread per case, starred above 5%, noise floor beside the MAPE),
 ``step_predicted_vs_measured.png`` (the runs' range as error bars), ``loss_curves.png`` (one
@@ -36,10 +41,10 @@ import os
 import re
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfmodel.prediction import predict as predict_step
-from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL
+from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
 from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
                             restored, spread_cell)
 from realrun.train.config import TrainConfig
@@ -53,11 +58,14 @@ POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybri
 QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
 BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
-# predicted phase <- measured phases (record keys of realrun train)
-# (perfmodel prices a dp collective with its kernels, a tp or pp one apart from them)
+# predicted phase <- measured phases (record keys of realrun train; ep_* and cp_* only in plans
+# with them: 0 elsewhere) (perfmodel prices a dp collective with its kernels, the others apart)
 PHASES = {"compute_s": ("forward_s", "backward_s"), "tp_comm_s": ("tp_comm_s",),
-          "pp_comm_s": ("pp_comm_s",), "dp_comm_s": ("dp_comm_s", "dp_kernel_s", "zero_kernel_s"),
-          "compression_s": ("tp_kernel_s", "pp_kernel_s"), "optimizer_s": ("optimizer_s",)}
+          "pp_comm_s": ("pp_comm_s",), "ep_comm_s": ("ep_comm_s",), "cp_comm_s": ("cp_comm_s",),
+          "dp_comm_s": ("dp_comm_s", "dp_kernel_s", "zero_kernel_s"),
+          "compression_s": ("tp_kernel_s", "pp_kernel_s", "ep_kernel_s", "ep_combine_kernel_s", "cp_kernel_s"),
+          "optimizer_s": ("optimizer_s",)}
+NEWER_PHASES = ("ep_comm_s", "cp_comm_s")   # a results file from before them lacks their columns (read as 0)
 
 
 @dataclass(frozen=True)
@@ -68,15 +76,35 @@ class TrainCase:
     zero: int
     policy: str
     bandwidth: int
+    ep: int = 1   # expert parallelism (of dp), on TRAIN_MOE_MODEL
+    cp: int = 1   # context parallelism
+
+    @classmethod
+    def of(cls, layout: tuple, policy: str, bandwidth: int) -> TrainCase:
+        """The case of a layout (tp, pp, dp, zero[, ep, cp]) as ``plans`` and ``extra_plans`` give them."""
+        return cls(*layout[:4], policy, bandwidth, *layout[4:])
+
+    @property
+    def layout(self) -> tuple:
+        return self.tp, self.pp, self.dp, self.zero, self.ep, self.cp
+
+    @property
+    def name(self) -> str:
+        return plan_name(*self.layout)
 
     @property
     def plan(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}" + (f"-zero{self.zero}" if self.zero else "")
+        return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}" + (f"-ep{self.ep}" if self.ep > 1 else "")
+                + (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-zero{self.zero}" if self.zero else ""))
+
+    @property
+    def model(self) -> str:
+        return TRAIN_MOE_MODEL if self.ep > 1 else TRAIN_MODEL
 
     def config(self, steps: int) -> TrainConfig:
-        return TrainConfig(model=TRAIN_MODEL, tp=self.tp, pp=self.pp, dp=self.dp, zero=self.zero, mbs=TRAIN_MBS,
-                           gbs=TRAIN_MBS * self.dp * MICROBATCHES, steps=steps, policy=self.policy,
-                           eval_every=steps, error_every=max(1, steps // 2), device="cpu")
+        return TrainConfig(model=self.model, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, cp=self.cp,
+                           zero=self.zero, mbs=TRAIN_MBS, gbs=TRAIN_MBS * self.dp * MICROBATCHES, steps=steps,
+                           policy=self.policy, eval_every=steps, error_every=max(1, steps // 2), device="cpu")
 
 
 def plans(hosts: int) -> list[tuple[int, int, int, int]]:
@@ -86,32 +114,43 @@ def plans(hosts: int) -> list[tuple[int, int, int, int]]:
     return [p for p in out if p[0] * p[1] * p[2] == hosts and p[2] >= 1 and (p[3] == 0 or p[2] > 1)]
 
 
-def plan_name(tp: int, pp: int, dp: int, zero: int) -> str:
-    """A plan as users write it: ``dp4``, ``tp2xdp2``, ``tp2xpp2``, ``tp2xpp2xdp2``, ``dp4xzero1``."""
-    parts = [f"{axis}{n}" for axis, n in (("tp", tp), ("pp", pp), ("dp", dp)) if n > 1] or ["dp1"]
+def extra_plans(hosts: int) -> list[tuple[int, int, int, int, int, int]]:
+    """(tp, pp, dp, zero, ep, cp) on ``hosts`` ranks that ``--plans`` may name beside the grid's:
+    ep 2 of dp = hosts (the MoE model), cp 2 x dp = hosts / 2."""
+    if hosts % 2:
+        return []
+    return [(1, 1, hosts, 0, 2, 1), (1, 1, hosts // 2, 0, 1, 2)]
+
+
+def plan_name(tp: int, pp: int, dp: int, zero: int, ep: int = 1, cp: int = 1) -> str:
+    """A plan as users write it, its ``realrun train`` flags: ``dp4``, ``tp2xdp2``, ``tp2xpp2``,
+    ``tp2xpp2xdp2``, ``dp4xzero1``, ``cp2xdp2``, ``ep2xdp4`` (ep is carved from dp, as
+    ``--ep`` is: 4 ranks, 2 replicas of each expert half)."""
+    parts = [f"{axis}{n}" for axis, n in (("tp", tp), ("cp", cp), ("ep", ep), ("pp", pp), ("dp", dp))
+             if n > 1] or ["dp1"]
     return "x".join(parts + ([f"zero{zero}"] if zero else []))
 
 
 def select(cases: list[TrainCase], plan_names=None, policies=None) -> list[TrainCase]:
     """The cases of ``plan_names`` (``plan_name`` form) and ``policies`` (None: all); a name that
     selects nothing is an error naming what the grid has."""
-    have = list(dict.fromkeys(plan_name(c.tp, c.pp, c.dp, c.zero) for c in cases))
+    have = list(dict.fromkeys(c.name for c in cases))
     for name in plan_names or ():
         if name not in have:
             raise InputError("plans", name, "plans of this cluster's grid: " + ", ".join(have))
-    out = [c for c in cases if not plan_names or plan_name(c.tp, c.pp, c.dp, c.zero) in plan_names]
+    out = [c for c in cases if not plan_names or c.name in plan_names]
     if policies:
-        out = [TrainCase(c.tp, c.pp, c.dp, c.zero, policy, c.bandwidth)
-               for c in out if c.policy == "none" for policy in policies]
+        out = [replace(c, policy=policy) for c in out if c.policy == "none" for policy in policies]
     return out
 
 
 def grid(hosts: int, quick: bool, plan_names=None, policies=None) -> list[TrainCase]:
     """Every (bandwidth, plan, policy) of the grid on ``hosts`` ranks, optionally only
-    ``plan_names`` and, instead of the grid's policies, ``policies`` (none is kept as the
-    speedups' baseline)."""
+    ``plan_names`` (which may also name ``extra_plans``) and, instead of the grid's policies,
+    ``policies`` (none is kept as the speedups' baseline)."""
     bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
-    cases = [TrainCase(*p, policy, bw) for bw in bandwidths for p in plans(hosts)
+    layouts = plans(hosts) + (extra_plans(hosts) if plan_names else [])
+    cases = [TrainCase.of(p, policy, bw) for bw in bandwidths for p in layouts
              for policy in (QUICK_POLICIES if quick else POLICIES)]
     if policies:
         policies = ["none", *(p for p in policies if p != "none")]
@@ -124,7 +163,8 @@ def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine
     cfg = case.config(steps)
     plan = cfg.plan()
     return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world, tp=plan.tp,
-                        pp=plan.pp, dp=plan.dp, zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs, seq=plan.seq,
+                        pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs,
+                        seq=plan.seq,
                         schedule=plan.schedule, policy=case.policy, compute_dtype=plan.compute_dtype,
                         grad_dtype=plan.grad_dtype, bucket_bytes=plan.bucket_bytes, dp_overlap=plan.dp_overlap,
                         allow_oom=True, calibration=calibration, engine=engine)
@@ -149,7 +189,7 @@ def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS) 
 
 def _median(records: list[dict], key: str) -> float:
     steady = records[WARMUP_STEPS:] or records
-    return statistics.median(r[key] for r in steady)
+    return statistics.median(r.get(key, 0.0) for r in steady)   # ep_* and cp_*: 0 without them
 
 
 def predicted_phases(predicted) -> dict:
@@ -159,6 +199,7 @@ def predicted_phases(predicted) -> dict:
     b, kernels = predicted.breakdown, predicted.kernel_s
     dp_kernels = sum(sum(kernels.get(axis, {}).values()) for axis in ("dp", "zero"))
     return {"compute_s": b["compute_s"], "tp_comm_s": b["tp_comm_s"], "pp_comm_s": b["pp_comm_s"] + b["bubble_s"],
+            "ep_comm_s": b.get("ep_comm_s", 0.0), "cp_comm_s": b.get("cp_comm_s", 0.0),
             "dp_comm_s": b["dp_comm_exposed_s"] + dp_kernels,
             "compression_s": max(0.0, b["compression_s"] - dp_kernels),
             "optimizer_s": b["optimizer_s"] + b["overlap_slowdown_s"]}
@@ -218,7 +259,8 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
     loss-curve picture needs the run itself). No training runs. A file written before repeats
     were recorded counts one run per case, its spread unknown."""
-    stored = read_stored(results_csv, FIELDS, "results_training.csv of realrun validate --training")
+    required = [f for f in FIELDS if f.removeprefix("predicted_").removeprefix("measured_") not in NEWER_PHASES]
+    stored = read_stored(results_csv, required, "results_training.csv of realrun validate --training")
     rows = [_restored_row(m, runner or StoredCluster(), calibration, engine) for m in stored]
     add_speedups(rows)
     summary = summarize(rows)
@@ -229,13 +271,13 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
 
 
 def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict:
-    case = TrainCase(*_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
+    case = TrainCase.of(_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
     predicted = predict(case, runner, calibration, STEPS, engine)
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
            "predicted_step_s": predicted.step_time_s, **restored(m, "measured_step_s")}
     for phase in PHASES:
-        out[f"predicted_{phase}"], out[f"measured_{phase}"] = pred[phase], float(m[f"measured_{phase}"])
+        out[f"predicted_{phase}"], out[f"measured_{phase}"] = pred[phase], float(m.get(f"measured_{phase}") or 0)
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
     out["val_loss"] = _float(m["val_loss"])
     out["stored_time_to_target_s"] = _float(m["time_to_target_s"])
@@ -244,11 +286,13 @@ def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict
     return out
 
 
-def _plan_of(text: str) -> tuple[int, int, int, int]:
-    found = re.fullmatch(r"tp(\d+)-pp(\d+)-dp(\d+)(?:-zero(\d))?", text)
+def _plan_of(text: str) -> tuple[int, int, int, int, int, int]:
+    """(tp, pp, dp, zero, ep, cp) of ``TrainCase.plan``'s text."""
+    found = re.fullmatch(r"tp(\d+)-pp(\d+)-dp(\d+)(?:-ep(\d+))?(?:-cp(\d+))?(?:-zero(\d))?", text)
     if not found:
-        raise InputError("plan", text, "tpT-ppP-dpD[-zeroZ] as validate --training writes it")
-    return int(found[1]), int(found[2]), int(found[3]), int(found[4] or 0)
+        raise InputError("plan", text, "tpT-ppP-dpD[-epE][-cpC][-zeroZ] as validate --training writes it")
+    return (int(found[1]), int(found[2]), int(found[3]), int(found[6] or 0), int(found[4] or 1),
+            int(found[5] or 1))
 
 
 def _float(text: str) -> float | None:

@@ -2,7 +2,7 @@
 from realrun.comm.names import ALGORITHMS
 
 _EXPORTS = ("Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm", "recv",
-            "reduce_scatter", "send")
+            "reduce_scatter", "send", "shift")
 __all__ = ["ALGORITHMS", *_EXPORTS]
 
 

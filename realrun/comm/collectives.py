@@ -16,7 +16,8 @@ The module-level functions (``allreduce(t, "int8")`` ...) use one ``Comm`` per p
 none, fp16 and bf16 run the ordinary all-reduce on the (cast) tensor; sparse specs (top-k,
 rand-k) use ``allgather`` (one compression per value), others ``two_phase`` (two). The
 all-to-all (``alltoall``, expert parallelism's dispatch and combine) runs ``direct``: each chunk
-compressed once at its source, decoded once at its destination.
+compressed once at its source, decoded once at its destination. ``shift`` is one step of a
+ring (to the next rank, from the previous: context parallelism's K/V passes), compressed once.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from realrun.comm.wire import BoundWire, CommStats, Wire
 from topologies.errors import InputError
 
 __all__ = ["ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm",
-           "recv", "reduce_scatter", "send"]
+           "recv", "reduce_scatter", "send", "shift"]
 
 
 class Comm:
@@ -245,6 +246,19 @@ class Comm:
         """Receive from ``src`` (global rank) and decompress into a tensor shaped like ``like``."""
         return self.exchange(None, None, like, src, spec, key, stats)
 
+    def shift(self, tensor: torch.Tensor, spec: str | Codec = "none", key: str = "",
+              stats: CommStats | None = None) -> torch.Tensor:
+        """One ring step: every rank of the group sends ``tensor`` to the next rank (group order,
+        the last to the first) and returns what the previous one sent, shaped as ``tensor``
+        (every rank's the same shape). Both go out at once (``exchange``), so the ring cannot
+        deadlock; context parallelism passes its K/V blocks this way. A group of one returns a
+        copy."""
+        rank, p = world(self.group)
+        if p == 1:
+            return tensor.clone()
+        ranks = list(range(p)) if self.group is None else dist.get_process_group_ranks(self.group)
+        return self.exchange(tensor, ranks[(rank + 1) % p], tensor, ranks[(rank - 1) % p], spec, key, stats)
+
     def exchange(self, tensor: torch.Tensor | None, dst: int | None, like: torch.Tensor | None,
                  src: int | None, spec: str | Codec = "none", key: str = "",
                  stats: CommStats | None = None) -> torch.Tensor | None:
@@ -361,3 +375,8 @@ def send(tensor, spec, dst, group=None, key="", stats=None):
 
 def recv(like, spec, src, group=None, key="", stats=None):
     return default_comm(group).recv(like, spec, src, key, stats)
+
+
+def shift(tensor, spec="none", group=None, key="", stats=None):
+    """``default_comm(group).shift(...)``: one ring step."""
+    return default_comm(group).shift(tensor, spec, key, stats)

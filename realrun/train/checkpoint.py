@@ -31,9 +31,9 @@ from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
 # what must be equal for a checkpoint to continue a run (steps, metrics and evaluation may change)
-IDENTITY = ("model", "dp", "tp", "pp", "ep", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
+IDENTITY = ("model", "dp", "tp", "pp", "ep", "cp", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
             "seed", "bucket_bytes")
-IDENTITY_DEFAULTS = {"ep": 1}   # keys newer than some checkpoints: what a run without them had
+IDENTITY_DEFAULTS = {"ep": 1, "cp": 1}   # keys newer than some checkpoints: what a run without them had
 
 
 def written(folder: str) -> bool:

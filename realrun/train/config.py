@@ -25,15 +25,17 @@ def _int(field: str, value, low: int, high: float = math.inf) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """One training run on ``tp x pp x dp`` ranks (laid out as perfmodel.mesh lays them: tp
-    innermost, then pp, then dp): each data-parallel replica runs ``microbatches`` of ``mbs``
+    """One training run on ``tp x cp x pp x dp`` ranks (laid out as perfmodel.mesh lays them: tp
+    innermost, then cp, then pp, then dp): each data-parallel replica runs ``microbatches`` of ``mbs``
     sequences per step (``gbs = mbs x dp x microbatches``) through its pipeline under
     ``schedule``; ``policy`` compresses the dp axis (gradients), the tp axis (activations and
     their gradients inside a layer), the pp axis (activations and their gradients between
     stages) and the zero axis (parameters gathered after a ZeRO-1 step). A mixture-of-experts
     model's routed experts shard over ``ep`` ranks of each dp group (Megatron-Core's expert
     parallelism: ep divides dp and num_experts), dispatched and combined under the ep and
-    ep_combine specs. ``checkpoint``: a
+    ep_combine specs. Context parallelism (``cp`` ranks per replica, ring attention as perfmodel
+    models it, see ``realrun.train.context_parallel``) splits every sequence over cp ranks, its
+    K/V ring under the cp spec; dense gradients reduce over dp x cp. ``checkpoint``: a
     folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it."""
 
     model: str
@@ -41,6 +43,7 @@ class TrainConfig:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    cp: int = 1
     schedule: str = "1f1b"
     zero: int = 0
     mbs: int = 4
@@ -73,6 +76,8 @@ class TrainConfig:
                              "parallelism)")
         if self.ep > 1 and self.zero:
             raise InputError("ep", self.ep, "1 with zero=1 (ZeRO-1 here shards replicated parameters only)")
+        _int("cp", self.cp, 1, 64)
+        self._check_cp()
         if self.device not in DEVICES:
             raise InputError("device", self.device, " or ".join(DEVICES))
         if self.schedule not in RUN_SCHEDULES:
@@ -108,9 +113,20 @@ class TrainConfig:
         """perfmodel's plan of this run (the stage split and what a prediction of it assumes):
         fp32 compute and gradients, as the CPU run computes."""
         return make_plan(load_model(self.model), self.world, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
-                         zero=self.zero,
+                         cp=self.cp, zero=self.zero,
                          mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
                          compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False)
+
+    def _check_cp(self) -> None:
+        """What context parallelism runs with here (the rest is refused in one line)."""
+        if self.cp == 1:
+            return
+        for field, why in (("tp", "tensor parallelism"), ("pp", "pipeline parallelism"),
+                           ("ep", "expert parallelism (routing capacity and balance loss would see a rank's "
+                                  "chunks, not the sequence)"), ("zero", "ZeRO-1")):
+            if getattr(self, field) != (0 if field == "zero" else 1):
+                raise InputError("cp", self.cp, f"1 with {field}={getattr(self, field)} (realrun runs context "
+                                 f"parallelism without {why})")
 
     @property
     def seq_len(self) -> int:
@@ -126,7 +142,7 @@ class TrainConfig:
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""

@@ -1,4 +1,4 @@
-"""Where a training run's ranks come from: started here (``run_local``: tp x dp local ranks in
+"""Where a training run's ranks come from: started here (``run_local``: tp x cp x pp x dp local ranks in
 their own process groups, a FileStore rendezvous, gloo on loopback, ``threads`` threads each),
 or a launcher's (``run_here``: torchrun, ``realrun cluster run``)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ ENTRY = "realrun.train"   # its __main__: one rank
 
 
 def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
-    """Start ``cfg.world`` (tp x dp) local ranks; return rank 0's records (from ``cfg.metrics`` or a
+    """Start ``cfg.world`` (tp x cp x pp x dp) local ranks; return rank 0's records (from ``cfg.metrics`` or a
     temp file)."""
     with procs.temporary_directory() as tmp:
         metrics = cfg.metrics or os.path.join(tmp, "metrics.jsonl")

@@ -8,7 +8,8 @@ embedding or not). Positions are rotary (RoPE, Su et al. 2021): no parameters, s
 equals ``ModelSpec.params`` exactly (a test checks several shapes). Attention is causal,
 ``torch.nn.functional.scaled_dot_product_attention``, grouped-query where num_kv_heads <
 num_heads. Layers the spec makes mixture-of-experts ones (``ModelSpec.is_moe_layer``) have a
-``realrun.train.moe.MoE`` MLP instead.
+``realrun.train.moe.MoE`` MLP instead. Under context parallelism (``shard_context``) a rank
+holds two chunks of every sequence and attention is ``context_parallel.ring_attention``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from perfmodel.workload import ModelSpec
+from realrun.train.context_parallel import ContextParallel, ring_attention
 from realrun.train.moe import ExpertParallel, MoE
 from realrun.train.tensor_parallel import (TensorParallel, copy_to_group, parallel_cross_entropy,
                                            parallel_embedding, reduce_from_group, shard_cols, shard_rows, vocab_range)
@@ -32,11 +34,15 @@ def _norm(spec: ModelSpec) -> nn.Module:
     return nn.RMSNorm(spec.hidden_size, eps=1e-5)
 
 
-def rope(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
-    """Rotate pairs of channels of ``x`` (batch, heads, seq, dim) by position-dependent angles."""
+def rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = ROPE_BASE) -> torch.Tensor:
+    """Rotate pairs of channels of ``x`` (batch, heads, seq, dim) by position-dependent angles;
+    ``positions``: each token's position in its sequence (default 0 .. seq - 1; a context-parallel
+    rank's tokens are chunks of the sequence, see ``context_parallel``)."""
     seq, dim = x.shape[-2], x.shape[-1]
     inv = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim)
-    angles = torch.arange(seq, dtype=torch.float32, device=x.device)[:, None] * inv[None, :]
+    if positions is None:
+        positions = torch.arange(seq, device=x.device)
+    angles = positions.to(torch.float32)[:, None] * inv[None, :]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
@@ -53,6 +59,7 @@ class Block(nn.Module):
         super().__init__()
         h, kv, bias = spec.hidden_size, spec.kv_dim, spec.biased
         self.spec, self.index, self.tp = spec, index, TensorParallel(1, 0, None, None)
+        self.cp = ContextParallel(1, 0, None)   # the whole sequence here (see GPT.shard_context)
         self.norm1, self.norm2 = _norm(spec), _norm(spec)
         self.qkv = nn.Linear(h, h + 2 * kv, bias=bias)
         self.out = nn.Linear(h, h, bias=False)       # row-parallel: bias added after the reduction
@@ -89,9 +96,13 @@ class Block(nn.Module):
         q = q.view(b, t, heads, s.head_dim).transpose(1, 2)
         k = k.view(b, t, kv_heads, s.head_dim).transpose(1, 2)
         v = v.view(b, t, kv_heads, s.head_dim).transpose(1, 2)
-        if kv_heads != heads:   # grouped-query attention: each KV head serves a group
-            k, v = k.repeat_interleave(heads // kv_heads, dim=1), v.repeat_interleave(heads // kv_heads, dim=1)
-        y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
+        if self.cp.size > 1:   # this rank's chunks of the sequence: K/V round the cp ring
+            at = self.cp.positions(t, device=x.device)
+            y = ring_attention(rope(q, at), rope(k, at), v, self.cp, f"l{self.index}.attn")
+        else:
+            if kv_heads != heads:   # grouped-query attention: each KV head serves a group
+                k, v = k.repeat_interleave(heads // kv_heads, dim=1), v.repeat_interleave(heads // kv_heads, dim=1)
+            y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
         y = y.transpose(1, 2).reshape(b, t, heads * s.head_dim)
         return self._row_parallel(self.out, self.out_bias, y, f"l{self.index}.attn_out")
 
@@ -157,6 +168,13 @@ class GPT(nn.Module):
         for block in self.blocks:
             if block.moe is not None:
                 block.moe.shard(ep)
+        return self
+
+    def shard_context(self, cp: ContextParallel) -> GPT:
+        """Attend as one rank of the context-parallel group ``cp`` (ring attention over its
+        chunks of every sequence; the weights stay whole)."""
+        for block in self.blocks:
+            block.cp = cp
         return self
 
     def expert_parameters(self) -> list[nn.Parameter]:

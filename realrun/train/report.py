@@ -20,7 +20,7 @@ def summary(records: list[dict]) -> dict:
     vals = [r for r in records if r.get("val_loss") is not None]
     out = {"steps": len(records), "first_loss": records[0]["loss"], "final_loss": records[-1]["loss"],
            "final_val_loss": vals[-1]["val_loss"] if vals else None}
-    for key in PHASES + ("ep_comm_s",):   # ep_comm_s: expert parallelism's all-to-alls, where it runs
+    for key in PHASES + ("ep_comm_s", "cp_comm_s"):   # expert parallelism's all-to-alls, cp's ring, where they run
         if key in records[0]:
             out[f"median_{key}"] = statistics.median(r[key] for r in steady)
     for axis in _axes(records[0], "_wire_bytes"):

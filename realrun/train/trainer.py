@@ -27,6 +27,12 @@ token-to-expert assignments its capacity dropped; with expert parallelism (``ep`
 from dp) the ep and ep_combine all-to-alls' seconds (``ep_comm_s``, out of forward and
 backward), kernels, payload bytes and measured errors, and the routed experts' gradients
 reduce over the expert-data-parallel group (dp / ep ranks) instead of dp.
+
+Context parallelism (``realrun.train.context_parallel``, ``cp`` ranks per replica): every rank
+of a cp group reads its replica's batch and keeps its two chunks of each sequence; the K/V
+ring's seconds are ``cp_comm_s`` (out of forward and backward), with its kernels, payload bytes
+and measured error under the cp axis; the loss is the mean over the cp group (the whole
+sequence's) and the dense gradients reduce over dp x cp.
 """
 from __future__ import annotations
 
@@ -48,6 +54,7 @@ from realrun.train import checkpoint, rendezvous
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
 from realrun.train.config import TrainConfig
+from realrun.train.context_parallel import ContextParallel
 from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.model import GPT
 from realrun.train.moe import ExpertParallel
@@ -98,8 +105,8 @@ def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, error
 
 def evaluate(run: Run, model: GPT, vals) -> float:
     """Validation loss of the replica with dp rank 0 (its whole pipeline and TP group run the
-    forward passes; the other replicas wait, or with expert parallelism run the same batches
-    beside it); every rank gets the value."""
+    forward passes, with its cp ranks; the other replicas wait, or with expert parallelism run
+    the same batches beside it); every rank gets the value."""
     value = 0.0
     if run.dp_rank == 0 or run.ep.size > 1:   # an ep group's ranks hold one replica's experts together
         model.eval()
@@ -107,17 +114,19 @@ def evaluate(run: Run, model: GPT, vals) -> float:
             loss = run.pipe.run(model, vals, run.hidden_shape, backward=False).loss_sum
         model.train()
         value = loss if run.dp_rank == 0 else 0.0
-        run.tp.take()   # evaluation's reductions and routing are not the next step's
+        run.tp.take()   # evaluation's reductions, routing and ring are not the next step's
         run.ep.take()
+        run.cp.take()
     return _last_stage_mean(value, run, replicas=1)
 
 
 def _last_stage_mean(value: float, run: Run, replicas: int) -> float:
     """The mean over ``replicas`` of a value only the last pipeline stage holds (each of its TP
-    ranks holds the same), known to every rank."""
+    ranks holds the same; each of its cp ranks its tokens' mean, as many tokens each), known to
+    every rank."""
     t = torch.tensor([value if run.pipe.last else 0.0], dtype=torch.float64, device=run.device)
     dist.all_reduce(t)
-    return float(t) / (replicas * run.tp.size)
+    return float(t) / (replicas * run.tp.size * run.cp.size)
 
 
 class Metrics:
@@ -165,27 +174,32 @@ def _busiest(times: dict, device) -> dict:
 def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
     start = now(run.device)
     model.zero_grad(set_to_none=False)
-    # microbatch m of this replica: every rank of its TP group and pipeline reads the same
-    batches = [train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank, rows=cfg.mbs,
-                           seq=cfg.seq_len) for m in range(cfg.microbatches)]
+    # microbatch m of this replica: every rank of its TP group, cp group and pipeline reads the
+    # same; a cp rank keeps its chunks of each sequence
+    batches = [run.cp.local(train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank,
+                                        rows=cfg.mbs, seq=cfg.seq_len)) for m in range(cfg.microbatches)]
     measure = cfg.error_every > 0 and step % cfg.error_every == 0
     run.tp.error = RelativeError() if measure and cfg.tp > 1 else None
     run.ep.error = {"ep": RelativeError(), "ep_combine": RelativeError()} if measure and cfg.ep > 1 else None
+    run.cp.error = RelativeError() if measure and cfg.cp > 1 else None
     pipe = run.pipe.run(model, batches, run.hidden_shape, measure=measure)
     tp_error, run.tp.error = run.tp.error, None
     ep_error, run.ep.error = run.ep.error or {}, None
+    cp_error, run.cp.error = run.cp.error, None
     tp_fwd, tp_bwd, tp_stats = run.tp.take()
     ep_fwd, ep_bwd, ep_stats, routed, dropped = run.ep.take()
+    cp_fwd, cp_bwd, cp_stats = run.cp.take()
+    replicas = cfg.dp * cfg.cp   # ranks that hold the same dense weights
     stats, zero_stats = CommStats(), CommStats()
     t = now(run.device)
     run.sync_embedding(model, stats)
-    dp_error = RelativeError() if measure and cfg.dp > 1 else None
+    dp_error = RelativeError() if measure and replicas > 1 else None
     if run.zero is not None:   # reduce-scatter, sharded update, all-gather
         optim = run.zero.step(stats, zero_stats, dp_error)
         sync = now(run.device) - t - optim
     else:
-        if cfg.dp > 1:
-            sync_gradients(run.buckets, run.dp_comm, run.dp_axis, cfg.dp, stats, dp_error)
+        if replicas > 1:
+            sync_gradients(run.buckets, run.dp_comm, run.dp_axis, replicas, stats, dp_error)
         run.sync_expert_gradients(cfg.dp, stats, dp_error)
         sync = now(run.device) - t
         t = now(run.device)
@@ -195,13 +209,17 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
                 "zero": (zero_stats, None)}   # perfmodel.axes names; zero: its error is not measured
     if cfg.ep > 1:
         measured.update({axis: (ep_stats[axis], ep_error.get(axis)) for axis in ("ep", "ep_combine")})
+    if cfg.cp > 1:
+        measured["cp"] = (cp_stats, cp_error)
     kernels = {axis: st.compress_s + st.decompress_s for axis, (st, _) in measured.items()}
-    times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd - ep_fwd,
-                              pipe.backward_s - tp_bwd - ep_bwd,
+    times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd - ep_fwd - cp_fwd,
+                              pipe.backward_s - tp_bwd - ep_bwd - cp_bwd,
                               max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
                               max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim)))
     if cfg.ep > 1:
         times["ep_comm_s"] = max(0.0, ep_fwd + ep_bwd - kernels["ep"] - kernels["ep_combine"])
+    if cfg.cp > 1:
+        times["cp_comm_s"] = max(0.0, cp_fwd + cp_bwd - kernels["cp"])
     times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
     moe = {"moe_dropped": _dropped_fraction(routed, dropped, run.device)} if model.spec.is_moe else {}
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
@@ -238,7 +256,7 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
     rendezvous.init_process_group("nccl" if device.type == "cuda" else "gloo", rank, world, cfg.op_timeout_s, store)
     try:
         if world != cfg.world:
-            raise InputError("dp", cfg.dp, f"tp x pp x dp = the number of ranks ({world})")
+            raise InputError("dp", cfg.dp, f"tp x cp x pp x dp = the number of ranks ({world})")
         records = _train(cfg, rank, device)
         dist.barrier()   # every rank done before any tears its connections down
         return records
@@ -247,14 +265,15 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
 
 
 class Run:
-    """This rank's place in the mesh (perfmodel's layout: tp innermost, then pp, then dp), its
+    """This rank's place in the mesh (perfmodel's layout: tp innermost, then cp, ep, pp, dp), its
     stage of the model, and the state its collectives keep."""
 
     def __init__(self, cfg: TrainConfig, rank: int, model: GPT, device: torch.device):
         self.device = device
-        mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"), ep=cfg.ep)
+        mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"), cp=cfg.cp, ep=cfg.ep)
         coords = mesh.coords(rank)
-        self.dp_rank, stage = mesh.group_of("dp", rank).index(rank), coords["pp"]   # the data it reads
+        # the replica whose data it reads (its dp group also holds its cp ranks, innermost)
+        self.dp_rank, stage = mesh.group_of("dp", rank).index(rank) // cfg.cp, coords["pp"]
         policy = parse_policy(cfg.policy)
         wait_s = cfg.op_timeout_s   # every group's, every Comm's: a dead peer ends the run, never hangs it
         tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank, wait_s)[0] for axis in ("tp", "pp", "dp"))
@@ -262,14 +281,15 @@ class Run:
                                  policy.axis("tp"))
         self.ep, self.edp_comm = _expert_parallel(cfg, mesh, rank, policy)
         self.ep.aux_scale = 1.0 / cfg.microbatches   # as the pipeline scales each micro-batch's loss
+        self.cp = _context_parallel(cfg, mesh, rank, policy)
         layers = cfg.plan().stage_layers(model.spec.num_layers)
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
-        model.shard(self.tp).shard_experts(self.ep).to(device)
+        model.shard(self.tp).shard_experts(self.ep).shard_context(self.cp).to(device)
         line = mesh.group_of("pp", rank)
         self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, wait_s), policy.axis("pp"),
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
                              device)
-        self.hidden_shape = (cfg.mbs, cfg.seq_len, model.spec.hidden_size)
+        self.hidden_shape = (cfg.mbs, cfg.seq_len // cfg.cp, model.spec.hidden_size)
         self.embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
         self.dp_comm, self.dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
         experts = model.expert_parameters() if cfg.ep > 1 else []   # sharded: reduced over edp, not dp
@@ -284,7 +304,7 @@ class Run:
     def comms(self) -> dict:
         """{name: Comm} of every collective this rank runs (their compressor state is checkpointed)."""
         named = {"tp": self.tp.comm, "pp": self.pipe.comm, "embedding": self.embed_comm, "dp": self.dp_comm,
-                 "ep": self.ep.comm, "edp": self.edp_comm}
+                 "ep": self.ep.comm, "edp": self.edp_comm, "cp": self.cp.comm}
         return {name: comm for name, comm in named.items() if comm is not None}
 
     def sync_embedding(self, model: GPT, stats: CommStats) -> None:
@@ -323,6 +343,14 @@ def _expert_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> tuple[E
     return ep, Comm(edp_group, wait_s) if cfg.dp // cfg.ep > 1 else None
 
 
+def _context_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> ContextParallel:
+    """This rank's cp group: its ring (a Comm over the group) under the policy's cp spec."""
+    if cfg.cp == 1:
+        return ContextParallel(1, 0, None)
+    group = _my_group(mesh.groups["cp"], rank, cfg.op_timeout_s)[0]
+    return ContextParallel(cfg.cp, mesh.coords(rank)["cp"], Comm(group, cfg.op_timeout_s), policy.axis("cp"))
+
+
 def _embedding_comm(mesh: Mesh, rank: int, timeout_s: float) -> Comm | None:
     """Collectives between the first and last stage of this rank's pipeline (tied embeddings);
     None on the stages between."""
@@ -353,7 +381,7 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
     first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt, device, run.comms()) if cfg.resume else 0
     corpus = load_corpus()
-    vals = val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)
+    vals = [run.cp.local(b) for b in val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)]
     metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)
     bar = _progress(cfg.steps, first) if rank == 0 else None
     try:

@@ -188,14 +188,15 @@ def test_every_case_is_run_repeats_times_round_robin(tmp_path):
 
 
 def test_an_old_stored_run_without_repeats_is_predicted_again(tmp_path):
-    """A results_training.csv written before repeats: one run each, spread unknown, said so."""
+    """A results_training.csv written before repeats (and before the ep and cp phases): one run
+    each, spread unknown, said so."""
     rows = [row(c, _predicted(0.5, 0.3), [_records(0.55, 0.35, LOSSES)]) for c in CASES]
     add_speedups(rows)
     write_outputs(str(tmp_path), rows, summarize(rows))
     with open(tmp_path / "results_training.csv") as handle:
         stored = list(csv.DictReader(handle))
     with open(tmp_path / "old.csv", "w", newline="") as handle:
-        fields = [f for f in stored[0] if f not in REPEAT_FIELDS]
+        fields = [f for f in stored[0] if f not in REPEAT_FIELDS and not f.endswith(("ep_comm_s", "cp_comm_s"))]
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(stored)
@@ -205,6 +206,44 @@ def test_an_old_stored_run_without_repeats_is_predicted_again(tmp_path):
     with open(tmp_path / "again" / "results_training.csv") as handle:
         again = list(csv.DictReader(handle))
     assert [(r["repeats"], r["spread"], r["measured_step_all_s"]) for r in again] == [("1", "", "0.55")] * 2
+
+
+def test_expert_and_context_parallel_plans_run_only_where_named():
+    """ep2xdp4 (gpt-tiny-moe, ep carved from dp) and cp2xdp2 on 4 hosts: not in the grid unless
+    --plans names them; their configs are what realrun train --ep / --cp runs; the CSV's plan
+    text reads back."""
+    from realrun.validate_training import _plan_of, extra_plans, plan_name
+
+    assert [plan_name(*p) for p in extra_plans(4)] == ["ep2xdp4", "cp2xdp2"] and extra_plans(3) == []
+    assert all(c.ep == c.cp == 1 for c in grid(4, quick=False))
+    both = grid(4, quick=True, plan_names=["ep2xdp4", "cp2xdp2"], policies=["naive:int8"])
+    assert [(c.name, c.policy) for c in both] == [("ep2xdp4", "none"), ("ep2xdp4", "naive:int8"),
+                                                  ("cp2xdp2", "none"), ("cp2xdp2", "naive:int8")]
+    ep, cp = (c.config(5) for c in both[::2])
+    assert (ep.model, ep.ep, ep.dp, ep.world, ep.microbatches) == ("gpt-tiny-moe", 2, 4, 4, 2)
+    assert (cp.model, cp.cp, cp.dp, cp.world, cp.plan().cp, cp.global_batch) == ("gpt-tiny", 2, 2, 4, 2, 16)
+    for c in both + grid(4, quick=True):
+        assert _plan_of(c.plan) == c.layout
+    assert both[2].plan == "tp1-pp1-dp2-cp2" and both[0].plan == "tp1-pp1-dp4-ep2"
+    with pytest.raises(InputError, match="plans='ep2xdp2'.*ep2xdp4, cp2xdp2"):
+        grid(4, quick=True, plan_names=["ep2xdp2"])
+
+
+def test_perfmodel_predicts_the_all_to_alls_and_the_ring_and_rows_compare_them():
+    """The prediction side without a cluster: perfmodel's ep and cp phases of the run's own plan
+    (nonzero only where the plan has the axis), against the records' ep_comm_s and cp_comm_s,
+    their kernels in the compression phase."""
+    from realrun.validate_training import predict
+
+    cases = grid(4, quick=True, plan_names=["dp4", "ep2xdp4", "cp2xdp2"], policies=["none"])
+    got = {c.name: predicted_phases(predict(c, StoredCluster(), None, 5)) for c in cases}
+    assert got["ep2xdp4"]["ep_comm_s"] > 0 and got["ep2xdp4"]["cp_comm_s"] == 0
+    assert got["cp2xdp2"]["cp_comm_s"] > 0 and got["cp2xdp2"]["ep_comm_s"] == 0
+    assert got["dp4"]["ep_comm_s"] == got["dp4"]["cp_comm_s"] == 0
+    records = [dict(r, cp_comm_s=0.07, cp_kernel_s=0.01) for r in _records(0.5, 0.3, LOSSES)]
+    r = row(cases[2], _predicted(0.5, 0.3), [records])
+    assert r["measured_cp_comm_s"] == pytest.approx(0.07) and r["measured_compression_s"] == pytest.approx(0.01)
+    assert r["measured_ep_comm_s"] == 0 and r["predicted_cp_comm_s"] == 0   # _predicted's breakdown has none
 
 
 def test_the_step_picture_draws_each_cases_runs_as_error_bars(tmp_path, error_bars):
