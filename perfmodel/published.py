@@ -124,9 +124,20 @@ def _model_toml(hidden: int, layers: int, heads: int, vocab: int, seq: int) -> s
     text = (f"hidden_size = {hidden}\nnum_layers = {layers}\nnum_heads = {heads}\nnum_kv_heads = {heads}\n"
             f"ffn_hidden_size = {4 * hidden}\nvocab_size = {vocab}\nseq_len = {seq}\nactivation = \"gelu\"\n"
             "norm = \"layernorm\"\ntied_embeddings = true\n")
-    path = Path(tempfile.mkdtemp(prefix="perfmodel-published-")) / f"gpt-h{hidden}-l{layers}.toml"
+    path = _toml_folder() / f"gpt-h{hidden}-l{layers}-a{heads}-v{vocab}-s{seq}.toml"
     path.write_text(text)
     return str(path)
+
+
+_FOLDER: list = []   # [TemporaryDirectory]: one per process, removed when the process exits
+
+
+def _toml_folder() -> Path:
+    """The folder the rows' model TOMLs are written to (one per process, not one per model: a
+    folder per model was left behind in the temp directory by every run)."""
+    if not _FOLDER:
+        _FOLDER.append(tempfile.TemporaryDirectory(prefix="perfmodel-published-"))
+    return Path(_FOLDER[0].name)
 
 
 def _training_row(source: Source, row: dict) -> RowResult:

@@ -1,6 +1,7 @@
 """The published-measurements suite (perfmodel.published, `perfmodel validate --published`)."""
 import csv
 import json
+import os
 
 import pytest
 
@@ -104,3 +105,10 @@ def test_cli_check_bounds_fails_above_a_bound(cli, tmp_path, published):
     proc = cli("perfmodel", "validate", "--published", "mleng-h200-nvlink", "--dir", str(tmp_path),
                "--check-bounds", check_rc=1)
     assert "above its bound 1.0%" in proc.stderr
+
+
+def test_the_rows_models_share_one_temporary_folder():
+    a = pub._model_toml(1024, 2, 8, 50257, 512)
+    b = pub._model_toml(2048, 2, 16, 50257, 512)
+    assert os.path.dirname(a) == os.path.dirname(b) == str(pub._toml_folder())
+    assert os.path.basename(a) != os.path.basename(b)
