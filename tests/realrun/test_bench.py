@@ -151,5 +151,8 @@ def test_calibrate_and_validate_run_under_torchrun(tmp_path):
 
     with open(tmp_path / "val" / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 12 + 4 and [r["op"] for r in rows].count("alltoall") == 4
+    from realrun.validate import QUICK_ALLTOALL_SPECS
+
+    alltoalls = 2 * len(QUICK_ALLTOALL_SPECS)   # the quick grid's two sizes, each all-to-all spec
+    assert len(rows) == 12 + alltoalls and [r["op"] for r in rows].count("alltoall") == alltoalls
     assert {r["bandwidth"] for r in rows} == {"0"}   # the cluster's own links
