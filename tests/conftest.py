@@ -79,3 +79,19 @@ def error_bars(monkeypatch):
 
     monkeypatch.setattr(Axes, "errorbar", errorbar)
     return drawn
+
+
+def assert_same_losses(runs: list[dict], reference: list[dict], rel: float) -> None:
+    """Two training runs' step records: the same steps, losses and validation losses to ``rel``
+    (validated on the same steps)."""
+    assert len(runs) == len(reference)
+    for a, b in zip(runs, reference):
+        assert a["loss"] == pytest.approx(b["loss"], rel=rel)
+        assert (a["val_loss"] is None) == (b["val_loss"] is None)
+        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=rel)
+
+
+@pytest.fixture
+def same_losses():
+    """``assert_same_losses``: parallel runs against the single-rank run they must reproduce."""
+    return assert_same_losses

@@ -78,17 +78,14 @@ def ring_bytes(model: str, cp: int, seq: int, mbs: int, microbatches: int = 1) -
 
 
 @pytest.mark.distributed
-def test_context_parallel_reproduces_one_rank(tmp_path):
+def test_context_parallel_reproduces_one_rank(tmp_path, same_losses):
     """cp=2: each rank holds a quarter and the last quarter of every sequence, K/V round the
     ring; with policy none the losses and validation losses equal one rank's."""
     args = ("--seq", "64", "--mbs", "4", "--steps", "10", "--eval-every", "5")
     two, proc = _train(tmp_path, "cp2", "--cp", "2", *args)
     one, _ = _train(tmp_path, "cp1", *args)
-    assert len(two) == len(one) == 10
-    for a, b in zip(two, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
-        assert (a["val_loss"] is None) == (b["val_loss"] is None)
-        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    assert len(one) == 10
+    same_losses(two, one, rel=1e-4)
     assert sum(r["val_loss"] is not None for r in two) == 3   # steps 0, 5 and 9
     assert all(r["cp_wire_bytes"] == ring_bytes("gpt-tiny", 2, 64, 4) for r in two) and "cp_wire_bytes" not in one[0]
     assert two[0]["cp_rel_error"] == 0.0 and two[0]["cp_comm_s"] > 0 and "cp=2" in proc.stdout
@@ -96,18 +93,16 @@ def test_context_parallel_reproduces_one_rank(tmp_path):
 
 
 @pytest.mark.distributed
-def test_context_and_data_parallel_together_reproduce_one_rank(tmp_path):
+def test_context_and_data_parallel_together_reproduce_one_rank(tmp_path, same_losses):
     """cp=2 x dp=2 (4 ranks; each replica one microbatch) against one rank with both microbatches."""
     args = ("--seq", "64", "--mbs", "2", "--gbs", "4", "--steps", "4", "--eval-every", "3")
     four, _ = _train(tmp_path, "cp2dp2", "--cp", "2", "--dp", "2", *args)
     one, _ = _train(tmp_path, "one", *args)
-    for a, b in zip(four, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
-        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    same_losses(four, one, rel=1e-4)
 
 
 @pytest.mark.distributed
-def test_a_longer_ring_with_grouped_query_attention_reproduces_one_rank(tmp_path):
+def test_a_longer_ring_with_grouped_query_attention_reproduces_one_rank(tmp_path, same_losses):
     """cp=3 (the dK/dV accumulator travels two steps behind its block) on a GQA swiglu model
     (K/V travel at 2 heads, repeated for 4 query heads where attention computes)."""
     toml = tmp_path / "gqa.toml"
@@ -115,9 +110,7 @@ def test_a_longer_ring_with_grouped_query_attention_reproduces_one_rank(tmp_path
     args = ("--seq", "60", "--mbs", "2", "--steps", "4", "--eval-every", "3")
     three, _ = _train(tmp_path, "cp3", "--cp", "3", *args, model=str(toml))
     one, _ = _train(tmp_path, "one", *args, model=str(toml))
-    for a, b in zip(three, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
-        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    same_losses(three, one, rel=1e-4)
     assert three[0]["cp_wire_bytes"] == ring_bytes(str(toml), 3, 60, 2)
 
 

@@ -177,3 +177,11 @@ def test_the_catalog_regime_is_the_fit_of_the_committed_campaigns():
         assert abs(g["predicted"] / g["measured"] - 1) < 0.45
     g = by["dp=ef(powersgd(rank=4)) @ 2048 tokens"]
     assert abs(g["predicted_held_out"] / g["measured"] - 1) < 0.10
+
+
+def test_the_contraction_of_values_near_the_float32_limit_is_finite():
+    from realrun.compressors.compressor import _energy
+
+    x = np.full(1000, 3e38, dtype=np.float32)
+    assert _energy(x) == pytest.approx(1000 * 3e38 ** 2, rel=1e-6)
+    assert _energy(np.array([np.inf, 1.0], dtype=np.float32)) == math.inf

@@ -90,29 +90,27 @@ def _train(tmp_path, name, *args):
 
 
 @pytest.mark.distributed
-def test_data_parallel_through_realrun_comm_reproduces_one_rank(tmp_path):
+def test_data_parallel_through_realrun_comm_reproduces_one_rank(tmp_path, same_losses):
     """dp=2 (one microbatch each) and dp=1 (both microbatches) read the same global batch; with
     policy none the losses agree to float rounding."""
     two, proc = _train(tmp_path, "two", "--dp", "2", "--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
     one, _ = _train(tmp_path, "one", "--dp", "1", "--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
-    for a, b in zip(two, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    same_losses(two, one, rel=1e-5)
     assert "loss first -> final" in proc.stdout and two[0]["dp_rel_error"] == 0.0
 
 
 @pytest.mark.distributed
-def test_tensor_parallel_reproduces_one_rank(tmp_path):
+def test_tensor_parallel_reproduces_one_rank(tmp_path, same_losses):
     """Megatron's column/row split over 2 ranks, every reduction through realrun.comm (none):
     the same losses as the unsplit model."""
     two, proc = _train(tmp_path, "tp2", "--tp", "2", "--mbs", "4", "--steps", "4", "--eval-every", "0")
     one, _ = _train(tmp_path, "tp1", "--mbs", "4", "--steps", "4", "--eval-every", "0")
-    for a, b in zip(two, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    same_losses(two, one, rel=1e-5)
     assert two[-1]["tp_wire_bytes"] > 0 and one[-1]["tp_wire_bytes"] == 0
 
 
 @pytest.mark.distributed
-def test_vocabulary_parallel_swiglu_untied_model_reproduces_one_rank(tmp_path):
+def test_vocabulary_parallel_swiglu_untied_model_reproduces_one_rank(tmp_path, same_losses):
     """tp=2 with an untied head, SwiGLU and RMSNorm: embedding rows, head rows and the loss split
     by vocabulary (Megatron's vocab-parallel embedding and cross entropy) give the unsplit losses."""
     toml = tmp_path / "m.toml"
@@ -122,19 +120,16 @@ def test_vocabulary_parallel_swiglu_untied_model_reproduces_one_rank(tmp_path):
     args = ("--model", str(toml), "--mbs", "4", "--steps", "3", "--eval-every", "2")
     two, _ = _train(tmp_path, "v2", "--tp", "2", *args)
     one, _ = _train(tmp_path, "v1", *args)
-    for a, b in zip(two, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+    same_losses(two, one, rel=1e-5)
 
 
 @pytest.mark.distributed
-def test_zero1_reproduces_the_unsharded_step_and_compresses_both_axes(tmp_path):
+def test_zero1_reproduces_the_unsharded_step_and_compresses_both_axes(tmp_path, same_losses):
     """Optimizer state sharded over dp=2 (reduce-scatter, shard update, all-gather): with none
     the same losses as the unsharded run; with a zero spec the parameter all-gather shrinks."""
     sharded, _ = _train(tmp_path, "z1", "--dp", "2", "--zero", "1", "--mbs", "4", "--steps", "4", "--eval-every", "0")
     plain, _ = _train(tmp_path, "z0", "--dp", "2", "--mbs", "4", "--steps", "4", "--eval-every", "0")
-    for a, b in zip(sharded, plain):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    same_losses(sharded, plain, rel=1e-5)
     assert sharded[-1]["zero_wire_bytes"] > 0 and plain[-1]["zero_wire_bytes"] == 0
     lossy, proc = _train(tmp_path, "z1q", "--dp", "2", "--zero", "1", "--mbs", "4", "--steps", "20",
                          "--policy", "dp=int8,zero=fp16", "--error-every", "5")
@@ -210,17 +205,14 @@ def test_pipeline_schedules_order_every_microbatch(stages, m):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
-def test_pipeline_parallel_reproduces_one_rank(tmp_path, schedule):
+def test_pipeline_parallel_reproduces_one_rank(tmp_path, schedule, same_losses):
     """Two stages (one layer each; the tied embedding's two copies summed between first and last
     stage), two microbatches, every send/recv through realrun.comm (none): the losses and
     validation losses of the unsplit model."""
     args = ("--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "3")
     two, _ = _train(tmp_path, f"pp2{schedule}", "--pp", "2", "--schedule", schedule, *args)
     one, _ = _train(tmp_path, "pp1", *args)
-    for a, b in zip(two, one):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-        assert (a["val_loss"] is None) == (b["val_loss"] is None)
-        assert a["val_loss"] is None or a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+    same_losses(two, one, rel=1e-5)
     assert two[-1]["pp_wire_bytes"] == 2 * 4 * 64 * 128 * 4 and one[-1]["pp_wire_bytes"] == 0
 
 
