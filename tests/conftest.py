@@ -95,3 +95,19 @@ def assert_same_losses(runs: list[dict], reference: list[dict], rel: float) -> N
 def same_losses():
     """``assert_same_losses``: parallel runs against the single-rank run they must reproduce."""
     return assert_same_losses
+
+
+def assert_resume_continues(train, tmp_path, args: tuple):
+    """``train(tmp_path, name, *args)`` for 4 steps, and for 2 with a checkpoint then resumed to
+    4: the resumed run's losses are the uninterrupted run's exactly. Returns the checkpoint folder."""
+    whole, _ = train(tmp_path, "whole", *args, "--steps", "4")
+    ck = tmp_path / "ck"
+    train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
+    resumed, _ = train(tmp_path, "part", *args, "--steps", "4", "--checkpoint", str(ck), "--resume")
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    return ck
+
+
+@pytest.fixture
+def resume_continues():
+    return assert_resume_continues

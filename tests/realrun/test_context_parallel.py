@@ -126,14 +126,10 @@ def test_compressed_ring_sends_fewer_bytes_and_still_learns(tmp_path):
 
 
 @pytest.mark.distributed
-def test_resume_with_context_parallelism_continues_the_same_loss_curve(tmp_path):
+def test_resume_with_context_parallelism_continues_the_same_loss_curve(tmp_path, resume_continues):
     """Each cp rank's file holds its state; resuming with another cp is refused in one line."""
     args = ("--cp", "2", "--seq", "64", "--mbs", "2", "--eval-every", "0", "--policy", "cp=int8")
-    whole, _ = _train(tmp_path, "whole", *args, "--steps", "4")
-    ck = tmp_path / "ck"
-    _train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
-    resumed, _ = _train(tmp_path, "part", *args, "--steps", "4", "--checkpoint", str(ck), "--resume")
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    ck = resume_continues(_train, tmp_path, args)
     exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
     proc = subprocess.run([exe, "train", "--model", "gpt-tiny", "--seq", "64", "--mbs", "2",
                            "--policy", "cp=int8", "--steps", "6", "--checkpoint", str(ck), "--resume"],

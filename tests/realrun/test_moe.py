@@ -177,14 +177,10 @@ def test_compressed_dispatch_still_learns_and_combine_follows_ep(tmp_path):
 
 
 @pytest.mark.distributed
-def test_resume_with_expert_parallelism_continues_the_same_loss_curve(tmp_path):
+def test_resume_with_expert_parallelism_continues_the_same_loss_curve(tmp_path, resume_continues):
     """Each rank's file holds its own experts; resuming with another ep is refused in one line."""
     args = ("--dp", "2", "--ep", "2", "--mbs", "2", "--eval-every", "0")
-    whole, _ = _train(tmp_path, "whole", *args, "--steps", "4")
-    ck = tmp_path / "ck"
-    _train(tmp_path, "part", *args, "--steps", "2", "--checkpoint", str(ck))
-    resumed, _ = _train(tmp_path, "part", *args, "--steps", "4", "--checkpoint", str(ck), "--resume")
-    assert [r["loss"] for r in resumed] == [r["loss"] for r in whole]
+    ck = resume_continues(_train, tmp_path, args)
     exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
     proc = subprocess.run([exe, "train", "--model", "gpt-tiny-moe", "--seq", "64", "--dp", "2", "--mbs", "2",
                            "--steps", "6", "--checkpoint", str(ck), "--resume"], capture_output=True, text=True)
