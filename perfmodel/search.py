@@ -18,14 +18,18 @@ candidate specs, keeps the policies whose every axis is within its error budget,
   parameters (zero) feed the next computation with nothing to correct them, so 1%: blockwise
   int8 (0.8%) and the 16-bit floats pass, fp8 (3.6%) and int4 (14.6%) do not; gradients without
   error feedback 5%: fp8 passes, int4 needs error feedback.
-* **Ranking**: by step time, with the speedup over the *best uncompressed plan* (the number a
-  user comes for) and, labelled apart, over the same plan uncompressed; the **Pareto front** of
-  step time against total error (per-axis errors added in quadrature, as chained stages are).
+* **Ranking**: by time to target, the step time times the policy's steps inflation (the steps
+  it needs to reach the uncompressed run's loss: ``perfmodel.convergence``, ``convergence``
+  gives the regime), with the speedup over the *best uncompressed plan* (the number a user comes
+  for), over the same plan uncompressed and in time to target; the **Pareto front** of that time
+  against the uncompensated error (the errors of axes without error feedback in quadrature, as
+  chained stages add: error feedback's own error is paid in the inflation instead).
 * **Clusters and cost**: several clusters (and variants of one over a grid of builder arguments,
   ``topologies.variants``) are searched together, every row naming its ``cluster`` and compared with
   that cluster's best uncompressed plan; with a token budget every row also carries the time to
   train it, GPU-hours, cost at a price per GPU-hour and energy at the GPUs' board power
-  (``perfmodel.cost``), and the front weighs (cost, time to train, total error).
+  (``perfmodel.cost``; the steps inflated), and the front weighs (cost, time to train,
+  uncompensated error).
 
 Speed: plans that share stage costs share their pipeline evaluation (``run_schedule`` is
 cached), collective costs are cached per (cluster, group, size, spec); families of plans (one
@@ -532,9 +536,6 @@ def pareto_front(rows: list, keys: tuple = ("uncompensated_error", "effective_st
     """Rows no other row beats on every one of ``keys`` (``perfmodel.cost.pareto_front``); by
     default time per step of progress and uncompensated error, by that error."""
     return cost_front(rows, keys)
-
-
-ACCURACY_COLUMNS = ("steps_inflation", "effective_step_time_s", "uncompensated_error")
 
 
 def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
