@@ -53,18 +53,30 @@ class Comm:
         self.stats = CommStats()
         self._wires: dict = {}
         self._subgroups: dict = {}
+        self._contraction = False   # tally error feedback's contraction (``track_contraction``)
 
     def wire(self, spec: str | Codec, device: str = "cpu") -> Wire:
         key = (spec.text if isinstance(spec, Codec) else spec, device)
         if key not in self._wires:
-            self._wires[key] = Wire(spec, device)
+            self._wires[key] = wire = Wire(spec, device)
+            if self._contraction and not wire.gpu:
+                wire.c.ctx.track_contraction(True)
         return self._wires[key]
+
+    def track_contraction(self) -> None:
+        """Tally error feedback's contraction on this Comm's (host) wires, those made later too,
+        until ``take_contraction``."""
+        self._contraction = True
+        for wire in self._wires.values():
+            if not wire.gpu:
+                wire.c.ctx.track_contraction(True)
 
     def take_contraction(self) -> float | None:
         """The relative error ``||C(y) - y|| / ||y||`` of this Comm's error-feedback compressions
-        since the last take (``y`` the tensor plus its old residual: the contraction of the
-        error-feedback theory, ``perfmodel.convergence``); None where none ran."""
-        res2 = y2 = 0.0
+        since ``track_contraction`` (``y`` the tensor plus its old residual: the contraction of
+        the error-feedback theory, ``perfmodel.convergence``), and tracking stops; None where
+        none ran."""
+        self._contraction, res2, y2 = False, 0.0, 0.0
         for wire in self._wires.values():
             if not wire.gpu:
                 r, y = wire.c.ctx.take_contraction()

@@ -105,8 +105,9 @@ class ErrorFeedbackStage(stages.Stage):
         y = x + ctx.state.get(key, 0)
         values, meta = self.inner.encode(y, ctx)
         residual = ctx.state[key] = y - self.inner.decode(values, meta, len(y), y.dtype, ctx)
-        ctx.ef_energy[0] += _energy(residual)   # the contraction measured: ||C(y) - y||^2 / ||y||^2
-        ctx.ef_energy[1] += _energy(y)
+        if ctx.ef_energy is not None:   # the contraction measured: ||C(y) - y||^2 / ||y||^2
+            ctx.ef_energy[0] += _energy(residual)
+            ctx.ef_energy[1] += _energy(y)
         return values, meta
 
     def decode(self, values, meta, n, dtype, ctx):

@@ -43,13 +43,18 @@ class CompressorState:
     state: dict = field(default_factory=dict)
     work: dict = field(default_factory=dict)
     out: np.ndarray | None = None
-    # error feedback's contraction as measured: sums of ||residual||^2 and ||input + old residual||^2
-    # over its calls since the last ``take_contraction`` (float64)
-    ef_energy: list = field(default_factory=lambda: [0.0, 0.0])
+    # error feedback's contraction, where asked for (``track_contraction``): sums of ||residual||^2
+    # and ||input + old residual||^2 over its calls since the last ``take_contraction``; None: not
+    # tracked (two more passes over every buffer, so only on the steps that measure)
+    ef_energy: list | None = None
+
+    def track_contraction(self, on: bool) -> None:
+        self.ef_energy = [0.0, 0.0] if on else None
 
     def take_contraction(self) -> tuple[float, float]:
-        """(residual energy, input energy) of the error-feedback calls since the last take."""
-        out, self.ef_energy = tuple(self.ef_energy), [0.0, 0.0]
+        """(residual energy, input energy) of the error-feedback calls since the last take (or
+        since tracking began), and tracking stops."""
+        out, self.ef_energy = tuple(self.ef_energy or (0.0, 0.0)), None
         return out
 
     def buffer(self, owner, tag: str, n: int, dtype) -> np.ndarray:

@@ -194,6 +194,8 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     t = now(run.device)
     run.sync_embedding(model, stats)
     dp_error = RelativeError() if measure and replicas > 1 else None
+    if dp_error is not None:
+        run.dp_comm.track_contraction()
     if run.zero is not None:   # reduce-scatter, sharded update, all-gather
         optim = run.zero.step(stats, zero_stats, dp_error)
         sync = now(run.device) - t - optim
@@ -225,7 +227,8 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
             **{f"{axis}_wire_bytes": st.bytes_out for axis, (st, _) in measured.items()},
             **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}, **moe,
-            "dp_contraction": run.dp_comm.take_contraction()}   # error feedback's ||C(y) - y|| / ||y|| (None: none)
+            # error feedback's ||C(y) - y|| / ||y||, on the steps that measure (None: none ran)
+            "dp_contraction": run.dp_comm.take_contraction() if dp_error is not None else None}
 
 
 def _dropped_fraction(routed: int, dropped: int, device) -> float:
