@@ -126,6 +126,12 @@ ISSUE_ORDER = ("tp", "cp", "ep", "ep_combine", "pp", "zero", "dp")   # the order
 #                                           they feed, the gradient reductions after
 
 
+def fed_back(axis: str, codec) -> bool:
+    """Whether ``codec`` on ``axis`` is compensated across steps: its spec feeds its error back
+    and the axis lets it (gradients: what one step drops the next re-sends)."""
+    return AXES[axis].feedback and codec.error_feedback
+
+
 def active_axes(plan, model=None) -> tuple[str, ...]:
     """The axes that carry traffic in ``plan`` (a ParallelPlan, realrun TrainConfig or plan
     dict); with ``model``, the tied embedding's gradient sum counts for dp when pp > 1."""

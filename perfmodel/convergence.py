@@ -42,7 +42,7 @@ import pathlib
 import statistics
 from dataclasses import dataclass, field
 
-from perfmodel.axes import AXES
+from perfmodel.axes import fed_back
 from perfmodel.compression import compile_spec
 from topologies import InputError
 
@@ -59,7 +59,7 @@ def kaplan_critical_batch(loss: float) -> float:
     return KAPLAN_B_STAR / loss ** (1.0 / KAPLAN_ALPHA_B)
 
 
-@dataclass(frozen=True, eq=False)   # eq=False: hashed by identity (its errors are a dict), cached by it
+@dataclass(frozen=True)
 class Regime:
     """The training regime the inflation is of: the critical batch (tokens) and where it comes
     from; ``errors`` {axis: {spec: relative error}} measured on real tensors, used in place of the
@@ -103,9 +103,15 @@ def inflation(specs: dict, errors: dict, batch_tokens: float, regime: Regime) ->
         codec = compile_spec(spec)
         if codec.is_none or axis not in errors:
             continue
-        feedback = AXES[axis].feedback and codec.error_feedback
-        factors[axis] = axis_inflation(regime.error(axis, spec, errors[axis]), feedback, phi)
+        factors[axis] = axis_inflation(regime.error(axis, spec, errors[axis]), fed_back(axis, codec), phi)
     return float(math.prod(factors.values())), factors
+
+
+def policy_inflation(axes: list[tuple[float, bool]], batch_tokens: float, critical_batch: float) -> float:
+    """The product of ``axis_inflation`` over (error, error feedback) ``axes`` at a batch of
+    ``batch_tokens`` against a critical batch of ``critical_batch`` tokens."""
+    phi = batch_tokens / (batch_tokens + critical_batch)
+    return math.prod(axis_inflation(e, fb, phi) for e, fb in axes)
 
 
 def record_inflation(record, regime: Regime | None = None) -> tuple[float, dict]:
@@ -153,12 +159,9 @@ def fit_critical_batch(points: list[tuple[float, list[tuple[float, bool]], float
     if not points:
         raise InputError("convergence", "no compressed runs", "at least one compressed run that reached the target")
 
-    def predicted(log_b, batch, axes):
-        phi = batch / (batch + math.exp(log_b))
-        return math.prod(axis_inflation(e, fb, phi) for e, fb in axes)
-
     def residuals(x):
-        return [math.log(predicted(x[0], b, axes)) - math.log(max(measured, 1e-9)) for b, axes, measured in points]
+        return [math.log(policy_inflation(axes, b, math.exp(x[0]))) - math.log(max(measured, 1e-9))
+                for b, axes, measured in points]
 
     start = math.log(statistics.median(b for b, _, _ in points))
     fit = least_squares(residuals, [start], bounds=([0.0], [math.log(1e15)]))

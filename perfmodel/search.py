@@ -46,7 +46,7 @@ import os
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
-from perfmodel.axes import AXES, active_axes
+from perfmodel.axes import AXES, active_axes, fed_back
 from perfmodel.compression import compile_spec
 from perfmodel.convergence import Regime, axis_inflation, load_regime
 from perfmodel.cost import board_power_W, parse_prices, parse_tokens, training_cost
@@ -110,7 +110,7 @@ def parse_max_error(text: str | dict | None) -> dict[str, float]:
 def admits(axis: str, spec: str, budget: dict) -> bool:
     """Whether ``spec`` on ``axis`` is within the budget (module doc: error feedback on dp)."""
     codec = compile_spec(spec)
-    if AXES[axis].feedback and codec.error_feedback:
+    if fed_back(axis, codec):
         return codec.error < EF_LIMIT
     return codec.error <= budget[axis]
 
@@ -186,7 +186,7 @@ def _within(record, budget: dict) -> bool:
     add up) within the budget; error feedback on dp: a contraction."""
     for axis, error in record.error_estimate.items():
         spec = record.policy_axes[axis]["spec"]
-        if AXES[axis].feedback and compile_spec(spec).error_feedback:
+        if fed_back(axis, compile_spec(spec)):
             if error >= EF_LIMIT:
                 return False
         elif error > budget[axis] * (1 + 1e-12):
@@ -564,6 +564,6 @@ def _policy_axes(policy: str) -> tuple[tuple, frozenset]:
     error back and whose axis admits it)."""
     axes = parse_policy(policy).axes
     compressed = tuple((a, p.spec) for a, p in axes.items() if not p.codec.is_none)
-    return compressed, frozenset(a for a, p in axes.items() if AXES[a].feedback and p.codec.error_feedback)
+    return compressed, frozenset(a for a, p in axes.items() if fed_back(a, p.codec))
 
 

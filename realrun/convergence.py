@@ -29,8 +29,8 @@ import math
 import os
 import statistics
 
-from perfmodel.axes import AXES
-from perfmodel.convergence import Regime, axis_inflation, fit_critical_batch
+from perfmodel.axes import fed_back
+from perfmodel.convergence import Regime, fit_critical_batch, policy_inflation
 from perfmodel.policy import parse_policy
 from topologies.clikit import atomic_write, table
 from topologies.errors import InputError
@@ -44,17 +44,14 @@ CSV_FIELDS = ("campaign", "policy", "seed", "steps", "steps_to_target", "final_v
 def steps_to(points: list[tuple[int, float]], target: float) -> float | None:
     """The first step at which the running minimum of the (step, validation loss) ``points``
     reaches ``target``, linear between evaluations; None if it never does."""
-    best, prev = math.inf, None
+    prev = None                            # (step, the running minimum up to it)
     for step, loss in points:
         if loss <= target:
-            if prev is None or prev[1] <= target:
+            if prev is None:
                 return float(step)
-            (s0, l0), s1 = prev, step
-            return s0 + (s1 - s0) * (l0 - target) / (l0 - loss)
-        if loss < best:
-            best, prev = loss, (step, loss)
-        else:
-            prev = (step, best)
+            s0, l0 = prev
+            return s0 + (step - s0) * (l0 - target) / (l0 - loss)
+        prev = (step, min(loss, prev[1]) if prev else loss)
     return None
 
 
@@ -67,10 +64,9 @@ def _median(records: list[dict], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def run_row(policy: str, seed: int, records: list[dict], target: float | None, batch_tokens: int) -> dict:
+def run_row(policy: str, seed: int, records: list[dict], target: float, batch_tokens: int) -> dict:
     curve = val_curve(records)
-    return {"policy": policy, "seed": seed, "steps": len(records),
-            "steps_to_target": steps_to(curve, target) if target is not None else None,
+    return {"policy": policy, "seed": seed, "steps": len(records), "steps_to_target": steps_to(curve, target),
             "final_val_loss": curve[-1][1] if curve else None, "dp_rel_error": _median(records, "dp_rel_error"),
             "dp_contraction": _median(records, "dp_contraction"), "batch_tokens": batch_tokens, "curve": curve}
 
@@ -86,17 +82,20 @@ def target_of(base_runs: list[list[dict]], target_step: int) -> float:
     return statistics.fmean(losses)
 
 
+def compressed_axes(policy: str) -> list[tuple[str, object]]:
+    """(axis, codec) of what ``policy`` compresses: the gradients only (what a run measures)."""
+    out = [(axis, p.codec) for axis, p in parse_policy(policy).axes.items() if not p.codec.is_none]
+    if any(axis != "dp" for axis, _ in out):
+        raise InputError("policy", policy, "dp=SPEC only (realrun convergence measures the gradient axis)")
+    return out
+
+
 def axis_errors(policy: str, row: dict) -> list[tuple[float, bool]]:
     """The (measured error, error feedback) of the policy's compressed axes in a run's row: the
     contraction where the spec feeds its error back, the reduced gradient's error otherwise."""
     out = []
-    for axis, p in parse_policy(policy).axes.items():
-        codec = p.codec
-        if codec.is_none:
-            continue
-        if axis != "dp":
-            raise InputError("policy", policy, "dp=SPEC only (realrun convergence measures the gradient axis)")
-        feedback = AXES[axis].feedback and codec.error_feedback
+    for axis, codec in compressed_axes(policy):
+        feedback = fed_back(axis, codec)
         error = row["dp_contraction"] if feedback else row["dp_rel_error"]
         if error is None:
             raise InputError("policy", policy, "a policy whose error the run measured (dp > 1, error_every > 0)")
@@ -106,17 +105,7 @@ def axis_errors(policy: str, row: dict) -> list[tuple[float, bool]]:
 
 def gaussian_errors(policy: str) -> list[tuple[float, bool]]:
     """perfmodel's a-priori (unit-Gaussian) error of each compressed axis of ``policy``."""
-    out = []
-    for axis, p in parse_policy(policy).axes.items():
-        codec = p.codec
-        if not codec.is_none:
-            out.append((codec.error, AXES[axis].feedback and codec.error_feedback))
-    return out
-
-
-def predicted(errors: list[tuple[float, bool]], batch_tokens: float, critical_batch: float) -> float:
-    phi = batch_tokens / (batch_tokens + critical_batch)
-    return math.prod(axis_inflation(e, fb, phi) for e, fb in errors)
+    return [(codec.error, fed_back(axis, codec)) for axis, codec in compressed_axes(policy)]
 
 
 def _base_key(row: dict) -> str:
@@ -153,7 +142,8 @@ def summarize(rows: list[dict]) -> dict:
     points = {key: [(key[1], axis_errors(key[0], r), r["inflation"]) for r in runs if r["inflation"] is not None]
               for key, runs in groups.items() if key[0] != BASE}
     fitted = [pt for pts in points.values() for pt in pts]
-    critical, critical_se = fit_critical_batch(fitted) if fitted else (math.nan, math.nan)
+    critical, critical_se = fit_critical_batch(fitted) if fitted else (None, None)   # None: nothing reached
+    critical_se = critical_se if critical_se is not None and math.isfinite(critical_se) else None
     several = len({batch for _, batch in groups}) > 1
     out = [_group_summary(key, runs, points, critical, several, bases) for key, runs in groups.items()]
     floors = {key: _spread([r["inflation"] for r in rows if r["policy"] == BASE and _base_key(r) == key])
@@ -176,25 +166,27 @@ def _group_summary(key: tuple, runs: list[dict], points: dict, critical: float, 
            "spread": _spread(reached), "ceiling": ceiling}
     if policy == BASE:
         return {**out, "predicted": 1.0, "predicted_held_out": 1.0, "predicted_gaussian": 1.0}
-    measured_errors = [axis_errors(policy, r) for r in runs]
-    mean_errors = [(statistics.fmean(e[i][0] for e in measured_errors), measured_errors[0][i][1])
-                   for i in range(len(measured_errors[0]))]
+    per_axis = zip(*(axis_errors(policy, r) for r in runs))     # each axis's (error, feedback) over the runs
+    mean_errors = [(statistics.fmean(e for e, _ in runs_of), runs_of[0][1]) for runs_of in per_axis]
     others = [pt for k, pts in points.items() if k != key for pt in pts]
-    held_out = fit_critical_batch(others)[0] if others else math.nan
-    return {**out, "errors": [e for e, _ in mean_errors],
-            "predicted": predicted(mean_errors, batch, critical) if math.isfinite(critical) else None,
-            "predicted_held_out": predicted(mean_errors, batch, held_out) if math.isfinite(held_out) else None,
-            "predicted_gaussian": predicted(gaussian_errors(policy), batch, critical)
-            if math.isfinite(critical) else None}
+    held_out = fit_critical_batch(others)[0] if others else None
+
+    def with_(errors, critical_batch):
+        return policy_inflation(errors, batch, critical_batch) if critical_batch is not None else None
+    return {**out, "errors": [e for e, _ in mean_errors], "predicted": with_(mean_errors, critical),
+            "predicted_held_out": with_(mean_errors, held_out),
+            "predicted_gaussian": with_(gaussian_errors(policy), critical)}
 
 
-def regime_of(summary: dict, model: str) -> Regime:
+def regime_of(summary: dict, model: str) -> Regime | None:
     """The fitted regime, with the error-feedback specs' contractions as measured (the median over
-    batches where several were run: ``perfmodel.convergence``)."""
+    batches where several were run: ``perfmodel.convergence``); None where nothing was fitted."""
+    if summary["critical_batch_tokens"] is None:
+        return None
     measured: dict = {}
     for g in summary["groups"]:
         for axis, p in parse_policy(g["policy"]).axes.items():
-            if p.codec.error_feedback and g.get("errors"):
+            if fed_back(axis, p.codec) and g.get("errors"):
                 measured.setdefault(axis, {}).setdefault(p.spec, []).append(g["errors"][0])
     errors = {a: {spec: statistics.median(v) for spec, v in d.items()} for a, d in measured.items()}
     compressed = {g["policy"] for g in summary["groups"] if g["policy"] != BASE}
@@ -203,26 +195,23 @@ def regime_of(summary: dict, model: str) -> Regime:
                   f"{len(compressed)} compressed policies at {', '.join(map(str, batches))} tokens a batch", errors)
 
 
-def write_outputs(out_dir: str, rows: list[dict], summary: dict, regime: Regime, runs: dict) -> None:
+def write_outputs(out_dir: str, rows: list[dict], summary: dict, regime: Regime | None, runs: dict) -> None:
     os.makedirs(out_dir, exist_ok=True)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=(*CSV_FIELDS, "inflation"), extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write(os.path.join(out_dir, "convergence.csv"), lambda h: h.write(buf.getvalue().encode()))
-    doc = {"summary": summary, "regime": {"critical_batch_tokens": regime.critical_batch_tokens,
-                                          "source": regime.source, "errors": regime.errors}}
+    fitted = {"critical_batch_tokens": regime.critical_batch_tokens, "source": regime.source,
+              "errors": regime.errors} if regime else None
+    doc = {"summary": summary, "regime": fitted}   # a regime of null: nothing reached the target
     atomic_write(os.path.join(out_dir, "convergence.json"),
-                 lambda h: h.write(json.dumps(doc, indent=1, default=_jsonable).encode()))
+                 lambda h: h.write(json.dumps(doc, indent=1, allow_nan=False).encode()))
     atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(summary).encode()))
     if runs:
         from realrun.train.report import plot_losses
 
         plot_losses(runs, os.path.join(out_dir, "loss_curves.png"))
-
-
-def _jsonable(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else str(value)
 
 
 def _fmt(value, spec: str = ".2f") -> str:
@@ -248,6 +237,8 @@ def summary_lines(summary: dict) -> list[str]:
              f"{summary['target_steps'][key]}), reached at step {steps:.1f} on average; noise floor "
              f"{_fmt(summary['noise_floors'].get(key), '.1%')} (spread of the uncompressed seeds)"
              for key, steps in summary["base_steps_to_target"].items()]
+    if b is None:
+        return lines + ["no fit: no compressed run reached the target (more --steps, or an earlier --target-step)"]
     return lines + [f"fitted critical batch B_crit = {_fmt(b, ',.0f')} tokens (standard error {_fmt(se, ',.0f')})"]
 
 
@@ -270,6 +261,10 @@ def _configs(model: str, dp: int, mbs: int, steps: int, policies, seeds, eval_ev
 
     if dp < 2:
         raise InputError("dp", dp, "an integer >= 2 (the gradient axis moves nothing on one replica)")
+    for policy in policies:
+        compressed_axes(policy)           # dp=SPEC only, before any run
+    if all(not compressed_axes(p) for p in policies):
+        raise InputError("policies", ";".join(policies) or "none", "at least one compressed gradient policy (dp=SPEC)")
     if eval_every < 1 or eval_every > steps:
         raise InputError("eval_every", eval_every, f"an integer from 1 to steps ({steps})")
     return [(policy, seed, TrainConfig(model=model, dp=dp, mbs=mbs, steps=steps, policy=policy, seed=seed, lr=lr,
@@ -291,8 +286,6 @@ def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int =
     if not 1 <= target_step <= steps:
         raise InputError("target_step", target_step, f"a step from 1 to steps ({steps})")
     configs = _configs(model, dp, mbs, steps, policies, seeds, eval_every, lr, threads)
-    for policy, _, _ in configs:
-        axis_errors(policy, {"dp_contraction": 0.0, "dp_rel_error": 0.0})   # dp=SPEC only, before any run
     runs = {}
     for policy, seed, cfg in tqdm(configs, desc="convergence runs", unit="run", disable=not progress):
         runs[(policy, seed)] = run_local(cfg)
@@ -317,7 +310,8 @@ def read_campaign(path: str) -> tuple[list[dict], dict]:
                     for r in csv.DictReader(handle)]
         with open(os.path.join(path, "convergence.json")) as handle:
             summary = json.load(handle)["summary"]
-        summary["targets"], summary["target_steps"], summary["model"]
+        if not {"targets", "target_steps", "model"} <= set(summary):
+            raise KeyError("targets")
     except OSError as exc:
         raise InputError("fit", path, f"a folder realrun convergence wrote ({exc.strerror})") from None
     except (ValueError, KeyError, TypeError):

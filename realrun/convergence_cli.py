@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from realrun.convergence import POLICIES
 from topologies.clikit import positive_int
 
 EPILOG = """examples:
@@ -41,8 +42,7 @@ def add_parser(sub, command) -> None:
     c.add_argument("--steps", type=positive_int, default=400, help="steps of every run (default 400)")
     c.add_argument("--target-step", type=positive_int, help="the uncompressed step whose validation loss is the "
                    "target (default steps / 4: compressed runs may take 4x the steps)")
-    c.add_argument("--policies", default=";".join(("dp=fp16", "dp=int8", "dp=ef(topk(0.01))+int8",
-                                                   "dp=ef(powersgd(rank=4))")),
+    c.add_argument("--policies", default=";".join(POLICIES),
                    help="gradient policies, ';'-separated (dp=SPEC; the uncompressed one always runs)")
     c.add_argument("--seeds", type=_seeds, default=(1, 2), help="seeds, comma-separated (default 1,2)")
     c.add_argument("--eval-every", type=positive_int, default=5, help="steps between validation losses (default 5)")
@@ -55,9 +55,7 @@ def add_parser(sub, command) -> None:
 
 
 def run(args) -> None:
-    from realrun.convergence import convergence, summary_lines, summary_table
-
-    from realrun.convergence import refit
+    from realrun.convergence import convergence, refit, summary_lines, summary_table
 
     if args.fit:
         result = refit([p.strip() for p in args.fit.split(",") if p.strip()], args.out)

@@ -97,6 +97,19 @@ def test_refit_reads_campaign_folders(tmp_path):
         refit([str(tmp_path / "nope")])
 
 
+def test_a_campaign_where_nothing_reached_the_target_keeps_its_results(tmp_path):
+    from realrun.convergence import regime_of, summary_lines, write_outputs
+
+    rows = [_row("none", 1, 20.0), _row("none", 2, 22.0), _row("dp=ef(topk(0.01))+int8", 1, None, contraction=0.9)]
+    s = {**summarize(rows), "targets": {"1000": 2.5}, "target_steps": {"1000": 25}, "model": "m"}
+    assert s["critical_batch_tokens"] is None and _group(s, "dp=ef(topk(0.01))+int8")["predicted"] is None
+    assert regime_of(s, "m") is None and "no fit" in summary_lines(s)[-1]
+    write_outputs(str(tmp_path), rows, s, None, {})
+    assert json.loads((tmp_path / "convergence.json").read_text())["regime"] is None   # strict JSON, no NaN
+    with pytest.raises(InputError, match="convergence"):
+        load_regime(str(tmp_path / "convergence.json"))
+
+
 def test_only_gradient_policies_whose_error_was_measured_are_accepted():
     with pytest.raises(InputError, match="dp=SPEC"):
         axis_errors("tp=int8", {"dp_contraction": 0.1, "dp_rel_error": 0.1})
@@ -111,11 +124,15 @@ def test_error_feedback_measures_its_contraction_on_input_plus_residual():
 
     c = Compressor("ef(topk(0.1))")
     x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    c.decompress(c.compress(x, key="untracked"))
+    assert c.ctx.ef_energy is None and c.ctx.take_contraction() == (0.0, 0.0)   # off unless asked for
+    c.ctx.track_contraction(True)
     first = c.decompress(c.compress(x, key="g"))
     r2, y2 = c.ctx.take_contraction()
     assert r2 / y2 == pytest.approx(float(((x - first) ** 2).sum() / (x ** 2).sum()), rel=1e-4)
-    assert c.ctx.take_contraction() == (0.0, 0.0)           # taken: reset
+    assert c.ctx.ef_energy is None                          # taken: tracking stops
     residual = x - first
+    c.ctx.track_contraction(True)
     second = c.decompress(c.compress(x, key="g"))          # the input now carries the residual
     y = x + residual
     r2, y2 = c.ctx.take_contraction()
@@ -139,11 +156,12 @@ def test_a_short_campaign_writes_what_perfmodel_search_reads(tmp_path):
     regime = load_regime(str(out / "convergence.json"))
     assert regime.errors["dp"]["ef(topk(0.01))+int8"] == pytest.approx(_group(s, "dp=ef(topk(0.01))+int8")["errors"][0])
     assert json.loads((out / "convergence.json").read_text())["summary"]["target_steps"] == {"2048": 3}
-    assert math.isfinite(regime.critical_batch_tokens) or rows["dp=ef(topk(0.01))+int8"]["steps_to_target"] is None
+    assert regime.critical_batch_tokens > 0 and regime.source.startswith("realrun convergence on gpt-tiny")
 
 
 def test_bad_input_is_one_line_before_any_run(cli, tmp_path):
     cases = [(("--policies", "tp=int8"), "policy"), (("--seeds", "1,1"), "seeds"), (("--dp", "1"), "dp"),
+             (("--policies", "none"), "policies"),
              (("--steps", "10", "--target-step", "20"), "target_step"), (("--policies", "dp=bogus"), "bogus")]
     for args, field in cases:
         proc = cli("realrun", "convergence", *args)
