@@ -276,7 +276,7 @@ def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]
     plan, model = ctx.plan, ctx.model
     if plan.ep == 1 or not ctx.moe_layers:
         return []
-    size = moe_tokens(plan) * model.moe_top_k * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    size = model.dispatched_rows(moe_tokens(plan)) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
     group, concurrent = ctx.mesh.group_of("ep"), ctx.mesh.groups["ep"]
     per = plan.microbatches * ctx.moe_layers
     repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if plan.recompute == "full" else ())

@@ -23,9 +23,13 @@ per token are ``6 active_params + 12 L h s``. ``moe_capacity_factor`` (0: drople
 tokens an expert takes at that multiple of its fair share; ``moe_load_imbalance`` (>= 1) is how
 many times its fair share the most loaded expert receives, and that expert sets the layer's
 time: the expert GEMMs run at ``min(imbalance, capacity)`` times the balanced load.
+``moe_pad_to_capacity`` (Megatron-Core's ``--moe-pad-expert-input-to-capacity``; realrun's MoE
+layer always pads) fills every expert's queue to its capacity: the dispatch and combine carry
+``capacity x experts`` rows and every expert computes its capacity's, whatever the routing.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from functools import lru_cache, cache
 from pathlib import Path
@@ -44,7 +48,8 @@ MODEL_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hid
 CHOICES = {"activation": ("gelu", "swiglu"), "norm": ("layernorm", "rmsnorm")}
 # optional keys of a mixture-of-experts model, and their dense defaults
 MOE_KEYS = {"num_experts": 0, "moe_top_k": 0, "moe_shared_experts": 0, "moe_ffn_hidden_size": 0,
-            "moe_layer_freq": 1, "moe_first_dense": 0, "moe_capacity_factor": 0.0, "moe_load_imbalance": 1.0}
+            "moe_layer_freq": 1, "moe_first_dense": 0, "moe_capacity_factor": 0.0, "moe_load_imbalance": 1.0,
+            "moe_pad_to_capacity": False}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +73,8 @@ class ModelSpec:
     moe_first_dense: int = 0          # the first layers that stay dense
     moe_capacity_factor: float = 0.0  # tokens an expert takes, times its fair share (0: dropless)
     moe_load_imbalance: float = 1.0   # the most loaded expert's tokens, times its fair share
+    moe_pad_to_capacity: bool = False  # every expert's input padded to its capacity (Megatron-Core's
+    #                                    --moe-pad-expert-input-to-capacity; realrun's layer does)
 
     @property
     def head_dim(self) -> int:
@@ -123,9 +130,23 @@ class ModelSpec:
 
     @property
     def expert_load(self) -> float:
-        """The most loaded expert's tokens over its fair share: the imbalance, capped by capacity."""
+        """The most loaded expert's rows over its fair share: the imbalance, capped by capacity;
+        padded to capacity, the capacity itself (every expert computes its capacity's rows: the
+        factor, or with a dropless capacity of all the tokens ``num_experts / moe_top_k``)."""
         cap = self.moe_capacity_factor
+        if self.moe_pad_to_capacity:
+            return cap if cap > 0 else self.num_experts / self.moe_top_k
         return min(self.moe_load_imbalance, cap) if cap > 0 else self.moe_load_imbalance
+
+    def dispatched_rows(self, tokens: int) -> int:
+        """Rows a GPU's dispatch of ``tokens`` tokens sends (its combine returns as many): a row per
+        token copy, or padded to capacity ``num_experts x ceil(factor x tokens x top_k / num_experts)``
+        (at most ``tokens`` per expert; dropless: ``tokens``), as realrun's layer sends them."""
+        k, e = self.moe_top_k, self.num_experts
+        if not self.moe_pad_to_capacity:
+            return tokens * k
+        cf = self.moe_capacity_factor
+        return e * (min(tokens, math.ceil(cf * tokens * k / e)) if cf > 0 else tokens)
 
     def _attention_norm_params(self) -> int:
         h = self.hidden_size
@@ -252,6 +273,8 @@ def _moe_fields(raw: dict) -> dict:
         moe[key] = float(value)
     if 0 < moe["moe_capacity_factor"] < 1:
         raise InputError("model.moe_capacity_factor", moe["moe_capacity_factor"], "0 (dropless) or >= 1")
+    if not isinstance(moe["moe_pad_to_capacity"], bool):
+        raise InputError("model.moe_pad_to_capacity", moe["moe_pad_to_capacity"], "true or false")
     return moe
 
 

@@ -26,7 +26,8 @@ model's alone.
 
 Expert parallelism (``ep`` ranks, carved from dp as Megatron-Core does): a rank holds
 ``experts / ep`` consecutive experts. The dispatch packs each expert's queue into a fixed
-``capacity``-row slot (zero rows where it is short), so every rank sends ``experts / ep x
+``capacity``-row slot (zero rows where it is short: the model's ``moe_pad_to_capacity``, which
+``realrun train`` requires, so perfmodel prices the padded rows), so every rank sends ``experts / ep x
 capacity`` rows to every rank of its ep group in one ``Comm.alltoall``; each rank runs its
 experts on the rows from every source, and the combine all-to-all sends the outputs back the
 same way. Both are autograd operators: the backward of the dispatch is the reverse all-to-all

@@ -128,6 +128,8 @@ def test_dense_models_have_no_moe_and_active_equals_total():
                                            "moe_load_imbalance = 0.5\n", "model.moe_load_imbalance"),
                                           ("num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\n"
                                            "moe_capacity_factor = 0.5\n", "model.moe_capacity_factor"),
+                                          ("num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\n"
+                                           "moe_pad_to_capacity = 1\n", "model.moe_pad_to_capacity"),
                                           ("num_experts = 4\nmoe_top_k = 2\n", "model.moe_ffn_hidden_size")])
 def test_bad_moe_keys_name_the_field(tmp_path, extra, field):
     with pytest.raises(InputError) as err:
@@ -139,3 +141,19 @@ def test_a_user_moe_file_and_expert_load(tmp_path):
     m = load_model(_write(tmp_path, GOOD + "num_experts = 8\nmoe_top_k = 2\nmoe_ffn_hidden_size = 512\n"
                           "moe_load_imbalance = 1.5\nmoe_capacity_factor = 1.25\n"))
     assert m.is_moe and m.expert_load == 1.25 and m.expert_copies == 2
+
+
+def test_padded_to_capacity_every_expert_computes_and_sends_its_capacity():
+    """Padding (realrun's layer, Megatron-Core's --moe-pad-expert-input-to-capacity): the rows are
+    the capacity's whatever the imbalance; unpadded, a row per token copy."""
+    from dataclasses import replace
+
+    m = replace(load_model("mixtral-8x7b"), moe_capacity_factor=1.25, moe_load_imbalance=1.1)
+    padded = replace(m, moe_pad_to_capacity=True)
+    assert m.dispatched_rows(512) == 1024 and m.expert_load == 1.1
+    assert padded.dispatched_rows(512) == 8 * 160 and padded.expert_load == 1.25   # ceil(1.25 x 512 x 2 / 8)
+    assert padded.dispatched_rows(7) == 8 * 3                                       # ceil(2.1875)
+    dropless = replace(padded, moe_capacity_factor=0.0)
+    assert dropless.dispatched_rows(512) == 8 * 512 and dropless.expert_load == 4.0  # every expert: all tokens
+    tiny = load_model("gpt-tiny-moe")
+    assert tiny.moe_pad_to_capacity and tiny.dispatched_rows(512) == 1280

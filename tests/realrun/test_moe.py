@@ -20,13 +20,13 @@ from realrun.train.moe import MoE, capacity  # noqa: E402
 
 MOE_TOML = ("hidden_size = 64\nnum_layers = 2\nnum_heads = 4\nnum_kv_heads = 4\nffn_hidden_size = 256\n"
             "vocab_size = 256\nseq_len = 64\nactivation = \"gelu\"\nnorm = \"layernorm\"\ntied_embeddings = true\n"
-            "num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\n")
+            "num_experts = 4\nmoe_top_k = 2\nmoe_ffn_hidden_size = 64\nmoe_pad_to_capacity = true\n")
 
 
 def moe_spec(**kw):
     base = dict(name="m", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
                 vocab_size=256, seq_len=64, activation="gelu", norm="layernorm", tied_embeddings=True,
-                num_experts=4, moe_top_k=2, moe_ffn_hidden_size=64)
+                num_experts=4, moe_top_k=2, moe_ffn_hidden_size=64, moe_pad_to_capacity=True)
     return ModelSpec(**{**base, **kw})
 
 
@@ -138,6 +138,15 @@ def test_dropless_capacity_drops_nothing_and_the_catalog_capacity_reports_its_dr
     assert "moe_dropped" not in dense[0]
 
 
+def dispatch_bytes(model: str, ep: int, seq: int, mbs: int, microbatches: int = 1) -> int:
+    """A rank's dispatch (or combine) bytes on the wire per step as perfmodel.comm counts them:
+    per MoE layer and microbatch, forward and backward, an fp32 buffer of the model's
+    ``dispatched_rows`` (padded to capacity), (ep - 1) / ep of it to the other ranks."""
+    spec = load_model(model)
+    buffer = spec.dispatched_rows(mbs * seq) * spec.hidden_size * 4
+    return 2 * spec.num_moe_layers * microbatches * buffer * (ep - 1) // ep
+
+
 @pytest.mark.distributed
 def test_expert_parallel_reproduces_one_rank(tmp_path, same_losses):
     """dp=2 ep=2 (each rank holds 2 of the 4 experts, one microbatch each) against one rank with
@@ -150,7 +159,9 @@ def test_expert_parallel_reproduces_one_rank(tmp_path, same_losses):
     same_losses(two, one, rel=1e-4)
     assert [a["moe_dropped"] for a in two] == [b["moe_dropped"] for b in one]
     assert sum(r["val_loss"] is not None for r in two) >= 2   # evaluated at steps 0, 5 and 9
-    assert two[-1]["ep_wire_bytes"] > 0 and two[-1]["ep_combine_wire_bytes"] > 0 and "ep_wire_bytes" not in one[0]
+    assert "ep_wire_bytes" not in one[0]
+    for axis in ("ep", "ep_combine"):   # perfmodel's padded rows (dispatched_rows), half to the other rank
+        assert all(r[f"{axis}_wire_bytes"] == dispatch_bytes("gpt-tiny-moe", 2, 64, 4) for r in two)
     assert two[0]["ep_rel_error"] == 0.0 and "ep=2" in proc.stdout
 
 
@@ -185,3 +196,14 @@ def test_resume_with_expert_parallelism_continues_the_same_loss_curve(tmp_path, 
     proc = subprocess.run([exe, "train", "--model", "gpt-tiny-moe", "--seq", "64", "--dp", "2", "--mbs", "2",
                            "--steps", "6", "--checkpoint", str(ck), "--resume"], capture_output=True, text=True)
     assert proc.returncode == 2 and "ep" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_unpadded_moe_model_is_refused_in_one_line(tmp_path):
+    """realrun's layer pads every expert to its capacity; a model file that says otherwise would
+    be priced for rows the run never sends."""
+    from topologies.errors import InputError
+
+    toml = tmp_path / "m.toml"
+    toml.write_text(MOE_TOML.replace("moe_pad_to_capacity = true\n", ""))
+    with pytest.raises(InputError, match="moe_pad_to_capacity"):
+        TrainConfig(model=str(toml), steps=1)
