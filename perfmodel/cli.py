@@ -98,6 +98,10 @@ def _plan_args(p, sweep: bool = False) -> None:
                        help="overlap TP all-gathers and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; "
                        "needs --sequence-parallel): all but 1/tp of them hide behind the GEMMs, which they slow by "
                        "the overlap slowdown")
+        p.add_argument("--kernels", choices=("fused", "eager"), default="fused",
+                       help="whose kernels compute the layers: fused (default: Megatron-Core with Transformer "
+                       "Engine, flash attention and fused MoE permutation) or eager (PyTorch eager as realrun's "
+                       "layers: ring-attention score blocks in memory, MoE permutation through capacity queues)")
         p.add_argument("--hpz", action="store_true",
                        help="ZeRO++ hpZ (with --zero 3): a secondary parameter partition inside each node, so "
                        "backward gathers stay on the node's links (costs weights / local dp ranks of memory)")
@@ -410,7 +414,7 @@ def _plan_kwargs(args, sweep: bool = False) -> dict:
     if not sweep:
         dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
         kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
-                  hpz=args.hpz, tp_overlap=args.tp_overlap, ep=args.ep, cp=args.cp)
+                  hpz=args.hpz, tp_overlap=args.tp_overlap, ep=args.ep, cp=args.cp, kernels=args.kernels)
     return kw
 
 

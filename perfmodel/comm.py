@@ -263,20 +263,12 @@ def gather_events(ctx: StageContext) -> list[CommEvent]:
     return _zero3(ctx, "zero") if ctx.plan.zero == 3 else parameter_gather(ctx.stage_params, ctx.plan, ctx.mesh)
 
 
-def moe_tokens(plan: ParallelPlan) -> int:
-    """Tokens of one microbatch a GPU routes: seq / cp x mbs (with sequence parallelism its
-    1 / tp of them; without, every TP rank dispatches the whole microbatch, as Megatron-Core's
-    all-to-all dispatcher with expert tensor parallelism equal to tp)."""
-    tokens = plan.local_seq * plan.mbs
-    return tokens // plan.tp if plan.sequence_parallel else tokens
-
-
 def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]:
     """One kind (dispatch or combine) of every MoE layer's all-to-all on the stage."""
     plan, model = ctx.plan, ctx.model
     if plan.ep == 1 or not ctx.moe_layers:
         return []
-    size = model.dispatched_rows(moe_tokens(plan)) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    size = model.dispatched_rows(plan.routed_tokens) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
     group, concurrent = ctx.mesh.group_of("ep"), ctx.mesh.groups["ep"]
     per = plan.microbatches * ctx.moe_layers
     repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if plan.recompute == "full" else ())

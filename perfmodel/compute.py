@@ -56,6 +56,21 @@ ATTENTION_KERNELS = 1
 MEMORY_KERNELS = 6
 BACKWARD_KERNELS_PER_FORWARD = 2
 EMBEDDING_KERNELS = 2          # token lookup, position add
+ACTIVATION_BYTES = 2           # per element moved: activation_bytes' convention (Korthikanti: 2-byte activations)
+# Eager kernels (the plan's ``kernels``), ring attention (realrun/train/context_parallel.py): every
+# score block is in memory and each elementwise operation a pass over it. Accesses per score,
+# counted in that code: forward scale (read, write), causal mask (2), the running max (1), minus it
+# (2), exp (2), the row sum (1); backward, the scores recomputed: scale, mask, minus the log-sum-exp,
+# exp (2 each), dP minus delta (2), P times it (3), times the scale (2).
+UNFUSED_FWD_ACCESSES, UNFUSED_BWD_ACCESSES = 10, 15
+# Eager kernels, a MoE layer's permutation (realrun/train/moe.py), accesses per element of a
+# dispatched row, forward (backward twice, as all memory-bound work here): the token copies gathered
+# (read, write) and written into their zeroed expert queues (zero, read, write), the combine's rows
+# gathered (2), weighted (2) and added into their tokens (1), and with ep > 1 the expert-major layout
+# in and out of the experts (2 x read, write: ``EAGER_LAYOUT_ACCESSES``). The activation traffic
+# every MoE layer is charged already moves the dispatched copies once each way (2 of these, as
+# Megatron-Core's fused permute and unpermute do), so eager kernels add the rest.
+EAGER_PERMUTE_ACCESSES, EAGER_LAYOUT_ACCESSES = 10 - 2, 4
 LOSS_KERNELS = 4               # the fused cross-entropy's passes over the logits
 
 
@@ -139,41 +154,66 @@ def activation_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     return T * h * (10.0 / (tp if plan.sequence_parallel else 1) + 24.0 / tp)
 
 
-def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float]:
-    """(fwd s, FLOPs) of one layer's attention scores and values (cp blocks under cp)."""
+def score_elements(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Attention scores one GPU computes per layer and microbatch: its queries against every key
+    of the sequence (cp blocks of (seq / cp)^2 under cp; a masked block is computed whole)."""
+    return attention_heads(model, plan) * plan.local_seq * plan.seq
+
+
+def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float]:
+    """(fwd s, bwd s, FLOPs) of one layer's attention scores and values (cp blocks under cp):
+    the batched GEMMs (backward: twice forward), and with eager kernels under cp the elementwise
+    passes over every score (``UNFUSED_FWD_ACCESSES``, ``UNFUSED_BWD_ACCESSES``) at the streaming rate."""
     heads, dt = attention_heads(model, plan), plan.compute_dtype
     if plan.cp == 1:
         attn = 2 * heads * dev.table_gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
     else:
         attn = 2 * heads * plan.cp * dev.table_gemm_time_s(plan.local_seq, plan.local_seq, model.head_dim, dt)
-    return attn, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
+    fwd, bwd = attn, 2 * attn
+    if plan.kernels == "eager" and plan.cp > 1:   # the ring's blocks; whole-sequence attention is fused
+        score_s = score_elements(model, plan) * ACTIVATION_BYTES / dev.stream_Bps
+        fwd, bwd = fwd + UNFUSED_FWD_ACCESSES * score_s, bwd + UNFUSED_BWD_ACCESSES * score_s
+    return fwd, bwd, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
 
 
-def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float]:
-    """(GEMM fwd s, attention fwd s, memory-bound fwd s, GEMM fwd FLOPs) of one layer."""
+def permute_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Bytes one MoE layer's forward permutation moves on a GPU beyond its activation traffic:
+    with eager kernels ``EAGER_PERMUTE_ACCESSES`` (and with ep > 1 ``EAGER_LAYOUT_ACCESSES``) per
+    element of the rows it dispatches (``ModelSpec.dispatched_rows``; padded, its capacity's);
+    fused kernels none."""
+    if plan.kernels != "eager":
+        return 0.0
+    accesses = EAGER_PERMUTE_ACCESSES + (EAGER_LAYOUT_ACCESSES if plan.ep > 1 else 0)
+    return accesses * model.dispatched_rows(plan.routed_tokens) * model.hidden_size * ACTIVATION_BYTES
+
+
+def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float, float]:
+    """(GEMM fwd s, attention fwd s, memory-bound fwd s, GEMM fwd FLOPs, attention bwd s) of one layer."""
     dt, shapes = plan.compute_dtype, layer_gemms(model, plan)
     gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
     flops = sum(2.0 * m * n * k for m, n, k in shapes)
-    attn, flops_attn = _attention(model, plan, dev)
+    attn, attn_bwd, flops_attn = _attention(model, plan, dev)
     launch_memory, launch_attn = _launch_s(model, plan, dev)
     memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps + launch_memory
-    return gemm, attn + launch_attn, memory, flops + flops_attn
+    return gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn
 
 
-def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float]:
+def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float, float]:
     """``_layer`` of a MoE layer: attention as a dense layer's, its MLP as ``moe_gemms`` (timed at
-    the expert load, FLOPs counted balanced), memory-bound work over its activations."""
+    the expert load, FLOPs counted balanced), memory-bound work over its activations and the
+    permutation of its dispatched rows."""
     dt = plan.compute_dtype
     shapes = layer_gemms(model, plan)[:2]
     gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
     gemm += sum(times * dev.gemm_time_s(m, n, k, dt) for m, n, k, times in moe_gemms(model, plan, model.expert_load))
     flops = sum(2.0 * m * n * k for m, n, k in shapes)
     flops += sum(times * 2.0 * m * n * k for m, n, k, times in moe_gemms(model, plan))
-    attn, flops_attn = _attention(model, plan, dev)
+    attn, attn_bwd, flops_attn = _attention(model, plan, dev)
     kept = model.moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel,
                                                 "selective")
     launch_memory, launch_attn = _launch_s(model, plan, dev, moe=True)
-    return gemm, attn + launch_attn, 2.0 * kept / dev.stream_Bps + launch_memory, flops + flops_attn
+    memory = (2.0 * kept + permute_bytes(model, plan)) / dev.stream_Bps + launch_memory
+    return gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn
 
 
 def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: bool) -> tuple[float, float]:
@@ -205,15 +245,15 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     fwd = total(lambda x: x[0] + x[1] + x[2]) + end_fwd
     recompute = {"none": lambda: 0.0, "selective": lambda: total(lambda x: x[1]),
                  "full": lambda: total(lambda x: x[0] + x[1] + x[2])}[plan.recompute]()
-    bwd = total(lambda x: 2 * (x[0] + x[1]) + 2 * x[2]) + 2 * end_fwd + recompute
+    bwd = total(lambda x: 2 * x[0] + x[4] + 2 * x[2]) + 2 * end_fwd + recompute
     attn_flops = 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * (plan.seq * plan.local_seq) * model.head_dim
     extra = {"none": lambda x: 0.0, "selective": lambda x: attn_flops, "full": lambda x: x[3]}[plan.recompute]
     hw_flops = 3 * (total(lambda x: x[3]) + end_flops) + total(extra)
     head = _head_gemm_s(model, plan, dev) if last else 0.0
     runs = {"none": 3, "selective": 3, "full": 4}[plan.recompute]        # forward, backward x2, recompute
-    attn_runs = 4 if plan.recompute in ("selective", "full") else 3
+    rerun = plan.recompute in ("selective", "full")                      # attention's forward again
     gemm_s = total(lambda x: x[0], runs) + 3 * head
-    attention_s = total(lambda x: x[1], attn_runs)
+    attention_s = total(lambda x: x[1] * (2 if rerun else 1) + x[4])
     host_fwd, host_bwd = host_times_s(model, plan, dev, layers, first, last, moe_layers)
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
                         attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,

@@ -24,6 +24,11 @@ from perfmodel.workload import ModelSpec
 from topologies.errors import InputError
 
 RECOMPUTE = ("none", "selective", "full")
+# whose kernels compute the layers (perfmodel.compute): fused, Megatron-Core with Transformer Engine
+# (flash attention, ring blocks included; fused MoE permutation); eager, PyTorch eager as realrun's
+# layers run (its ring attention materialises every score block, its MoE layer permutes through
+# zeroed capacity queues and layout copies; whole-sequence attention is PyTorch's fused kernel)
+KERNELS = ("fused", "eager")
 MESH_AXES = ("tp", "pp", "dp")   # the mesh's dimensions; ``order`` permutes them, innermost first
 ORDER_OPTIONAL = ("cp", "ep")     # dimensions ``order`` may also name (perfmodel.mesh places them otherwise)
 GROUP_KINDS = MESH_AXES + ("cp", "ep", "edp")   # the group kinds a mesh has (perfmodel.mesh.GROUP_DIMS)
@@ -52,6 +57,7 @@ class ParallelPlan:
     tp_overlap: bool = False  # TP collectives overlapped with their GEMMs (Megatron --tp-comm-overlap)
     ep: int = 1               # expert parallel: routed experts sharded over ep ranks of a dp group
     cp: int = 1               # context parallel: every sequence split over cp GPUs
+    kernels: str = "fused"    # the layers' kernels: fused (Megatron-Core, TE) or eager (realrun's; KERNELS)
 
     @property
     def gpus(self) -> int:
@@ -61,6 +67,14 @@ class ParallelPlan:
     def local_seq(self) -> int:
         """Tokens of a sequence one GPU holds (seq / cp)."""
         return self.seq // self.cp
+
+    @property
+    def routed_tokens(self) -> int:
+        """Tokens of one microbatch a GPU routes in a MoE layer: seq / cp x mbs (with sequence
+        parallelism its 1 / tp of them; without, every TP rank dispatches the whole microbatch, as
+        Megatron-Core's all-to-all dispatcher with expert tensor parallelism equal to tp)."""
+        tokens = self.local_seq * self.mbs
+        return tokens // self.tp if self.sequence_parallel else tokens
 
     @property
     def microbatches(self) -> int:
@@ -107,6 +121,7 @@ class PlanRequest:
     tp_overlap: bool = False
     ep: int = 1
     cp: int = 1
+    kernels: str = "fused"
 
     def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
         """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
@@ -175,7 +190,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                         schedule=name, virtual_stages=virtual, compute_dtype=compute_dtype,
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes, order=axes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
-                        ep=ep, cp=cp)
+                        ep=ep, cp=cp, kernels=r.kernels)
 
 
 def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
@@ -192,6 +207,8 @@ def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
 
 def _check_options(r: PlanRequest, tp: int) -> None:
     """ZeRO, hpZ, TP overlap, recompute, dtypes and bucket size of a request (one field each)."""
+    if r.kernels not in KERNELS:
+        raise InputError("kernels", r.kernels, " or ".join(KERNELS) + " (Megatron-Core's, or realrun's eager layers)")
     if r.zero not in (0, 1, 2, 3):
         raise InputError("zero", r.zero, "0, 1, 2 or 3")
     if r.hpz and r.zero != 3:

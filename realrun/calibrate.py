@@ -3,8 +3,9 @@
 1. Compressors alone (one process, one thread: what one rank gets), every spec at
    ``KERNEL_SIZES`` -> kernel throughput, launch cost, ratios of data-dependent specs.
 2. A training step's compute (``realrun.bench.compute``: the GEMMs, attention and memory-bound
-   work of ``model`` at ``TRAIN_MBS`` sequences per microbatch, TP 1 and 2, every host's rank
-   computing at once) -> the device's GEMM efficiency table and streaming rate.
+   work of ``model``, by default validate's two models, at ``TRAIN_MBS`` sequences per
+   microbatch, TP 1 and 2, CP 1 and 2 (ring blocks), the MoE model's expert GEMMs at ep 1 and 2,
+   every host's rank computing at once) -> the device's GEMM efficiency table and streaming rate.
 3. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
    cluster, at ``BANDWIDTHS``, also on 2 of its hosts -> base, alpha and beta of the tier per
    primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.fit),
@@ -39,6 +40,8 @@ BANDWIDTHS = (200 * 10**6, 500 * 10**6)
 KERNEL_SIZES = (256 * KIB, 1 * MIB, 4 * MIB, 16 * MIB)
 TRAIN_MODEL, TRAIN_MBS = "gpt-tiny", 4   # what realrun validate --training trains (one place)
 TRAIN_MOE_MODEL = "gpt-tiny-moe"          # its expert-parallel plans' model: gpt-tiny, MoE MLPs (4 experts, top-2)
+COMPUTE_MODELS = f"{TRAIN_MODEL},{TRAIN_MOE_MODEL}"   # what calibration times the compute of (its shapes)
+COMPUTE_CPS = (1, 2)                      # and its context-parallel plans' (validate's cp2 plans)
 # compressed all-reduces whose kernels are timed inside the run (the in-run factor of each spec):
 # the algorithms realrun picks for them, at sizes and a bandwidth validation does not use
 IN_RUN = (("int8", "two_phase"), ("ef(topk(0.01))", "allgather"), ("powersgd(4)", "allgather"),
@@ -53,12 +56,12 @@ def _say(text: str) -> None:
 
 
 def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3,
-            model: str = TRAIN_MODEL) -> list[dict]:
+            model: str = COMPUTE_MODELS) -> list[dict]:
     """Every record calibration fits, measured on ``runner`` (realrun.measure)."""
     _say(f"compressors alone: {len(compressors)} specs x {len(KERNEL_SIZES)} sizes")
     records = runner.kernels(KERNEL_SIZES[:3] if quick else KERNEL_SIZES, list(compressors), iters)
     _say(f"compute of {model} (GEMMs, attention, memory-bound work; ranks sharing the cores)")
-    records += runner.compute(model, TRAIN_MBS)
+    records += runner.compute(model, TRAIN_MBS, COMPUTE_CPS)
     sizes = QUICK_SIZES if quick else SIZES
     try:
         for bw in BANDWIDTHS if runner.emulated else (0,):
@@ -94,7 +97,7 @@ def _in_run(runner, compressors, iters: int) -> list[dict]:
 
 
 def calibrate(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3, sources=(),
-              model: str = TRAIN_MODEL) -> tuple:
+              model: str = COMPUTE_MODELS) -> tuple:
     """(profile, records): measured on ``runner`` and fitted for its cluster."""
     records = measure(runner, compressors, quick, iters, model)
     return fit_profile(records, runner.topology(), sources=list(sources) or ["realrun calibrate"]), records

@@ -94,8 +94,9 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("-o", "--output", required=True, help="the profile (JSON, written atomically)")
     cal.add_argument("--records", help="also keep the raw records here (JSON Lines)")
     cal.add_argument("--compressors", default=None, help="specs to calibrate (default: those validate uses)")
-    cal.add_argument("--model", default="gpt-tiny", help="the model whose training compute is timed (default "
-                     "gpt-tiny, what validate --training trains)")
+    cal.add_argument("--model", default="gpt-tiny,gpt-tiny-moe", help="the models whose training compute is "
+                     "timed, comma-separated (default gpt-tiny,gpt-tiny-moe: what validate --training trains; "
+                     "each at tp 1 and 2 and cp 1 and 2, the MoE one's experts also at ep 2)")
     cal.add_argument("--quick", action="store_true", help="fewer sizes (about a minute)")
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",

@@ -100,10 +100,11 @@ class EmulatedRunner:
                        threads=self.threads, hosts=cfg.world)
             return self._mark(_read(metrics), cfg.world)
 
-    def compute(self, model: str, mbs: int) -> list[dict]:
-        """A training step's compute with every host's rank computing at once, each on its host's share."""
+    def compute(self, model: str, mbs: int, cps=(1,)) -> list[dict]:
+        """A training step's compute (``realrun.bench.compute.cases``) with every host's rank
+        computing at once, each on its host's share."""
         return self._mark(run_compute(model, world=self.hosts, ranks=self.hosts, mbs=mbs, threads=self.threads,
-                                      place=self._place))
+                                      place=self._place, cps=cps))
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
         """Alone on a whole core (the numbers the model scales by the share where it has nothing
@@ -143,10 +144,10 @@ class TorchrunRunner:
             r["cluster"] = self.cluster
         return records
 
-    def compute(self, model: str, mbs: int) -> list[dict]:
+    def compute(self, model: str, mbs: int, cps=(1,)) -> list[dict]:
         """CPU ranks (gloo) time the model's compute on one core each; GPU compute comes from
         the device catalog (its measured GEMM tables), not from here."""
-        return [] if self.backend == "nccl" else run_compute(model, world=self.hosts, ranks=1, mbs=mbs)
+        return [] if self.backend == "nccl" else run_compute(model, world=self.hosts, ranks=1, mbs=mbs, cps=cps)
 
     def kernels(self, sizes, specs, iters: int) -> list[dict]:
         return bench.run_kernels(sizes, specs, iters, accumulate=True)

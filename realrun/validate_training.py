@@ -167,7 +167,7 @@ def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine
                         seq=plan.seq,
                         schedule=plan.schedule, policy=case.policy, compute_dtype=plan.compute_dtype,
                         grad_dtype=plan.grad_dtype, bucket_bytes=plan.bucket_bytes, dp_overlap=plan.dp_overlap,
-                        allow_oom=True, calibration=calibration, engine=engine)
+                        kernels=plan.kernels, allow_oom=True, calibration=calibration, engine=engine)
 
 
 def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS) -> dict:

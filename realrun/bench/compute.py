@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from perfmodel.compute import activation_bytes, attention_heads, layer_gemms
+from perfmodel.compute import activation_bytes, attention_heads, layer_gemms, moe_gemms
 from perfmodel.measurements import make_record
 from perfmodel.plan import make_plan
 from perfmodel.workload import load_model
@@ -24,26 +24,49 @@ from realrun.bench.instep import in_step
 MIN_S = 0.3   # each case runs at least this long, so the processes' time slices interleave
 
 
-def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = None) -> list[dict]:
-    """What one rank of the model computes per microbatch, for each TP degree: distinct GEMM
-    shapes (the layer's and the LM head's), attention, and the memory-bound work."""
-    arch = load_model(model)
+def _gemm_case(m, n, k) -> dict:
+    return {"op": "gemm", "m": int(m), "n": int(n), "k": int(k), "flops": 3 * 2.0 * m * n * k, "bytes": 0.0}
+
+
+def _plan_cases(arch, plan) -> list[dict]:
+    """One plan's distinct shapes: the layer's GEMMs (a MoE model's router and expert GEMMs at the
+    expert load too), the LM head's, attention (cp blocks under cp), the memory-bound work."""
+    T = plan.mbs * plan.local_seq
+    gemms = layer_gemms(arch, plan) + [(T, arch.vocab_size / plan.tp, arch.hidden_size)]
+    if arch.is_moe:
+        gemms += [(m, n, k) for m, n, k, _ in moe_gemms(arch, plan, arch.expert_load)]
+    out = [_gemm_case(m, n, k) for m, n, k in gemms]
+    heads, t = int(attention_heads(arch, plan)), plan.local_seq
+    n = t if plan.cp > 1 else plan.seq        # one of a cp rank's blocks, or the whole sequence
+    out.append({"op": "attention", "m": t, "n": n, "k": arch.head_dim, "heads": heads, "mbs": plan.mbs,
+                "blocks": plan.cp > 1, "flops": 3 * 2 * heads * 2.0 * t * n * arch.head_dim, "bytes": 0.0})
+    out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / plan.tp),
+                "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
+    return out
+
+
+def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = None, cps=(1,)) -> list[dict]:
+    """What one rank of the model (or of each of the comma-separated models) computes per
+    microbatch, for each TP degree, each CP degree the sequence splits into and (a MoE model)
+    ep 2 where it divides the experts and the ranks: distinct GEMM
+    shapes (the layer's, a MoE layer's, the LM head's), attention, and the memory-bound work.
+    Attention under cp is timed as the GEMMs of its blocks (``m`` queries against ``n`` keys,
+    as ``perfmodel.compute`` prices them; an eager ring's passes over its scores are priced at the
+    streaming rate the memory-bound work measures)."""
     out, seen = [], set()
-    for tp in tps:
-        plan = make_plan(arch, world, tp=tp, mbs=mbs, seq=seq, compute_dtype="fp32")
-        T = plan.mbs * plan.seq
-        gemms = layer_gemms(arch, plan) + [(T, arch.vocab_size / tp, arch.hidden_size)]
-        for m, n, k in gemms:
-            key = ("gemm", int(m), int(n), int(k))
-            if key not in seen:
-                seen.add(key)
-                out.append({"op": "gemm", "m": int(m), "n": int(n), "k": int(k), "flops": 3 * 2.0 * m * n * k,
-                            "bytes": 0.0})
-        heads = int(attention_heads(arch, plan))
-        out.append({"op": "attention", "m": plan.seq, "n": plan.seq, "k": arch.head_dim, "heads": heads,
-                    "mbs": plan.mbs, "flops": 3 * 2 * heads * 2.0 * plan.seq ** 2 * arch.head_dim, "bytes": 0.0})
-        out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / tp),
-                    "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
+    for name in model.split(","):
+        arch = load_model(name.strip())
+        length = arch.seq_len if seq is None else seq
+        eps = [e for e in (1, 2) if arch.is_moe and arch.num_experts % e == 0 and world % e == 0] or [1]
+        layouts = [(tp, cp, 1) for tp in tps for cp in cps if length % (2 * cp) == 0]
+        layouts += [(1, 1, ep) for ep in eps if ep > 1]   # ep carved from dp: a rank's experts, their rows
+        for tp, cp, ep in layouts:
+            plan = make_plan(arch, world, tp=tp, cp=cp, ep=ep, mbs=mbs, seq=seq, compute_dtype="fp32")
+            for case in _plan_cases(arch, plan):
+                key = (case["op"], case["m"], case["n"], case["k"], case.get("heads"))
+                if key not in seen:
+                    seen.add(key)
+                    out.append(case)
     return out
 
 
@@ -56,6 +79,13 @@ def _callable(case: dict):
     if case["op"] == "gemm":
         x, w, dy = torch.randn(m, k), torch.randn(k, n), torch.randn(m, n)
         return lambda: (x @ w, dy @ w.T, x.T @ dy)
+    if case["op"] == "attention" and case.get("blocks"):   # a ring block's products: QK^T, PV, their gradients
+        b, heads = case["mbs"], case["heads"] // case["mbs"]
+        q, dout = torch.randn(b, heads, m, k), torch.randn(b, heads, m, k)
+        kk, v, p = torch.randn(b, heads, n, k), torch.randn(b, heads, n, k), torch.randn(b, heads, m, n)
+        # forward S = Q K^T, O = P V; backward dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q
+        return lambda: (q @ kk.transpose(-1, -2), p @ v, dout @ v.transpose(-1, -2), p.transpose(-1, -2) @ dout,
+                        p @ kk, p.transpose(-1, -2) @ q)
     if case["op"] == "attention":
         b, heads = case["mbs"], case["heads"] // case["mbs"]
         q, kk, v = (torch.randn(b, heads, m, k, requires_grad=True) for _ in range(3))
@@ -92,10 +122,10 @@ def _worker(barrier, queue, cases_: list[dict]) -> None:
 
 
 def run_compute(model: str = "gpt-tiny", world: int = 4, ranks: int = 1, tps=(1, 2), mbs: int = 4,
-                seq: int | None = None, threads: int = 1, place=None) -> list[dict]:
-    """Compute records of ``model``'s shapes with ``ranks`` processes at once (median process;
-    ``place``: as ``in_step``'s)."""
-    todo = cases(model, world, tps, mbs, seq)
+                seq: int | None = None, threads: int = 1, place=None, cps=(1,)) -> list[dict]:
+    """Compute records of ``model``'s shapes (``cases``) with ``ranks`` processes at once (median
+    process; ``place``: as ``in_step``'s)."""
+    todo = cases(model, world, tps, mbs, seq, cps)
     results = in_step(_worker, (todo,), ranks, threads, place)
     out = []
     for case, times in zip(todo, zip(*results)):

@@ -153,6 +153,34 @@ def test_moe_compute_follows_the_expert_load():
         stage_compute(skewed, plan, dev, 32, True, True, 32).hardware_flops
 
 
+def test_eager_kernels_price_the_ring_scores_and_the_moe_permutation():
+    """realrun's eager layers: a cp ring's score blocks make UNFUSED accesses each at the streaming
+    rate, a MoE layer's permutation its dispatched rows' accesses; fused kernels neither, and
+    whole-sequence attention is fused either way."""
+    from perfmodel.catalogs import device
+    from perfmodel.compute import (ACTIVATION_BYTES, EAGER_LAYOUT_ACCESSES, EAGER_PERMUTE_ACCESSES,
+                                   UNFUSED_BWD_ACCESSES, UNFUSED_FWD_ACCESSES, score_elements, stage_compute)
+    dev, llama, mixtral = device("h100-sxm"), load_model("llama3-8b"), load_model("mixtral-8x7b")
+
+    def extra(model, gpus, **kw):
+        fused, eager = (stage_compute(model, make_plan(model, gpus, kernels=k, **kw), dev, model.num_layers, True,
+                                      True, model.num_moe_layers) for k in ("fused", "eager"))
+        return eager.fwd_s + eager.bwd_s - fused.fwd_s - fused.bwd_s, eager.attention_s - fused.attention_s
+
+    plan = make_plan(llama, 16, cp=2, seq=16384, kernels="eager")
+    total, attn = extra(llama, 16, cp=2, seq=16384)
+    scores = (UNFUSED_FWD_ACCESSES + UNFUSED_BWD_ACCESSES) * score_elements(llama, plan) * ACTIVATION_BYTES
+    assert total == pytest.approx(llama.num_layers * scores / dev.stream_Bps) and attn == pytest.approx(total)
+    assert extra(llama, 16, seq=16384) == (0.0, 0.0)
+    total, attn = extra(mixtral, 8, ep=8)
+    rows = mixtral.dispatched_rows(make_plan(mixtral, 8, ep=8).routed_tokens) * mixtral.hidden_size
+    permute = 3 * (EAGER_PERMUTE_ACCESSES + EAGER_LAYOUT_ACCESSES) * rows * ACTIVATION_BYTES   # forward, backward 2x
+    assert total == pytest.approx(mixtral.num_moe_layers * permute / dev.stream_Bps) and attn == 0.0
+    with pytest.raises(InputError) as err:
+        make_plan(llama, 8, kernels="triton")
+    assert err.value.field == "kernels"
+
+
 def test_cp_ring_events_and_overlap_with_attention():
     llama = load_model("llama3-8b")
     plan = make_plan(llama, 64, cp=4, seq=32768, gbs=16, recompute="selective")
@@ -194,6 +222,12 @@ def test_cli_takes_ep_and_cp(cli):
     text = cli("perfmodel", "predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--cp", "2",
                "--seq", "16384", "--allow-oom", check_rc=0).stdout
     assert "cp_comm" in text and "cp=none" in text
+    eager = json.loads(cli("perfmodel", "predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                           "--cp", "2", "--seq", "16384", "--kernels", "eager", "--allow-oom", "--json",
+                           check_rc=0).stdout)
+    fused = json.loads(cli("perfmodel", "predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                           "--cp", "2", "--seq", "16384", "--allow-oom", "--json", check_rc=0).stdout)
+    assert eager["plan"]["kernels"] == "eager" and eager["step_time_s"] > fused["step_time_s"]
     proc = cli("perfmodel", "predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--ep", "2")
     assert proc.returncode == 2 and "ep" in proc.stderr and "Traceback" not in proc.stderr
 

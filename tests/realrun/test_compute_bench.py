@@ -26,6 +26,30 @@ def test_cases_are_the_shapes_perfmodel_prices():
     assert len(gemms) == len([c for c in got if c["op"] == "gemm"])   # each shape once
 
 
+def test_cases_cover_validates_cp_and_ep_plans():
+    """Calibration's default: both of validate's models, the ring's blocks (as GEMMs of one block,
+    perfmodel's pricing) and the experts' rows at ep 2 (capacity-padded, perfmodel's moe_gemms)."""
+    from perfmodel.compute import moe_gemms
+
+    got = cases("gpt-tiny,gpt-tiny-moe", 4, tps=(1, 2), mbs=4, cps=(1, 2))
+    blocks = [c for c in got if c["op"] == "attention" and c["blocks"]]
+    assert {(c["m"], c["n"], c["k"]) for c in blocks} == {(64, 64, 32)}
+    assert all(c["flops"] == 3 * 2 * c["heads"] * 2.0 * 64 * 64 * 32 for c in blocks)
+    moe = load_model("gpt-tiny-moe")
+    plan = make_plan(moe, 4, ep=2, mbs=4, compute_dtype="fp32")
+    gemms = {(c["m"], c["n"], c["k"]) for c in got if c["op"] == "gemm"}
+    assert {(int(m), int(n), int(k)) for m, n, k, _ in moe_gemms(moe, plan, moe.expert_load)} <= gemms
+    assert (640, 256, 128) in gemms   # an expert: capacity 320 rows from each of the 2 ep ranks
+
+
+def test_a_ring_block_case_runs_its_six_products():
+    from realrun.bench.compute import _callable
+
+    case = next(c for c in cases("gpt-tiny", 4, tps=(1,), mbs=1, seq=16, cps=(2,)) if c["op"] == "attention")
+    shapes = [tuple(x.shape) for x in _callable(case)()]
+    assert case["blocks"] and len(shapes) == 6 and shapes[0] == (1, 4, 8, 8) and shapes[1] == (1, 4, 8, 32)
+
+
 @pytest.mark.distributed
 def test_two_ranks_time_a_small_model_and_the_profile_loads(tmp_path):
     records = run_compute("gpt-tiny", world=2, ranks=2, tps=(1,), mbs=1, seq=16)
