@@ -64,7 +64,7 @@ TOP = ("schema", "provenance", "devices", "protocols", "primitives", "compressor
 CALL_KEYS = ("call_us", "ns_per_byte")
 TRANSPORT_KEYS = ("cpu_us", "cpu_ns_per_byte")
 KERNEL_KEYS = ("compress_GBps", "decompress_GBps")
-DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency", "fp32_TFLOPS")
+DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency", "fp32_TFLOPS", "eager_score_ns")
 PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
 
 
@@ -137,6 +137,8 @@ class Calibration:
         if "gemm_efficiency" in over:
             changes["gemm_efficiency"] = tuple(sorted((float(k), v) for k, v in over["gemm_efficiency"].items()))
             changes["gemm_shape"] = None     # a measured table replaces the catalog's shape model
+        if "eager_score_ns" in over:   # eager ring attention's elementwise work, timed (perfmodel.compute)
+            changes["eager_score_s"] = over["eager_score_ns"] * 1e-9
         if "fp32_TFLOPS" in over:   # a measured peak (a CPU's, whose clock the catalog cannot know)
             changes["peak_flops_per_s"] = {**dev.peak_flops_per_s, "fp32": over["fp32_TFLOPS"] * 1e12}
         return replace(dev, **changes)

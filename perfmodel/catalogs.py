@@ -67,6 +67,8 @@ class Device:
     gemm_efficiency: tuple = ()   # ((cube-root size, fraction of peak), ...) ascending
     gemm_shape: GemmShape | None = None   # a GEMM's time from its shape (tiles over SMs); None: the table
     host_op_s: float = 0.0        # host (framework) seconds to issue one kernel; 0: not modelled
+    eager_score_s: float | None = None   # eager attention's seconds per score beyond its GEMMs, forward and
+    #                                      backward (measured: realrun calibrate); None: its counted passes
     arch: str = ""                # volta, ampere, hopper, blackwell, ... (NCCL's per-generation constants)
     source: str = ""
     board_power_W: float | None = None   # maximum board power (TDP), datasheet: energy's upper bound

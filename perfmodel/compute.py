@@ -171,9 +171,19 @@ def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float
         attn = 2 * heads * plan.cp * dev.table_gemm_time_s(plan.local_seq, plan.local_seq, model.head_dim, dt)
     fwd, bwd = attn, 2 * attn
     if plan.kernels == "eager" and plan.cp > 1:   # the ring's blocks; whole-sequence attention is fused
-        score_s = score_elements(model, plan) * ACTIVATION_BYTES / dev.stream_Bps
-        fwd, bwd = fwd + UNFUSED_FWD_ACCESSES * score_s, bwd + UNFUSED_BWD_ACCESSES * score_s
+        fwd_s, bwd_s = eager_score_s(dev)
+        fwd, bwd = fwd + score_elements(model, plan) * fwd_s, bwd + score_elements(model, plan) * bwd_s
     return fwd, bwd, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
+
+
+def eager_score_s(dev: Device) -> tuple[float, float]:
+    """(forward, backward) seconds per score of eager attention beyond its GEMMs: measured where
+    the device has it (``Device.eager_score_s``, ``realrun calibrate``: exp and the masked fill
+    are not streaming passes on a CPU, and every operation has its dispatch), split as the
+    counted accesses split; else the counted accesses at the streaming rate."""
+    accesses = UNFUSED_FWD_ACCESSES + UNFUSED_BWD_ACCESSES
+    per = dev.eager_score_s if dev.eager_score_s is not None else accesses * ACTIVATION_BYTES / dev.stream_Bps
+    return per * UNFUSED_FWD_ACCESSES / accesses, per * UNFUSED_BWD_ACCESSES / accesses
 
 
 def permute_bytes(model: ModelSpec, plan: ParallelPlan) -> float:

@@ -207,7 +207,8 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
     peak, median per size; where a size beats the catalog's peak (a CPU's clock and vector
     units are the machine's, not the catalog's), the fastest size sets a measured peak
     (``fp32_TFLOPS``) and the table is relative to it. Also the streaming rate of the
-    memory-bound work: the model's bytes over the time."""
+    memory-bound work (the model's bytes over the time) and, from eager ring-attention blocks,
+    the seconds per score beyond their GEMMs (``eager_score_ns``)."""
     rows = [r for r in records if r["kind"] == "compute" and r["time_s"] > 0]
     by_size: dict = {}
     for r in rows:
@@ -224,6 +225,9 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
     rates = [r["bytes"] / compute_seconds(r) for r in rows if r["op"] == "elementwise" and r["bytes"] > 0]
     if rates:
         out["stream_TBps"] = statistics.median(rates) / 1e12
+    scores = _eager_scores(rows, rate)
+    if scores is not None:
+        out["eager_score_ns"] = scores * 1e9
     report = {"records": len(rows), "catalog_fp32_TFLOPS": dev.peak("fp32") / 1e12,
               "measured_fp32_TFLOPS": max(rate.values(), default=0.0) / 1e12}
     granted = [r["cpu_s"] / r["time_s"] for r in rows if _quota(r)]
@@ -231,6 +235,20 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
         report |= {"declared_share": statistics.median(r["cpu_share"] for r in rows if _quota(r)),
                    "granted_share": statistics.median(granted)}
     return out, report
+
+
+def _eager_scores(rows: list[dict], rate: dict) -> float | None:
+    """Seconds per score of eager ring attention beyond its GEMMs: each ``scores`` record's time
+    less its GEMMs' at the fitted table (the rate of its own size, the block's six products),
+    over its scores; the median (None without such records or where the GEMMs take it all)."""
+    per = []
+    for r in rows:
+        if r["op"] == "scores" and r.get("scores"):
+            size = round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
+            gemm = r["flops"] / rate[size] if size in rate else 0.0
+            per.append((compute_seconds(r) - gemm) / r["scores"])
+    value = statistics.median(per) if per else None
+    return value if value is not None and value > 0 else None
 
 
 def _quota(r: dict) -> bool:

@@ -20,13 +20,14 @@ REQUIRED = {
     "kernel": ("compressor", "device", "size_bytes", "wire_bytes", "compress_s", "decompress_s",
                "max_rel_error"),
     # a training step's compute, timed forward and backward: op gemm (m x n x k), attention
-    # (s x s x head_dim GEMMs of all heads) or elementwise (a layer's memory-bound work);
-    # flops and bytes as perfmodel.compute counts them
+    # (s x s x head_dim GEMMs of all heads), elementwise (a layer's memory-bound work) or scores
+    # (an eager ring-attention block, ``scores`` of them, its GEMMs' flops); flops and bytes as
+    # perfmodel.compute counts them
     "compute": ("op", "device", "m", "n", "k", "flops", "bytes", "time_s"),
 }
-COMPUTE_OPS = ("gemm", "attention", "elementwise")
+COMPUTE_OPS = ("gemm", "attention", "elementwise", "scores")
 NUMBERS = ("world", "size_bytes", "wire_bytes", "time_s", "compress_s", "decompress_s", "max_rel_error",
-           "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes", "wrong", "cpu_s")
+           "time_min_s", "time_max_s", "m", "n", "k", "flops", "bytes", "wrong", "cpu_s", "scores")
 
 
 def make_record(kind: str, **fields) -> dict:

@@ -337,8 +337,9 @@ def _calibrate(args) -> None:
     specs = parse_compressors(args.compressors) if args.compressors else list(COMPRESSORS)
     for spec in specs:
         Compressor(spec)
+    for name in args.model.split(","):   # each a catalog name or a file, checked before any run
+        load_model(name.strip())
     runner = runner_for(args.cluster)
-    load_model(args.model)
     profile, records = calibrate(runner, specs, args.quick, _positive("iters", args.iters),
                                  sources=[f"realrun calibrate --cluster {args.cluster}"], model=args.model)
     if under_torchrun() and os.environ["RANK"] != "0":

@@ -3,8 +3,11 @@
 Each case is a (plan, policy, bandwidth) of ``realrun train`` on the emulated cluster's hosts
 (one rank per host). perfmodel predicts it first (the calibration profile, the run's own
 plan: fp32, gradients reduced after backward, ``TrainConfig.plan``), then it runs ``repeats``
-times for ``steps`` steps each; a run's measurement is its median step after ``WARMUP_STEPS``,
-the case's the median of its runs, its spread max/min - 1 of them. Nothing here is fitted:
+times for ``steps`` steps each; a run's measurement is its median step after ``WARMUP_STEPS``
+and outside the steps that measure errors (``realrun.train.report.steady``: their exact reference
+collectives are no part of a training step; with them, 2 of a quick run's 5 steady steps took
+twice as long and every plan's median was its slowest clean step), the case's the median of
+its runs, its spread max/min - 1 of them. Nothing here is fitted:
 the profile comes from ``realrun calibrate`` (compressors, a step's compute, uncompressed
 collectives at 200 and 500 Mbit/s), the grid runs at 100 Mbit/s and 1 Gbit/s.
 
@@ -48,7 +51,7 @@ from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
 from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
                             restored, spread_cell)
 from realrun.train.config import TrainConfig
-from realrun.train.report import WARMUP_STEPS
+from realrun.train.report import steady
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
@@ -188,8 +191,7 @@ def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS) 
 
 
 def _median(records: list[dict], key: str) -> float:
-    steady = records[WARMUP_STEPS:] or records
-    return statistics.median(r.get(key, 0.0) for r in steady)   # ep_* and cp_*: 0 without them
+    return statistics.median(r.get(key, 0.0) for r in steady(records))   # ep_* and cp_*: 0 without them
 
 
 def predicted_phases(predicted) -> dict:

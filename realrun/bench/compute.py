@@ -1,7 +1,8 @@
 """A training step's compute on this CPU, timed the way perfmodel counts it: the GEMMs of a
 layer (forward, and the input- and weight-gradient GEMMs of backward), attention (PyTorch's
-scaled-dot-product kernel, forward and backward), a layer's memory-bound work (two norms, the
-activation, two residual adds, forward and backward) and the LM head, on the shapes of the
+scaled-dot-product kernel, forward and backward; under cp a ring block's six products, and the
+block as realrun's eager ring attention runs it, ``scores``), a layer's memory-bound work (two
+norms, the activation, two residual adds, forward and backward) and the LM head, on the shapes of the
 model and plans given, with ``ranks`` processes computing at once (as the ranks of an emulated
 cluster share this machine's cores). Records: ``perfmodel.measurements`` kind ``compute``;
 Each record has the wall seconds per call (``time_s``) and the CPU seconds the process got
@@ -40,6 +41,10 @@ def _plan_cases(arch, plan) -> list[dict]:
     n = t if plan.cp > 1 else plan.seq        # one of a cp rank's blocks, or the whole sequence
     out.append({"op": "attention", "m": t, "n": n, "k": arch.head_dim, "heads": heads, "mbs": plan.mbs,
                 "blocks": plan.cp > 1, "flops": 3 * 2 * heads * 2.0 * t * n * arch.head_dim, "bytes": 0.0})
+    if plan.cp > 1:   # and the block as realrun's eager ring attention runs it (its elementwise work)
+        out.append({"op": "scores", "m": t, "n": t, "k": arch.head_dim, "heads": heads, "mbs": plan.mbs,
+                    "kv_heads": int(plan.mbs * arch.num_kv_heads / plan.tp), "scores": heads * t * t,
+                    "flops": 3 * 2 * heads * 2.0 * t * t * arch.head_dim, "bytes": 0.0})
     out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / plan.tp),
                 "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
     return out
@@ -86,6 +91,8 @@ def _callable(case: dict):
         # forward S = Q K^T, O = P V; backward dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q
         return lambda: (q @ kk.transpose(-1, -2), p @ v, dout @ v.transpose(-1, -2), p.transpose(-1, -2) @ dout,
                         p @ kk, p.transpose(-1, -2) @ q)
+    if case["op"] == "scores":
+        return _ring_block(case)
     if case["op"] == "attention":
         b, heads = case["mbs"], case["heads"] // case["mbs"]
         q, kk, v = (torch.randn(b, heads, m, k, requires_grad=True) for _ in range(3))
@@ -99,6 +106,20 @@ def _callable(case: dict):
         z = y + norm2(y)
         (z.sum() + F.gelu(up).sum()).backward()
     return layer
+
+
+def _ring_block(case: dict):
+    """One block of realrun's ring attention, forward and backward (a cp group of one: the
+    rank's own block, no exchange)."""
+    import torch
+
+    from realrun.train.context_parallel import ContextParallel, ring_attention
+
+    b, heads, kv = case["mbs"], case["heads"] // case["mbs"], case["kv_heads"] // case["mbs"]
+    cp = ContextParallel(1, 0, None)
+    q = torch.randn(b, heads, case["m"], case["k"], requires_grad=True)
+    kk, v = (torch.randn(b, kv, case["n"], case["k"], requires_grad=True) for _ in range(2))
+    return lambda: ring_attention(q, kk, v, cp, "block").sum().backward()
 
 
 def _worker(barrier, queue, cases_: list[dict]) -> None:
@@ -130,6 +151,8 @@ def run_compute(model: str = "gpt-tiny", world: int = 4, ranks: int = 1, tps=(1,
     out = []
     for case, times in zip(todo, zip(*results)):
         wall, cpu = sorted(times)[len(times) // 2]
+        extra = {"scores": case["scores"]} if "scores" in case else {}
         out.append(make_record("compute", op=case["op"], device="cpu", m=case["m"], n=case["n"], k=case["k"],
-                               flops=case["flops"], bytes=case["bytes"], time_s=wall, cpu_s=cpu, concurrent=ranks))
+                               flops=case["flops"], bytes=case["bytes"], time_s=wall, cpu_s=cpu, concurrent=ranks,
+                               **extra))
     return out

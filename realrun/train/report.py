@@ -15,16 +15,24 @@ def _axes(record: dict, suffix: str) -> list[str]:
     return [k.removesuffix(suffix) for k in record if k.endswith(suffix) and k.removesuffix(suffix) in AXES]
 
 
+def steady(records: list[dict]) -> list[dict]:
+    """The steps a run's times are its medians over: after ``WARMUP_STEPS``, without the steps
+    that measure errors (``error_step``: their times include the exact collectives each compressed
+    one is checked against, which at 100 Mbit/s double a step) while any others are left."""
+    warm = records[WARMUP_STEPS:] or records
+    return [r for r in warm if not r.get("error_step")] or warm
+
+
 def summary(records: list[dict]) -> dict:
-    steady = records[WARMUP_STEPS:] or records
+    steady_ = steady(records)
     vals = [r for r in records if r.get("val_loss") is not None]
     out = {"steps": len(records), "first_loss": records[0]["loss"], "final_loss": records[-1]["loss"],
            "final_val_loss": vals[-1]["val_loss"] if vals else None}
     for key in PHASES + ("ep_comm_s", "cp_comm_s"):   # expert parallelism's all-to-alls, cp's ring, where they run
         if key in records[0]:
-            out[f"median_{key}"] = statistics.median(r[key] for r in steady)
+            out[f"median_{key}"] = statistics.median(r[key] for r in steady_)
     for axis in _axes(records[0], "_wire_bytes"):
-        out[f"{axis}_wire_bytes_per_step"] = statistics.median(r[f"{axis}_wire_bytes"] for r in steady)
+        out[f"{axis}_wire_bytes_per_step"] = statistics.median(r[f"{axis}_wire_bytes"] for r in steady_)
     for axis in _axes(records[0], "_rel_error"):
         errors = [r[f"{axis}_rel_error"] for r in records if r.get(f"{axis}_rel_error") is not None]
         out[f"{axis}_rel_error"] = statistics.median(errors) if errors else None

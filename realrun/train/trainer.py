@@ -224,7 +224,8 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
         times["cp_comm_s"] = max(0.0, cp_fwd + cp_bwd - kernels["cp"])
     times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
     moe = {"moe_dropped": _dropped_fraction(routed, dropped, run.device)} if model.spec.is_moe else {}
-    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), **_busiest(times, run.device),
+    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), "error_step": measure,
+            **_busiest(times, run.device),
             **{f"{axis}_wire_bytes": st.bytes_out for axis, (st, _) in measured.items()},
             **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}, **moe,
             # error feedback's ||C(y) - y|| / ||y||, on the steps that measure (None: none ran)

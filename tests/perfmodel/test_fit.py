@@ -166,6 +166,33 @@ def test_compute_fit_gives_the_efficiency_table_and_streaming_rate(tmp_path):
     assert fitted.stream_Bps == pytest.approx(3e9) and report["records"] == 5
 
 
+def test_eager_ring_blocks_give_the_seconds_per_score_beyond_their_gemms(tmp_path):
+    """A scores record's time less its block products' (the attention record of its size, at the
+    fitted rate) over its scores; perfmodel's eager ring prices it, fused kernels do not."""
+    from perfmodel.catalogs import device
+    from perfmodel.compute import score_elements, stage_compute
+    from perfmodel.fit import fit_compute
+    from perfmodel.plan import make_plan
+    from perfmodel.workload import load_model
+
+    cpu = device("host-cpu")
+    rate = 0.3 * cpu.peak("fp32")
+    flops, scores = 3 * 2 * 16 * 2.0 * 64 * 64 * 32, 16 * 64 * 64
+    block = _compute("attention", 64, 64, 32, flops=flops, time_s=flops / rate)
+    eager = make_record("compute", op="scores", device="cpu", m=64, n=64, k=32, flops=flops, bytes=0.0,
+                        time_s=flops / rate + scores * 20e-9, scores=scores, concurrent=4)
+    over, _ = fit_compute([block, eager], cpu)
+    assert over["eager_score_ns"] == pytest.approx(20.0)
+    assert "eager_score_ns" not in fit_compute([block], cpu)[0]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(fit_profile([block, eager], "emulated:hosts=4,bandwidth=1gbit")))
+    fitted = load_calibration(str(path)).device(cpu)
+    tiny = load_model("gpt-tiny")
+    plans = {k: make_plan(tiny, 4, cp=2, mbs=4, compute_dtype="fp32", kernels=k) for k in ("fused", "eager")}
+    times = {k: stage_compute(tiny, p, fitted, 2, True, True).attention_s for k, p in plans.items()}
+    assert times["eager"] - times["fused"] == pytest.approx(2 * score_elements(tiny, plans["eager"]) * 20e-9)
+
+
 def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
     from perfmodel.catalogs import device
     from perfmodel.fit import fit_compute

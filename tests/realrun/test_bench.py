@@ -120,7 +120,8 @@ def test_loop_commands_refuse_bad_input_in_one_line(cli, tmp_path):
                  ["cluster", "down", "--name", "Bad Name"],
                  ["validate", "--calibration", str(tmp_path / "missing.json"), "--out", str(tmp_path / "v")],
                  ["calibrate", "--cluster", "dgx-h100", "-o", str(tmp_path / "p.json")],
-                 ["calibrate", "--cluster", "emu", "-o", str(tmp_path / "no" / "p.json")]):
+                 ["calibrate", "--cluster", "emu", "-o", str(tmp_path / "no" / "p.json")],
+                 ["calibrate", "--cluster", "emu", "-o", str(tmp_path / "p.json"), "--model", "gpt-tiny,gpt-huge"]):
         proc = cli("realrun", *args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -89,6 +89,7 @@ def test_context_parallel_reproduces_one_rank(tmp_path, same_losses):
     assert sum(r["val_loss"] is not None for r in two) == 3   # steps 0, 5 and 9
     assert all(r["cp_wire_bytes"] == ring_bytes("gpt-tiny", 2, 64, 4) for r in two) and "cp_wire_bytes" not in one[0]
     assert two[0]["cp_rel_error"] == 0.0 and two[0]["cp_comm_s"] > 0 and "cp=2" in proc.stdout
+    assert [r["error_step"] for r in two] == [i == 0 for i in range(10)]   # --error-every 10: step 0 measures
     assert two[-1]["dp_wire_bytes"] > 0   # the two cp ranks' gradients reduced
 
 

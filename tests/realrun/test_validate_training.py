@@ -68,6 +68,23 @@ def test_rows_speedups_and_summary(tmp_path):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_steps_that_measure_errors_are_left_out_of_the_times():
+    """Their exact reference collectives are no part of a training step: the medians are over the
+    steady steps without them (all of them where no other is left)."""
+    from realrun.train.report import steady, summary
+
+    records = _records(0.3, 0.1, [5.0, 4.0, 3.5, 3.2, 3.0, 2.9, 2.8])
+    for r in records:
+        r["error_step"] = r["step"] % 3 == 0
+        r["step_s"] = 0.9 if r["error_step"] else 0.3 + 0.01 * r["step"]   # steps 2, 4, 5 clean
+    assert [r["step"] for r in steady(records)] == [2, 4, 5]
+    assert summary(records)["median_step_s"] == pytest.approx(0.34)
+    got = row(TrainCase(1, 1, 4, 0, "none", 10**8), _predicted(0.3, 0.1), [records])
+    assert got["measured_step_s"] == pytest.approx(0.34)
+    every = [dict(r, error_step=True) for r in records]
+    assert [r["step"] for r in steady(every)] == [2, 3, 4, 5, 6]
+
+
 def test_kernels_go_to_the_phase_that_times_them():
     """The trainer times dp and ZeRO kernels inside its reduction, tp and pp kernels apart."""
     p = SimpleNamespace(step_time_s=1.0, breakdown=dict(BREAKDOWN, compression_s=0.05, dp_comm_exposed_s=0.1),
