@@ -53,7 +53,8 @@ def _plan_cases(arch, plan) -> list[dict]:
 def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = None, cps=(1,)) -> list[dict]:
     """What one rank of the model (or of each of the comma-separated models) computes per
     microbatch, for each TP degree, each CP degree the sequence splits into and (a MoE model)
-    ep 2 where it divides the experts and the ranks: distinct GEMM
+    ep 2 where it divides the experts and the ranks (a layout whose tp*cp does not divide the
+    ranks is left out): distinct GEMM
     shapes (the layer's, a MoE layer's, the LM head's), attention, and the memory-bound work.
     Attention under cp is timed as the GEMMs of its blocks (``m`` queries against ``n`` keys,
     as ``perfmodel.compute`` prices them; an eager ring's passes over its scores are priced at the
@@ -63,7 +64,7 @@ def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = No
         arch = load_model(name.strip())
         length = arch.seq_len if seq is None else seq
         eps = [e for e in (1, 2) if arch.is_moe and arch.num_experts % e == 0 and world % e == 0] or [1]
-        layouts = [(tp, cp, 1) for tp in tps for cp in cps if length % (2 * cp) == 0]
+        layouts = [(tp, cp, 1) for tp in tps for cp in cps if length % (2 * cp) == 0 and world % (tp * cp) == 0]
         layouts += [(1, 1, ep) for ep in eps if ep > 1]   # ep carved from dp: a rank's experts, their rows
         for tp, cp, ep in layouts:
             plan = make_plan(arch, world, tp=tp, cp=cp, ep=ep, mbs=mbs, seq=seq, compute_dtype="fp32")

@@ -42,6 +42,16 @@ def test_cases_cover_validates_cp_and_ep_plans():
     assert (640, 256, 128) in gemms   # an expert: capacity 320 rows from each of the 2 ep ranks
 
 
+def test_cases_on_two_ranks_leave_out_layouts_that_do_not_fit():
+    """Two ranks hold tp 2 or cp 2, not both: calibrate's default grid on a two-rank run (a
+    torchrun of two) times the layouts that fit and plans none that cannot."""
+    got = cases("gpt-tiny,gpt-tiny-moe", 2, tps=(1, 2), mbs=4, cps=(1, 2))
+    blocks = [c for c in got if c["op"] == "attention" and c["blocks"]]
+    assert blocks and {(c["m"], c["n"]) for c in blocks} == {(64, 64)}   # cp 2 at tp 1
+    assert {c["heads"] for c in blocks} == {4 * 4}   # all heads: tp 1 only (tp 2 would halve them)
+    assert (640, 256, 128) in {(c["m"], c["n"], c["k"]) for c in got if c["op"] == "gemm"}   # ep 2 fits
+
+
 def test_a_ring_block_case_runs_its_six_products():
     from realrun.bench.compute import _callable
 
