@@ -356,7 +356,8 @@ def _validate_parser(sub) -> None:
     v.add_argument("--csv", metavar="FILE", help="write every row (source, measured, predicted, error) as CSV")
     v.add_argument("--plot", metavar="FILE.png", help="draw predicted against measured (.png, .svg or .pdf)")
     v.add_argument("--check-bounds", action="store_true",
-                   help="exit 1 if a source's MAPE is above its bound in bounds.json")
+                   help="exit 1 if a source's MAPE is above its bound in bounds.json, or a measured run's "
+                        "plan is predicted not to fit its GPUs' memory")
 
 
 def _validate(args) -> None:
@@ -395,11 +396,18 @@ def _validate_report(reports, bounds) -> None:
     print(summary_markdown(reports, bounds))
     for rep in reports:
         rows = [(r.label, r.measured, "-" if r.predicted is None else round(r.predicted, 1),
-                 "-" if r.error is None else f"{r.error:+.1%}", r.skipped) for r in rep["results"]]
+                 "-" if r.error is None else f"{r.error:+.1%}", _memory_cell(r), r.skipped) for r in rep["results"]]
         unit = rep["results"][0].unit if rep["results"] else ""
         print()
-        print(table(("row", f"measured {unit}", "predicted", "error", "skipped"), rows,
+        print(table(("row", f"measured {unit}", "predicted", "error", "memory/GPU", "skipped"), rows,
                     title=f"# {rep['source']}: {rep['title']}"))
+
+
+def _memory_cell(row) -> str:
+    """A training row's predicted memory per GPU, flagged where it would not fit (it ran)."""
+    if row.memory_GiB is None:
+        return "-"
+    return f"{row.memory_GiB:.1f} GiB" + ("" if row.fits else " DOES NOT FIT")
 
 
 def _plan_kwargs(args, sweep: bool = False) -> dict:

@@ -9,6 +9,11 @@ its tokens/s with the predicted tokens/s.
 Rows whose cluster the catalog does not have are kept and reported as skipped. Per source:
 MAPE (mean |predicted / measured - 1|), bias (mean signed error) and the worst row. ``bounds.json``
 records the MAPE each source may reach (``check_bounds``): a regression guard.
+
+A training row is also a memory check: the run was measured, so its plan fit on its GPUs. Each
+row carries the memory per GPU ``perfmodel.memory`` predicts for its plan and whether that fits;
+``check_bounds`` names every row predicted not to fit (``perfmodel.memory`` kept Korthikanti's
+s x s attention scores, which no flash-style attention keeps, until these rows showed it).
 """
 from __future__ import annotations
 
@@ -48,6 +53,8 @@ class RowResult:
     error: float | None         # predicted / measured - 1; None where skipped
     unit: str
     skipped: str = ""
+    memory_GiB: float | None = None   # per GPU, perfmodel.memory's peak stage (training rows)
+    fits: bool | None = None          # that memory within the GPU's (a measured run did fit)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -164,7 +171,8 @@ def _training_row(source: Source, row: dict) -> RowResult:
         predicted = rec.tokens_per_s
     else:
         predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
-    return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit)
+    return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit,
+                     memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=rec.fits)
 
 
 def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:
@@ -177,7 +185,9 @@ def summarize(source: Source, results: list[RowResult]) -> dict:
     """MAPE, bias and the worst row of a source's predicted rows (None where none was predicted)."""
     done = [r for r in results if r.error is not None]
     worst = max(done, key=lambda r: abs(r.error)) if done else None
+    checked = [r for r in done if r.fits is not None]
     return dict(source=source.key, title=source.title, kind=source.kind, rows=len(results), predicted=len(done),
+                fit_checked=len(checked), unfit=[r.label for r in checked if not r.fits],
                 skipped=len(results) - len(done),
                 mape=sum(abs(r.error) for r in done) / len(done) if done else None,
                 bias=sum(r.error for r in done) / len(done) if done else None,
@@ -198,9 +208,14 @@ def load_bounds(folder: Path = PUBLISHED_DIR) -> dict[str, float]:
 
 
 def check_bounds(reports: list[dict], bounds: dict[str, float]) -> list[str]:
-    """One line per source whose MAPE exceeds its bound, or that was predicted but has none."""
+    """One line per source whose MAPE exceeds its bound, or that was predicted but has none, and
+    per measured run whose plan the model says does not fit its GPUs' memory."""
     bad = []
     for rep in reports:
+        for r in rep.get("results", []):
+            if r.fits is False:
+                bad.append(f"{rep['source']}: {r.label} ran, but is predicted not to fit "
+                           f"({r.memory_GiB:.1f} GiB per GPU)")
         if rep["mape"] is None:
             continue
         bound = bounds.get(rep["source"])
@@ -217,21 +232,26 @@ def _pct(x) -> str:
 
 def summary_markdown(reports: list[dict], bounds: dict[str, float]) -> str:
     """The per-source table as Markdown (README's 'How close is the model' block)."""
-    lines = ["| source | what | rows | MAPE | bias | worst row | bound |", "|---|---|---:|---:|---:|---|---:|"]
+    lines = ["| source | what | rows | MAPE | bias | worst row | bound | fits memory |",
+             "|---|---|---:|---:|---:|---|---:|---:|"]
     for rep in reports:
         mape = "-" if rep["mape"] is None else f"{rep['mape']:.1%}"
         worst = f"{rep['worst_label']} ({_pct(rep['worst_error'])})" if rep["worst_label"] else \
             f"not predicted ({rep['skipped']} rows: cluster not in the catalog)"
         bound = bounds.get(rep["source"])
+        checked = rep.get("fit_checked", 0)
+        fits = f"{checked - len(rep.get('unfit', []))}/{checked}" if checked else "-"
         lines.append(f"| `{rep['source']}` | {rep['title']} | {rep['predicted']}/{rep['rows']} | {mape} | "
-                     f"{_pct(rep['bias'])} | {worst} | {'-' if bound is None else f'{bound:.1%}'} |")
+                     f"{_pct(rep['bias'])} | {worst} | {'-' if bound is None else f'{bound:.1%}'} | {fits} |")
     return "\n".join(lines)
 
 
 def results_csv_rows(reports: list[dict]) -> list[list]:
-    header = ["source", "label", "unit", "measured", "predicted", "error", "skipped"]
+    header = ["source", "label", "unit", "measured", "predicted", "error", "skipped", "memory_GiB", "fits"]
     rows = [[r.source, r.label, r.unit, r.measured, "" if r.predicted is None else round(r.predicted, 3),
-             "" if r.error is None else round(r.error, 4), r.skipped] for rep in reports for r in rep["results"]]
+             "" if r.error is None else round(r.error, 4), r.skipped,
+             "" if r.memory_GiB is None else round(r.memory_GiB, 2), "" if r.fits is None else r.fits]
+            for rep in reports for r in rep["results"]]
     return [header, *rows]
 
 

@@ -8,9 +8,17 @@ carry biases on every linear layer; rmsnorm models (LLaMA) none. Conventions:
   weights plus ``12 L h s`` for attention scores (QK^T and AV, forward 4 L h s, the full
   s x s matrix as Megatron counts it), N = ``params``.
 * Activation bytes per layer (Korthikanti et al., MLSys 2023, Eq. 1-6, 2-byte activations):
-  ``s b h (34 + 5 a s / h)`` without parallelism; tensor parallelism divides the 24 sbh of
-  TP-split tensors (and with sequence parallelism the other 10 sbh too), selective recompute
-  drops the ``5 a s / h`` attention term, full recompute keeps only the 2 sbh layer input.
+  ``34 s b h`` without parallelism; tensor parallelism divides the 24 sbh of TP-split tensors
+  (and with sequence parallelism the other 10 sbh too), full recompute keeps only the 2 sbh
+  layer input. Korthikanti's ``5 a s^2 b`` of attention (softmax output, dropout mask and
+  output: the s x s scores) is not kept: every attention the model prices is flash-style
+  (``kernels`` fused: Transformer Engine's FlashAttention; eager: PyTorch's
+  ``scaled_dot_product_attention`` and realrun's ring blocks, recomputed in backward), which
+  keeps the softmax statistics instead, an fp32 log-sum-exp per head and token (Dao et al.
+  2022, Algorithm 2: ``4 a s b`` bytes, TP-split); selective recompute drops those too. With
+  the s x s term every FlashAttention-trained row of ``validation/published`` (per-GPU batch 32
+  of GPT3-125M at 2048 tokens, no checkpointing, on 80 GB) was predicted not to fit, and
+  Megatron-Core's 2024 rows from 70B.
 
 Mixture-of-experts models add the optional keys of ``MOE_KEYS`` (all absent: a dense model).
 A MoE layer replaces the MLP with a router (an h x E linear layer, 2 h E FLOPs a token), E
@@ -45,6 +53,10 @@ except ModuleNotFoundError:  # Python 3.10
 
 MODEL_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden_size",
               "vocab_size", "seq_len", "activation", "norm", "tied_embeddings")
+# bytes flash-style attention keeps per head and token for backward: the fp32 log-sum-exp of
+# each query's scores (Dao et al. 2022, FlashAttention, Algorithm 2; Transformer Engine and
+# PyTorch's scaled_dot_product_attention keep the same), in place of Korthikanti's s x s scores
+SOFTMAX_STAT_BYTES = 4.0
 CHOICES = {"activation": ("gelu", "swiglu"), "norm": ("layernorm", "rmsnorm")}
 # optional keys of a mixture-of-experts model, and their dense defaults
 MOE_KEYS = {"num_experts": 0, "moe_top_k": 0, "moe_shared_experts": 0, "moe_ffn_hidden_size": 0,
@@ -209,7 +221,7 @@ class ModelSpec:
         s, b, h, a = seq, mbs, self.hidden_size, self.num_heads
         if recompute == "full":
             return 2.0 * s * b * h / (tp if sp else 1)
-        attention = 0.0 if recompute == "selective" else 5.0 * a * s / h / tp
+        attention = 0.0 if recompute == "selective" else SOFTMAX_STAT_BYTES * a / h / tp
         replicated = 10.0 / tp if sp else 10.0
         return s * b * h * (replicated + 24.0 / tp + attention)
 

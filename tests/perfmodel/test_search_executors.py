@@ -75,7 +75,8 @@ def test_a_killed_search_resumes_without_repeating_rows(tight, tmp_path, monkeyp
     calls = []
     resumed = perfmodel.search(*TIGHT, workers=1, stream=str(path), resume=True,
                                progress=lambda done, total: calls.append(done), **CASE)
-    assert resumed.rows == tight.rows and resumed.skipped_oom == tight.skipped_oom == 10
+    # the plans that do not fit are counted again
+    assert resumed.rows == tight.rows and resumed.skipped_oom == tight.skipped_oom > 0
     assert 0 < calls[0] < resumed.plans and calls[-1] == resumed.plans    # the finished families count at once
     keys = _stream_keys(path)
     assert len(keys) == len(set(keys)) == len(tight.rows)
