@@ -8,7 +8,7 @@ import sys
 from perfmodel.collective import DTYPES, OPS
 from perfmodel.library import library
 from perfmodel.prediction import PredictOptions, compare, predict, request_and_options
-from perfmodel.plan import DEFAULT_BUCKET_BYTES, PlanRequest
+from perfmodel.plan import DEFAULT_BUCKET_BYTES, KERNELS, PlanRequest
 from perfmodel.report import plan_text, catalog_report, compare_report, step_report, sweep_csv, sweep_table
 from perfmodel.plan_sweep import sweep_plans
 from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
@@ -98,7 +98,7 @@ def _plan_args(p, sweep: bool = False) -> None:
                        help="overlap TP all-gathers and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; "
                        "needs --sequence-parallel): all but 1/tp of them hide behind the GEMMs, which they slow by "
                        "the overlap slowdown")
-        p.add_argument("--kernels", choices=("fused", "eager"), default="fused",
+        p.add_argument("--kernels", choices=KERNELS, default="fused",
                        help="whose kernels compute the layers: fused (default: Megatron-Core with Transformer "
                        "Engine, flash attention and fused MoE permutation) or eager (PyTorch eager as realrun's "
                        "layers: ring-attention score blocks in memory, MoE permutation through capacity queues)")

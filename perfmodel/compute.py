@@ -44,6 +44,7 @@ class StageCompute:
     attention_s: float = 0.0     # of fwd_s + bwd_s: attention scores and values (flash: no s x s in memory)
     memory_bound_s: float = 0.0  # of fwd_s + bwd_s: norms, activation, residuals, embedding, loss
     attention_fwd_s: float = 0.0  # one forward's attention scores and values (what cp's ring hides behind)
+    attention_bwd_s: float = 0.0  # the backward's (recompute not included): fused twice the forward's
     host_fwd_s: float = 0.0      # host seconds to issue the forward's kernels (0: not modelled)
     host_bwd_s: float = 0.0      # host seconds to issue the backward's kernels, recompute included
 
@@ -63,6 +64,9 @@ ACTIVATION_BYTES = 2           # per element moved: activation_bytes' convention
 # (2), exp (2), the row sum (1); backward, the scores recomputed: scale, mask, minus the log-sum-exp,
 # exp (2 each), dP minus delta (2), P times it (3), times the scale (2).
 UNFUSED_FWD_ACCESSES, UNFUSED_BWD_ACCESSES = 10, 15
+# Its products per block: forward QK^T and PV; backward, the scores recomputed (QK^T), dO V^T,
+# dS K, dS^T Q and P^T dO (the same code): five where a backward that keeps P runs four.
+EAGER_RING_BWD_PRODUCTS, RING_FWD_PRODUCTS = 5, 2
 # Eager kernels, a MoE layer's permutation (realrun/train/moe.py), accesses per element of a
 # dispatched row, forward (backward twice, as all memory-bound work here): the token copies gathered
 # (read, write) and written into their zeroed expert queues (zero, read, write), the combine's rows
@@ -162,8 +166,9 @@ def score_elements(model: ModelSpec, plan: ParallelPlan) -> float:
 
 def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float]:
     """(fwd s, bwd s, FLOPs) of one layer's attention scores and values (cp blocks under cp):
-    the batched GEMMs (backward: twice forward), and with eager kernels under cp the elementwise
-    passes over every score (``UNFUSED_FWD_ACCESSES``, ``UNFUSED_BWD_ACCESSES``) at the streaming rate."""
+    the batched GEMMs (backward: twice forward), and with eager kernels under cp the ring's
+    recomputed scores (``EAGER_RING_BWD_PRODUCTS``) and its elementwise work over every score
+    (``eager_score_s``)."""
     heads, dt = attention_heads(model, plan), plan.compute_dtype
     if plan.cp == 1:
         attn = 2 * heads * dev.table_gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
@@ -172,6 +177,7 @@ def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float
     fwd, bwd = attn, 2 * attn
     if plan.kernels == "eager" and plan.cp > 1:   # the ring's blocks; whole-sequence attention is fused
         fwd_s, bwd_s = eager_score_s(dev)
+        bwd = attn * EAGER_RING_BWD_PRODUCTS / RING_FWD_PRODUCTS
         fwd, bwd = fwd + score_elements(model, plan) * fwd_s, bwd + score_elements(model, plan) * bwd_s
     return fwd, bwd, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
 
@@ -267,7 +273,8 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     host_fwd, host_bwd = host_times_s(model, plan, dev, layers, first, last, moe_layers)
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
                         attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,
-                        attention_fwd_s=total(lambda x: x[1]), host_fwd_s=host_fwd, host_bwd_s=host_bwd)
+                        attention_fwd_s=total(lambda x: x[1]), attention_bwd_s=total(lambda x: x[4]),
+                        host_fwd_s=host_fwd, host_bwd_s=host_bwd)
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:

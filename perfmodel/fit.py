@@ -213,8 +213,7 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
     by_size: dict = {}
     for r in rows:
         if r["op"] in ("gemm", "attention"):
-            size = round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
-            by_size.setdefault(size, []).append(r["flops"] / compute_seconds(r))
+            by_size.setdefault(_size(r), []).append(r["flops"] / compute_seconds(r))
     rate = {size: statistics.median(v) for size, v in sorted(by_size.items())}
     peak = max([dev.peak("fp32"), *rate.values()])
     out: dict = {}
@@ -239,16 +238,20 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
 
 def _eager_scores(rows: list[dict], rate: dict) -> float | None:
     """Seconds per score of eager ring attention beyond its GEMMs: each ``scores`` record's time
-    less its GEMMs' at the fitted table (the rate of its own size, the block's six products),
-    over its scores; the median (None without such records or where the GEMMs take it all)."""
+    less its GEMMs' at the fitted table (the rate of its own size; the block's seven products, its
+    backward recomputing the scores), over its scores; the median (None without such records, where
+    no GEMM of the block's size was timed, or where the GEMMs take it all)."""
     per = []
     for r in rows:
-        if r["op"] == "scores" and r.get("scores"):
-            size = round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
-            gemm = r["flops"] / rate[size] if size in rate else 0.0
-            per.append((compute_seconds(r) - gemm) / r["scores"])
+        if r["op"] == "scores" and r.get("scores") and _size(r) in rate:
+            per.append((compute_seconds(r) - r["flops"] / rate[_size(r)]) / r["scores"])
     value = statistics.median(per) if per else None
     return value if value is not None and value > 0 else None
+
+
+def _size(r: dict) -> int:
+    """A GEMM record's size in the efficiency table: the cube root of m x n x k."""
+    return round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
 
 
 def _quota(r: dict) -> bool:

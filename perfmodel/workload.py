@@ -144,10 +144,10 @@ class ModelSpec:
     def expert_load(self) -> float:
         """The most loaded expert's rows over its fair share: the imbalance, capped by capacity;
         padded to capacity, the capacity itself (every expert computes its capacity's rows: the
-        factor, or with a dropless capacity of all the tokens ``num_experts / moe_top_k``)."""
-        cap = self.moe_capacity_factor
+        factor, at most all the tokens, ``num_experts / moe_top_k``, as ``dispatched_rows``)."""
+        cap, every = self.moe_capacity_factor, self.num_experts / self.moe_top_k
         if self.moe_pad_to_capacity:
-            return cap if cap > 0 else self.num_experts / self.moe_top_k
+            return min(cap, every) if cap > 0 else every
         return min(self.moe_load_imbalance, cap) if cap > 0 else self.moe_load_imbalance
 
     def dispatched_rows(self, tokens: int) -> int:

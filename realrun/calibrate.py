@@ -28,6 +28,7 @@ import sys
 
 from perfmodel.fit import fit_profile
 from realrun.bench import BenchConfig
+from realrun.bench.compute import cases as compute_cases
 from realrun.bench.config import BenchCase
 
 KIB, MIB = 2**10, 2**20
@@ -57,7 +58,9 @@ def _say(text: str) -> None:
 
 def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3,
             model: str = COMPUTE_MODELS) -> list[dict]:
-    """Every record calibration fits, measured on ``runner`` (realrun.measure)."""
+    """Every record calibration fits, measured on ``runner`` (realrun.measure); a model whose
+    compute cannot be planned on its ranks is refused before anything runs."""
+    compute_cases(model, runner.hosts, mbs=TRAIN_MBS, cps=COMPUTE_CPS)
     _say(f"compressors alone: {len(compressors)} specs x {len(KERNEL_SIZES)} sizes")
     records = runner.kernels(KERNEL_SIZES[:3] if quick else KERNEL_SIZES, list(compressors), iters)
     _say(f"compute of {model} (GEMMs, attention, memory-bound work; ranks sharing the cores)")

@@ -94,7 +94,7 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("-o", "--output", required=True, help="the profile (JSON, written atomically)")
     cal.add_argument("--records", help="also keep the raw records here (JSON Lines)")
     cal.add_argument("--compressors", default=None, help="specs to calibrate (default: those validate uses)")
-    cal.add_argument("--model", default="gpt-tiny,gpt-tiny-moe", help="the models whose training compute is "
+    cal.add_argument("--model", default=None, help="the models whose training compute is "
                      "timed, comma-separated (default gpt-tiny,gpt-tiny-moe: what validate --training trains; "
                      "each at tp 1 and 2 and cp 1 and 2, the MoE one's experts also at ep 2)")
     cal.add_argument("--quick", action="store_true", help="fewer sizes (about a minute)")
@@ -328,7 +328,7 @@ def _cluster(args) -> None:
 
 def _calibrate(args) -> None:
     from perfmodel.fit import summary
-    from realrun.calibrate import COMPRESSORS, calibrate
+    from realrun.calibrate import COMPRESSORS, COMPUTE_MODELS, calibrate
     from realrun.measure import runner_for
 
     check_writable(args.output, "output")
@@ -337,11 +337,12 @@ def _calibrate(args) -> None:
     specs = parse_compressors(args.compressors) if args.compressors else list(COMPRESSORS)
     for spec in specs:
         Compressor(spec)
-    for name in args.model.split(","):   # each a catalog name or a file, checked before any run
+    model = args.model or COMPUTE_MODELS
+    for name in model.split(","):   # each a catalog name or a file, checked before any run
         load_model(name.strip())
     runner = runner_for(args.cluster)
     profile, records = calibrate(runner, specs, args.quick, _positive("iters", args.iters),
-                                 sources=[f"realrun calibrate --cluster {args.cluster}"], model=args.model)
+                                 sources=[f"realrun calibrate --cluster {args.cluster}"], model=model)
     if under_torchrun() and os.environ["RANK"] != "0":
         return
     atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))

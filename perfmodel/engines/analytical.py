@@ -155,8 +155,8 @@ def _inner(st: StageTime, phase: str, seconds: float, across_nodes: bool) -> Non
 def _overlap_ring(step: StepInputs, st: StageTime, events: list, sc, tally) -> None:
     """cp's K/V ring beside attention (``perfmodel.comm.context_events``): of cp attention blocks
     the ring step of each but the last runs while the block computes, so per operation its wire
-    seconds hide behind (cp - 1) / cp of the operation's attention seconds (backward: twice a
-    forward's, three times with recompute). What does not hide is exposed; hidden seconds slow
+    seconds hide behind (cp - 1) / cp of the operation's attention seconds (backward: its own,
+    and with recompute a forward's more). What does not hide is exposed; hidden seconds slow
     the attention by ``overlap_slowdown`` (as TP overlap); kernels are charged in full."""
     plan, env = step.plan, step.env
     m, cp = plan.microbatches, plan.cp
@@ -170,9 +170,9 @@ def _overlap_ring(step: StepInputs, st: StageTime, events: list, sc, tally) -> N
         if tally is not None:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, k * event.count)
-    runs = {"fwd": 1.0, "bwd": 2.0 + (plan.recompute != "none")}
+    behind = {"fwd": sc.attention_fwd_s, "bwd": sc.attention_bwd_s + (plan.recompute != "none") * sc.attention_fwd_s}
     for phase, seconds in wire.items():
-        hide = runs[phase] * sc.attention_fwd_s * (cp - 1) / cp
+        hide = behind[phase] * (cp - 1) / cp
         hidden = min(seconds, hide)
         charged = seconds - hidden + env.overlap_slowdown * hidden
         st.add_comm("cp", charged)

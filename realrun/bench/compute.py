@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import time
 
-from perfmodel.compute import activation_bytes, attention_heads, layer_gemms, moe_gemms
+from perfmodel.compute import (EAGER_RING_BWD_PRODUCTS, RING_FWD_PRODUCTS, activation_bytes, attention_heads,
+                               layer_gemms, moe_gemms)
 from perfmodel.measurements import make_record
 from perfmodel.plan import make_plan
 from perfmodel.workload import load_model
 from realrun.bench.instep import in_step
+from topologies.errors import InputError
 
+_RING_PRODUCTS = RING_FWD_PRODUCTS + EAGER_RING_BWD_PRODUCTS   # a ring block's GEMMs, recomputed scores too
 MIN_S = 0.3   # each case runs at least this long, so the processes' time slices interleave
 
 
@@ -44,7 +47,7 @@ def _plan_cases(arch, plan) -> list[dict]:
     if plan.cp > 1:   # and the block as realrun's eager ring attention runs it (its elementwise work)
         out.append({"op": "scores", "m": t, "n": t, "k": arch.head_dim, "heads": heads, "mbs": plan.mbs,
                     "kv_heads": int(plan.mbs * arch.num_kv_heads / plan.tp), "scores": heads * t * t,
-                    "flops": 3 * 2 * heads * 2.0 * t * t * arch.head_dim, "bytes": 0.0})
+                    "flops": _RING_PRODUCTS * heads * 2.0 * t * t * arch.head_dim, "bytes": 0.0})
     out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / plan.tp),
                 "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
     return out
@@ -53,27 +56,43 @@ def _plan_cases(arch, plan) -> list[dict]:
 def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = None, cps=(1,)) -> list[dict]:
     """What one rank of the model (or of each of the comma-separated models) computes per
     microbatch, for each TP degree, each CP degree the sequence splits into and (a MoE model)
-    ep 2 where it divides the experts and the ranks (a layout whose tp*cp does not divide the
-    ranks is left out): distinct GEMM
-    shapes (the layer's, a MoE layer's, the LM head's), attention, and the memory-bound work.
-    Attention under cp is timed as the GEMMs of its blocks (``m`` queries against ``n`` keys,
-    as ``perfmodel.compute`` prices them; an eager ring's passes over its scores are priced at the
-    streaming rate the memory-bound work measures)."""
+    ep 2 where it divides the experts and the ranks: distinct GEMM shapes (the layer's, a MoE
+    layer's, the LM head's), attention, and the memory-bound work. A layout the model or the
+    ranks do not allow (tp*cp not dividing the ranks, tp not dividing the heads, a sequence not
+    in 2*cp chunks) is left out; a model with no layout left is an ``InputError``, raised
+    before anything runs. Attention under cp is timed as the GEMMs of its blocks (``m`` queries
+    against ``n`` keys, as ``perfmodel.compute`` prices them) and as realrun's eager ring block
+    (``scores``: what it spends beyond them is ``eager_score_ns``)."""
     out, seen = [], set()
     for name in model.split(","):
         arch = load_model(name.strip())
-        length = arch.seq_len if seq is None else seq
-        eps = [e for e in (1, 2) if arch.is_moe and arch.num_experts % e == 0 and world % e == 0] or [1]
-        layouts = [(tp, cp, 1) for tp in tps for cp in cps if length % (2 * cp) == 0 and world % (tp * cp) == 0]
-        layouts += [(1, 1, ep) for ep in eps if ep > 1]   # ep carved from dp: a rank's experts, their rows
-        for tp, cp, ep in layouts:
-            plan = make_plan(arch, world, tp=tp, cp=cp, ep=ep, mbs=mbs, seq=seq, compute_dtype="fp32")
+        for plan in _plans(arch, world, tps, mbs, seq, cps):
             for case in _plan_cases(arch, plan):
-                key = (case["op"], case["m"], case["n"], case["k"], case.get("heads"))
+                key = tuple(case.get(f) for f in ("op", "m", "n", "k", "heads", "kv_heads", "blocks"))
                 if key not in seen:
                     seen.add(key)
                     out.append(case)
     return out
+
+
+def _plans(arch, world: int, tps, mbs: int, seq: int | None, cps) -> list:
+    """The plans of ``cases`` the model allows: each tp x cp layout the sequence splits into
+    (2*cp chunks) on ranks it divides, and a MoE model's ep 2 (carved from dp: a rank's experts,
+    their rows) where it divides the experts and the ranks."""
+    length = arch.seq_len if seq is None else seq
+    layouts = [(tp, cp, 1) for tp in tps for cp in cps
+               if (cp == 1 or length % (2 * cp) == 0) and world % (tp * cp) == 0]
+    if arch.is_moe and arch.num_experts % 2 == 0 and world % 2 == 0:
+        layouts.append((1, 1, 2))
+    plans, refused = [], None
+    for tp, cp, ep in layouts:
+        try:
+            plans.append(make_plan(arch, world, tp=tp, cp=cp, ep=ep, mbs=mbs, seq=seq, compute_dtype="fp32"))
+        except InputError as e:   # e.g. tp 2 of a model with one KV head
+            refused = refused or e
+    if not plans:
+        raise refused or InputError("tp", ",".join(map(str, tps)), f"a degree dividing the {world} ranks")
+    return plans
 
 
 def _callable(case: dict):

@@ -155,11 +155,13 @@ def test_moe_compute_follows_the_expert_load():
 
 def test_eager_kernels_price_the_ring_scores_and_the_moe_permutation():
     """realrun's eager layers: a cp ring's score blocks make UNFUSED accesses each at the streaming
-    rate, a MoE layer's permutation its dispatched rows' accesses; fused kernels neither, and
-    whole-sequence attention is fused either way."""
+    rate and its backward recomputes the scores (a fifth product), a MoE layer's permutation its
+    dispatched rows' accesses; fused kernels neither, and whole-sequence attention is fused
+    either way."""
     from perfmodel.catalogs import device
     from perfmodel.compute import (ACTIVATION_BYTES, EAGER_LAYOUT_ACCESSES, EAGER_PERMUTE_ACCESSES,
-                                   UNFUSED_BWD_ACCESSES, UNFUSED_FWD_ACCESSES, score_elements, stage_compute)
+                                   UNFUSED_BWD_ACCESSES, UNFUSED_FWD_ACCESSES, attention_heads, score_elements,
+                                   stage_compute)
     dev, llama, mixtral = device("h100-sxm"), load_model("llama3-8b"), load_model("mixtral-8x7b")
 
     def extra(model, gpus, **kw):
@@ -170,7 +172,9 @@ def test_eager_kernels_price_the_ring_scores_and_the_moe_permutation():
     plan = make_plan(llama, 16, cp=2, seq=16384, kernels="eager")
     total, attn = extra(llama, 16, cp=2, seq=16384)
     scores = (UNFUSED_FWD_ACCESSES + UNFUSED_BWD_ACCESSES) * score_elements(llama, plan) * ACTIVATION_BYTES
-    assert total == pytest.approx(llama.num_layers * scores / dev.stream_Bps) and attn == pytest.approx(total)
+    qk = attention_heads(llama, plan) * 2 * dev.table_gemm_time_s(plan.local_seq, plan.local_seq, llama.head_dim,
+                                                                  plan.compute_dtype)   # QK^T of cp=2 blocks
+    assert total == pytest.approx(llama.num_layers * (scores / dev.stream_Bps + qk)) and attn == pytest.approx(total)
     assert extra(llama, 16, seq=16384) == (0.0, 0.0)
     total, attn = extra(mixtral, 8, ep=8)
     rows = mixtral.dispatched_rows(make_plan(mixtral, 8, ep=8).routed_tokens) * mixtral.hidden_size
@@ -179,6 +183,22 @@ def test_eager_kernels_price_the_ring_scores_and_the_moe_permutation():
     with pytest.raises(InputError) as err:
         make_plan(llama, 8, kernels="triton")
     assert err.value.field == "kernels"
+
+
+def test_the_ring_hides_behind_the_backward_attention_as_priced():
+    """What cp's backward ring hides behind is the backward attention as priced: twice the
+    forward's with fused kernels, eager's own (its accesses and its recomputed scores) with eager."""
+    from perfmodel.catalogs import device
+    from perfmodel.compute import stage_compute
+
+    llama = load_model("llama3-8b")
+    for dev, dtype in ((device("h100-sxm"), "bf16"), (device("host-cpu"), "fp32")):
+        for kernels in ("fused", "eager"):
+            plan = make_plan(llama, 16, cp=2, seq=16384, kernels=kernels, compute_dtype=dtype)
+            sc = stage_compute(llama, plan, dev, llama.num_layers, True, True)
+            assert sc.attention_s == pytest.approx(sc.attention_fwd_s + sc.attention_bwd_s)
+            ratio = sc.attention_bwd_s / sc.attention_fwd_s
+            assert ratio == pytest.approx(2.0) if kernels == "fused" else ratio != pytest.approx(2.0, rel=0.01)
 
 
 def test_cp_ring_events_and_overlap_with_attention():

@@ -159,5 +159,8 @@ def test_padded_to_capacity_every_expert_computes_and_sends_its_capacity():
     assert padded.dispatched_rows(7) == 8 * 3                                       # ceil(2.1875)
     dropless = replace(padded, moe_capacity_factor=0.0)
     assert dropless.dispatched_rows(512) == 8 * 512 and dropless.expert_load == 4.0  # every expert: all tokens
+    wide = replace(padded, moe_capacity_factor=5.0)   # a capacity past all the tokens: every expert's tokens
+    assert wide.dispatched_rows(512) == 8 * 512 and wide.expert_load == 4.0
+    assert wide.expert_load == wide.dispatched_rows(512) / (512 * wide.moe_top_k)
     tiny = load_model("gpt-tiny-moe")
     assert tiny.moe_pad_to_capacity and tiny.dispatched_rows(512) == 1280

@@ -60,6 +60,58 @@ def test_a_ring_block_case_runs_its_six_products():
     assert case["blocks"] and len(shapes) == 6 and shapes[0] == (1, 4, 8, 8) and shapes[1] == (1, 4, 8, 32)
 
 
+TINY = """hidden_size = 128
+num_layers = 2
+num_heads = 4
+num_kv_heads = {kv}
+ffn_hidden_size = 512
+vocab_size = 256
+seq_len = {seq}
+activation = "gelu"
+norm = "layernorm"
+tied_embeddings = true
+"""
+
+
+def _tiny(tmp_path, name: str, kv: int = 4, seq: int = 128) -> str:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(TINY.format(kv=kv, seq=seq))
+    return str(path)
+
+
+def test_cases_leave_out_only_the_layouts_a_model_refuses(tmp_path):
+    """An odd sequence still has its cp 1 cases (only cp's chunks need 2*cp of it); a model with
+    one KV head has no tp 2 (its plan is refused) and keeps tp 1; a grid with no layout left is
+    one InputError before anything runs."""
+    from topologies.errors import InputError
+
+    odd = cases("gpt-tiny", 2, tps=(1,), mbs=1, seq=127, cps=(1, 2))
+    assert odd and not [c for c in odd if c.get("blocks")] and "scores" not in {c["op"] for c in odd}
+    one_kv = cases(_tiny(tmp_path, "mqa", kv=1), 4, tps=(1, 2), mbs=1)
+    assert {c["heads"] for c in one_kv if c["op"] == "attention"} == {4}   # tp 1's heads only
+    with pytest.raises(InputError) as err:
+        cases("gpt-tiny", 3, tps=(2,))
+    assert err.value.field == "tp"
+
+
+def test_cases_keep_kernels_of_one_shape_that_differ(tmp_path):
+    """gpt-tiny's cp 2 ring block and a 64-token model's whole-sequence attention have one shape
+    (64 x 64 x 32) and are different kernels: both are timed."""
+    got = cases("gpt-tiny," + _tiny(tmp_path, "short", seq=64), 4, tps=(1,), mbs=4, cps=(1, 2))
+    at64 = [c for c in got if c["op"] == "attention" and (c["m"], c["n"]) == (64, 64)]
+    assert sorted(c["blocks"] for c in at64) == [False, True]
+
+
+def test_a_ring_block_as_realrun_runs_it_counts_its_seven_products():
+    """The ``scores`` case is realrun's ring attention on one block, forward and backward (the
+    backward recomputes the scores); its FLOPs are the seven products the fit subtracts."""
+    from realrun.bench.compute import _callable
+
+    case = next(c for c in cases("gpt-tiny", 4, tps=(1,), mbs=1, seq=16, cps=(2,)) if c["op"] == "scores")
+    _callable(case)()
+    assert case["flops"] == 7 * case["heads"] * 2.0 * 8 * 8 * 32 and case["scores"] == case["heads"] * 8 * 8
+
+
 @pytest.mark.distributed
 def test_two_ranks_time_a_small_model_and_the_profile_loads(tmp_path):
     records = run_compute("gpt-tiny", world=2, ranks=2, tps=(1,), mbs=1, seq=16)
