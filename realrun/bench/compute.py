@@ -1,8 +1,9 @@
 """A training step's compute on this CPU, timed the way perfmodel counts it: the GEMMs of a
 layer (forward, and the input- and weight-gradient GEMMs of backward), attention (PyTorch's
 scaled-dot-product kernel, forward and backward; under cp a ring block's six products, and the
-block as realrun's eager ring attention runs it, ``scores``), a layer's memory-bound work (two
-norms, the activation, two residual adds, forward and backward) and the LM head, on the shapes of the
+block as realrun's eager ring attention runs it, ``scores``), a layer's memory-bound work (as
+realrun's Block runs it: norms, RoPE and the head layout copies, biases, residual adds, the
+activation; forward and backward) and the LM head, on the shapes of the
 model and plans given, with ``ranks`` processes computing at once (as the ranks of an emulated
 cluster share this machine's cores). Records: ``perfmodel.measurements`` kind ``compute``;
 Each record has the wall seconds per call (``time_s``) and the CPU seconds the process got
@@ -49,6 +50,8 @@ def _plan_cases(arch, plan) -> list[dict]:
                     "kv_heads": int(plan.mbs * arch.num_kv_heads / plan.tp), "scores": heads * t * t,
                     "flops": _RING_PRODUCTS * heads * 2.0 * t * t * arch.head_dim, "bytes": 0.0})
     out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / plan.tp),
+                "heads": heads, "kv_heads": int(plan.mbs * arch.num_kv_heads / plan.tp), "head_dim": arch.head_dim,
+                "mbs": plan.mbs, "cp": plan.cp, "norm": arch.norm, "activation": arch.activation,
                 "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
     return out
 
@@ -117,14 +120,53 @@ def _callable(case: dict):
         b, heads = case["mbs"], case["heads"] // case["mbs"]
         q, kk, v = (torch.randn(b, heads, m, k, requires_grad=True) for _ in range(3))
         return lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True).sum().backward()
-    x = torch.randn(m, n, requires_grad=True)
-    up = torch.randn(m, k, requires_grad=True)
-    norm1, norm2 = torch.nn.LayerNorm(n), torch.nn.LayerNorm(n)
+    return _layer_memory(case)
+
+
+def _layer_memory(case: dict):
+    """A layer's memory-bound work as ``realrun.train.model.Block`` runs it, forward and backward,
+    without its GEMMs and attention kernel: the two norms, the QKV bias (layernorm models), the
+    split into heads and RoPE on queries and keys (grouped-query: keys and values repeated to
+    every head, outside cp), the attention output's copy back to rows, the output and MLP biases
+    with the residual adds, and the activation (GELU, or SwiGLU's silu(gate) x up). Its time over
+    perfmodel's bytes for the layer (``activation_bytes``, three passes) is the streaming rate a
+    calibration fits, so the layout copies and RoPE the model does not count bytes for are priced
+    at the rate they run beside the rest."""
+    import torch
+    import torch.nn.functional as F
+
+    from realrun.train.model import rope
+
+    b, h, up_width = case["mbs"], case["n"], case["k"]
+    t, heads, kv, d = case["m"] // b, case["heads"] // b, case["kv_heads"] // b, case["head_dim"]
+    biased = case["norm"] == "layernorm"
+    norm = (lambda: torch.nn.LayerNorm(h)) if biased else (lambda: torch.nn.RMSNorm(h, eps=1e-5))
+    norm1, norm2 = norm(), norm()
+    grad = {"requires_grad": True}
+    x, proj, mlp_out = (torch.randn(b, t, h, **grad) for _ in range(3))
+    qkv, att = torch.randn(b, t, (heads + 2 * kv) * d, **grad), torch.randn(b, heads, t, d, **grad)
+    up = torch.randn(b, t, up_width, **grad)
+    bias = [torch.zeros(n, **grad) if biased else None for n in ((heads + 2 * kv) * d, h, up_width, h)]
+
+    def add(y, c):
+        return y if c is None else y + c
 
     def layer():
-        y = x + norm1(x)
-        z = y + norm2(y)
-        (z.sum() + F.gelu(up).sum()).backward()
+        parts = add(qkv, bias[0]).split([heads * d, kv * d, kv * d], dim=-1)
+        q, kk, v = (p.view(b, t, -1, d).transpose(1, 2) for p in parts)
+        q, kk = rope(q), rope(kk)
+        if kv != heads and case["cp"] == 1:
+            kk, v = kk.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
+        rows = att.transpose(1, 2).reshape(b, t, heads * d)
+        r = x + add(proj, bias[1])
+        hidden = add(up, bias[2])
+        if case["activation"] == "swiglu":
+            gate, hidden = hidden.chunk(2, dim=-1)
+            hidden = F.silu(gate) * hidden
+        else:
+            hidden = F.gelu(hidden)
+        out = r + add(mlp_out, bias[3])
+        sum(y.sum() for y in (norm1(x), q, kk, v, rows, norm2(r), hidden, out)).backward()
     return layer
 
 

@@ -122,3 +122,24 @@ def test_two_ranks_time_a_small_model_and_the_profile_loads(tmp_path):
     path.write_text(json.dumps(fit_profile(records, "emulated:hosts=2,bandwidth=1gbit")))
     cpu = load_calibration(str(path)).device(device("host-cpu"))
     assert cpu.stream_Bps > 0 and len(cpu.gemm_efficiency) >= 2
+
+
+@pytest.mark.parametrize("norm,activation,kv,cp", [("layernorm", "gelu", 4, 1), ("rmsnorm", "swiglu", 2, 1),
+                                                   ("rmsnorm", "swiglu", 2, 2)])
+def test_a_layers_memory_bound_work_runs_as_realruns_block_does(tmp_path, norm, activation, kv, cp):
+    """The ``elementwise`` case is a Block's non-GEMM work at the plan's shape (RoPE, the layout
+    copies, grouped-query repeats outside cp, SwiGLU's halves): it runs forward and backward at
+    tp 2's heads and KV heads, and its bytes are perfmodel's for the layer."""
+    from perfmodel.compute import activation_bytes
+    from realrun.bench.compute import _callable
+
+    text = TINY.format(kv=kv, seq=64).replace('"gelu"', f'"{activation}"').replace('"layernorm"', f'"{norm}"')
+    path = tmp_path / "m.toml"
+    path.write_text(text)
+    got = [c for c in cases(str(path), 4, tps=(2,), mbs=2, cps=(cp,)) if c["op"] == "elementwise"]
+    assert len(got) == 1
+    case, arch = got[0], load_model(str(path))
+    plan = make_plan(arch, 4, tp=2, cp=cp, mbs=2, compute_dtype="fp32")
+    assert (case["m"], case["heads"], case["kv_heads"]) == (2 * 64 // cp, 2 * 2, 2 * kv // 2)
+    assert case["bytes"] == 6 * activation_bytes(arch, plan)
+    _callable(case)()   # a shape that does not match the Block's raises here
