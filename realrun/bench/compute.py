@@ -51,7 +51,8 @@ def _plan_cases(arch, plan) -> list[dict]:
                     "flops": _RING_PRODUCTS * heads * 2.0 * t * t * arch.head_dim, "bytes": 0.0})
     out.append({"op": "elementwise", "m": T, "n": arch.hidden_size, "k": int(arch.mlp_up_width / plan.tp),
                 "heads": heads, "kv_heads": int(plan.mbs * arch.num_kv_heads / plan.tp), "head_dim": arch.head_dim,
-                "mbs": plan.mbs, "cp": plan.cp, "norm": arch.norm, "activation": arch.activation,
+                "mbs": plan.mbs, "cp": plan.cp, "norm": arch.norm, "biased": arch.biased,
+                "activation": arch.activation,
                 "flops": 0.0, "bytes": 3 * 2.0 * activation_bytes(arch, plan)})
     return out
 
@@ -135,37 +136,37 @@ def _layer_memory(case: dict):
     import torch
     import torch.nn.functional as F
 
-    from realrun.train.model import rope
+    from realrun.train.model import norm_layer, rope
 
     b, h, up_width = case["mbs"], case["n"], case["k"]
     t, heads, kv, d = case["m"] // b, case["heads"] // b, case["kv_heads"] // b, case["head_dim"]
-    biased = case["norm"] == "layernorm"
-    norm = (lambda: torch.nn.LayerNorm(h)) if biased else (lambda: torch.nn.RMSNorm(h, eps=1e-5))
-    norm1, norm2 = norm(), norm()
+    norm1, norm2 = norm_layer(case["norm"], h), norm_layer(case["norm"], h)
     grad = {"requires_grad": True}
     x, proj, mlp_out = (torch.randn(b, t, h, **grad) for _ in range(3))
     qkv, att = torch.randn(b, t, (heads + 2 * kv) * d, **grad), torch.randn(b, heads, t, d, **grad)
     up = torch.randn(b, t, up_width, **grad)
-    bias = [torch.zeros(n, **grad) if biased else None for n in ((heads + 2 * kv) * d, h, up_width, h)]
+    # the biases of QKV, the output projection, FC1 and FC2 (layernorm models have them)
+    qkv_b, proj_b, up_b, mlp_out_b = (torch.zeros(y.shape[-1], **grad) if case["biased"] else None
+                                      for y in (qkv, proj, up, mlp_out))
 
     def add(y, c):
         return y if c is None else y + c
 
     def layer():
-        parts = add(qkv, bias[0]).split([heads * d, kv * d, kv * d], dim=-1)
+        parts = add(qkv, qkv_b).split([heads * d, kv * d, kv * d], dim=-1)
         q, kk, v = (p.view(b, t, -1, d).transpose(1, 2) for p in parts)
         q, kk = rope(q), rope(kk)
         if kv != heads and case["cp"] == 1:
             kk, v = kk.repeat_interleave(heads // kv, dim=1), v.repeat_interleave(heads // kv, dim=1)
         rows = att.transpose(1, 2).reshape(b, t, heads * d)
-        r = x + add(proj, bias[1])
-        hidden = add(up, bias[2])
+        r = x + add(proj, proj_b)
+        hidden = add(up, up_b)
         if case["activation"] == "swiglu":
             gate, hidden = hidden.chunk(2, dim=-1)
             hidden = F.silu(gate) * hidden
         else:
             hidden = F.gelu(hidden)
-        out = r + add(mlp_out, bias[3])
+        out = r + add(mlp_out, mlp_out_b)
         sum(y.sum() for y in (norm1(x), q, kk, v, rows, norm2(r), hidden, out)).backward()
     return layer
 

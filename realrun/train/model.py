@@ -28,10 +28,15 @@ from realrun.train.tensor_parallel import (TensorParallel, copy_to_group, parall
 ROPE_BASE = 10000.0   # the RoPE paper's base
 
 
+def norm_layer(kind: str, size: int) -> nn.Module:
+    """A layer's norm as the model names it: ``layernorm`` (with bias) or ``rmsnorm``."""
+    if kind == "layernorm":
+        return nn.LayerNorm(size)
+    return nn.RMSNorm(size, eps=1e-5)
+
+
 def _norm(spec: ModelSpec) -> nn.Module:
-    if spec.norm == "layernorm":
-        return nn.LayerNorm(spec.hidden_size)
-    return nn.RMSNorm(spec.hidden_size, eps=1e-5)
+    return norm_layer(spec.norm, spec.hidden_size)
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = ROPE_BASE) -> torch.Tensor:

@@ -142,4 +142,4 @@ def test_a_layers_memory_bound_work_runs_as_realruns_block_does(tmp_path, norm, 
     plan = make_plan(arch, 4, tp=2, cp=cp, mbs=2, compute_dtype="fp32")
     assert (case["m"], case["heads"], case["kv_heads"]) == (2 * 64 // cp, 2 * 2, 2 * kv // 2)
     assert case["bytes"] == 6 * activation_bytes(arch, plan)
-    _callable(case)()   # a shape that does not match the Block's raises here
+    _callable(case)()   # runs at these shapes: the heads split, RoPE's halves and SwiGLU's chunks
