@@ -26,6 +26,9 @@ from realrun.bench.instep import in_step
 from topologies.errors import InputError
 
 _RING_PRODUCTS = RING_FWD_PRODUCTS + EAGER_RING_BWD_PRODUCTS   # a ring block's GEMMs, recomputed scores too
+# what makes two cases different kernels: their shape, and what runs at it (a ring block or the
+# whole sequence; a memory-bound case's norm, activation, and grouped-query repeats outside cp)
+_KERNEL_FIELDS = ("op", "m", "n", "k", "heads", "kv_heads", "blocks", "norm", "activation", "cp")
 MIN_S = 0.3   # each case runs at least this long, so the processes' time slices interleave
 
 
@@ -72,7 +75,7 @@ def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = No
         arch = load_model(name.strip())
         for plan in _plans(arch, world, tps, mbs, seq, cps):
             for case in _plan_cases(arch, plan):
-                key = tuple(case.get(f) for f in ("op", "m", "n", "k", "heads", "kv_heads", "blocks"))
+                key = tuple(case.get(f) for f in _KERNEL_FIELDS)
                 if key not in seen:
                     seen.add(key)
                     out.append(case)

@@ -143,3 +143,12 @@ def test_a_layers_memory_bound_work_runs_as_realruns_block_does(tmp_path, norm, 
     assert (case["m"], case["heads"], case["kv_heads"]) == (2 * 64 // cp, 2 * 2, 2 * kv // 2)
     assert case["bytes"] == 6 * activation_bytes(arch, plan)
     _callable(case)()   # runs at these shapes: the heads split, RoPE's halves and SwiGLU's chunks
+
+
+def test_memory_bound_work_of_one_shape_is_timed_per_norm(tmp_path):
+    """gpt-tiny and a model of its shapes with rmsnorm run different memory-bound kernels: both
+    are timed (as attention's ring block and whole-sequence kernels of one shape are)."""
+    rms = tmp_path / "rms.toml"
+    rms.write_text(TINY.format(kv=4, seq=128).replace('"layernorm"', '"rmsnorm"'))
+    got = [c for c in cases(f"gpt-tiny,{rms}", 4, tps=(1,), mbs=4) if c["op"] == "elementwise"]
+    assert sorted(c["norm"] for c in got) == ["layernorm", "rmsnorm"]
