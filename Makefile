@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast lint clean
+.PHONY: demo test test-fast docs lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,14 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest -q
+	$(MAKE) docs
+
+# The documentation site (docs/, mkdocs.yml; API pages generated from the docstrings by
+# scripts/gen_ref_pages.py) into build/site. --strict: a broken link, a page outside the nav or a
+# module griffe cannot read fails the build, so `make test` fails with it.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+docs: $(VENV)/.dev
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir build/site
 
 # The edit loop, a few minutes on 2 cores: no network namespaces, GPUs, multi-rank runs, notebooks
 # or slow tests (the pytest markers of pyproject.toml). `make test` stays the whole suite, as CI runs it.
