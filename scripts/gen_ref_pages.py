@@ -22,6 +22,8 @@ for package in PACKAGES:
         parts = tuple(module.parts)
         if parts[-1] == "__main__":
             continue
+        if not all((ROOT / Path(*parts[:i]) / "__init__.py").exists() for i in range(1, len(parts))):
+            continue   # not inside a package (a folder without __init__.py): not a module of it
         if parts[-1] == "__init__":
             parts = parts[:-1]
             doc_path = Path(*parts, "index.md")
@@ -32,5 +34,11 @@ for package in PACKAGES:
             fd.write(f"# `{'.'.join(parts)}`\n\n::: {'.'.join(parts)}\n")
         mkdocs_gen_files.set_edit_path(Path("reference", doc_path), path.relative_to(ROOT))
 
+with mkdocs_gen_files.open("reference/index.md", "w") as fd:
+    fd.write("# API reference\n\nOne page per module, generated from the docstrings of the source "
+             "(griffe reads it; nothing is imported):\n\n"
+             + "".join(f"- [`{p}`]({p}/index.md)\n" for p in PACKAGES))
+
 with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as fd:
+    fd.write("* [Overview](index.md)\n")
     fd.writelines(nav.build_literate_nav())
