@@ -14,7 +14,7 @@ import statistics
 import time
 
 from perfmodel import collective_time
-from perfmodel.collective import _uncompressed_time
+from perfmodel.collectives.predict import _uncompressed_time
 from perfmodel.collectives.fabric import make_ctx
 from perfmodel.compression import compile_spec
 from topologies import build_cluster

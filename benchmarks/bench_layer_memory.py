@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from perfmodel.compute import layer_gemms
-from perfmodel.plan import make_plan
+from perfmodel.step.compute import layer_gemms
+from perfmodel.plan.parallel import make_plan
 from perfmodel.workload import load_model
 from realrun.bench.compute import _callable, cases
 from realrun.train.model import Block

@@ -19,7 +19,7 @@ import sys
 
 _CHILD = r"""
 import json, resource, sys, time
-from perfmodel.search import search
+from perfmodel.explore.search import search
 
 
 def cpu_s():

@@ -14,7 +14,7 @@ import statistics
 import time
 
 from perfmodel.prediction import predict
-from perfmodel.plan_sweep import sweep_plans
+from perfmodel.explore.sweep import sweep_plans
 
 POLICIES = "none;naive:int8;hybrid;naive:fp16;dp=ef(topk(0.01))+int8,zero=ef(topk(0.01))+int8"
 NEOX = dict(gpus=192, tp=4, pp=4, mbs=4, gbs=1056, zero=1, recompute="full")

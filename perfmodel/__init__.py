@@ -11,14 +11,14 @@
     breakeven(model, cluster, "+12.7%", policy="hybrid", library="mpi", **plan)
                                                           -> BreakEven (kernel GB/s for a target speedup)
 """
-from perfmodel.collective import DTYPES, OPS, collective_time
+from perfmodel.collectives.predict import DTYPES, OPS, collective_time
 from perfmodel.compression import Codec, compile_spec, parse_spec
 from perfmodel.prediction import StepRecord, compare, predict
-from perfmodel.record import CollectiveRecord, busbw_factor
-from perfmodel.plan_sweep import SweepResult
-from perfmodel.plan_sweep import sweep_plans
-from perfmodel.search import SearchResult, search  # noqa: E402  (the function shadows its module's name)
-from perfmodel.breakeven import BreakEven, breakeven  # noqa: E402  (the function shadows its module's name)
+from perfmodel.collectives.record import CollectiveRecord, busbw_factor
+from perfmodel.explore.sweep import SweepResult
+from perfmodel.explore.sweep import sweep_plans
+from perfmodel.explore.search import SearchResult, search  # noqa: E402  (the function shadows its module's name)
+from perfmodel.explore.breakeven import BreakEven, breakeven  # noqa: E402  (the function shadows its module's name)
 
 __all__ = ["DTYPES", "OPS", "BreakEven", "Codec", "CollectiveRecord", "SearchResult", "StepRecord", "SweepResult",
            "busbw_factor", "breakeven", "collective_time", "compare", "compile_spec", "parse_spec", "predict", "search",

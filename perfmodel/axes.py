@@ -2,7 +2,7 @@
 
 An ``Axis`` is the one place that says, for a parallel axis: the tensor kind its traffic
 carries (the name a policy compresses), the mesh dimension whose groups it communicates over,
-the generator of its communication events (``perfmodel.comm``), the memory it divides, the
+the generator of its communication events (``perfmodel.events``), the memory it divides, the
 error semantics of compressing it (and the search's default budget), where its exposed
 seconds go in the step's breakdown, and when it carries traffic (``active``). Plan, mesh,
 comm, memory, policy, search, the reports and realrun's trainer read these declarations;
@@ -15,7 +15,7 @@ activations and their gradients inside a layer, ``pp`` activations between stage
 tokens a MoE layer dispatches to its experts (the all-to-all towards the experts, forward and
 backward), ``ep_combine`` the experts' outputs sent back (the all-to-all towards the tokens),
 ``cp`` the keys and values context parallelism passes around its ring. ``ep`` and
-``ep_combine`` share the ep groups; a policy compresses them apart (``perfmodel.policy``).
+``ep_combine`` share the ep groups; a policy compresses them apart (``perfmodel.compression.policy``).
 Axes marked ``optional`` (ep, ep_combine, cp) exist only in some plans: reports name them
 where they carry traffic or a policy compresses them.
 
@@ -24,7 +24,7 @@ compresses them at every hop it decodes and re-encodes; with error feedback what
 drops is re-sent by the next (``feedback``: the search admits any contraction there);
 ``forwarded`` tensors are compressed once at the source and feed the next computation
 uncorrected. Default budgets (``max_error``, relative RMS on unit-Gaussian data): 5% on
-gradients, 1% on what feeds the next computation (``perfmodel.search`` explains why), except
+gradients, 1% on what feeds the next computation (``perfmodel.explore.search`` explains why), except
 the MoE dispatch: 5%, so FP8 (3.6%) passes, because the experts' first GEMM reads its input in
 FP8 where training runs its expert GEMMs in FP8 (DeepSeek-V3), and a dispatched token is
 quantized once at its source (``forwarded``), never re-summed.
@@ -34,8 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perfmodel import comm
-from perfmodel.plan import MESH_AXES
+from perfmodel import events as comm
+from perfmodel.phases import LEADING, TRAILING, Phase
+from perfmodel.plan.parallel import MESH_AXES
 
 
 def _degree(plan, name: str) -> int:
@@ -62,7 +63,7 @@ def _ties_stages(plan, model) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class Axis:
     """One parallel axis (module doc). ``events(ctx)`` lists its communication events on one
-    pipeline stage (``perfmodel.comm.StageContext``)."""
+    pipeline stage (``perfmodel.events.StageContext``)."""
 
     name: str
     tensor: str                           # what its traffic carries
@@ -70,12 +71,17 @@ class Axis:
     error: str                            # reduced (summed over the group) or forwarded (compressed once)
     feedback: bool                        # error feedback compensates its error across steps
     max_error: float                      # the search's default budget
-    breakdown: str                        # the StepRecord breakdown key of its exposed seconds
+    phase: Phase                          # the step phase its exposed seconds go to (perfmodel.phases)
     active: Callable                      # (plan, model or None) -> whether it moves anything
     events: Callable                      # StageContext -> [CommEvent] on one stage
     memory: Callable = lambda plan: {}    # plan -> {memory kind: divisor} it shards
     description: str = ""
     optional: bool = False                # reported only where active or compressed (module doc)
+
+    @property
+    def breakdown(self) -> str:
+        """The breakdown key of its exposed seconds (its phase's name)."""
+        return self.phase.name
 
 
 def _zero_shards(plan) -> dict:
@@ -86,35 +92,45 @@ def _zero_shards(plan) -> dict:
             "weights": dp if zero >= 3 else 1}
 
 
+# the axes' step phases (perfmodel.phases): axes that share one share the object
+DP_PHASE = Phase(name="dp_comm_exposed_s", short="dp_exposed",
+                 description="gradient reductions and ZeRO gathers not hidden behind backward")
+TP_PHASE = Phase(name="tp_comm_s", short="tp", description="tensor-parallel collectives inside every layer")
+PP_PHASE = Phase(name="pp_comm_s", short="pp", description="activation and gradient transfers between stages")
+EP_PHASE = Phase(name="ep_comm_s", short="ep", optional=True,
+                 description="MoE dispatch and combine all-to-alls (critical path)")
+CP_PHASE = Phase(name="cp_comm_s", short="cp", optional=True,
+                 description="context parallelism's K/V ring, the part attention does not hide")
+
 DP = Axis(name="dp", tensor="gradients", mesh_axis="dp", error="reduced", feedback=True, max_error=0.05,
-          breakdown="dp_comm_exposed_s", events=comm.gradient_events,
+          phase=DP_PHASE, events=comm.gradient_events,
           active=lambda plan, model=None: _replicas(plan) > 1 or _ties_stages(plan, model),
           description="gradient reduction: all-reduce, or reduce-scatter under ZeRO; tied embeddings")
 ZERO = Axis(name="zero", tensor="parameters", mesh_axis="dp", error="forwarded", feedback=False, max_error=0.01,
-            breakdown="dp_comm_exposed_s", events=comm.gather_events,
+            phase=DP_PHASE, events=comm.gather_events,
             active=lambda plan, model=None: _replicas(plan) > 1 and _degree(plan, "zero") >= 1,
             memory=_zero_shards, description="ZeRO's parameter all-gathers (after the step, or per layer at 3)")
 TP = Axis(name="tp", tensor="activations", mesh_axis="tp", error="reduced", feedback=False, max_error=0.01,
-          breakdown="tp_comm_s", events=comm.tensor_parallel_events,
+          phase=TP_PHASE, events=comm.tensor_parallel_events,
           active=lambda plan, model=None: _degree(plan, "tp") > 1,
           memory=lambda plan: {"params": _degree(plan, "tp"), "expert_params": _degree(plan, "tp")},
           description="activations and their gradients inside a layer")
 PP = Axis(name="pp", tensor="activations", mesh_axis="pp", error="forwarded", feedback=False, max_error=0.01,
-          breakdown="pp_comm_s", events=comm.pipeline_events,
+          phase=PP_PHASE, events=comm.pipeline_events,
           active=lambda plan, model=None: _degree(plan, "pp") > 1,
           description="activations and their gradients between pipeline stages")
 
 EP = Axis(name="ep", tensor="activations", mesh_axis="ep", error="forwarded", feedback=False, max_error=0.05,
-          breakdown="ep_comm_s", events=comm.dispatch_events, optional=True,
+          phase=EP_PHASE, events=comm.dispatch_events, optional=True,
           active=lambda plan, model=None: _degree(plan, "ep") > 1 and _moe(model),
           memory=lambda plan: {"expert_params": _degree(plan, "ep")},
           description="MoE dispatch: tokens to their experts (all-to-all), forward and backward")
 EP_COMBINE = Axis(name="ep_combine", tensor="activations", mesh_axis="ep", error="forwarded", feedback=False,
-                  max_error=0.01, breakdown="ep_comm_s", events=comm.combine_events, optional=True,
+                  max_error=0.01, phase=EP_PHASE, events=comm.combine_events, optional=True,
                   active=lambda plan, model=None: _degree(plan, "ep") > 1 and _moe(model),
                   description="MoE combine: expert outputs back to their tokens (all-to-all), forward and backward")
 CP = Axis(name="cp", tensor="activations", mesh_axis="cp", error="forwarded", feedback=False, max_error=0.01,
-          breakdown="cp_comm_s", events=comm.context_events, optional=True,
+          phase=CP_PHASE, events=comm.context_events, optional=True,
           active=lambda plan, model=None: _degree(plan, "cp") > 1,
           description="context parallel: key and value blocks around a ring, beside attention")
 
@@ -124,6 +140,16 @@ ISSUE_ORDER = ("tp", "cp", "ep", "ep_combine", "pp", "zero", "dp")   # the order
 #                                           cp's ring and the MoE all-to-alls inside every layer, PP
 #                                           inside every microbatch, ZeRO's gathers before the layers
 #                                           they feed, the gradient reductions after
+
+
+# The axes' phases in the order reports show them and the breakdown adds them up: tp, pp, the
+# optional ep and cp, dp's exposed tail last (the order the breakdown has always had, so a step's
+# time is the same sum of the same parts to the last bit); the phase of an axis not named here
+# follows them, in ISSUE_ORDER.
+REPORT_ORDER = (TP_PHASE, PP_PHASE, EP_PHASE, CP_PHASE, DP_PHASE)
+AXIS_PHASES = tuple(dict.fromkeys(REPORT_ORDER + tuple(AXES[name].phase for name in ISSUE_ORDER)))
+PHASES: tuple[Phase, ...] = LEADING + AXIS_PHASES + TRAILING   # every step phase, in report order
+PHASE_NAMES = tuple(p.name for p in PHASES)   # the breakdown's keys, in the order reports show them
 
 
 def fed_back(axis: str, codec) -> bool:
@@ -143,4 +169,4 @@ def step_events(ctx: comm.StageContext) -> list:
     return [e for name in ISSUE_ORDER for e in AXES[name].events(ctx)]
 
 
-__all__ = ["AXES", "Axis", "ISSUE_ORDER", "MESH_AXES", "NAMES", "active_axes", "step_events"]
+__all__ = ["AXES", "Axis", "ISSUE_ORDER", "MESH_AXES", "NAMES", "PHASES", "PHASE_NAMES", "active_axes", "step_events"]

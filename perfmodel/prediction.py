@@ -13,17 +13,17 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
 from perfmodel.axes import NAMES, active_axes
-from perfmodel.calibration import load_profile
-from perfmodel.catalogs import device
+from perfmodel.calibration.profile import load_profile
+from perfmodel.devices import device
 from perfmodel.engines import Env, StepInputs, engine_for
-from perfmodel.memory import peak_memory
-from perfmodel.mesh import mesh_for
-from perfmodel.plan import PlanRequest
-from perfmodel.plots import check_picture
-from perfmodel.policy import parse_policy, split_policies
-from perfmodel.step import DEFAULT_OVERLAP_SLOWDOWN
-from perfmodel.timeline import plot_timeline
-from perfmodel.trace import trace_events, write_trace
+from perfmodel.plan.memory import peak_memory
+from perfmodel.plan.mesh import mesh_for
+from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
+from perfmodel.report.plots import check_picture
+from perfmodel.compression.policy import parse_policy, split_policies
+from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
+from perfmodel.report.timeline import plot_timeline
+from perfmodel.report.trace import trace_events, write_trace
 from perfmodel.workload import load_model
 from topologies import InputError, cluster_for
 from topologies.clikit import check_writable
@@ -65,9 +65,9 @@ class StepRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class PredictOptions:
-    """How to predict: ``policy`` (``perfmodel.policy``), ``engine`` (``analytical`` or ``des``),
-    a ``calibration`` profile path (or a ``perfmodel.calibration.Calibration``), ``library`` (the
-    collective library: nccl, the default, or mpi; ``perfmodel.library``), ``overlap_slowdown``
+    """How to predict: ``policy`` (``perfmodel.compression.policy``), ``engine`` (``analytical`` or ``des``),
+    a ``calibration`` profile path (or a ``perfmodel.calibration.profile.Calibration``), ``library`` (the
+    collective library: nccl, the default, or mpi; ``perfmodel.collectives.library``), ``overlap_slowdown``
     (default: the profile's, else DEFAULT_OVERLAP_SLOWDOWN), ``allow_oom`` (predict a plan that does not fit instead of
     refusing it), ``trace`` (a path for Chrome trace-event JSON, or a list the events are
     appended to, processes numbered from ``trace_pid``) and ``timeline`` (a picture path)."""
@@ -83,7 +83,7 @@ class PredictOptions:
     timeline: str | None = None
 
 
-_PLAN_FIELDS = {f.name for f in fields(PlanRequest)}
+_PLAN_FIELDS = REQUEST_FIELDS
 _OPTION_FIELDS = {f.name for f in fields(PredictOptions)}
 
 
@@ -95,7 +95,7 @@ def request_and_options(plan: PlanRequest | None = None, options: PredictOptions
         raise TypeError(f"predict() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     plan_kw = {k: v for k, v in kw.items() if k in _PLAN_FIELDS}
     option_kw = {k: v for k, v in kw.items() if k in _OPTION_FIELDS}
-    plan = replace(plan, **plan_kw) if plan is not None else PlanRequest(**plan_kw)
+    plan = plan.with_(**plan_kw) if plan is not None else PlanRequest.of(**plan_kw)
     options = replace(options, **option_kw) if options is not None else PredictOptions(**option_kw)
     return plan, options
 
@@ -124,7 +124,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", plan: PlanRequ
 def step_seconds(model: str, cluster: str, plan: PlanRequest | None = None, options: PredictOptions | None = None,
                  **kw) -> float:
     """The step time alone of ``predict`` (no uncompressed rerun, no record, no pictures): what a
-    solver over one input calls many times (``perfmodel.breakeven``)."""
+    solver over one input calls many times (``perfmodel.explore.breakeven``)."""
     request, opts = request_and_options(plan, options, **kw)
     setup = _setup(model, cluster, request, opts)
     _check_fits(setup, opts)
@@ -136,7 +136,7 @@ def predict_many(model: str, cluster: str, items: list, options: PredictOptions 
     (PlanRequest, [policy text, ...]); per item, its StepRecords in its policies' order, or the
     InputError ``predict`` raises for that plan (invalid, or it does not fit). An engine that
     times steps in batches (``time_steps``: the analytical one evaluates the pipelines of one
-    shape together, ``perfmodel.makespan``) gets them all; a bad policy raises. ``options``: as
+    shape together, ``perfmodel.step.makespan``) gets them all; a bad policy raises. ``options``: as
     ``predict``'s, without trace or timeline (its ``policy`` is not used)."""
     opts = options or PredictOptions()
     if opts.trace is not None or opts.timeline is not None:
@@ -170,7 +170,7 @@ def _policy(text: str):
 
 @lru_cache(maxsize=4096)
 def _plan_dict(plan) -> dict:
-    return asdict(plan) | {"microbatches": plan.microbatches}
+    return plan.as_dict() | {"microbatches": plan.microbatches}
 
 
 @dataclass(frozen=True, eq=False)
@@ -311,7 +311,7 @@ def _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine) -> 
 def compare(model: str, cluster: str, policies, plan: PlanRequest | None = None,
             options: PredictOptions | None = None, **kw) -> list[StepRecord]:
     """The same plan under several policies (a list, or a string as ``split_policies`` takes);
-    ``trace``: one timeline file with every policy's stages (``perfmodel.trace``); ``timeline``:
+    ``trace``: one timeline file with every policy's stages (``perfmodel.report.trace``); ``timeline``:
     the same as one picture. ``plan``, ``options`` and keywords as ``predict`` takes them."""
     request, opts = request_and_options(plan, options, **kw)
     _check_outputs(opts.trace, opts.timeline)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache, cache
 from pathlib import Path
 
-from perfmodel.catalogs import read_catalog
+from perfmodel.devices import read_catalog
 from topologies import bounds
 from topologies.errors import InputError
 

@@ -8,7 +8,7 @@
    every host's rank computing at once) -> the device's GEMM efficiency table and streaming rate.
 3. Uncompressed all-reduce across the cluster's hosts at ``SIZES`` and, on an emulated
    cluster, at ``BANDWIDTHS``, also on 2 of its hosts -> base, alpha and beta of the tier per
-   primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.fit),
+   primitive, and of each primitive between a pair of hosts (``NAME@pair``; perfmodel.calibration.fit),
    and the CPU each call took (the transport's term). The uncompressed all-to-all (torch's
    ``all_to_all_single``, what realrun's all-to-all moves) at the same sizes, so the
    ``alltoall`` primitive is fitted on runs of its own, not only as the part of two-phase's
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from perfmodel.fit import fit_profile
+from perfmodel.calibration.fit import fit_profile
 from realrun.bench import BenchConfig
 from realrun.bench.compute import cases as compute_cases
 from realrun.bench.config import BenchCase
@@ -90,7 +90,7 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
 
 def _in_run(runner, compressors, iters: int) -> list[dict]:
     """Compressed all-reduces of the calibrated specs (at the last calibration bandwidth): their
-    kernel seconds inside a run, against what the kernels alone predict (perfmodel.fit)."""
+    kernel seconds inside a run, against what the kernels alone predict (perfmodel.calibration.fit)."""
     cases = tuple(BenchCase(size_bytes=size, compressor=spec, algorithm=alg) for spec, alg in IN_RUN
                   if spec in compressors for size in IN_RUN_SIZES)
     if not cases:

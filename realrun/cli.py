@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from perfmodel.collective_sweep import parse_compressors, parse_sweep
+from perfmodel.collectives.sweep import parse_compressors, parse_sweep
 from perfmodel.workload import load_model
 from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
 from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
@@ -40,7 +40,7 @@ def _parser() -> Parser:
     b = sub.add_parser("bench", help="microbenchmarks: collectives across ranks, or kernels alone",
                        description="Time compressed collectives across --world local ranks (gloo), or "
                        "compressors alone (kernels); print nccl-tests-style tables and write JSON Lines "
-                       "records (perfmodel.measurements schema) with --json.", epilog=EPILOG,
+                       "records (perfmodel.calibration.measurements schema) with --json.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels (alltoall: SIZE is what "
                    "each rank sends, SIZE/world to every rank, each chunk compressed once at its source; busbw = "
@@ -192,7 +192,7 @@ def _sizes(text: str) -> list[int]:
 def _training_filters(args) -> None:
     """--plans and --policies as lists (policies parsed now: a bad one is refused before anything
     runs); only with --training."""
-    from perfmodel.policy import parse_policy
+    from perfmodel.compression.policy import parse_policy
 
     for name, sep in (("plans", ","), ("policies", ";")):
         text = getattr(args, name)
@@ -239,7 +239,7 @@ def _kernel_row(r: dict) -> tuple:
 
 
 def _bench(args) -> None:
-    from perfmodel.plots import check_picture
+    from perfmodel.report.plots import check_picture
 
     if args.json:
         check_writable(args.json, "json")   # before measuring: results are never lost to a bad path
@@ -267,7 +267,7 @@ def _bench(args) -> None:
               f"(time = median over iterations of the slowest rank)" + (" under torchrun" if torchrun else ""))
         print(table(HEAD, [_row(r) for r in records]))
         if args.plot:
-            from perfmodel.plots import plot_measured_collectives
+            from perfmodel.report.plots import plot_measured_collectives
 
             plot_measured_collectives(records, args.plot, f"realrun bench {args.op}: {world} ranks, {args.backend}")
     if args.json:
@@ -327,7 +327,7 @@ def _cluster(args) -> None:
 
 
 def _calibrate(args) -> None:
-    from perfmodel.fit import summary
+    from perfmodel.calibration.fit import summary
     from realrun.calibrate import COMPRESSORS, COMPUTE_MODELS, calibrate
     from realrun.measure import runner_for
 
@@ -353,7 +353,7 @@ def _calibrate(args) -> None:
 
 
 def _validate(args) -> None:
-    from perfmodel.calibration import load_calibration
+    from perfmodel.calibration.profile import load_calibration
     from realrun.measure import runner_for
     from realrun.validate import summary_lines, validate
 

@@ -1,5 +1,5 @@
 """``realrun convergence``: what compression costs in steps, measured by training the small GPT,
-with perfmodel's inflation model (``perfmodel.convergence``) fitted and checked on it.
+with perfmodel's inflation model (``perfmodel.explore.convergence``) fitted and checked on it.
 
 The uncompressed policy trains ``steps`` steps once per seed; the **target** is its validation
 loss at ``target_step`` (the mean over seeds), so a compressed run has ``steps / target_step``
@@ -30,8 +30,8 @@ import os
 import statistics
 
 from perfmodel.axes import fed_back
-from perfmodel.convergence import Regime, fit_critical_batch, policy_inflation
-from perfmodel.policy import parse_policy
+from perfmodel.explore.convergence import Regime, fit_critical_batch, policy_inflation
+from perfmodel.compression.policy import parse_policy
 from topologies.clikit import atomic_write, table
 from topologies.errors import InputError
 
@@ -180,7 +180,7 @@ def _group_summary(key: tuple, runs: list[dict], points: dict, critical: float, 
 
 def regime_of(summary: dict, model: str) -> Regime | None:
     """The fitted regime, with the error-feedback specs' contractions as measured (the median over
-    batches where several were run: ``perfmodel.convergence``); None where nothing was fitted."""
+    batches where several were run: ``perfmodel.explore.convergence``); None where nothing was fitted."""
     if summary["critical_batch_tokens"] is None:
         return None
     measured: dict = {}
@@ -267,8 +267,8 @@ def _configs(model: str, dp: int, mbs: int, steps: int, policies, seeds, eval_ev
         raise InputError("policies", ";".join(policies) or "none", "at least one compressed gradient policy (dp=SPEC)")
     if eval_every < 1 or eval_every > steps:
         raise InputError("eval_every", eval_every, f"an integer from 1 to steps ({steps})")
-    return [(policy, seed, TrainConfig(model=model, dp=dp, mbs=mbs, steps=steps, policy=policy, seed=seed, lr=lr,
-                                       eval_every=eval_every, error_every=eval_every, threads=threads, device="cpu"))
+    return [(policy, seed, TrainConfig.of(model=model, dp=dp, mbs=mbs, steps=steps, policy=policy, seed=seed, lr=lr,
+                                          eval_every=eval_every, error_every=eval_every, threads=threads, device="cpu"))
             for policy in (BASE, *(p for p in policies if p != BASE)) for seed in seeds]
 
 

@@ -31,7 +31,7 @@ def add_parser(sub, command) -> None:
                 "Trains the small GPT uncompressed and under each gradient policy for every seed, measures the "
                 "steps each takes to reach the uncompressed runs' validation loss at --target-step (the "
                 "steps inflation), the gradient's error and error feedback's contraction on the real "
-                "gradients, and fits perfmodel's inflation model (perfmodel.convergence: the critical batch "
+                "gradients, and fits perfmodel's inflation model (perfmodel.explore.convergence: the critical batch "
                 "of the regime) on them: each policy's inflation measured, fitted, predicted with it held out "
                 "of the fit, and predicted a priori from perfmodel's error estimates. Writes convergence.csv, "
                 "convergence.json (what perfmodel search --convergence reads), report.md and loss_curves.png.",

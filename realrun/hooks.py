@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from perfmodel.compression import compile_spec
-from perfmodel.policy import parse_policy
+from perfmodel.compression.policy import parse_policy
 from realrun.comm import Comm, CommStats
 from topologies.errors import InputError
 

@@ -6,6 +6,8 @@ import json
 import os
 from dataclasses import replace
 
+from perfmodel.plan.degrees import Degrees
+from perfmodel.plan.degrees import add_arguments as add_degree_arguments
 from realrun.comm.names import OP_TIMEOUT_S
 from topologies.clikit import check_writable, positive_int
 
@@ -15,6 +17,15 @@ TRAIN_EPILOG = """examples:
   torchrun --nproc_per_node 4 -m realrun.cli train --model gpt-tiny --dp 4 --policy naive:int8
   realrun cluster run -- python -m realrun.cli train --model gpt-tiny --dp 4 --policy hybrid
 """
+
+# what realrun's runs add to each degree's help (perfmodel.plan.degrees has the rest)
+DEGREE_HELPS = {
+    "tp": "ranks per stage; tp x cp x pp x dp ranks in all",
+    "cp": "every sequence cut into 2 cp chunks, rank i keeps chunks i and 2cp-1-i; K/V (backward also their "
+          "gradients) pass round the ring under the policy's cp spec; here with tp = pp = ep = 1 and zero 0",
+    "ep": "tokens dispatched and combined by all-to-alls under the policy's ep and ep_combine specs",
+    "pp": "layers split as perfmodel splits them, activations between stages under the policy's pp spec",
+}
 
 
 def add_parser(sub, command) -> None:
@@ -28,19 +39,8 @@ def add_parser(sub, command) -> None:
                 "payload bytes and measured error per axis.",
                 TRAIN_EPILOG)
     t.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
-    t.add_argument("--dp", type=positive_int, default=1, help="data-parallel replicas (default 1)")
-    t.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel ranks per stage (default 1); "
-                   "tp x pp x dp ranks in all")
-    t.add_argument("--pp", type=positive_int, default=1, help="pipeline stages (default 1); layers split as "
-                   "perfmodel splits them, activations between stages under the policy's pp spec")
+    add_degree_arguments(t, helps=DEGREE_HELPS, dp_auto=False, int_type=positive_int)
     t.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
-    t.add_argument("--ep", type=positive_int, default=1, help="expert-parallel ranks (default 1): a mixture-of-experts "
-                   "model's routed experts sharded over ep ranks of each dp group (ep divides dp and num_experts), "
-                   "tokens dispatched and combined by all-to-alls under the policy's ep and ep_combine specs")
-    t.add_argument("--cp", type=positive_int, default=1, help="context-parallel ranks per replica (default 1): every "
-                   "sequence cut into 2 cp chunks, rank i keeps chunks i and 2cp-1-i; ring attention passes K/V "
-                   "(backward also their gradients) under the policy's cp spec; tp x cp x pp x dp ranks in all "
-                   "(here with tp = pp = ep = 1, zero 0)")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
                    "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
     t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
@@ -82,7 +82,7 @@ def run_train(args) -> None:
     for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, dp=args.dp, tp=args.tp, pp=args.pp, ep=args.ep, cp=args.cp,
+    cfg = TrainConfig(model=args.model, degrees=Degrees.of(args),
                       schedule=args.schedule, zero=args.zero, mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,

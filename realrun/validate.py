@@ -39,7 +39,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 
-from perfmodel.runtime import runtime_algorithm, runtime_time
+from perfmodel.collectives.runtime import runtime_algorithm, runtime_time
 from realrun.bench import BenchCase, BenchConfig
 from realrun.bench.config import RUN_TIMEOUT_S
 from realrun.report import (OWN_LINKS, REPEATS, check_repeats, csv_cells, noise, plot, rate_label, repeated,

@@ -1,4 +1,4 @@
-"""Fit the A100's GEMM shape model (perfmodel.catalogs.GemmShape) to measured GEMM rows.
+"""Fit the A100's GEMM shape model (perfmodel.devices.GemmShape) to measured GEMM rows.
 
 Data: validation/published/gemm_a100.csv (copied from shared/data/measured_gemm_and_hbm.csv:
 the cuBLASLt fp16 rows of A100-SXM4-80GB and the MAMF bf16 best shape of A100 SXM), the rows
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from scipy.optimize import least_squares
 
-from perfmodel.catalogs import GemmShape
+from perfmodel.devices import GemmShape
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "validation" / "published" / "gemm_a100.csv"
 PEAK_FLOPS_PER_S = 312e12        # A100 dense fp16/bf16 tensor peak

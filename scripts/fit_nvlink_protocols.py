@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from perfmodel.catalogs import PROTOCOL_NAMES, Protocol
+from perfmodel.devices import PROTOCOL_NAMES, Protocol
 from perfmodel.collectives.fabric import make_ctx
 from perfmodel.collectives.phases import evaluate
 from perfmodel.collectives.plain import ring_allreduce

@@ -27,7 +27,7 @@ def test_every_runtime_algorithm_has_a_model_entry_and_the_reverse():
 
 
 def test_runtime_algorithms_the_model_prices():
-    """A selectable runtime algorithm has a compressed cost for every op it runs (perfmodel.runtime
+    """A selectable runtime algorithm has a compressed cost for every op it runs (perfmodel.collectives.runtime
     predicts it from there); pipelined is priced as allgather with chunks."""
     for name in RUNTIME_ALGORITHMS:
         for op in ALGORITHMS[name].runtime:

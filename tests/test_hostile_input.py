@@ -5,8 +5,8 @@ import json
 import pytest
 
 from perfmodel import compile_spec
-from perfmodel.calibration import load_calibration
-from perfmodel.measurements import validate_record
+from perfmodel.calibration.profile import load_calibration
+from perfmodel.calibration.measurements import validate_record
 from topologies.errors import InputError
 
 PREDICT = ("--model", "gpt2-small", "--cluster", "dgx-a100")

@@ -154,22 +154,22 @@ def recursive_doubling_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
                     kernel_bytes=sum(m.c(x) + m.d(x) for x in pieces), launches=2 * rounds, hops=rounds)
 
 
-def reducible(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
-    """Reducible codec: compress S, the ordinary algorithm on each payload part, decompress."""
+def reducible(op: str, plain, ctx: Ctx, m: Msg) -> AlgoCost:
+    """Reducible codec: compress S, the ordinary algorithm (``plain``: its uncompressed cost
+    function, ``registry.PLAIN[op][alg]``) on each payload part, decompress."""
     S, p = m.size_bytes, ctx.ranks
     count = max(1, round(S / m.dtype_bytes)) if S else 0
     parts = m.codec.reduce_parts(count, m.dtype_bytes) if op == "allreduce" else [m.w(S)]
-    from perfmodel.collectives.registry import PLAIN   # the registry imports this module
-
-    stages = tuple(st for part in parts for st in tagged(PLAIN[op][alg](ctx, part).stages, op))
+    stages = tuple(st for part in parts for st in tagged(plain(ctx, part).stages, op))
     out = S if op == "allreduce" else S / p
     kernels = 0 if m.codec.is_none else 2 * len(parts)
     return AlgoCost(stages=stages, kernel_bytes=m.c(S) + m.d(out), launches=kernels,
                     hops=0 if m.codec.lossless else 1)
 
 
-def movement(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
-    """Data movement: compress at the source, move payloads, decompress at each receiver."""
+def movement(op: str, plain, ctx: Ctx, m: Msg) -> AlgoCost:
+    """Data movement: compress at the source, move payloads with the ordinary algorithm
+    (``plain``: its uncompressed cost function), decompress at each receiver."""
     S, p = m.size_bytes, ctx.ranks
     if op == "allgather":
         n = S / p
@@ -179,8 +179,6 @@ def movement(op: str, alg: str, ctx: Ctx, m: Msg) -> AlgoCost:
         payload, comp, decomp = p * m.w(n), m.c(S), (p - 1) * m.d(n)
     else:  # broadcast, sendrecv
         payload, comp, decomp = m.w(S), m.c(S), m.d(S)
-    from perfmodel.collectives.registry import PLAIN   # the registry imports this module
-
-    plain = PLAIN[op][alg](ctx, payload)
-    return AlgoCost(stages=tagged(plain.stages, op), kernel_bytes=comp + decomp,
+    moved = plain(ctx, payload)
+    return AlgoCost(stages=tagged(moved.stages, op), kernel_bytes=comp + decomp,
                     launches=0 if m.codec.is_none else 2, hops=0 if m.codec.lossless else 1)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache, partial
 
-from perfmodel.catalogs import Device, Protocol, device, nvlink_for_arch, nvls_protocols, protocol_table, tier_class
+from perfmodel.devices import Device, Protocol, device, nvlink_for_arch, nvls_protocols, protocol_table, tier_class
 from perfmodel.collectives.alltoall import alltoall_links
-from perfmodel.library import library
+from perfmodel.collectives.library import library
 from topologies import Cluster, fabric_view
 
 
@@ -66,7 +66,7 @@ class Ctx:
     call: object = None      # Calibration.call_cost: (op, algorithm, message bytes) -> runtime seconds per call
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
     alltoall_view: object = None   # () -> AllToAllLinks from the group's traffic matrix, or None
-    library: object = None   # the collective library (perfmodel.library.Library) whose algorithms 'auto' weighs
+    library: object = None   # the collective library (perfmodel.collectives.library.Library) whose algorithms 'auto' weighs
 
     @cached_property
     def alltoall(self):
@@ -153,7 +153,7 @@ def _matrix_link(tables, prims, classify, tier: str, bandwidth_Bps: float, laten
 
 def _tables(calib, arch: str):
     """tier class -> protocols: the profile's where it measured the class, else the collective
-    library's (``perfmodel.library``; NCCL's catalog without a profile), with NCCL's per-architecture
+    library's (``perfmodel.collectives.library``; NCCL's catalog without a profile), with NCCL's per-architecture
     caps on NVLink (``nvlink_for_arch``) where the library is NCCL."""
     lib = calib.lib if calib else library(None)
 

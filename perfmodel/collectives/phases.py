@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from perfmodel.catalogs import PROTOCOL_NAMES, Device
+from perfmodel.devices import PROTOCOL_NAMES, Device
 from perfmodel.collectives.fabric import Link
 
 MAX_AUTO_CHUNKS = 64   # the most chunks ``auto`` tries: past it, per-chunk launches dominate any message

@@ -6,7 +6,7 @@ per-stage times the trace draws, and its simulation if it ran one). ``analytical
 event in closed forms and runs the pipeline schedule operation by operation; ``des`` runs the
 same stage costs as events with link sharing (``perfmodel.simulate``) and reports the
 difference as ``contention_s``. Adding an engine is one module in this package that registers
-itself (``register``); ``engine_for`` imports every module here.
+itself (``register``); ``engine_for`` and ``engine_names`` import every module here.
 """
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def engine_for(name: str) -> Engine:
     if name not in ENGINES:
         raise InputError("engine", name, " or ".join(ENGINES))
     return ENGINES[name]
+
+
+def engine_names() -> tuple[str, ...]:
+    """The names of the registered engines, analytical first: the choices a CLI's ``--engine`` offers."""
+    _load()
+    return tuple(ENGINES)
 
 
 @cache

@@ -7,7 +7,7 @@ the same operation, only what it cannot hide exposed (``_overlap_ring``); ``zero
 by layer inside the operations (``step.zero3_forward``, ``zero3_backward``); on stage 0, which
 ends the pipeline, ``overlap`` ones (gradient buckets) against its last backward and ``tail``
 ones after it. The pipeline is the schedule timed operation by operation
-(``step.pipeline_time``). ``perfmodel.step`` holds the formulas and
+(``step.pipeline_time``). ``perfmodel.step.timing`` holds the formulas and
 says what each assumes.
 """
 from __future__ import annotations
@@ -15,15 +15,16 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from perfmodel.axes import AXES, step_events
-from perfmodel.collective import collective_on
+from perfmodel.axes import AXES, ISSUE_ORDER, step_events
+from perfmodel.collectives.predict import collective_on
 from perfmodel.collectives.fabric import cpu_share, make_ctx
-from perfmodel.comm import StageContext
-from perfmodel.compute import optimizer_time_s, stage_compute
+from perfmodel.events import StageContext
+from perfmodel.phases import BUBBLE, COMPRESSION, COMPUTE, OPTIMIZER, OVERLAP_SLOWDOWN
+from perfmodel.step.compute import optimizer_time_s, stage_compute
 from perfmodel.engines import StepInputs, StepTiming, register
-from perfmodel.memory import shards, stage_params
-from perfmodel.mesh import mesh_for
-from perfmodel.step import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
+from perfmodel.plan.memory import shards, stage_params
+from perfmodel.plan.mesh import mesh_for
+from perfmodel.step.timing import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
                             pipeline_from, pipeline_spans, split_kernel, zero3_backward, zero3_forward)
 
 
@@ -153,7 +154,7 @@ def _inner(st: StageTime, phase: str, seconds: float, across_nodes: bool) -> Non
 
 
 def _overlap_ring(step: StepInputs, st: StageTime, events: list, sc, tally) -> None:
-    """cp's K/V ring beside attention (``perfmodel.comm.context_events``): of cp attention blocks
+    """cp's K/V ring beside attention (``perfmodel.events.context_events``): of cp attention blocks
     the ring step of each but the last runs while the block computes, so per operation its wire
     seconds hide behind (cp - 1) / cp of the operation's attention seconds (backward: its own,
     and with recompute a forward's more). What does not hide is exposed; hidden seconds slow
@@ -296,12 +297,13 @@ def _pipeline_breakdown(stages: list[StageTime], plan, span: tuple) -> Breakdown
     if plan.virtual_stages == 1:
         exposed, kernel = exposed_pp(b, m, max(0.0, total - bubble - m * (b.fwd_op + b.bwd_op)))
         pp, compression = exposed - kernel, m * (b.compression - b.pp_kernel) + kernel
-    out = Breakdown(compute_s=m * b.compute, tp_comm_s=m * b.comm("tp"), pp_comm_s=pp, compression_s=compression,
-                    dp_comm_exposed_s=m * b.zero3, bubble_s=bubble)
-    for name in ("cp", "ep", "ep_combine"):        # the critical axes with their own breakdown keys
-        if b.comm(name):
-            key = AXES[name].breakdown
-            setattr(out, key, getattr(out, key) + m * b.comm(name))
+    out = Breakdown()
+    for phase, seconds in ((COMPUTE, m * b.compute), (AXES["pp"].phase, pp), (COMPRESSION, compression),
+                           (AXES["zero"].phase, m * b.zero3), (BUBBLE, bubble)):
+        out[phase] = seconds
+    for name in ISSUE_ORDER:        # the axes inside the operations, each to its phase (pp's: where the stage waited)
+        if name != "pp" and b.comm(name):
+            out.add(AXES[name].phase, m * b.comm(name))
     return out
 
 
@@ -318,9 +320,9 @@ def _dp_overlap(buckets, step: StepInputs, window, out: Breakdown, tally: Tally)
     busy = exposed + hidden
     k_exposed = kernel * exposed / busy if busy > 0 else 0.0
     k_hidden = (kernel - k_exposed) * KERNEL_SM_SHARE
-    out.dp_comm_exposed_s += exposed - k_exposed
-    out.compression_s += k_exposed + k_hidden
-    out.overlap_slowdown_s += _slowdown(step, buckets, records, hidden, busy, kernel - k_exposed)
+    out.add(AXES["dp"].phase, exposed - k_exposed)
+    out.add(COMPRESSION, k_exposed + k_hidden)
+    out.add(OVERLAP_SLOWDOWN, _slowdown(step, buckets, records, hidden, busy, kernel - k_exposed))
     for e, r in zip(buckets, records):
         tally.add(e, r, e.count)
     if buckets:
@@ -343,11 +345,11 @@ def _slowdown(step: StepInputs, buckets, records, hidden: float, busy: float, hi
 
 
 def _exposed(out: Breakdown, tally: Tally, event, rec) -> None:
-    """A collective on the critical path after backward: wire time to dp_comm_exposed_s, kernels
-    to compression_s."""
+    """A collective on the critical path after backward: wire time to its axis's phase (dp's
+    exposed tail), kernels to compression."""
     wire, kernel = split_kernel(rec)
-    out.dp_comm_exposed_s += wire * event.count
-    out.compression_s += kernel * event.count
+    out.add(AXES[event.axis].phase, wire * event.count)
+    out.add(COMPRESSION, kernel * event.count)
     tally.add(event, rec, event.count)
     tally.add_kernel(event.axis, kernel * event.count)
 
@@ -390,7 +392,7 @@ def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span) ->
     for event in (e for e in first if e.where == "tail"):
         _exposed(out, tally, event, cost(step.env, event, step.policy))
     params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1, 0)
-    out.optimizer_s = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
+    out[OPTIMIZER] = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
     return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.engines.analytical import ANALYTICAL, bucket_window, cost
+from perfmodel.phases import CONTENTION
 from perfmodel.simulate.step import StageWork, simulate
-from perfmodel.step import overlap_buckets, pipeline_time
+from perfmodel.step.timing import overlap_buckets, pipeline_time
 
 
 def _bucket_runs(step: StepInputs, events: list) -> tuple:
@@ -51,7 +52,7 @@ class EventEngine:
     def time_step(self, step: StepInputs) -> StepTiming:
         timing = ANALYTICAL.time_step(step)
         sim = _simulate(step, timing.stages, timing.stage_events)
-        timing.breakdown.contention_s = sim.end_s - _analytical_span(step, timing.stages, timing.stage_events)
+        timing.breakdown[CONTENTION] = sim.end_s - _analytical_span(step, timing.stages, timing.stage_events)
         timing.simulation, timing.simulated_events = sim, sim.events
         return timing
 

@@ -5,7 +5,7 @@ Ranks that are alike (same stage, same place in their TP and DP groups) behave a
 rank per pipeline stage is simulated: the cost grows with stages x microbatches x buckets, not
 with GPUs. Each simulated rank has
 
-* a **compute stream** running its schedule's operations in order (``perfmodel.schedule``:
+* a **compute stream** running its schedule's operations in order (``perfmodel.step.schedule``:
   GPipe, 1F1B); before each operation the exchange of the previous one's output and this
   one's input, as ``run_schedule`` times it (a transfer starts when both ends posted it);
 * a **communication stream** for its gradient buckets: each becomes ready during the
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfmodel.schedule import BLOCKING, exchanges
-from perfmodel.step import zero3_backward
+from perfmodel.step.schedule import BLOCKING, exchanges
+from perfmodel.step.timing import zero3_backward
 from perfmodel.simulate.core import CORES
 from perfmodel.simulate.network import Network
 
@@ -190,7 +190,7 @@ class _Layers:
     """One operation of a ZeRO-3 stage layer by layer: compute on the compute stream, parameter
     gathers (one layer ahead) and gradient reduce-scatters on one communication stream in the
     order issued, each a flow on the rank's NIC; the rest of the operation (TP, kernels) after
-    the layers. ``perfmodel.step.zero3_backward`` is the same without other traffic (tested)."""
+    the layers. ``perfmodel.step.timing.zero3_backward`` is the same without other traffic (tested)."""
 
     def __init__(self, sim: StepSim, st: _Stage, forward: bool, mb: int, seconds: float, done):
         layers, c_f, c_b, g_f, g_b, rs = st.work.zero3

@@ -7,7 +7,7 @@
 
 Each collective case also records compress and decompress time per iteration (slowest rank),
 payload bytes a rank produces (``wire_bytes``), and the relative error ||y - exact|| / ||exact||
-(worst rank) against the uncompressed result. Records follow ``perfmodel.measurements`` (JSON Lines).
+(worst rank) against the uncompressed result. Records follow ``perfmodel.calibration.measurements`` (JSON Lines).
 """
 from realrun.bench.config import OPS, BenchCase, BenchConfig
 from realrun.bench.kernels import cold_inputs, run_kernels, run_kernels_shared

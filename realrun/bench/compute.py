@@ -5,7 +5,7 @@ block as realrun's eager ring attention runs it, ``scores``), a layer's memory-b
 realrun's Block runs it: norms, RoPE and the head layout copies, biases, residual adds, the
 activation; forward and backward) and the LM head, on the shapes of the
 model and plans given, with ``ranks`` processes computing at once (as the ranks of an emulated
-cluster share this machine's cores). Records: ``perfmodel.measurements`` kind ``compute``;
+cluster share this machine's cores). Records: ``perfmodel.calibration.measurements`` kind ``compute``;
 Each record has the wall seconds per call (``time_s``) and the CPU seconds the process got
 in them (``cpu_s``): on hosts with a fixed CPU share, ``perfmodel calibrate`` prices the work at
 ``cpu_s / share`` (what the quota grants when the machine has the cores it promised), and
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import time
 
-from perfmodel.compute import (EAGER_RING_BWD_PRODUCTS, RING_FWD_PRODUCTS, activation_bytes, attention_heads,
+from perfmodel.step.compute import (EAGER_RING_BWD_PRODUCTS, RING_FWD_PRODUCTS, activation_bytes, attention_heads,
                                layer_gemms, moe_gemms)
-from perfmodel.measurements import make_record
-from perfmodel.plan import make_plan
+from perfmodel.calibration.measurements import make_record
+from perfmodel.plan.parallel import make_plan
 from perfmodel.workload import load_model
 from realrun.bench.instep import in_step
 from topologies.errors import InputError
@@ -68,7 +68,7 @@ def cases(model: str, world: int, tps=(1, 2), mbs: int = 4, seq: int | None = No
     ranks do not allow (tp*cp not dividing the ranks, tp not dividing the heads, a sequence not
     in 2*cp chunks) is left out; a model with no layout left is an ``InputError``, raised
     before anything runs. Attention under cp is timed as the GEMMs of its blocks (``m`` queries
-    against ``n`` keys, as ``perfmodel.compute`` prices them) and as realrun's eager ring block
+    against ``n`` keys, as ``perfmodel.step.compute`` prices them) and as realrun's eager ring block
     (``scores``: what it spends beyond them is ``eager_score_ns``)."""
     out, seen = [], set()
     for name in model.split(","):

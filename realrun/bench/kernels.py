@@ -3,7 +3,7 @@
 ``run_kernels``: median compress and decompress seconds per (size, spec) on inputs cycled out
 of the last-level cache (``cold_inputs``). ``run_kernels_shared``: ``ranks`` processes in step
 (``realrun.bench.instep``), as the ranks of an emulated cluster share this machine. Records
-follow ``perfmodel.measurements``.
+follow ``perfmodel.calibration.measurements``.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from perfmodel.measurements import make_record
+from perfmodel.calibration.measurements import make_record
 from realrun.bench.instep import in_step
 from topologies.errors import InputError
 
@@ -98,7 +98,7 @@ def run_kernels_shared(sizes, compressors, iters: int = 5, ranks: int = 2, threa
     decompression accumulates (as in a reduction). Mean times of the median process,
     records marked ``concurrent = ranks``, with the CPU seconds per compress and decompress the
     process got (``cpu_s``: perfmodel prices a host with a quota at its declared share from
-    them, ``perfmodel.fit.compute_seconds``). ``place``: as ``in_step``'s."""
+    them, ``perfmodel.calibration.fit.compute_seconds``). ``place``: as ``in_step``'s."""
     results = in_step(_shared_worker, (list(sizes), list(compressors), iters), ranks, threads, place)
     out = []
     for rows in zip(*results):

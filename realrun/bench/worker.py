@@ -3,7 +3,7 @@
 Run as ``python -P -m realrun.bench RANK WORLD STORE CONFIG OUT`` (local ranks: a FileStore
 rendezvous, no listening socket) or ``... --env CONFIG OUT`` (an env:// launch: torchrun,
 ``realrun cluster run``); see ``__main__.py``. CONFIG is a ``BenchConfig`` as JSON; OUT receives JSON
-Lines in ``perfmodel.measurements``' schema. Each iteration starts at a barrier and the slowest
+Lines in ``perfmodel.calibration.measurements``' schema. Each iteration starts at a barrier and the slowest
 rank's time counts; ``time_s`` is the median over iterations. ``cpu_s`` is the CPU the busiest
 rank's process (every thread: Python, codecs, the transport's socket threads) spent per call,
 median over iterations.
@@ -19,15 +19,15 @@ from datetime import timedelta
 
 import numpy as np
 
-from perfmodel.record import busbw_factor
-from perfmodel.measurements import make_record
+from perfmodel.collectives.record import busbw_factor
+from perfmodel.calibration.measurements import make_record
 from realrun.bench.config import BenchConfig
 
 def _case(op, spec, alg, x, exact, iters, warmup):
     import torch
     import torch.distributed as dist
 
-    from perfmodel.runtime import runtime_algorithm
+    from perfmodel.collectives.runtime import runtime_algorithm
     from realrun.comm import Comm, CommStats
 
     comm = Comm()

@@ -12,7 +12,7 @@ warm starts, the node subgroups of the hierarchical algorithm, and running ``sta
 The module-level functions (``allreduce(t, "int8")`` ...) use one ``Comm`` per process group
 (``default_comm``), for scripts; libraries and hooks hold their own. The algorithms are in
 ``algorithms.py`` (every rank ends with the same bits). ``algorithm="auto"`` is
-``perfmodel.runtime.runtime_algorithm`` (one place decides, so the model predicts what runs):
+``perfmodel.collectives.runtime.runtime_algorithm`` (one place decides, so the model predicts what runs):
 none, fp16 and bf16 run the ordinary all-reduce on the (cast) tensor; sparse specs (top-k,
 rand-k) use ``allgather`` (one compression per value), others ``two_phase`` (two). The
 all-to-all (``alltoall``, expert parallelism's dispatch and combine) runs ``direct``: each chunk
@@ -31,8 +31,8 @@ import torch
 import torch.distributed as dist
 
 from perfmodel.compression import Codec
-from perfmodel.record import busbw_factor
-from perfmodel.runtime import runtime_algorithm
+from perfmodel.collectives.record import busbw_factor
+from perfmodel.collectives.runtime import runtime_algorithm
 from perfmodel.collectives.registry import runtime_algorithms
 from realrun.comm.algorithms import (ALLTOALL_IMPLEMENTATIONS, IMPLEMENTATIONS, _reduce_scatter, _xp,
                                      hierarchical_reduce_scatter, split)
@@ -74,7 +74,7 @@ class Comm:
     def take_contraction(self) -> float | None:
         """The relative error ``||C(y) - y|| / ||y||`` of this Comm's error-feedback compressions
         since ``track_contraction`` (``y`` the tensor plus its old residual: the contraction of
-        the error-feedback theory, ``perfmodel.convergence``), and tracking stops; None where
+        the error-feedback theory, ``perfmodel.explore.convergence``), and tracking stops; None where
         none ran."""
         self._contraction, res2, y2 = False, 0.0, 0.0
         for wire in self._wires.values():
@@ -136,7 +136,7 @@ class Comm:
             raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
         group = self.group
         c = self._bound(spec, tensor, key)
-        alg = runtime_algorithm("allreduce", c.wire.codec, algorithm)   # the choice perfmodel.runtime predicts
+        alg = runtime_algorithm("allreduce", c.wire.codec, algorithm)   # the choice perfmodel.collectives.runtime predicts
         if chunks != 1:
             if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
                 raise InputError("chunks", chunks, "an integer >= 1")

@@ -4,14 +4,18 @@ data-parallel gradient reduction and ZeRO parameter gather going through realrun
 compression policy (``realrun train``).
 
     from realrun.train import TrainConfig, run_training
-    records = run_training(TrainConfig(model="gpt-tiny", pp=2, gbs=16, policy="pp=int8", steps=20))
+    records = run_training(TrainConfig.of(model="gpt-tiny", pp=2, gbs=16, policy="pp=int8", steps=20))
 
 * ``model``: a decoder-only transformer built from a perfmodel ``ModelSpec`` (same parameter
   count, tested);
 * ``data``: the Python standard library's own source, at byte level (no download);
 * ``tensor_parallel``: Megatron's column/row-parallel split and its f/g operators;
 * ``pipeline``: stages, GPipe and 1F1B schedules, transfers between stages;
-* ``zero``: ZeRO-1, the optimizer state sharded over data parallelism;
+* ``data_parallel``: the gradient reductions and the optimizer step; ``zero``: ZeRO-1, the
+  optimizer state sharded over data parallelism;
+* ``context_parallel``: ring attention; ``moe``: mixture-of-experts layers and expert parallelism;
+* ``runtime``: the one interface of every parallel runtime; ``phases``: the step phases a run
+  measures, under perfmodel's names;
 * ``accuracy``: the measured relative error per axis; ``checkpoint``: save and resume;
 * ``trainer``: the training loop and its measurements per step;
 * ``launch``: local ranks or a launcher's (torchrun, ``realrun cluster run``).

@@ -27,13 +27,15 @@ import shutil
 import torch
 import torch.distributed as dist
 
+from perfmodel.plan.degrees import Degrees
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
-# what must be equal for a checkpoint to continue a run (steps, metrics and evaluation may change)
-IDENTITY = ("model", "dp", "tp", "pp", "ep", "cp", "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
+# what must be equal for a checkpoint to continue a run (steps, metrics and evaluation may change):
+# the model, every degree (stored flat; a degree newer than the checkpoint reads its default, what
+# a run without it had) and how the batch, policy and optimizer ran
+IDENTITY = ("model", *Degrees.names(), "schedule", "zero", "mbs", "global_batch", "seq_len", "policy", "lr",
             "seed", "bucket_bytes")
-IDENTITY_DEFAULTS = {"ep": 1, "cp": 1}   # keys newer than some checkpoints: what a run without them had
 
 
 def written(folder: str) -> bool:
@@ -86,8 +88,9 @@ def check(folder: str, cfg) -> str:
         raise InputError("checkpoint", folder, f"a readable checkpoint ({exc})") from None
     if not isinstance(saved, dict) or not os.path.isdir(os.path.join(folder, name)):
         raise InputError("checkpoint", folder, "a complete checkpoint ('latest' names no step folder)")
+    saved = {**saved, **Degrees.of(saved).as_dict()}   # degrees it lacks: their defaults
     for key in IDENTITY:
-        if saved.get(key, IDENTITY_DEFAULTS.get(key)) != getattr(cfg, key):
+        if saved.get(key) != getattr(cfg, key):
             raise InputError(key, getattr(cfg, key), f"{saved.get(key)!r}, as in the checkpoint's run (resume "
                              "continues the same run)")
     return os.path.join(folder, name)

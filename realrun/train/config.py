@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 from perfmodel.axes import active_axes
-from perfmodel.plan import DEFAULT_BUCKET_BYTES, ParallelPlan, make_plan
-from perfmodel.policy import POLICY_AXES, parse_policy
+from perfmodel.plan.degrees import Degrees
+from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, ParallelPlan, make_plan
+from perfmodel.compression.policy import POLICY_AXES, parse_policy
 from perfmodel.workload import load_model
 from realrun.comm.names import OP_TIMEOUT_S
 from topologies.errors import InputError
@@ -25,7 +26,7 @@ def _int(field: str, value, low: int, high: float = math.inf) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """One training run on ``tp x cp x pp x dp`` ranks (laid out as perfmodel.mesh lays them: tp
+    """One training run on ``tp x cp x pp x dp`` ranks (laid out as perfmodel.plan.mesh lays them: tp
     innermost, then cp, then pp, then dp): each data-parallel replica runs ``microbatches`` of ``mbs``
     sequences per step (``gbs = mbs x dp x microbatches``) through its pipeline under
     ``schedule``; ``policy`` compresses the dp axis (gradients), the tp axis (activations and
@@ -36,14 +37,14 @@ class TrainConfig:
     ep_combine specs. Context parallelism (``cp`` ranks per replica, ring attention as perfmodel
     models it, see ``realrun.train.context_parallel``) splits every sequence over cp ranks, its
     K/V ring under the cp spec; dense gradients reduce over dp x cp. ``checkpoint``: a
-    folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it."""
+    folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it.
+
+    The degrees are one record (``perfmodel.plan.degrees.Degrees``, in perfmodel's default order),
+    read as ``cfg.tp`` ... too; ``TrainConfig.of(model=..., dp=2, tp=2)`` takes them as keywords,
+    and the JSON form (``to_json``) keeps them flat, as every rank and older files read them."""
 
     model: str
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    cp: int = 1
+    degrees: Degrees = Degrees()
     schedule: str = "1f1b"
     zero: int = 0
     mbs: int = 4
@@ -64,19 +65,36 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume: bool = False
 
+    def __getattr__(self, name: str):
+        """A degree read through the config: ``cfg.tp`` is ``cfg.degrees.tp``."""
+        if name in Degrees.names():
+            return getattr(self.degrees, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @classmethod
+    def of(cls, **kw) -> TrainConfig:
+        """A config from keywords, the degrees (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) among them
+        (each one not given: 1, or ``degrees``'s where that is given)."""
+        chosen = {k: kw.pop(k) for k in Degrees.names() if k in kw}
+        if chosen:
+            base = kw.get("degrees", Degrees())
+            if not isinstance(base, Degrees):
+                raise InputError("degrees", base, "a perfmodel.plan.degrees.Degrees")
+            kw["degrees"] = Degrees.of({**base.as_dict(), **chosen})
+        return cls(**kw)
+
     def __post_init__(self):
         arch = load_model(self.model)
-        _int("dp", self.dp, 1, 64)
-        _int("tp", self.tp, 1, 64)
-        _int("pp", self.pp, 1, 64)
+        if not isinstance(self.degrees, Degrees) or self.degrees.order != Degrees().order:
+            raise InputError("degrees", self.degrees, "a perfmodel.plan.degrees.Degrees in its default order")
+        for name in Degrees.names():
+            _int(name, getattr(self.degrees, name), 1, 64)
         _int("zero", self.zero, 0, 1)
-        _int("ep", self.ep, 1, 64)
         if self.ep > 1 and self.tp > 1:
             raise InputError("ep", self.ep, "1 with tp > 1 (realrun runs expert parallelism without tensor "
                              "parallelism)")
         if self.ep > 1 and self.zero:
             raise InputError("ep", self.ep, "1 with zero=1 (ZeRO-1 here shards replicated parameters only)")
-        _int("cp", self.cp, 1, 64)
         self._check_cp()
         if self.device not in DEVICES:
             raise InputError("device", self.device, " or ".join(DEVICES))
@@ -116,9 +134,7 @@ class TrainConfig:
     def plan(self) -> ParallelPlan:
         """perfmodel's plan of this run (the stage split and what a prediction of it assumes):
         fp32 compute and gradients, as the CPU run computes, and realrun's eager kernels."""
-        return make_plan(load_model(self.model), self.world, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep,
-                         cp=self.cp, zero=self.zero,
-                         mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
+        return make_plan(load_model(self.model), self.world, **self.degrees.as_dict(), zero=self.zero, mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
                          compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False,
                          kernels="eager")
 
@@ -147,16 +163,24 @@ class TrainConfig:
 
     @property
     def world(self) -> int:
-        return self.tp * self.cp * self.pp * self.dp
+        """Ranks of the run: tp x cp x pp x dp (ep is carved from dp)."""
+        return self.degrees.gpus
 
     def idle_axes(self) -> list[str]:
         """Policy axes that compress something no collective of this plan carries (reported)."""
         pol, active = parse_policy(self.policy), active_axes(self, load_model(self.model))
         return [a for a in POLICY_AXES if a not in active and pol.asks_for(a)]
 
+    def as_dict(self) -> dict:
+        """The fields, the degrees flat among them (``{"model": ..., "tp": 1, ..., "dp": 2, ...}``):
+        the one serialised form (``to_json``)."""
+        rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
+        return {"model": rest.pop("model"), **self.degrees.as_dict(), **rest}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(self.as_dict())
 
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
-        return cls(**json.loads(text))
+        """The config ``to_json`` wrote; a degree an older file lacks reads its default (1)."""
+        return cls.of(**json.loads(text))

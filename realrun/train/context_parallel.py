@@ -1,5 +1,5 @@
 """Context parallelism on realrun.comm: ring attention as perfmodel models it
-(``perfmodel.comm.context_events``; Megatron-Core's context parallelism, Transformer Engine's
+(``perfmodel.events.context_events``; Megatron-Core's context parallelism, Transformer Engine's
 ``p2p`` mode; Liu et al. 2023, Ring Attention).
 
 Every sequence is cut into ``2 cp`` equal chunks; cp rank i keeps chunks i and ``2 cp - 1 - i``
@@ -33,6 +33,7 @@ import torch
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
+from realrun.train.runtime import AxisTiming, meter, value
 
 
 def kept_chunks(rank: int, size: int) -> tuple[int, int]:
@@ -48,7 +49,10 @@ def positions(rank: int, size: int, seq: int) -> np.ndarray:
 
 class ContextParallel:
     """One rank's view of its cp group: size, index, the ring's Comm and the policy's ``cp`` axis,
-    what the ring cost since the last ``take`` and (measured steps) its error."""
+    what the ring cost since the last ``take`` and (measured steps) its error (the cp axis's
+    ``realrun.train.runtime.AxisRuntime``)."""
+
+    axis_names = ("cp",)
 
     def __init__(self, size: int, rank: int, comm: Comm | None, axis=None):
         self.size, self.rank, self.comm, self.axis = size, rank, comm, axis
@@ -88,10 +92,15 @@ class ContextParallel:
             self.error.add(out, exact)
         return out
 
-    def take(self) -> tuple[float, float, CommStats]:
-        """(forward s, backward s, stats) of the ring since the last call, then reset."""
-        out = (self.seconds["fwd"], self.seconds["bwd"], self.stats)
+    def start_step(self, measure: bool) -> None:
+        self.error = meter(measure, self.size)
+
+    def take(self) -> AxisTiming:
+        """What the ring cost since the last call (and its error on a measured step), then reset."""
+        out = AxisTiming(forward_s=self.seconds["fwd"], backward_s=self.seconds["bwd"], stats={"cp": self.stats},
+                         errors={"cp": value(self.error)})
         self._reset()
+        self.error = None
         return out
 
 

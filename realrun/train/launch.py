@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 from realrun import procs
 from realrun.train.config import TrainConfig
@@ -17,7 +18,7 @@ def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
     temp file)."""
     with procs.temporary_directory() as tmp:
         metrics = cfg.metrics or os.path.join(tmp, "metrics.jsonl")
-        run = TrainConfig(**{**cfg.__dict__, "metrics": metrics})
+        run = replace(cfg, metrics=metrics)
         path, store = os.path.join(tmp, "config.json"), os.path.join(tmp, "store")
         with open(path, "w") as handle:
             handle.write(run.to_json())

@@ -48,6 +48,7 @@ from torch import nn
 from perfmodel.workload import ModelSpec
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
+from realrun.train.runtime import RoutingTiming, meter, value
 
 AUX_LOSS_COEF = 0.01   # Switch Transformer's alpha
 
@@ -62,7 +63,10 @@ def capacity(factor: float, tokens: int, k: int, experts: int) -> int:
 
 class ExpertParallel:
     """One rank's view of its ep group: size, index, the collectives, the dispatch and combine
-    axes of the policy, what they cost and the routing counts since the last ``take``."""
+    axes of the policy, what they cost and the routing counts since the last ``take`` (the ep and
+    ep_combine axes' ``realrun.train.runtime.AxisRuntime``)."""
+
+    axis_names = ("ep", "ep_combine")
 
     def __init__(self, size: int, rank: int, comm: Comm | None, dispatch=None, combine=None):
         self.size, self.rank, self.comm = size, rank, comm
@@ -91,10 +95,19 @@ class ExpertParallel:
             self.error[axis].add(out, exact)
         return out
 
-    def take(self) -> tuple[float, float, dict, int, int]:
-        """(forward s, backward s, {axis: stats}, routed, dropped) since the last call, then reset."""
-        out = (self.seconds["fwd"], self.seconds["bwd"], self.stats, self.routed, self.dropped)
+    def start_step(self, measure: bool) -> None:
+        self.error = {axis: meter(measure, self.size) for axis in self.axis_names} if measure and self.size > 1 \
+            else None
+
+    def take(self) -> RoutingTiming:
+        """What the all-to-alls cost since the last call (their errors on a measured step) and the
+        routing counts, then reset."""
+        errors = self.error or {}
+        out = RoutingTiming(forward_s=self.seconds["fwd"], backward_s=self.seconds["bwd"], stats=self.stats,
+                            errors={axis: value(errors.get(axis)) for axis in self.axis_names},
+                            routed=self.routed, dropped=self.dropped)
         self._reset()
+        self.error = None
         return out
 
 

@@ -19,37 +19,39 @@ the plain loop: forward and backward per microbatch, gradients accumulating.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from perfmodel.schedule import stage_ops
+from perfmodel.step.schedule import stage_ops
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
+from realrun.train.runtime import AxisTiming, meter, value
 
 
 def schedule(name: str, stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
-    """The operations of ``stage`` in order: perfmodel's (``perfmodel.schedule.stage_ops``), so
+    """The operations of ``stage`` in order: perfmodel's (``perfmodel.step.schedule.stage_ops``), so
     the run and the prediction time the same lists."""
     return stage_ops(name, stage, stages, microbatches)
 
 
 @dataclass
 class PhaseTimes:
-    """Seconds of one step's pipeline work on this rank, and its p2p statistics."""
+    """Seconds of one run of the passes on this rank (the collectives inside them included)."""
 
     forward_s: float = 0.0
     backward_s: float = 0.0
-    pp_s: float = 0.0          # inside send/recv: transfers, their kernels and waiting for a neighbour
     loss_sum: float = 0.0      # the last stage's loss, summed over microbatches (already / m)
-    stats: CommStats = field(default_factory=CommStats)
-    error: RelativeError | None = None   # what this rank received against what was sent (measured steps)
 
 
 class Pipeline:
     """One rank's stage: its neighbours (global ranks, None at the ends), the p2p ``Comm`` and
-    the ``pp`` axis of the policy."""
+    the ``pp`` axis of the policy; what its transfers cost since the last ``take`` (the pp axis's
+    ``realrun.train.runtime.AxisRuntime``: inside send/recv, transfers, their kernels and the wait
+    for a neighbour, all apart from the passes)."""
+
+    axis_names = ("pp",)
 
     def __init__(self, name: str, stage: int, stages: int, comm: Comm | None, axis,
                  prev_rank: int | None, next_rank: int | None, device: torch.device | None = None):
@@ -58,27 +60,41 @@ class Pipeline:
         self.prev, self.next = prev_rank, next_rank
         self.first, self.last = stage == 0, stage == stages - 1
         self._sent: list = []   # a measured step's transfers (tensor, dst, like, src, received)
+        self.error: RelativeError | None = None   # what this rank received against what was sent (measured steps)
+        self._reset()
 
-    def run(self, model, batches: list, hidden_shape: tuple, backward: bool = True,
-            measure: bool = False) -> PhaseTimes:
+    def _reset(self) -> None:
+        self.pp_s, self.stats = 0.0, CommStats()
+
+    def start_step(self, measure: bool) -> None:
+        self.error = meter(measure, self.stages)
+
+    def take(self) -> AxisTiming:
+        """What the transfers cost since the last call (their error on a measured step), then reset."""
+        out = AxisTiming(apart_s=self.pp_s, stats={"pp": self.stats}, errors={"pp": value(self.error)})
+        self._reset()
+        self.error = None
+        return out
+
+    def run(self, model, batches: list, hidden_shape: tuple, backward: bool = True) -> PhaseTimes:
         """Forward (and backward) of ``batches`` [(inputs, targets)] through this stage under
         the schedule; gradients accumulate in ``model``. ``hidden_shape``: the activation a
-        stage sends (mbs, seq, hidden). ``measure`` (every rank alike): after the schedule, its
-        transfers are made again uncompressed and uncounted, and what arrived is measured against
-        them."""
+        stage sends (mbs, seq, hidden). On a measured step (``start_step``, every rank alike):
+        after the schedule, its transfers are made again uncompressed and uncounted, and what
+        arrived is measured against them."""
         m = len(batches)
         ops = schedule(self.name, self.stage, self.stages, m) if backward else [("F", i) for i in range(m)]
-        times, state = PhaseTimes(error=RelativeError() if measure and self.stages > 1 else None), {}
+        times, state = PhaseTimes(), {}
         pending = None   # (tensor, dst, key): the previous operation's send, not yet made
         like = torch.empty(hidden_shape, device=self.device)
         for kind, i in ops:
             src = self.prev if kind == "F" else self.next
-            received = self._p2p(pending, like if src is not None else None, src, f"{kind}{i}", times)
+            received = self._p2p(pending, like if src is not None else None, src, f"{kind}{i}")
             pending = self._forward(model, batches[i], received, state, i, m, times) if kind == "F" \
                 else self._backward(received, state.pop(i), times)
-        self._p2p(pending, None, None, "", times)
-        if times.error is not None:
-            self._measure(times.error)
+        self._p2p(pending, None, None, "")
+        if self.error is not None:
+            self._measure(self.error)
         return times
 
     def _forward(self, model, batch, received, state, i, m, times):
@@ -103,7 +119,7 @@ class Pipeline:
         times.backward_s += now(self.device) - start
         return None if self.first else (inputs.grad, self.prev, "grad")
 
-    def _p2p(self, pending, like, src, key, times) -> torch.Tensor | None:
+    def _p2p(self, pending, like, src, key) -> torch.Tensor | None:
         """Make the pending send and this operation's receive at once (``Comm.exchange``)."""
         if pending is None and like is None:
             return None
@@ -111,9 +127,9 @@ class Pipeline:
         start = now(self.device)
         codec = self.axis.codec_for(like.numel() * like.element_size() if like is not None
                                     else tensor.numel() * tensor.element_size())
-        out = self.comm.exchange(tensor, dst, like, src, codec, key=send_key or key, stats=times.stats)
-        times.pp_s += now(self.device) - start
-        if times.error is not None:
+        out = self.comm.exchange(tensor, dst, like, src, codec, key=send_key or key, stats=self.stats)
+        self.pp_s += now(self.device) - start
+        if self.error is not None:
             self._sent.append((tensor, dst, like, src, out))
         return out
 

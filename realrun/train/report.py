@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 
 from perfmodel.axes import AXES
-from realrun.train.trainer import PHASES
+from realrun.train.phases import MEASURED, TIMES, upgraded
 from topologies.clikit import atomic_write, table
 
 WARMUP_STEPS = 2   # steps left out of the median step time (first-call allocations, numba compiles)
@@ -24,11 +24,15 @@ def steady(records: list[dict]) -> list[dict]:
 
 
 def summary(records: list[dict]) -> dict:
+    """The run's losses, the median over ``steady`` steps of its times and phases (those of the
+    plan's axes), payload bytes, measured errors and MoE drops; older records read under today's
+    phase names (``realrun.train.phases.upgraded``)."""
+    records = [upgraded(r) for r in records]
     steady_ = steady(records)
     vals = [r for r in records if r.get("val_loss") is not None]
     out = {"steps": len(records), "first_loss": records[0]["loss"], "final_loss": records[-1]["loss"],
            "final_val_loss": vals[-1]["val_loss"] if vals else None}
-    for key in PHASES + ("ep_comm_s", "cp_comm_s"):   # expert parallelism's all-to-alls, cp's ring, where they run
+    for key in TIMES + MEASURED:   # the phases of the axes a record reports
         if key in records[0]:
             out[f"median_{key}"] = statistics.median(r[key] for r in steady_)
     for axis in _axes(records[0], "_wire_bytes"):

@@ -26,13 +26,17 @@ import time
 import torch
 import torch.distributed as dist
 
-from perfmodel.record import busbw_factor
+from perfmodel.collectives.record import busbw_factor
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
+from realrun.train.runtime import AxisTiming, meter, value
 
 
 class TensorParallel:
-    """One rank's view of its TP group: size, index, the collectives and what they cost."""
+    """One rank's view of its TP group: size, index, the collectives and what they cost (the tp
+    axis's ``realrun.train.runtime.AxisRuntime``)."""
+
+    axis_names = ("tp",)
 
     def __init__(self, size: int, rank: int, comm: Comm | None, axis):
         self.size, self.rank, self.comm, self.axis = size, rank, comm, axis
@@ -66,10 +70,14 @@ class TensorParallel:
         self.stats.bytes_out += int(nbytes * busbw_factor("allreduce", self.size))   # what a ring rank sends
         return t
 
-    def take(self) -> tuple[float, float, CommStats]:
-        """(forward seconds, backward seconds, stats) since the last call, then reset."""
-        out = (self.seconds["fwd"], self.seconds["bwd"], self.stats)
-        self.stats, self.seconds = CommStats(), {"fwd": 0.0, "bwd": 0.0}
+    def start_step(self, measure: bool) -> None:
+        self.error = meter(measure, self.size)
+
+    def take(self) -> AxisTiming:
+        """What the reductions cost since the last call (and their error on a measured step), then reset."""
+        out = AxisTiming(forward_s=self.seconds["fwd"], backward_s=self.seconds["bwd"], stats={"tp": self.stats},
+                         errors={"tp": value(self.error)})
+        self.stats, self.seconds, self.error = CommStats(), {"fwd": 0.0, "bwd": 0.0}, None
         return out
 
 

@@ -1,38 +1,37 @@
-"""The training loop of one rank: tensor-, pipeline- and data-parallel GPT training, compressed.
+"""The training loop of one rank: tensor-, context-, expert-, pipeline- and data-parallel GPT
+training, compressed.
 
 Each step: ``microbatches`` forward/backward passes on this replica's data through its
 pipeline under the schedule (``pipeline``; gradients accumulate; with tensor parallelism the
-layers' reductions run inside them, see ``tensor_parallel``), the tied embedding's gradient
-summed between first and last stage, then the gradients are reduced bucket by bucket
-(``DEFAULT_BUCKET_BYTES``, in reverse
-parameter order as DDP builds them) through ``realrun.comm`` with the spec the policy's
-``dp`` axis gives the bucket's size (``ef(...)`` keeps one residual per bucket), averaged,
-and AdamW steps (with ZeRO-1: reduce-scatter, a sharded step and an all-gather, see ``zero``).
-The reduction runs after the backward pass, not overlapped with it (DDP's overlap needs its
-reducer; a prediction of these runs must assume the same).
+layers' reductions run inside them, see ``tensor_parallel``, as do the MoE all-to-alls and cp's
+ring), then the gradient reductions and the optimizer step (``data_parallel``; with ZeRO-1 a
+reduce-scatter, a sharded step and an all-gather, see ``zero``). Every parallel runtime answers
+one interface (``runtime.AxisRuntime``): the step opens each, runs the passes and the reduction,
+and takes each one's timing.
 
 Measured per step (rank 0 appends one JSON line; the step time is the slowest rank's, every
-other time the busiest rank's, see ``_busiest``): loss (the
-global mean), step, forward and backward (their TP reductions apart), TP communication, PP
-communication (send/recv, including the wait for a neighbour: the bubble), exposed dp
-communication (the reduction minus its compression kernels), compression kernels (in all, and
-per axis), optimizer seconds, payload bytes per rank and axis (dp, tp, pp, zero),
-every ``eval_every`` steps the validation loss, every ``error_every`` steps the measured
-relative error of each compressed axis on rank 0 (``realrun.train.accuracy``): dp, the
-gradient sums against exact sums; tp, the layers' sums; pp, what the stage received against
-what was sent (exact copies travel uncounted on those steps, outside the timed phases).
+other time the busiest rank's, see ``_busiest``): loss (the global mean), ``step_s``, and the
+step's phases under perfmodel's names (``realrun.train.phases``): ``compute_s`` (forward and
+backward, the collectives inside them out; also apart as ``forward_s`` and ``backward_s``), the
+exposed communication of each reported axis's phase (``tp_comm_s``; ``pp_comm_s``: send/recv,
+including the wait for a neighbour, the bubble; ``dp_comm_exposed_s``: the reductions and ZeRO's
+gather; ``ep_comm_s`` and ``cp_comm_s`` where the plan runs them), each without its compression
+kernels, ``compression_s`` (the kernels in all, and per axis as ``<axis>_kernel_s``) and
+``optimizer_s``; payload bytes per rank and axis (``<axis>_wire_bytes``), every ``eval_every``
+steps the validation loss, every ``error_every`` steps the measured relative error of each
+compressed axis on rank 0 (``realrun.train.accuracy``): dp, the gradient sums against exact sums;
+tp, the layers' sums; pp, what the stage received against what was sent; ep and ep_combine, the
+all-to-alls; cp, the ring's blocks (exact copies travel uncounted on those steps, outside the timed
+phases).
 
 A mixture-of-experts model (``realrun.train.moe``) adds ``moe_dropped``, the fraction of
 token-to-expert assignments its capacity dropped; with expert parallelism (``ep`` ranks carved
-from dp) the ep and ep_combine all-to-alls' seconds (``ep_comm_s``, out of forward and
-backward), kernels, payload bytes and measured errors, and the routed experts' gradients
-reduce over the expert-data-parallel group (dp / ep ranks) instead of dp.
+from dp) the routed experts' gradients reduce over the expert-data-parallel group (dp / ep
+ranks) instead of dp.
 
 Context parallelism (``realrun.train.context_parallel``, ``cp`` ranks per replica): every rank
-of a cp group reads its replica's batch and keeps its two chunks of each sequence; the K/V
-ring's seconds are ``cp_comm_s`` (out of forward and backward), with its kernels, payload bytes
-and measured error under the cp axis; the loss is the mean over the cp group (the whole
-sequence's) and the dense gradients reduce over dp x cp.
+of a cp group reads its replica's batch and keeps its two chunks of each sequence; the loss is the
+mean over the cp group (the whole sequence's) and the dense gradients reduce over dp x cp.
 """
 from __future__ import annotations
 
@@ -44,21 +43,23 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from perfmodel.mesh import Mesh
-from perfmodel.policy import parse_policy
+from perfmodel.compression.policy import parse_policy
+from perfmodel.plan.mesh import Mesh
 from perfmodel.workload import load_model
-from realrun.comm import Comm, CommStats
+from realrun.comm import Comm
 from realrun.comm.exchange import gather_tensor
 from realrun.compressors import fast
 from realrun.train import checkpoint, rendezvous
-from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
 from realrun.train.config import TrainConfig
 from realrun.train.context_parallel import ContextParallel
 from realrun.train.data import load_corpus, train_batch, val_batches
+from realrun.train.data_parallel import DataParallel, buckets
 from realrun.train.model import GPT
 from realrun.train.moe import ExpertParallel
+from realrun.train.phases import reported_axes, step_phases, upgraded
 from realrun.train.pipeline import Pipeline
+from realrun.train.runtime import exposed as runtime_exposed
 from realrun.train.tensor_parallel import TensorParallel
 from realrun.train.zero import ShardedOptimizer
 from topologies.clikit import atomic_write
@@ -66,41 +67,6 @@ from topologies.errors import InputError
 
 VAL_BATCHES = 4
 ADAM = {"betas": (0.9, 0.95), "weight_decay": 0.0}   # GPT-3's betas; no decay on a model this small
-PHASES = ("step_s", "forward_s", "backward_s", "tp_comm_s", "pp_comm_s", "dp_comm_s", "compress_s", "optimizer_s")
-
-
-def buckets(params: list, bucket_bytes: int) -> list[list]:
-    """Parameters grouped into buckets of about ``bucket_bytes``, last parameters first (their
-    gradients are ready first in backward, as DDP orders them)."""
-    out, current, size = [], [], 0
-    for p in reversed(params):
-        current.append(p)
-        size += p.numel() * p.element_size()
-        if size >= bucket_bytes:
-            out.append(current)
-            current, size = [], 0
-    return out + ([current] if current else [])
-
-
-def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, error: RelativeError | None) -> None:
-    """Sum every bucket's gradients over the ranks under the dp policy, then average. With an
-    ``error`` meter, also the exact sum (uncounted) to measure the compressed one against."""
-    for i, params in enumerate(groups):
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        exact = None
-        if error is not None:
-            exact = flat.clone()
-            dist.all_reduce(exact, group=comm.group)
-        codec = axis.codec_for(flat.numel() * flat.element_size())
-        summed = comm.allreduce(flat, codec, key=f"bucket{i}", stats=stats, inplace=codec.is_none)
-        if exact is not None:
-            error.add(summed, exact)
-        summed /= world
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad.copy_(summed[offset:offset + n].view_as(p.grad))
-            offset += n
 
 
 def evaluate(run: Run, model: GPT, vals) -> float:
@@ -114,9 +80,8 @@ def evaluate(run: Run, model: GPT, vals) -> float:
             loss = run.pipe.run(model, vals, run.hidden_shape, backward=False).loss_sum
         model.train()
         value = loss if run.dp_rank == 0 else 0.0
-        run.tp.take()   # evaluation's reductions, routing and ring are not the next step's
-        run.ep.take()
-        run.cp.take()
+        for runtime in run.runtimes:   # evaluation's reductions, routing, ring and transfers are no step's
+            runtime.take()
     return _last_stage_mean(value, run, replicas=1)
 
 
@@ -139,9 +104,10 @@ class Metrics:
         self.fd = None
         if not path:
             return
-        if keep_before and os.path.exists(path):
+        if keep_before and os.path.exists(path):   # older records kept under today's phase names
             with open(path) as handle:
-                self.records = [r for r in map(json.loads, filter(str.strip, handle)) if r["step"] < keep_before]
+                self.records = [upgraded(r) for r in map(json.loads, filter(str.strip, handle))
+                                if r["step"] < keep_before]
         atomic_write(path, lambda h: h.write("".join(json.dumps(r) + "\n" for r in self.records).encode()))
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
 
@@ -179,57 +145,30 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     batches = [run.cp.local(train_batch(corpus, seed=cfg.seed, step=step, index=m * cfg.dp + run.dp_rank,
                                         rows=cfg.mbs, seq=cfg.seq_len)) for m in range(cfg.microbatches)]
     measure = cfg.error_every > 0 and step % cfg.error_every == 0
-    run.tp.error = RelativeError() if measure and cfg.tp > 1 else None
-    run.ep.error = {"ep": RelativeError(), "ep_combine": RelativeError()} if measure and cfg.ep > 1 else None
-    run.cp.error = RelativeError() if measure and cfg.cp > 1 else None
-    pipe = run.pipe.run(model, batches, run.hidden_shape, measure=measure)
-    tp_error, run.tp.error = run.tp.error, None
-    ep_error, run.ep.error = run.ep.error or {}, None
-    cp_error, run.cp.error = run.cp.error, None
-    tp_fwd, tp_bwd, tp_stats = run.tp.take()
-    ep_fwd, ep_bwd, ep_stats, routed, dropped = run.ep.take()
-    cp_fwd, cp_bwd, cp_stats = run.cp.take()
-    replicas = cfg.dp * cfg.cp   # ranks that hold the same dense weights
-    stats, zero_stats = CommStats(), CommStats()
-    t = now(run.device)
-    run.sync_embedding(model, stats)
-    dp_error = RelativeError() if measure and replicas > 1 else None
-    if dp_error is not None:
-        run.dp_comm.track_contraction()
-    if run.zero is not None:   # reduce-scatter, sharded update, all-gather
-        optim = run.zero.step(stats, zero_stats, dp_error)
-        sync = now(run.device) - t - optim
-    else:
-        if replicas > 1:
-            sync_gradients(run.buckets, run.dp_comm, run.dp_axis, replicas, stats, dp_error)
-        run.sync_expert_gradients(cfg.dp, stats, dp_error)
-        sync = now(run.device) - t
-        t = now(run.device)
-        opt.step()
-        optim = now(run.device) - t
-    measured = {"dp": (stats, dp_error), "tp": (tp_stats, tp_error), "pp": (pipe.stats, pipe.error),
-                "zero": (zero_stats, None)}   # perfmodel.axes names; zero: its error is not measured
-    if cfg.ep > 1:
-        measured.update({axis: (ep_stats[axis], ep_error.get(axis)) for axis in ("ep", "ep_combine")})
-    if cfg.cp > 1:
-        measured["cp"] = (cp_stats, cp_error)
-    kernels = {axis: st.compress_s + st.decompress_s for axis, (st, _) in measured.items()}
-    times = dict(zip(PHASES, (now(run.device) - start, pipe.forward_s - tp_fwd - ep_fwd - cp_fwd,
-                              pipe.backward_s - tp_bwd - ep_bwd - cp_bwd,
-                              max(0.0, tp_fwd + tp_bwd - kernels["tp"]), max(0.0, pipe.pp_s - kernels["pp"]),
-                              max(0.0, sync - kernels["dp"] - kernels["zero"]), sum(kernels.values()), optim)))
-    if cfg.ep > 1:
-        times["ep_comm_s"] = max(0.0, ep_fwd + ep_bwd - kernels["ep"] - kernels["ep_combine"])
-    if cfg.cp > 1:
-        times["cp_comm_s"] = max(0.0, cp_fwd + cp_bwd - kernels["cp"])
-    times.update({f"{axis}_kernel_s": v for axis, v in kernels.items()})
-    moe = {"moe_dropped": _dropped_fraction(routed, dropped, run.device)} if model.spec.is_moe else {}
-    return {"step": step, "loss": _last_stage_mean(pipe.loss_sum, run, cfg.dp), "error_step": measure,
+    for runtime in run.runtimes:
+        runtime.start_step(measure)
+    passes = run.pipe.run(model, batches, run.hidden_shape)
+    optimizer_s = run.dp.step(model, opt)
+    step_s = now(run.device) - start
+    timings = {runtime: runtime.take() for runtime in run.runtimes}
+    forward_s, backward_s = passes.forward_s, passes.backward_s
+    for t in timings.values():   # the collectives inside the passes are their axes' phases
+        forward_s -= t.forward_s
+        backward_s -= t.backward_s
+    exposed, kernels = runtime_exposed(list(timings.values()), run.axes)
+    times = {"step_s": step_s, "forward_s": forward_s, "backward_s": backward_s,
+             **step_phases(forward_s, backward_s, optimizer_s, exposed, kernels),
+             **{f"{axis}_kernel_s": v for axis, v in kernels.items()}}
+    stats = {axis: st for t in timings.values() for axis, st in t.stats.items() if axis in run.axes}
+    errors = {axis: e for t in timings.values() for axis, e in t.errors.items() if axis in run.axes}
+    routing = timings[run.ep]
+    moe = {"moe_dropped": _dropped_fraction(routing.routed, routing.dropped, run.device)} if model.spec.is_moe else {}
+    return {"step": step, "loss": _last_stage_mean(passes.loss_sum, run, cfg.dp), "error_step": measure,
             **_busiest(times, run.device),
-            **{f"{axis}_wire_bytes": st.bytes_out for axis, (st, _) in measured.items()},
-            **{f"{axis}_rel_error": e.value() if e else None for axis, (_, e) in measured.items()}, **moe,
+            **{f"{axis}_wire_bytes": stats[axis].bytes_out for axis in run.axes},
+            **{f"{axis}_rel_error": errors[axis] for axis in run.axes}, **moe,
             # error feedback's ||C(y) - y|| / ||y||, on the steps that measure (None: none ran)
-            "dp_contraction": run.dp_comm.take_contraction() if dp_error is not None else None}
+            "dp_contraction": timings[run.dp].contraction}
 
 
 def _dropped_fraction(routed: int, dropped: int, device) -> float:
@@ -270,11 +209,12 @@ def train(cfg: TrainConfig, rank: int, world: int, store: str | None = None) -> 
 
 class Run:
     """This rank's place in the mesh (perfmodel's layout: tp innermost, then cp, ep, pp, dp), its
-    stage of the model, and the state its collectives keep."""
+    stage of the model, and its parallel runtimes (``realrun.train.runtime``), with the state their
+    collectives keep."""
 
     def __init__(self, cfg: TrainConfig, rank: int, model: GPT, device: torch.device):
         self.device = device
-        mesh = Mesh(cfg.tp, cfg.pp, cfg.dp, ("tp", "pp", "dp"), cp=cfg.cp, ep=cfg.ep)
+        mesh = cfg.degrees.mesh()
         coords = mesh.coords(rank)
         # the replica whose data it reads (its dp group also holds its cp ranks, innermost)
         self.dp_rank, stage = mesh.group_of("dp", rank).index(rank) // cfg.cp, coords["pp"]
@@ -283,7 +223,7 @@ class Run:
         tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank, wait_s)[0] for axis in ("tp", "pp", "dp"))
         self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group, wait_s) if cfg.tp > 1 else None,
                                  policy.axis("tp"))
-        self.ep, self.edp_comm = _expert_parallel(cfg, mesh, rank, policy)
+        self.ep, edp_comm = _expert_parallel(cfg, mesh, rank, policy)
         self.ep.aux_scale = 1.0 / cfg.microbatches   # as the pipeline scales each micro-batch's loss
         self.cp = _context_parallel(cfg, mesh, rank, policy)
         layers = cfg.plan().stage_layers(model.spec.num_layers)
@@ -294,44 +234,25 @@ class Run:
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
                              device)
         self.hidden_shape = (cfg.mbs, cfg.seq_len // cfg.cp, model.spec.hidden_size)
-        self.embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
-        self.dp_comm, self.dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
+        embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
+        dp_comm, dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
         experts = model.expert_parameters() if cfg.ep > 1 else []   # sharded: reduced over edp, not dp
         sharded = {id(e) for e in experts}
-        self.buckets = buckets([p for p in model.parameters() if id(p) not in sharded], cfg.bucket_bytes)
-        self.expert_buckets = buckets(experts, cfg.bucket_bytes)
+        dense = buckets([p for p in model.parameters() if id(p) not in sharded], cfg.bucket_bytes)
         self.zero = None
         if cfg.zero and cfg.dp > 1:
-            self.zero = ShardedOptimizer(self.buckets, self.dp_comm, self.dp_rank, cfg.dp, self.dp_axis,
-                                         policy.axis("zero"), **ADAM, lr=cfg.lr)
+            self.zero = ShardedOptimizer(dense, dp_comm, self.dp_rank, cfg.dp, dp_axis, policy.axis("zero"), **ADAM,
+                                         lr=cfg.lr)
+        self.dp = DataParallel(dp_comm, dp_axis, cfg.dp * cfg.cp, cfg.dp, dense, buckets(experts, cfg.bucket_bytes),
+                               embed_comm, edp_comm, self.zero, device)
+        self.runtimes = (self.tp, self.cp, self.ep, self.pipe, self.dp)   # every axis's, each step in this order
+        self.axes = reported_axes(cfg, model.spec)   # the axes a step record reports (realrun.train.phases)
 
     def comms(self) -> dict:
         """{name: Comm} of every collective this rank runs (their compressor state is checkpointed)."""
-        named = {"tp": self.tp.comm, "pp": self.pipe.comm, "embedding": self.embed_comm, "dp": self.dp_comm,
-                 "ep": self.ep.comm, "edp": self.edp_comm, "cp": self.cp.comm}
+        named = {"tp": self.tp.comm, "pp": self.pipe.comm, "embedding": self.dp.embed_comm, "dp": self.dp.comm,
+                 "ep": self.ep.comm, "edp": self.dp.expert_comm, "cp": self.cp.comm}
         return {name: comm for name, comm in named.items() if comm is not None}
-
-    def sync_embedding(self, model: GPT, stats: CommStats) -> None:
-        """Tied embeddings across a pipeline: the first stage's embedding and the last stage's
-        head are one matrix, so their gradients are summed between the two (Megatron-LM's
-        embedding group), a gradient reduction under the dp spec."""
-        if self.embed_comm is None or model.embed is None:
-            return
-        grad = model.embed.weight.grad
-        codec = self.dp_axis.codec_for(grad.numel() * grad.element_size())
-        grad.copy_(self.embed_comm.allreduce(grad, codec, key="embedding", stats=stats))
-
-
-    def sync_expert_gradients(self, dp: int, stats: CommStats, error: RelativeError | None) -> None:
-        """The routed experts' gradients under expert parallelism: each already sums what its ep
-        group's tokens sent it, so a sum over the expert-data-parallel group (dp / ep ranks,
-        under the dp spec) makes the whole batch's, averaged over dp as the dense ones are."""
-        if self.edp_comm is not None:
-            sync_gradients(self.expert_buckets, self.edp_comm, self.dp_axis, dp, stats, error)
-            return
-        for params in self.expert_buckets:
-            for p in params:
-                p.grad /= dp
 
 
 def _expert_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> tuple[ExpertParallel, Comm | None]:

@@ -7,13 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.axes import AXES, ISSUE_ORDER, NAMES, active_axes, step_events
-from perfmodel.comm import StageContext
-from perfmodel.memory import shards
-from perfmodel.mesh import mesh_for
-from perfmodel.plan import GROUP_KINDS, make_plan
-from perfmodel.policy import POLICY_AXES, parse_policy
-from perfmodel.search import DEFAULT_MAX_ERROR
-from perfmodel.step import Breakdown
+from perfmodel.events import StageContext
+from perfmodel.plan.memory import shards
+from perfmodel.plan.mesh import mesh_for
+from perfmodel.plan.parallel import GROUP_KINDS, make_plan
+from perfmodel.compression.policy import POLICY_AXES, parse_policy
+from perfmodel.explore.search import DEFAULT_MAX_ERROR
+from perfmodel.step.timing import Breakdown
 from perfmodel.workload import load_model
 
 

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from perfmodel import collective_time
-from perfmodel.calibration import SCHEMA, load_calibration
+from perfmodel.calibration.profile import SCHEMA, load_calibration
 from perfmodel.prediction import predict
 from topologies.errors import InputError
 

@@ -1,11 +1,11 @@
-"""perfmodel.convergence: the steps inflation a policy costs, and its fit on measured runs."""
+"""perfmodel.explore.convergence: the steps inflation a policy costs, and its fit on measured runs."""
 import json
 import math
 
 import pytest
 
 import perfmodel
-from perfmodel.convergence import (Regime, axis_inflation, default_regime, fit_critical_batch, inflation,
+from perfmodel.explore.convergence import (Regime, axis_inflation, default_regime, fit_critical_batch, inflation,
                                    kaplan_critical_batch, load_regime, record_inflation)
 from topologies.errors import InputError
 

@@ -5,9 +5,9 @@ import math
 import pytest
 
 import perfmodel
-from perfmodel.catalogs import device
-from perfmodel.cost import COST_KEYS, dominated, parse_prices, parse_tokens, training_cost
-from perfmodel.search import front_keys, parse_clusters
+from perfmodel.devices import device
+from perfmodel.explore.cost import COST_KEYS, dominated, parse_prices, parse_tokens, training_cost
+from perfmodel.explore.search import front_keys, parse_clusters
 from perfmodel.workload import load_model
 from topologies import InputError, load_spec
 

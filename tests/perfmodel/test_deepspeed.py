@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from perfmodel.deepspeed import map_config
+from perfmodel.plan.deepspeed import map_config
 from topologies import InputError
 
 ZEROPP = {"train_batch_size": 256, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,

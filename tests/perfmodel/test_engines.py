@@ -4,7 +4,7 @@ import pytest
 from perfmodel import predict
 from perfmodel.engines import ENGINES, engine_for, register
 from perfmodel.engines.analytical import ANALYTICAL
-from perfmodel.plan import PlanRequest
+from perfmodel.plan.parallel import PlanRequest
 from perfmodel.prediction import PredictOptions, request_and_options
 from topologies import InputError
 
@@ -37,7 +37,7 @@ def test_a_registered_engine_times_predict():
 
 
 def test_objects_and_keywords_give_the_same_record():
-    plan = PlanRequest(**PLAN, sequence_parallel=True)
+    plan = PlanRequest.of(**PLAN, sequence_parallel=True)
     opts = PredictOptions(policy="dp=int8,tp=fp16", engine="des")
     by_objects = predict("gpt3-1.3b", "dgx-a100", plan, opts)
     by_keywords = predict("gpt3-1.3b", "dgx-a100", **PLAN, sequence_parallel=True, policy="dp=int8,tp=fp16",

@@ -97,7 +97,7 @@ def test_family_constants_are_attributes_of_the_family():
 def test_a_new_data_dependent_family_is_calibrated_by_its_class(tmp_path):
     import json
 
-    from perfmodel.calibration import load_calibration
+    from perfmodel.calibration.profile import load_calibration
     from perfmodel.compression import contract
     from perfmodel.compression.lossless import Lossless
 

@@ -1,14 +1,14 @@
-"""Calibration fits (perfmodel.fit, perfmodel calibrate): known numbers come back from
+"""Calibration fits (perfmodel.calibration.fit, perfmodel calibrate): known numbers come back from
 synthetic records, profiles round-trip, and the runtime model applies what was fitted."""
 import json
 
 import pytest
 
-from perfmodel.calibration import load_calibration
+from perfmodel.calibration.profile import load_calibration
 from perfmodel.cli import main
-from perfmodel.fit import fit_kernels, fit_profile
-from perfmodel.measurements import make_record
-from perfmodel.runtime import runtime_algorithm, runtime_time
+from perfmodel.calibration.fit import fit_kernels, fit_profile
+from perfmodel.calibration.measurements import make_record
+from perfmodel.collectives.runtime import runtime_algorithm, runtime_time
 from topologies.clikit import run
 from topologies.errors import InputError
 
@@ -145,8 +145,8 @@ def _compute(op, m, n, k, flops=0.0, nbytes=0.0, time_s=1e-3):
 def test_compute_fit_gives_the_efficiency_table_and_streaming_rate(tmp_path):
     """GEMM records at known FLOP rates come back as efficiencies of the catalog's fp32 peak
     (median per size); elementwise records as the streaming rate; and the device predicts with them."""
-    from perfmodel.catalogs import device
-    from perfmodel.fit import fit_compute
+    from perfmodel.devices import device
+    from perfmodel.calibration.fit import fit_compute
 
     cpu = device("host-cpu")
     peak = cpu.peak("fp32")
@@ -169,10 +169,10 @@ def test_compute_fit_gives_the_efficiency_table_and_streaming_rate(tmp_path):
 def test_eager_ring_blocks_give_the_seconds_per_score_beyond_their_gemms(tmp_path):
     """A scores record's time less its block products' (the attention record of its size, at the
     fitted rate) over its scores; perfmodel's eager ring prices it, fused kernels do not."""
-    from perfmodel.catalogs import device
-    from perfmodel.compute import score_elements, stage_compute
-    from perfmodel.fit import fit_compute
-    from perfmodel.plan import make_plan
+    from perfmodel.devices import device
+    from perfmodel.step.compute import score_elements, stage_compute
+    from perfmodel.calibration.fit import fit_compute
+    from perfmodel.plan.parallel import make_plan
     from perfmodel.workload import load_model
 
     cpu = device("host-cpu")
@@ -197,8 +197,8 @@ def test_eager_ring_blocks_give_the_seconds_per_score_beyond_their_gemms(tmp_pat
 
 
 def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
-    from perfmodel.catalogs import device
-    from perfmodel.fit import fit_compute
+    from perfmodel.devices import device
+    from perfmodel.calibration.fit import fit_compute
 
     cpu = device("host-cpu")
     fast = 2.0 * cpu.peak("fp32")
@@ -212,8 +212,8 @@ def test_a_cpu_faster_than_the_catalog_peak_sets_a_measured_peak():
 def test_on_hosts_with_a_quota_compute_is_priced_at_the_declared_share_and_a_busy_machine_is_flagged():
     """A helper on a 0.45-core quota that got only 0.15 of a core (a busy machine: the quota caps,
     it does not guarantee) is priced at what 0.45 gives; the report and summary say what it got."""
-    from perfmodel.catalogs import device
-    from perfmodel.fit import fit_compute, fit_kernels, summary
+    from perfmodel.devices import device
+    from perfmodel.calibration.fit import fit_compute, fit_kernels, summary
 
     cpu = device("host-cpu")
     peak = cpu.peak("fp32")
@@ -304,7 +304,7 @@ def test_kernels_inside_a_run_give_the_in_run_factor(tmp_path):
 
 
 def test_the_in_run_factor_follows_message_size():
-    from perfmodel.calibration import Calibration
+    from perfmodel.calibration.profile import Calibration
 
     calib = Calibration(path="x", provenance={}, devices={}, protocols={}, ratios={}, overlap_slowdown=None,
                         in_run={"int8": ((2**20, 0.5), (2**24, 2.0))})
@@ -316,7 +316,7 @@ def test_the_in_run_factor_follows_message_size():
 def test_summary_without_a_fitted_launch_cost():
     """A profile whose launch intercept was not positive has no kernel_launch_us: the summary
     still prints (it once raised KeyError under a noisy calibration)."""
-    from perfmodel.fit import summary
+    from perfmodel.calibration.fit import summary
 
     profile = {"devices": {"cpu-host": {"gemm_efficiency": {"1": 0.5}}}, "fits": {"kernels": {}}}
     rows = summary(profile)

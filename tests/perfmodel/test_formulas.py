@@ -3,13 +3,13 @@ import math
 
 import pytest
 
-from perfmodel.catalogs import Device, Protocol
+from perfmodel.devices import Device, Protocol
 from perfmodel.collectives.compressed import Msg
 from perfmodel.collectives.fabric import Ctx, Link
 from perfmodel.collectives.phases import evaluate, pipelined
 from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.compression import compile_spec
-from perfmodel.record import busbw_factor
+from perfmodel.collectives.record import busbw_factor
 
 B, A = 10e9, 5e-6   # 10 GB/s per rank, 5 us per step
 

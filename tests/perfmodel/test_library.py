@@ -4,9 +4,9 @@ import json
 import pytest
 
 from perfmodel import collective_time, predict
-from perfmodel.breakeven import breakeven, parse_target
-from perfmodel.calibration import SCHEMA
-from perfmodel.library import library, libraries
+from perfmodel.explore.breakeven import breakeven, parse_target
+from perfmodel.calibration.profile import SCHEMA
+from perfmodel.collectives.library import library, libraries
 from topologies.errors import InputError
 
 NEOX = dict(gpus=192, tp=4, pp=4, mbs=4, gbs=1056, zero=1, recompute="full")

@@ -1,4 +1,4 @@
-"""The schedule's graph (perfmodel.makespan) against the operation-by-operation schedule."""
+"""The schedule's graph (perfmodel.step.makespan) against the operation-by-operation schedule."""
 import math
 
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.makespan import makespans, program
-from perfmodel.schedule import StageCost, run_schedule
-from perfmodel.step import StageTime, pipeline_spans
+from perfmodel.step.makespan import makespans, program
+from perfmodel.step.schedule import StageCost, run_schedule
+from perfmodel.step.timing import StageTime, pipeline_spans
 
 times = st.floats(min_value=1e-4, max_value=10.0, allow_nan=False)
 

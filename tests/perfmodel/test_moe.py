@@ -7,13 +7,13 @@ import pytest
 
 from perfmodel import collective_time, predict
 from perfmodel.axes import AXES, active_axes, step_events
-from perfmodel.comm import StageContext
+from perfmodel.events import StageContext
 from perfmodel.compression import compile_spec
-from perfmodel.memory import stage_param_split
-from perfmodel.mesh import mesh_for
-from perfmodel.plan import make_plan
-from perfmodel.policy import parse_policy
-from perfmodel.search import plan_space, policies_for
+from perfmodel.plan.memory import stage_param_split
+from perfmodel.plan.mesh import mesh_for
+from perfmodel.plan.parallel import make_plan
+from perfmodel.compression.policy import parse_policy
+from perfmodel.explore.search import plan_space, policies_for
 from perfmodel.workload import load_model
 from topologies.errors import InputError
 
@@ -144,8 +144,8 @@ def test_moe_compute_follows_the_expert_load():
     mixtral = load_model("mixtral-8x7b")
     skewed = replace(mixtral, moe_load_imbalance=2.0)
     capped = replace(skewed, moe_capacity_factor=1.25)
-    from perfmodel.catalogs import device
-    from perfmodel.compute import stage_compute
+    from perfmodel.devices import device
+    from perfmodel.step.compute import stage_compute
     plan, dev = make_plan(mixtral, 8, ep=8), device("h100-sxm")
     t = [stage_compute(m, plan, dev, 32, True, True, 32).fwd_s for m in (mixtral, capped, skewed)]
     assert t[0] < t[1] < t[2]
@@ -158,8 +158,8 @@ def test_eager_kernels_price_the_ring_scores_and_the_moe_permutation():
     rate and its backward recomputes the scores (a fifth product), a MoE layer's permutation its
     dispatched rows' accesses; fused kernels neither, and whole-sequence attention is fused
     either way."""
-    from perfmodel.catalogs import device
-    from perfmodel.compute import (ACTIVATION_BYTES, EAGER_LAYOUT_ACCESSES, EAGER_PERMUTE_ACCESSES,
+    from perfmodel.devices import device
+    from perfmodel.step.compute import (ACTIVATION_BYTES, EAGER_LAYOUT_ACCESSES, EAGER_PERMUTE_ACCESSES,
                                    UNFUSED_BWD_ACCESSES, UNFUSED_FWD_ACCESSES, attention_heads, score_elements,
                                    stage_compute)
     dev, llama, mixtral = device("h100-sxm"), load_model("llama3-8b"), load_model("mixtral-8x7b")
@@ -188,8 +188,8 @@ def test_eager_kernels_price_the_ring_scores_and_the_moe_permutation():
 def test_the_ring_hides_behind_the_backward_attention_as_priced():
     """What cp's backward ring hides behind is the backward attention as priced: twice the
     forward's with fused kernels, eager's own (its accesses and its recomputed scores) with eager."""
-    from perfmodel.catalogs import device
-    from perfmodel.compute import stage_compute
+    from perfmodel.devices import device
+    from perfmodel.step.compute import stage_compute
 
     llama = load_model("llama3-8b")
     for dev, dtype in ((device("h100-sxm"), "bf16"), (device("host-cpu"), "fp32")):

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from perfmodel.catalogs import device, nccl_arch, nvlink_for_arch, nvls_protocols, protocol_table
-from perfmodel.collective import collective_time
+from perfmodel.devices import device, nccl_arch, nvlink_for_arch, nvls_protocols, protocol_table
+from perfmodel.collectives.predict import collective_time
 
 
 def test_every_gpu_names_its_architecture():

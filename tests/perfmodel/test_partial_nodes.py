@@ -2,8 +2,8 @@
 import pytest
 
 from perfmodel import predict
-from perfmodel.collective import collective_time
-from perfmodel.plan_sweep import candidate_plans
+from perfmodel.collectives.predict import collective_time
+from perfmodel.explore.sweep import candidate_plans
 from topologies import InputError, cluster_for
 
 

@@ -1,9 +1,9 @@
 import pytest
 
-from perfmodel.mesh import mesh_for
+from perfmodel.plan.mesh import mesh_for
 from perfmodel.prediction import predict
-from perfmodel.plan import make_plan
-from perfmodel.policy import parse_policy, split_policies
+from perfmodel.plan.parallel import make_plan
+from perfmodel.compression.policy import parse_policy, split_policies
 from perfmodel.workload import load_model
 from topologies.errors import InputError
 

@@ -1,7 +1,7 @@
 """Pictures: predict/compare breakdown bars, collective sweeps, measured busbw, bad picture paths."""
 import pytest
 
-from perfmodel.plots import plot_measured_collectives
+from perfmodel.report.plots import plot_measured_collectives
 
 PNG = b"\x89PNG\r\n\x1a\n"
 PLAN = ["--model", "gpt2-medium", "--cluster", "commodity-25g", "--nodes", "2", "--tp", "1", "--pp", "2", "--mbs", "1",

@@ -67,7 +67,7 @@ def test_ratio_one_zero_cost_codec_gives_the_uncompressed_time(cluster, nodes, l
         for alg in PLAIN[move]:
             if alg == "hierarchical" and ctx.ranks_per_host == 1:
                 continue
-            cost = movement(move, alg, ctx, msg)
+            cost = movement(move, PLAIN[move][alg], ctx, msg)
             assert evaluate(cost, free, 1).time_s == pytest.approx(
                 evaluate(PLAIN[move][alg](ctx, S), free, 1).time_s, rel=1e-6)
 

@@ -1,11 +1,11 @@
-"""The published-measurements suite (perfmodel.published, `perfmodel validate --published`)."""
+"""The published-measurements suite (perfmodel.calibration.published, `perfmodel validate --published`)."""
 import csv
 import json
 import os
 
 import pytest
 
-from perfmodel import published as pub
+from perfmodel.calibration import published as pub
 from topologies.errors import InputError
 
 
@@ -39,7 +39,7 @@ def test_every_predicted_source_has_a_bound_and_rows(reports, published):
 
 
 def test_every_measured_training_run_fits_its_gpus_memory(reports):
-    """A published run ran, so its plan fit: perfmodel.memory must say so for every row (it said
+    """A published run ran, so its plan fit: perfmodel.plan.memory must say so for every row (it said
     10 of 35 did not while it kept the s x s attention scores flash attention never stores, and the
     six NeMo 5B rows before their optimizer's ZeRO-2 was recorded)."""
     rows = [r for rep in reports if rep["kind"] == "training" for r in rep["results"] if r.predicted is not None]

@@ -1,11 +1,12 @@
-"""perfmodel.runtime predicts realrun's all-to-all (Comm.alltoall): the pairwise exchange of
+"""perfmodel.collectives.runtime predicts realrun's all-to-all (Comm.alltoall): the pairwise exchange of
 p - 1 chunks per rank, each compressed once at its source and decoded once at its destination."""
 import pytest
 
-from perfmodel.collective import resolve_context
+from perfmodel.collectives.predict import resolve_context
 from perfmodel.collectives.compressed import Msg, movement
+from perfmodel.collectives.registry import PLAIN
 from perfmodel.compression import compile_spec
-from perfmodel.runtime import alltoall_cost, runtime_algorithm, runtime_cost, runtime_time
+from perfmodel.collectives.runtime import alltoall_cost, runtime_algorithm, runtime_cost, runtime_time
 from topologies import build_cluster
 from topologies.errors import InputError
 
@@ -32,8 +33,8 @@ def test_compressed_all_to_all_runs_p_minus_1_compressions_and_decodes():
     cost = alltoall_cost("direct", ctx, msg)
     n = S / 4
     assert cost.kernel_bytes == pytest.approx(3 * (msg.c(n) + msg.d(n)))
-    assert cost.kernel_bytes < movement("alltoall", "direct", ctx, msg).kernel_bytes   # the own chunk: none
-    assert cost.launches == 6 and cost.stages == movement("alltoall", "direct", ctx, msg).stages
+    assert cost.kernel_bytes < movement("alltoall", PLAIN["alltoall"]["direct"], ctx, msg).kernel_bytes   # the own chunk: none
+    assert cost.launches == 6 and cost.stages == movement("alltoall", PLAIN["alltoall"]["direct"], ctx, msg).stages
     alg, via = runtime_cost("alltoall", S, "int8", "auto", ctx)
     assert alg == "direct" and via.kernel_bytes == cost.kernel_bytes
     none = runtime_time("alltoall", S, cluster=CLUSTER).time_s

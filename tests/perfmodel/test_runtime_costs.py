@@ -1,4 +1,4 @@
-"""The runtime's own costs (perfmodel.fit fit 5): the per-call seconds of realrun's compressed
+"""The runtime's own costs (perfmodel.calibration.fit fit 5): the per-call seconds of realrun's compressed
 collectives and the CPU its socket transport takes, recovered from synthetic records, applied
 by the model where the profile has them, and refused when malformed."""
 import json
@@ -6,11 +6,11 @@ import json
 import pytest
 
 from perfmodel import predict
-from perfmodel.calibration import load_calibration
+from perfmodel.calibration.profile import load_calibration
 from perfmodel.cli import main
-from perfmodel.fit import fit_profile, summary
-from perfmodel.measurements import make_record
-from perfmodel.runtime import runtime_time
+from perfmodel.calibration.fit import fit_profile, summary
+from perfmodel.calibration.measurements import make_record
+from perfmodel.collectives.runtime import runtime_time
 from topologies.clikit import run
 from topologies.errors import InputError
 

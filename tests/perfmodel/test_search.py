@@ -6,7 +6,7 @@ import math
 import pytest
 
 import perfmodel
-from perfmodel.search import admits, parse_candidates, parse_max_error, pareto_front, policies_for
+from perfmodel.explore.search import admits, parse_candidates, parse_max_error, pareto_front, policies_for
 from topologies import InputError
 
 KW = dict(gpus=16, gbs=64, candidates="dp=none|int8|topk(0.01)|ef(topk(0.01))+int8;tp=none|fp16|fp8;pp=none|int8",
@@ -97,7 +97,7 @@ def test_cli_writes_csv_plot_and_json(cli, tmp_path):
 
 
 def test_sweep_rows_carry_errors_and_both_speedups():
-    from perfmodel.plan_sweep import best_uncompressed_s, plan_row
+    from perfmodel.explore.sweep import best_uncompressed_s, plan_row
 
     res = perfmodel.sweep_plans("gpt2-medium", "dgx-a100", gpus=8, gbs=32, policies="naive:int8", max_mbs=2)
     best = best_uncompressed_s(res.records)          # no 'none' policy was asked for
@@ -119,7 +119,7 @@ def test_a_bad_schedule_is_an_error_not_an_empty_search(schedules):
 def test_rows_are_predict_one_by_one_to_the_last_bit():
     """Families timed together (predict_many, the schedule's graph, cached stage parts) give the
     rows predict gives each (plan, policy) alone, interleaving and ZeRO-3 included."""
-    from perfmodel.search import _row
+    from perfmodel.explore.search import _row
 
     got = perfmodel.search("gpt2-medium", "dgx-a100", gpus=8, gbs=32, max_mbs=2, zero=(1, 3),
                            candidates="dp=none|int8;tp=none|fp16;pp=none|int8;zero=none|int8",
@@ -134,11 +134,11 @@ def test_rows_are_predict_one_by_one_to_the_last_bit():
 
 
 def test_predict_many_matches_predict_and_returns_errors_per_plan():
-    from perfmodel.plan import PlanRequest
+    from perfmodel.plan.parallel import PlanRequest
     from perfmodel.prediction import predict_many
 
-    fits = PlanRequest(gpus=8, gbs=32, tp=2, pp=4, dp=1)
-    huge = PlanRequest(gpus=8, gbs=64, tp=1, pp=1, dp=8, mbs=8)
+    fits = PlanRequest.of(gpus=8, gbs=32, tp=2, pp=4, dp=1)
+    huge = PlanRequest.of(gpus=8, gbs=64, tp=1, pp=1, dp=8, mbs=8)
     out = predict_many("gpt3-2.7b", "dgx-a100", [(fits, ["none", "tp=fp16,pp=int8"]), (huge, ["none"])])
     assert isinstance(out[1], InputError) and out[1].field == "memory"
     for policy, record in zip(["none", "tp=fp16,pp=int8"], out[0]):

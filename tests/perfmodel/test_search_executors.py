@@ -10,11 +10,11 @@ import sys
 import pytest
 
 import perfmodel
-from perfmodel.search import ROW_COLUMNS, STREAM_COLUMNS, _evaluate, _row_key
-from perfmodel.stream import read_rows
+from perfmodel.explore.search import ROW_COLUMNS, STREAM_COLUMNS, _evaluate, _row_key
+from perfmodel.explore.stream import read_rows
 from topologies import InputError
 
-SEARCH = sys.modules["perfmodel.search"]      # the module (perfmodel.search is also the function)
+SEARCH = sys.modules["perfmodel.explore.search"]      # the module (perfmodel.explore.search is also the function)
 # 14 families of plans, 344 rows, in well under a second on one core
 CASE = dict(gpus=8, gbs=32, candidates="dp=none|int8;tp=none|fp16", schedules=("1f1b",), max_mbs=2)
 # 104 plans of which 10 do not fit: a family can be finished with plans that have no rows
@@ -213,7 +213,7 @@ def test_dask_resumes_a_partial_stream(cluster, local, tmp_path):
 
 def test_an_unreachable_scheduler_is_one_error(monkeypatch):
     _dask()
-    monkeypatch.setattr(sys.modules["perfmodel.executors"], "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr(sys.modules["perfmodel.explore.executors"], "CONNECT_TIMEOUT_S", 2)
     with pytest.raises(InputError) as err:
         perfmodel.search("gpt2-medium", "dgx-a100", executor="dask", scheduler="tcp://127.0.0.1:9", **CASE)
     assert err.value.field == "scheduler" and "no Dask scheduler" in str(err.value)

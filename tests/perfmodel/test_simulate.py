@@ -5,11 +5,11 @@ import json
 import pytest
 
 from perfmodel import predict
-from perfmodel.schedule import StageCost, run_schedule
+from perfmodel.step.schedule import StageCost, run_schedule
 from perfmodel.simulate.core import HeapCore
 from perfmodel.simulate.network import Network
 from perfmodel.simulate.step import StageWork, simulate
-from perfmodel.step import overlap_buckets
+from perfmodel.step.timing import overlap_buckets
 
 
 def test_two_flows_on_one_link_take_twice_as_long():
@@ -121,7 +121,7 @@ def test_zero3_layers_by_hand_and_as_events(layers, compute, gather, reduce):
     """One layer of prefetch: the first gather exposed, later ones hidden up to the layer's compute;
     the event engine's layer-by-layer run (gathers and reduce-scatters as flows on the NIC) is the
     same when nothing else uses the NIC."""
-    from perfmodel.step import zero3_backward, zero3_forward
+    from perfmodel.step.timing import zero3_backward, zero3_forward
     if not reduce:
         assert zero3_forward(layers, compute, gather) == pytest.approx(
             gather + layers * compute + (layers - 1) * max(0.0, gather - compute))

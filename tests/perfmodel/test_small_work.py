@@ -1,4 +1,4 @@
-"""Small work: the GEMM shape model, per-kernel launches and the host-issue floor (perfmodel.compute)."""
+"""Small work: the GEMM shape model, per-kernel launches and the host-issue floor (perfmodel.step.compute)."""
 import csv
 import json
 from dataclasses import replace
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.calibration import load_profile
-from perfmodel.catalogs import device
-from perfmodel.compute import host_times_s, layer_kernels, stage_compute
+from perfmodel.calibration.profile import load_profile
+from perfmodel.devices import device
+from perfmodel.step.compute import host_times_s, layer_kernels, stage_compute
 from perfmodel.engines.analytical import _host_floor
-from perfmodel.plan import make_plan
+from perfmodel.plan.parallel import make_plan
 from perfmodel.prediction import predict
-from perfmodel.step import StageTime
+from perfmodel.step.timing import StageTime
 from perfmodel.workload import load_model
 
 ROWS = Path(__file__).resolve().parents[2] / "validation" / "published" / "gemm_a100.csv"
@@ -138,7 +138,7 @@ def test_small_models_slow_down_by_the_small_work_terms():
 
 
 def test_the_step_report_shows_host_bound_time_only_where_there_is_some():
-    from perfmodel.report import step_report
+    from perfmodel.report.text import step_report
     assert "host-bound" in step_report(_tiny_step())
     big = predict("gpt3-13b", "dgx-a100", gpus=8, tp=8, pp=1, mbs=1, gbs=8, seq=2048, compute_dtype="bf16")
     assert big.compute_detail["host_bound_s"] == 0.0 and "host-bound" not in step_report(big)

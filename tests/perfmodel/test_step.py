@@ -4,15 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from perfmodel import comm
-from perfmodel.catalogs import device
-from perfmodel.compute import stage_compute
-from perfmodel.mesh import mesh_for
+from perfmodel import events as comm
+from perfmodel.devices import device
+from perfmodel.step.compute import stage_compute
+from perfmodel.plan.mesh import mesh_for
 from perfmodel.prediction import predict
-from perfmodel.plan import make_plan
-from perfmodel.schedule import StageCost, run_schedule, stage_ops
+from perfmodel.plan.parallel import make_plan
+from perfmodel.step.schedule import StageCost, run_schedule, stage_ops
 from topologies import InputError
-from perfmodel.step import StageTime, overlap_buckets, pipeline_time
+from perfmodel.step.timing import StageTime, overlap_buckets, pipeline_time
 from perfmodel.workload import load_model
 
 
@@ -256,7 +256,7 @@ def test_compute_detail_sums_to_the_compute_of_the_busiest_stage(recompute):
 
 
 def test_the_step_report_shows_compute_by_kind_and_kernels_by_axis():
-    from perfmodel.report import step_report
+    from perfmodel.report.text import step_report
 
     text = step_report(predict("gpt-neox-20b", "lassen", gpus=64, tp=4, pp=2, mbs=2, gbs=64, recompute="full",
                                policy="naive:int8", allow_oom=True))

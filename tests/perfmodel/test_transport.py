@@ -5,7 +5,7 @@ import pytest
 
 import topologies
 
-from perfmodel.collective import collective_time, resolve_context
+from perfmodel.collectives.predict import collective_time, resolve_context
 from topologies import InputError, build_cluster
 
 COMMODITY = (Path(topologies.__file__).parent / "catalog" / "commodity-25g.toml").read_text()

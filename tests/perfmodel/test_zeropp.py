@@ -9,7 +9,7 @@ import pytest
 import topologies
 
 from perfmodel import predict
-from perfmodel.collective import ERROR_BUDGET, _best, candidates, resolve_context
+from perfmodel.collectives.predict import ERROR_BUDGET, _best, candidates, resolve_context
 from perfmodel.collectives.compressed import Msg
 from perfmodel.compression import compile_spec
 from topologies import InputError, build_cluster

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from perfmodel.measurements import RECORD_SCHEMA, make_record, read_records, validate_record
+from perfmodel.calibration.measurements import RECORD_SCHEMA, make_record, read_records, validate_record
 from topologies.errors import InputError
 
 pytest.importorskip("torch", reason="torch is not installed (the real extra)")

@@ -6,11 +6,11 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the real extra)")
 
-from perfmodel.calibration import load_calibration  # noqa: E402
-from perfmodel.catalogs import device  # noqa: E402
-from perfmodel.compute import layer_gemms  # noqa: E402
-from perfmodel.fit import fit_profile  # noqa: E402
-from perfmodel.plan import make_plan  # noqa: E402
+from perfmodel.calibration.profile import load_calibration  # noqa: E402
+from perfmodel.devices import device  # noqa: E402
+from perfmodel.step.compute import layer_gemms  # noqa: E402
+from perfmodel.calibration.fit import fit_profile  # noqa: E402
+from perfmodel.plan.parallel import make_plan  # noqa: E402
 from perfmodel.workload import load_model  # noqa: E402
 from realrun.bench.compute import cases, run_compute  # noqa: E402
 
@@ -29,7 +29,7 @@ def test_cases_are_the_shapes_perfmodel_prices():
 def test_cases_cover_validates_cp_and_ep_plans():
     """Calibration's default: both of validate's models, the ring's blocks (as GEMMs of one block,
     perfmodel's pricing) and the experts' rows at ep 2 (capacity-padded, perfmodel's moe_gemms)."""
-    from perfmodel.compute import moe_gemms
+    from perfmodel.step.compute import moe_gemms
 
     got = cases("gpt-tiny,gpt-tiny-moe", 4, tps=(1, 2), mbs=4, cps=(1, 2))
     blocks = [c for c in got if c["op"] == "attention" and c["blocks"]]
@@ -130,7 +130,7 @@ def test_a_layers_memory_bound_work_runs_as_realruns_block_does(tmp_path, norm, 
     """The ``elementwise`` case is a Block's non-GEMM work at the plan's shape (RoPE, the layout
     copies, grouped-query repeats outside cp, SwiGLU's halves): it runs forward and backward at
     tp 2's heads and KV heads, and its bytes are perfmodel's for the layer."""
-    from perfmodel.compute import activation_bytes
+    from perfmodel.step.compute import activation_bytes
     from realrun.bench.compute import _callable
 
     text = TINY.format(kv=kv, seq=64).replace('"gelu"', f'"{activation}"').replace('"layernorm"', f'"{norm}"')

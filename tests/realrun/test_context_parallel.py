@@ -70,7 +70,7 @@ def _train(tmp_path, name, *args, model="gpt-tiny"):
 
 
 def ring_bytes(model: str, cp: int, seq: int, mbs: int, microbatches: int = 1) -> int:
-    """A rank's K/V ring bytes per step as perfmodel.comm.context_events counts them: per layer
+    """A rank's K/V ring bytes per step as perfmodel.events.context_events counts them: per layer
     and microbatch cp - 1 steps of a (2 x seq / cp x mbs x kv_dim) fp32 block forward, twice
     that backward."""
     spec = load_model(model)

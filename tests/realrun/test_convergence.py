@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from perfmodel.convergence import axis_inflation, load_regime
+from perfmodel.explore.convergence import axis_inflation, load_regime
 from realrun.convergence import axis_errors, convergence, refit, steps_to, summarize, target_of
 from topologies.errors import InputError
 

@@ -139,7 +139,7 @@ def test_dropless_capacity_drops_nothing_and_the_catalog_capacity_reports_its_dr
 
 
 def dispatch_bytes(model: str, ep: int, seq: int, mbs: int, microbatches: int = 1) -> int:
-    """A rank's dispatch (or combine) bytes on the wire per step as perfmodel.comm counts them:
+    """A rank's dispatch (or combine) bytes on the wire per step as perfmodel.events counts them:
     per MoE layer and microbatch, forward and backward, an fp32 buffer of the model's
     ``dispatched_rows`` (padded to capacity), (ep - 1) / ep of it to the other ranks."""
     spec = load_model(model)

@@ -151,7 +151,7 @@ def test_tp_and_dp_compressed_together_still_learn(tmp_path):
 @pytest.mark.parametrize("policy", ["naive:int8", "dp=ef(topk(0.01))+int8"])
 def test_compressed_gradients_still_learn_and_the_error_is_what_perfmodel_says(tmp_path, policy):
     from perfmodel import compile_spec
-    from perfmodel.policy import parse_policy
+    from perfmodel.compression.policy import parse_policy
 
     steps, _ = _train(tmp_path, "c", "--dp", "2", "--mbs", "4", "--steps", "30", "--policy", policy,
                       "--eval-every", "10", "--error-every", "5")

@@ -1,0 +1,283 @@
+"""Published measurements against the model: ``validate_published``.
+
+Each source of ``validation/published/sources.toml`` is a table copied from a public page, with
+its conditions per row. A collective row's ``busbw_GBps`` is compared with ``collective_time``
+on the named cluster and GPU count (the row's algorithm: ``auto`` as NCCL chose, or the one it
+forced); a training row's achieved TFLOP/s per GPU with ``predict`` on the same plan, both sides
+counted with the source's own FLOP formula (so the error is that of the step time, inverted), or
+its tokens/s with the predicted tokens/s.
+Rows whose cluster the catalog does not have are kept and reported as skipped. Per source:
+MAPE (mean |predicted / measured - 1|), bias (mean signed error) and the worst row. ``bounds.json``
+records the MAPE each source may reach (``check_bounds``): a regression guard.
+
+A training row is also a memory check: the run was measured, so its plan fit on its GPUs. Each
+row carries the memory per GPU ``perfmodel.plan.memory`` predicts for its plan and whether that fits;
+``check_bounds`` names every row predicted not to fit (``perfmodel.plan.memory`` kept Korthikanti's
+s x s attention scores, which no flash-style attention keeps, until these rows showed it).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import tomllib
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+import tempfile
+
+from topologies.errors import InputError
+
+PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "validation" / "published"
+BOUNDS_FILE = "bounds.json"
+KINDS = ("collective", "training")
+DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16"}   # nccl-tests' names
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    kind: str
+    file: str
+    title: str
+    system: str = ""
+    cluster: str = ""
+    op: str = "allreduce"
+
+
+@dataclass(frozen=True)
+class RowResult:
+    source: str
+    label: str
+    measured: float
+    predicted: float | None
+    error: float | None         # predicted / measured - 1; None where skipped
+    unit: str
+    skipped: str = ""
+    memory_GiB: float | None = None   # per GPU, perfmodel.plan.memory's peak stage (training rows)
+    fits: bool | None = None          # that memory within the GPU's (a measured run did fit)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load_sources(folder: Path = PUBLISHED_DIR) -> dict[str, Source]:
+    """{key: Source} from ``sources.toml`` in ``folder``."""
+    raw = tomllib.loads((Path(folder) / "sources.toml").read_text())
+    out = {}
+    for key, spec in raw.items():
+        if spec.get("kind") not in KINDS:
+            raise InputError(f"sources.{key}.kind", spec.get("kind"), "one of " + ", ".join(KINDS))
+        out[key] = Source(key=key, **spec)
+    return out
+
+
+def select_sources(name: str | None, folder: Path = PUBLISHED_DIR) -> list[Source]:
+    """Every source (``name`` None or 'all') or the one named."""
+    sources = load_sources(folder)
+    if name in (None, "all"):
+        return list(sources.values())
+    if name not in sources:
+        raise InputError("published", name, "all or one of " + ", ".join(sources))
+    return [sources[name]]
+
+
+def source_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[dict]:
+    with open(Path(folder) / source.file, newline="") as f:
+        return [r for r in csv.DictReader(f) if r["system"].startswith(source.system)]
+
+
+def _size_label(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
+def _collective_row(source: Source, row: dict) -> RowResult:
+    from perfmodel.collectives.predict import collective_time
+
+    op = row.get("op") or source.op
+    algorithm = row.get("algorithm") or "auto"
+    gpus, size = int(row["total_gpus"]), int(row["message_size_bytes"])
+    label = f"{op} {algorithm} {gpus} GPUs {_size_label(size)}"
+    measured = float(row["busbw_GBps"])
+    cluster = row.get("cluster") or source.cluster
+    try:
+        rec = collective_time(op, size, cluster=cluster, gpus=gpus, algorithm=algorithm,
+                              dtype=DTYPES.get(row.get("dtype", "float"), "fp32"))
+    except InputError as e:
+        if e.field != "cluster":
+            raise
+        return RowResult(source.key, label, measured, None, None, "busbw GB/s", f"cluster {cluster} not in the catalog")
+    return RowResult(source.key, label, measured, rec.busbw_GBps, rec.busbw_GBps / measured - 1, "busbw GB/s")
+
+
+def source_flops(formula: str, row: dict) -> float:
+    """FLOPs per step as the source counted them. ``megatron-2021``: Narayanan et al. 2021's
+    96 B s l h^2 (1 + s/6h + V/16lh) (with one recomputed forward); ``megatron-core-2024``:
+    Megatron-LM's ``num_floating_point_operations`` (megatron/training/training.py @ f2e5db402c)
+    for a GPT with ffn 4h, no GQA, no MoE: 72 B s l h^2 (1 + s/6h + V/12lh)."""
+    b, s, layers, h, v = (int(row[k]) for k in ("gbs", "seq_len", "num_layers", "hidden_size", "vocab_size"))
+    if formula == "megatron-2021":
+        return 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    if formula == "megatron-core-2024":
+        return 72.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (12 * layers * h))
+    raise InputError("flops_formula", formula, "megatron-2021 or megatron-core-2024")
+
+
+@lru_cache(maxsize=64)
+def _model_toml(hidden: int, layers: int, heads: int, vocab: int, seq: int) -> str:
+    """A GPT model TOML (gelu, layernorm, ffn 4h, embeddings tied as Megatron's default) for a table's row."""
+    text = (f"hidden_size = {hidden}\nnum_layers = {layers}\nnum_heads = {heads}\nnum_kv_heads = {heads}\n"
+            f"ffn_hidden_size = {4 * hidden}\nvocab_size = {vocab}\nseq_len = {seq}\nactivation = \"gelu\"\n"
+            "norm = \"layernorm\"\ntied_embeddings = true\n")
+    path = _toml_folder() / f"gpt-h{hidden}-l{layers}-a{heads}-v{vocab}-s{seq}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+_FOLDER: list = []   # [TemporaryDirectory]: one per process, removed when the process exits
+
+
+def _toml_folder() -> Path:
+    """The folder the rows' model TOMLs are written to (one per process, not one per model: a
+    folder per model was left behind in the temp directory by every run)."""
+    if not _FOLDER:
+        _FOLDER.append(tempfile.TemporaryDirectory(prefix="perfmodel-published-"))
+    return Path(_FOLDER[0].name)
+
+
+def _training_row(source: Source, row: dict) -> RowResult:
+    from perfmodel.prediction import predict
+
+    model = _model_toml(*(int(row[k]) for k in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_len")))
+    gpus = int(row["gpus"])
+    label = f"{row['model_label']} {gpus} GPUs tp{row['tp']} pp{row['pp']} dp{row['dp']}"
+    unit = "tokens/s" if row.get("measured_tokens_per_s") else "TFLOP/s/GPU"
+    measured = float(row["measured_tokens_per_s"] if unit == "tokens/s" else row["measured_tflops_per_gpu"])
+    cluster = row["cluster"]
+    dtype = "bf16" if row["precision"] == "bf16" else "fp16"
+    try:
+        rec = predict(model, cluster, gpus=gpus, tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
+                      mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
+                      zero=int(row.get("zero") or 0),
+                      sequence_parallel=row["sequence_parallel"] == "True", tp_overlap=row["tp_overlap"] == "True",
+                      compute_dtype=dtype, allow_oom=True)
+    except InputError as e:
+        if e.field != "cluster":
+            raise
+        return RowResult(source.key, label, measured, None, None, unit, f"cluster {cluster} not in the catalog")
+    if unit == "tokens/s":
+        predicted = rec.tokens_per_s
+    else:
+        predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
+    return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit,
+                     memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=rec.fits)
+
+
+def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:
+    """Every row of ``source`` predicted."""
+    one = _collective_row if source.kind == "collective" else _training_row
+    return [one(source, row) for row in source_rows(source, folder)]
+
+
+def summarize(source: Source, results: list[RowResult]) -> dict:
+    """MAPE, bias and the worst row of a source's predicted rows (None where none was predicted)."""
+    done = [r for r in results if r.error is not None]
+    worst = max(done, key=lambda r: abs(r.error)) if done else None
+    checked = [r for r in done if r.fits is not None]
+    return dict(source=source.key, title=source.title, kind=source.kind, rows=len(results), predicted=len(done),
+                fit_checked=len(checked), unfit=[r.label for r in checked if not r.fits],
+                skipped=len(results) - len(done),
+                mape=sum(abs(r.error) for r in done) / len(done) if done else None,
+                bias=sum(r.error for r in done) / len(done) if done else None,
+                worst_label=worst.label if worst else None, worst_error=worst.error if worst else None)
+
+
+def validate_published(name: str | None = None, folder: Path = PUBLISHED_DIR) -> list[dict]:
+    """[{summary fields, 'results': [RowResult]}] for every source (or the one named)."""
+    out = []
+    for source in select_sources(name, folder):
+        results = predict_source(source, folder)
+        out.append(dict(summarize(source, results), results=results))
+    return out
+
+
+def load_bounds(folder: Path = PUBLISHED_DIR) -> dict[str, float]:
+    return json.loads((Path(folder) / BOUNDS_FILE).read_text())["mape"]
+
+
+def check_bounds(reports: list[dict], bounds: dict[str, float]) -> list[str]:
+    """One line per source whose MAPE exceeds its bound, or that was predicted but has none, and
+    per measured run whose plan the model says does not fit its GPUs' memory."""
+    bad = []
+    for rep in reports:
+        for r in rep.get("results", []):
+            if r.fits is False:
+                bad.append(f"{rep['source']}: {r.label} ran, but is predicted not to fit "
+                           f"({r.memory_GiB:.1f} GiB per GPU)")
+        if rep["mape"] is None:
+            continue
+        bound = bounds.get(rep["source"])
+        if bound is None:
+            bad.append(f"{rep['source']}: MAPE {rep['mape']:.1%} and no bound in {BOUNDS_FILE}")
+        elif rep["mape"] > bound:
+            bad.append(f"{rep['source']}: MAPE {rep['mape']:.1%} above its bound {bound:.1%}")
+    return bad
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def summary_markdown(reports: list[dict], bounds: dict[str, float]) -> str:
+    """The per-source table as Markdown (README's 'How close is the model' block)."""
+    lines = ["| source | what | rows | MAPE | bias | worst row | bound | fits memory |",
+             "|---|---|---:|---:|---:|---|---:|---:|"]
+    for rep in reports:
+        mape = "-" if rep["mape"] is None else f"{rep['mape']:.1%}"
+        worst = f"{rep['worst_label']} ({_pct(rep['worst_error'])})" if rep["worst_label"] else \
+            f"not predicted ({rep['skipped']} rows: cluster not in the catalog)"
+        bound = bounds.get(rep["source"])
+        checked = rep.get("fit_checked", 0)
+        fits = f"{checked - len(rep.get('unfit', []))}/{checked}" if checked else "-"
+        lines.append(f"| `{rep['source']}` | {rep['title']} | {rep['predicted']}/{rep['rows']} | {mape} | "
+                     f"{_pct(rep['bias'])} | {worst} | {'-' if bound is None else f'{bound:.1%}'} | {fits} |")
+    return "\n".join(lines)
+
+
+def results_csv_rows(reports: list[dict]) -> list[list]:
+    header = ["source", "label", "unit", "measured", "predicted", "error", "skipped", "memory_GiB", "fits"]
+    rows = [[r.source, r.label, r.unit, r.measured, "" if r.predicted is None else round(r.predicted, 3),
+             "" if r.error is None else round(r.error, 4), r.skipped,
+             "" if r.memory_GiB is None else round(r.memory_GiB, 2), "" if r.fits is None else r.fits]
+            for rep in reports for r in rep["results"]]
+    return [header, *rows]
+
+
+def plot_published(reports: list[dict], path: str) -> str:
+    """Predicted against measured, log-log, one panel per unit (busbw, TFLOP/s per GPU, tokens/s),
+    a colour per source, the diagonal and +-10% drawn."""
+    from perfmodel.report.plots import new_figure, save_figure
+
+    units = list(dict.fromkeys(r.unit for rep in reports for r in rep["results"] if r.predicted is not None))
+    units = units or ["busbw GB/s"]
+    plt, fig, axes = new_figure(5.5 * len(units), 5.0, cols=len(units))
+    axes = axes if len(units) > 1 else [axes]
+    for ax, unit in zip(axes, units):
+        lo, hi = float("inf"), 0.0
+        for rep in reports:
+            pts = [(r.measured, r.predicted) for r in rep["results"] if r.predicted is not None and r.unit == unit]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, label=f"{rep['source']} ({rep['mape']:.1%})")
+                lo, hi = min(lo, *(min(p) for p in pts)), max(hi, *(max(p) for p in pts))
+        lo, hi = (lo * 0.8, hi * 1.25) if hi else (1.0, 10.0)
+        for f, style in ((1.0, "-"), (0.9, "--"), (1.1, "--")):
+            ax.plot([lo, hi], [lo * f, hi * f], color="#444444" if f == 1.0 else "#999999", lw=0.7, ls=style)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"measured {unit}")
+        ax.set_ylabel(f"predicted {unit}")
+        ax.set_title(f"published measurements: {unit} (dashed: +-10%)", fontsize=10)
+        ax.legend(fontsize=7)
+    return save_figure(plt, fig, path)

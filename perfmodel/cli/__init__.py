@@ -1,0 +1,39 @@
+"""``perfmodel``: predict collectives and training steps with compressed communication.
+
+One module per subcommand, each with ``COMMANDS`` = {name: (add its parser, run it)}: ``predict``
+(predict and compare), ``sweep``, ``search``, ``breakeven``, ``catalog``, ``collective``,
+``validate``, ``calibrate``; ``common`` holds what several share (the cluster and plan
+arguments, the PlanRequest and PredictOptions they build). ``main(argv)`` parses and runs one;
+``entry`` is the console script.
+"""
+from __future__ import annotations
+
+import sys
+
+from perfmodel.cli import breakeven, calibrate, catalog, collective, predict, search, sweep, validate
+from perfmodel.cli.common import EPILOG, RAW
+from topologies.clikit import Parser, run
+
+# in the order --help lists them
+_MODULES = (predict, sweep, search, breakeven, catalog, collective, validate, calibrate)
+_SUBCOMMANDS = {name: pair for module in _MODULES for name, pair in module.COMMANDS.items()}
+COMMANDS = {name: run_it for name, (_, run_it) in _SUBCOMMANDS.items()}
+
+
+def _parser() -> Parser:
+    p = Parser(prog="perfmodel", description="Predict the step time of LLM training with compressed "
+               "communication, and the collectives it is made of.", epilog=EPILOG, formatter_class=RAW)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for add, _ in _SUBCOMMANDS.values():
+        add(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    COMMANDS[args.command](args)
+    return 0
+
+
+def entry() -> None:
+    sys.exit(run(main))

@@ -1,0 +1,18 @@
+"""``perfmodel catalog``: the GPUs, models, clusters, compressors and libraries the model knows."""
+from __future__ import annotations
+
+from perfmodel.report.text import catalog_report
+
+KINDS = ("gpus", "models", "clusters", "compressors", "libraries", "all")
+
+
+def add_catalog(sub) -> None:
+    ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
+    ca.add_argument("kind", nargs="?", default="all", choices=KINDS)
+
+
+def run_catalog(args) -> None:
+    print(catalog_report(args.kind))
+
+
+COMMANDS = {"catalog": (add_catalog, run_catalog)}

@@ -1,0 +1,198 @@
+"""What several subcommands share: the cluster and plan arguments, the options of a prediction,
+and the PlanRequest and PredictOptions they build (predict, compare, sweep and breakeven)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from perfmodel.collectives.library import library
+from perfmodel.engines import engine_names
+from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, KERNELS, PlanRequest
+from perfmodel.prediction import PredictOptions, request_and_options
+from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
+from topologies.errors import InputError
+from topologies.units import parse_size
+
+RAW = argparse.RawDescriptionHelpFormatter
+EPILOG = """examples:
+  perfmodel predict --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policy hybrid
+  perfmodel compare --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policies none,naive:int8,hybrid
+  perfmodel sweep --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --policies none,hybrid
+  perfmodel search --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --plot pareto.png
+  perfmodel collective allreduce --cluster dgx-h100 --nodes 4 --size 1GiB --compressor int8
+  perfmodel predict --model deepseek-v3 --cluster dgx-h100 --gpus 2048 --pp 16 --ep 64 --policy deepseek
+  perfmodel breakeven --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 --mbs 4 --gbs 1056 \\
+      --zero 1 --recompute full --policy hybrid --target +12.7% --library mpi
+  perfmodel catalog models
+  perfmodel validate --published megatron-lm-a100-2021
+"""
+POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, zeropp, deepseek), naive:SPEC, "
+               "AXIS=SPEC or AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations, "
+               "ep MoE dispatch, ep_combine MoE combine (default: as ep), cp K/V ring), e.g. "
+               "'hybrid,dp=ef(topk(0.01))+int8' or 'ep=fp8,ep_combine=none'")
+
+LIBRARY_HELP = ("collective library whose algorithms and per-message constants price the collectives: nccl "
+                "(default) or mpi (a GPU-aware MPI, MVAPICH2-GDR-like: ring / Rabenseifner all-reduce, eager and "
+                "rendezvous protocols; catalog/libraries.toml gives each number's source)")
+
+
+def _size(text):
+    return parse_size(text, "bucket")
+
+
+def cluster_args(p) -> None:
+    """--model, --cluster and the job's size (--gpus or --nodes)."""
+    p.add_argument("--model", required=True, help="catalog model (perfmodel catalog models) or a model TOML path")
+    p.add_argument("--cluster", required=True, help="catalog cluster (perfmodel catalog clusters) or a cluster "
+                   "TOML path")
+    p.add_argument("--gpus", type=int, help="GPUs in the job; not a whole number of nodes: as few nodes as hold "
+                   "them, the last one partly used")
+    p.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
+
+
+def plan_args(p, sweep: bool = False) -> None:
+    """The plan's arguments and the prediction's options (a sweep varies the layout itself:
+    without tp, pp, dp, zero, mbs, ep, cp, and with --gbs required)."""
+    if not sweep:
+        _layout_args(p)
+    _step_args(p, sweep)
+    if not sweep:
+        _output_args(p)
+    _option_args(p)
+
+
+def _layout_args(p) -> None:
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides heads)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--dp", default="auto", help="data-parallel size or auto = gpus / (tp pp)")
+    p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+    p.add_argument("--mbs", type=int, default=1, help="microbatch size")
+    p.add_argument("--ep", type=int, default=1, help="expert parallel (MoE models): experts sharded over ep "
+                   "ranks carved from dp (ep divides dp and the experts)")
+    p.add_argument("--cp", type=int, default=1, help="context parallel: each sequence split over cp GPUs "
+                   "(ring attention; gpus = tp x cp x pp x dp)")
+
+
+def _step_args(p, sweep: bool) -> None:
+    p.add_argument("--gbs", type=int, required=sweep, help="global batch size (default mbs x dp)")
+    p.add_argument("--seq", type=int, help="sequence length (default the model's)")
+    p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
+    p.add_argument("--recompute", default="none",
+                   help="activation recompute: none, selective, full" + (", any" if sweep else ""))
+    p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b or interleaved:V")
+    p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
+    p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
+    p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first (may name cp and ep, e.g. "
+                   "tp,pp,dp,ep: ep across nodes)")
+    engine_arg(p)
+    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
+                   help="reduce gradients after backward, not during it (as realrun train does)")
+
+
+def engine_arg(p) -> None:
+    """--engine, its choices the registered engines (``perfmodel.engines.engine_names``)."""
+    p.add_argument("--engine", choices=engine_names(), default="analytical",
+                   help="analytical (closed forms, the fast path) or des (the pipeline and every stage's gradient "
+                   "buckets as events, links shared between concurrent traffic; the difference is 'contention')")
+
+
+def _output_args(p) -> None:
+    p.add_argument("--trace", metavar="FILE.json", help="write the step's timeline as Chrome trace-event JSON "
+                   "(open in ui.perfetto.dev): per pipeline stage its forward/backward operations, transfers "
+                   "with flow arrows, then the exposed reduction and optimizer (gpipe, 1f1b)")
+    p.add_argument("--timeline", metavar="FILE.png",
+                   help="draw the same timeline as a picture (.png, .svg or .pdf): a row per stream of each "
+                   "stage; with --engine des also the gradient buckets as they share the NIC")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the step's breakdown as stacked bars (one per policy "
+                   "with compare; .png, .svg or .pdf)")
+    p.add_argument("--deepspeed", metavar="ds_config.json",
+                   help="take ZeRO stage, qwZ/qgZ/hpZ, fp16/bf16, micro batch, accumulation and batch size from a "
+                   "DeepSpeed config (printed as mapped; keys it cannot honour are refused)")
+    p.add_argument("--tp-overlap", action="store_true",
+                   help="overlap TP all-gathers and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; "
+                   "needs --sequence-parallel): all but 1/tp of them hide behind the GEMMs, which they slow by "
+                   "the overlap slowdown")
+    p.add_argument("--kernels", choices=KERNELS, default="fused",
+                   help="whose kernels compute the layers: fused (default: Megatron-Core with Transformer "
+                   "Engine, flash attention and fused MoE permutation) or eager (PyTorch eager as realrun's "
+                   "layers: ring-attention score blocks in memory, MoE permutation through capacity queues)")
+    p.add_argument("--hpz", action="store_true",
+                   help="ZeRO++ hpZ (with --zero 3): a secondary parameter partition inside each node, so "
+                   "backward gathers stay on the node's links (costs weights / local dp ranks of memory)")
+
+
+def _option_args(p) -> None:
+    p.add_argument("--overlap-slowdown", type=float,
+                   help=f"fraction by which overlapped communication slows compute "
+                   f"(default: the profile's, else {DEFAULT_OVERLAP_SLOWDOWN})")
+    p.add_argument("--calibration", help="calibration profile JSON (see docs/design.md, 'Calibration')")
+    p.add_argument("--library", default="nccl", help=LIBRARY_HELP)
+    p.add_argument("--allow-oom", action="store_true", help="report plans that do not fit memory")
+    p.add_argument("--json", action="store_true", help="JSON instead of tables")
+
+
+def plan_kwargs(args, sweep: bool = False) -> dict:
+    """The plan and option fields the arguments give, by their names in PlanRequest and
+    PredictOptions (a sweep varies the layout itself: without tp, pp, dp, zero, ...)."""
+    library(args.library)   # an unknown name is refused before any work
+    kw = dict(calibration=args.calibration, library=args.library, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs,
+              seq=args.seq,
+              sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
+              grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
+              overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
+    if not sweep:
+        dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
+        kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
+                  hpz=args.hpz, tp_overlap=args.tp_overlap, ep=args.ep, cp=args.cp, kernels=args.kernels)
+    return kw
+
+
+def request(args, policy: str = "none") -> tuple[PlanRequest, PredictOptions]:
+    """The PlanRequest and PredictOptions of predict and compare (a DeepSpeed config applied)."""
+    kw, policy = _deepspeed(args, plan_kwargs(args), policy)
+    return request_and_options(policy=policy, trace=args.trace, timeline=args.timeline, **kw)
+
+
+def _int(field, text):
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(field, text, "an integer or auto") from None
+
+
+def say_idle(records) -> None:
+    """One line on stderr per policy axis that compresses nothing in the plan."""
+    for r in records:
+        for axis in r.idle_policy_axes:
+            p = r.plan
+            print(f"perfmodel: policy {r.policy!r}: axis {axis} has no traffic in this plan (tp={p['tp']} pp={p['pp']} "
+                  f"dp={p['dp']} zero={p['zero']}); its spec {r.policy_axes[axis]['spec']} is not used",
+                  file=sys.stderr)
+
+
+def _deepspeed(args, kw: dict, policy: str) -> tuple[dict, str]:
+    """``kw`` and ``policy`` with a DeepSpeed config's plan and ZeRO++ items applied (stderr says how)."""
+    if not args.deepspeed:
+        return kw, policy
+    from perfmodel.plan.deepspeed import map_config, read_config
+    from topologies import cluster_for
+
+    built, ranks = cluster_for(args.cluster, nodes=args.nodes, gpus=args.gpus)
+    try:
+        ds = map_config(read_config(args.deepspeed), built.gpus_per_host, ranks, args.tp, args.pp)
+    except InputError as err:
+        for line in getattr(err, "refused", ()):
+            print(f"perfmodel: deepspeed: cannot honour {line}", file=sys.stderr)
+        raise
+    for line in ds.mapped:
+        print(f"perfmodel: deepspeed: {line}", file=sys.stderr)
+    if ds.ignored:
+        print(f"perfmodel: deepspeed: ignored (no effect on a step's time here): {', '.join(ds.ignored)}",
+              file=sys.stderr)
+    if ds.policy_items:
+        policy = ",".join(([policy] if policy != "none" else []) + ds.policy_items)
+    return {**kw, **ds.plan}, policy
+

@@ -1,0 +1,309 @@
+"""The communication of one training step as events.
+
+Each ``CommEvent`` says what moves (op, bytes), on which axis and groups (one group and
+all groups that communicate at the same time, so link sharing is priced), how many times
+per step, and where it sits: ``critical`` (inside every microbatch of a stage: TP and PP),
+``overlap`` (during the last backward, e.g. DP buckets, ready at ``ready_at`` in [0, 1] of
+it), ``zero3`` (per layer, prefetched behind that layer's compute) or ``tail`` (after
+the backward: ZeRO parameter all-gather, tied embeddings).
+
+Volumes: TP, per layer and microbatch, two all-reduces of s b h activations forward and two
+backward (with sequence parallelism each becomes an all-gather plus a reduce-scatter);
+full recompute repeats the forward ones; the vocabulary-parallel embedding (first stage,
+forward) and LM head (last stage, backward) add one each. PP sends s b h / tp per microbatch per boundary each
+way (Megatron's scatter-gather: the receiver all-gathers over NVLink), V times with
+interleaving. DP all-reduces the stage's gradients in buckets; ZeRO-1/2 reduce-scatter them
+and all-gather updated parameters after the step (one reduction per step, as Megatron's
+distributed optimizer; ZeRO-2 differs in memory); ZeRO-3 all-gathers each layer's
+parameters before its forward and backward and reduce-scatters its gradients, every
+microbatch; with hpZ (ZeRO++) the backward gathers stay inside the node, from a secondary
+partition the forward gather fills. Tied embeddings all-reduce their gradient between the first and last stage.
+
+Context parallelism (cp) shortens every per-GPU activation to seq / cp tokens. Mixture of experts
+with expert parallelism (ep): every MoE layer of every microbatch all-to-alls its tokens' top-k
+copies (t k h activations, t the GPU's tokens) to the experts' ranks (``ep``: the dispatch) and
+the experts' outputs back (``ep_combine``: the combine), forward; backward the gradients go the
+same two ways (the combine's gradient is a dispatch towards the experts, the dispatch's a
+combine towards the tokens: DeepEP's naming, and DeepSeek-V3's FP8 dispatch and BF16 combine
+in both passes); full recompute repeats the forward pair. Expert gradients are reduced over
+the expert-data-parallel group (dp x cp / ep ranks, ``edp``) in their own buckets after the
+dense ones, which reduce over dp x cp. cp's keys and values go round a ring (``context_events``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from perfmodel.dtypes import DTYPE_BYTES
+from perfmodel.plan.mesh import Groups, Mesh
+from perfmodel.plan.parallel import ParallelPlan
+from perfmodel.workload import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommEvent:
+    name: str
+    axis: str            # a perfmodel.axes name: dp, zero, tp, pp
+    op: str
+    nbytes: int
+    dtype: str
+    group: tuple
+    concurrent: tuple
+    count: float         # times per step (per rank of the bottleneck stage)
+    where: str           # critical, attention (cp's ring, beside attention), overlap, zero3, tail
+    phase: str = ""      # fwd, bwd, step
+    ready_at: float = 1.0   # overlap: when the first of ``count`` equal buckets is ready (fraction)
+    spacing: float = 0.0    # overlap: fraction between consecutive buckets of the run
+
+
+def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> list[CommEvent]:
+    if plan.tp == 1:
+        return []
+    size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
+    per_mb = plan.microbatches * layers
+    fwd_repeats = 2 if plan.recompute == "full" else 1
+    ops = ("allgather", "reduce_scatter") if plan.sequence_parallel else ("allreduce", "allreduce")
+    out = []
+    for phase, repeats in (("fwd", 1), ("bwd", 1), ("recompute", fwd_repeats - 1)):
+        for i, op in enumerate(ops):
+            if repeats:
+                out.append(CommEvent(name=f"tp.{op}.{phase}.{i}", axis="tp", op=op, nbytes=size,
+                                     dtype=plan.compute_dtype, group=group, concurrent=concurrent,
+                                     count=per_mb * repeats, where="critical",
+                                     phase="fwd" if phase == "fwd" else "bwd"))
+    return out
+
+
+def vocab_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, first: bool, last: bool) -> list[CommEvent]:
+    """The vocabulary-parallel ends of a TP group (Megatron): the first stage sums the partial
+    embeddings of every microbatch (forward), the last stage sums the gradient of the head's
+    input (backward); s b h activations each. The loss's three per-token sums (12 bytes a
+    token, uncompressed) are left out: a layer's four all-reduces move 8h bytes a token in
+    bf16, so they are 1.2% of one layer's TP bytes at h = 128 and less for wider models."""
+    if plan.tp == 1:
+        return []
+    size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
+    ends = (("embedding", "fwd", first), ("head", "bwd", last))
+    return [CommEvent(name=f"tp.allreduce.{name}", axis="tp", op="allreduce", nbytes=size, dtype=plan.compute_dtype,
+                      group=group, concurrent=concurrent, count=plan.microbatches, where="critical", phase=phase)
+            for name, phase, here in ends if here]
+
+
+def pp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    if plan.pp == 1:
+        return []
+    size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype] // plan.tp
+    pairs = mesh.stage_pairs(0)
+    count = plan.microbatches * plan.virtual_stages
+    return [CommEvent(name=f"pp.sendrecv.{phase}", axis="pp", op="sendrecv", nbytes=size,
+                      dtype=plan.compute_dtype, group=pairs[0], concurrent=pairs, count=count,
+                      where="critical", phase=phase) for phase in ("fwd", "bwd")]
+
+
+def _dp_group(mesh: Mesh) -> tuple:
+    return mesh.group_of("dp"), mesh.groups["dp"]
+
+
+def gradient_buckets(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    """The dp axis outside ZeRO-3: the stage's gradients in buckets during the last backward,
+    all-reduced (ZeRO 0) or reduce-scattered (ZeRO 1, 2), over dp x cp ranks."""
+    group, concurrent = _dp_group(mesh)
+    if len(group) == 1:
+        return []
+    grad_bytes = int(stage_params) * DTYPE_BYTES[plan.grad_dtype]
+    op = "allreduce" if plan.zero == 0 else "reduce_scatter"
+    full, rest = divmod(grad_bytes, plan.bucket_bytes)
+    share = plan.bucket_bytes / max(grad_bytes, 1)
+    return [CommEvent(name=f"dp.{op}.buckets", axis="dp", op=op, nbytes=size, dtype=plan.grad_dtype, group=group,
+                      concurrent=concurrent, count=count, where="overlap", phase="bwd", ready_at=first,
+                      spacing=share)
+            for size, count, first in ((plan.bucket_bytes, full, share), (rest, 1 if rest else 0, 1.0)) if count]
+
+
+def _bucket_run(name: str, nbytes: int, total: int, offset: int, plan: ParallelPlan, groups: Groups) -> list:
+    """Buckets of ``nbytes`` of a stage's ``total`` gradient bytes, the first ``offset`` bytes of
+    which become ready before them (readiness as a fraction of the last backward)."""
+    if len(groups[0]) == 1 or not nbytes:
+        return []
+    op = "allreduce" if plan.zero == 0 else "reduce_scatter"
+    full, rest = divmod(nbytes, plan.bucket_bytes)
+    share = plan.bucket_bytes / total
+    return [CommEvent(name=f"dp.{op}.{name}", axis="dp", op=op, nbytes=size, dtype=plan.grad_dtype, group=groups[0],
+                      concurrent=groups, count=count, where="overlap", phase="bwd", ready_at=first, spacing=share)
+            for size, count, first in ((plan.bucket_bytes, full, offset / total + share),
+                                       (rest, 1 if rest else 0, (offset + nbytes) / total)) if count]
+
+
+def expert_gradient_buckets(ctx: StageContext) -> list[CommEvent]:
+    """With ep > 1: the dense gradients' buckets over dp x cp, then the routed experts' over
+    their expert-data-parallel group (Megatron-Core's expert-dp); readiness spread over the
+    backward in that order."""
+    plan, mesh = ctx.plan, ctx.mesh
+    dense, experts = (int(p) * DTYPE_BYTES[plan.grad_dtype] for p in ctx.param_split)
+    total = max(dense + experts, 1)
+    return (_bucket_run("buckets", dense, total, 0, plan, mesh.groups["dp"])
+            + _bucket_run("expert_buckets", experts, total, dense, plan, mesh.groups["edp"]))
+
+
+def parameter_gather(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    """The zero axis under ZeRO 1 and 2: the updated parameters all-gathered after the step."""
+    group, concurrent = _dp_group(mesh)
+    if len(group) == 1 or plan.zero not in (1, 2):
+        return []
+    return [CommEvent(name="zero.allgather.params", axis="zero", op="allgather",
+                      nbytes=int(stage_params) * DTYPE_BYTES[plan.compute_dtype], dtype=plan.compute_dtype,
+                      group=group, concurrent=concurrent, count=1, where="tail", phase="step")]
+
+
+def _zero3(ctx: StageContext, axis: str) -> list[CommEvent]:
+    """ZeRO-3, every layer and microbatch: its parameters gathered before forward and backward
+    (zero axis; with hpZ the backward gathers read the secondary partition inside the node, the
+    dp group's ranks on this host) and its gradients reduce-scattered (dp axis)."""
+    plan, mesh = ctx.plan, ctx.mesh
+    group, concurrent = _dp_group(mesh)
+    if len(group) == 1:
+        return []
+    model = ctx.model
+    layer_params = int(sum(model.stage_layer_params(ctx.start, ctx.layers)) / ctx.layers / plan.tp) \
+        if model.is_moe else int(model.layer_params() / plan.tp)
+    per = plan.microbatches * ctx.layers
+    if axis == "dp":
+        return [CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter",
+                          nbytes=layer_params * DTYPE_BYTES[plan.grad_dtype], dtype=plan.grad_dtype, group=group,
+                          concurrent=concurrent, count=per, where="zero3", phase="bwd")]
+    bwd_groups = mesh.node_groups("dp", ctx.gpus_per_host) if plan.hpz else concurrent
+    bwd_group = next(g for g in bwd_groups if group[0] in g)
+    nbytes = layer_params * DTYPE_BYTES[plan.compute_dtype]
+    return [CommEvent(name=f"zero.allgather.{phase}", axis="zero", op="allgather", nbytes=nbytes,
+                      dtype=plan.compute_dtype, group=g, concurrent=c, count=per, where="zero3", phase=phase)
+            for phase, g, c in (("fwd", group, concurrent), ("bwd", bwd_group, bwd_groups))]
+
+
+def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
+    if not model.tied_embeddings or plan.pp == 1:
+        return []
+    pairs = mesh.first_last_pairs()
+    size = math.ceil(model.embedding_params() / plan.tp) * DTYPE_BYTES[plan.grad_dtype]
+    return [CommEvent(name="dp.allreduce.tied_embedding", axis="dp", op="allreduce", nbytes=size,
+                      dtype=plan.grad_dtype, group=pairs[0], concurrent=pairs, count=1, where="tail",
+                      phase="step")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    """One pipeline stage of a plan, as the axes' event generators see it (``perfmodel.axes``)."""
+
+    model: ModelSpec
+    plan: ParallelPlan
+    mesh: Mesh
+    stage: int
+    layers: int
+    gpus_per_host: int = 1
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.plan.pp - 1
+
+    @cached_property
+    def start(self) -> int:
+        """The stage's first layer."""
+        return self.plan.stage_first_layer(self.stage, self.model.num_layers)
+
+    @cached_property
+    def moe_layers(self) -> int:
+        return self.model.moe_layers_in(self.start, self.layers) if self.model.is_moe else 0
+
+    @cached_property
+    def param_split(self) -> tuple[float, float]:
+        """(dense, routed-expert) parameters one GPU of this stage holds."""
+        from perfmodel.plan.memory import stage_param_split   # memory reads the axes, which read this module
+
+        return stage_param_split(self.model, self.plan, self.layers, self.first, self.last, self.start)
+
+    @cached_property
+    def stage_params(self) -> float:
+        """Parameters one GPU of this stage holds (``perfmodel.plan.memory.stage_params``)."""
+        from perfmodel.plan.memory import stage_params   # memory reads the axes, which read this module
+
+        return stage_params(self.model, self.plan, self.layers, self.first, self.last, self.start)
+
+
+def tensor_parallel_events(ctx: StageContext) -> list[CommEvent]:
+    """The tp axis: every layer's collectives, and the vocabulary-parallel ends on the first and
+    last stage."""
+    return (tp_events(ctx.model, ctx.plan, ctx.mesh, ctx.layers)
+            + vocab_events(ctx.model, ctx.plan, ctx.mesh, ctx.first, ctx.last))
+
+
+def pipeline_events(ctx: StageContext) -> list[CommEvent]:
+    """The pp axis: activations to the next stage and gradients to the previous one."""
+    return pp_events(ctx.model, ctx.plan, ctx.mesh)
+
+
+def gradient_events(ctx: StageContext) -> list[CommEvent]:
+    """The dp axis: the stage's gradient reduction; on the first stage, the tied embedding's sum."""
+    if ctx.plan.zero == 3:
+        own = _zero3(ctx, "dp")
+    elif ctx.plan.ep > 1 and ctx.moe_layers:
+        own = expert_gradient_buckets(ctx)
+    else:
+        own = gradient_buckets(ctx.stage_params, ctx.plan, ctx.mesh)
+    return own + (tied_embedding_events(ctx.model, ctx.plan, ctx.mesh) if ctx.first else [])
+
+
+def gather_events(ctx: StageContext) -> list[CommEvent]:
+    """The zero axis: ZeRO's parameter gathers of the stage."""
+    return _zero3(ctx, "zero") if ctx.plan.zero == 3 else parameter_gather(ctx.stage_params, ctx.plan, ctx.mesh)
+
+
+def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]:
+    """One kind (dispatch or combine) of every MoE layer's all-to-all on the stage."""
+    plan, model = ctx.plan, ctx.model
+    if plan.ep == 1 or not ctx.moe_layers:
+        return []
+    size = model.dispatched_rows(plan.routed_tokens) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = ctx.mesh.group_of("ep"), ctx.mesh.groups["ep"]
+    per = plan.microbatches * ctx.moe_layers
+    repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if plan.recompute == "full" else ())
+    return [CommEvent(name=f"{axis}.alltoall.{kind}.{name}", axis=axis, op="alltoall", nbytes=size,
+                      dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per * n, where="critical",
+                      phase=phase) for name, phase, n in repeats]
+
+
+def dispatch_events(ctx: StageContext) -> list[CommEvent]:
+    """The ep axis: every MoE layer's dispatch (tokens towards their experts), both passes."""
+    return _alltoall_events(ctx, "ep", "dispatch")
+
+
+def combine_events(ctx: StageContext) -> list[CommEvent]:
+    """The ep_combine axis: every MoE layer's combine (expert outputs towards their tokens)."""
+    return _alltoall_events(ctx, "ep_combine", "combine")
+
+
+def context_events(ctx: StageContext) -> list[CommEvent]:
+    """The cp axis: ring attention as Megatron-Core's context parallelism runs it (Transformer
+    Engine's ``p2p`` mode; Liu et al. 2023, Ring Attention). Each sequence is cut into 2 cp
+    chunks and GPU i keeps chunks i and 2 cp - 1 - i, so causal attention costs every GPU the
+    same. Per layer and microbatch, cp - 1 ring steps each pass the GPU's K and V block
+    (2 x seq / cp x kv_dim / tp values) to the next rank while attention computes on the block
+    it holds (``where='attention'``: overlapped with that compute). Backward passes K, V and
+    their gradients (twice the bytes); recompute (selective or full) repeats the forward ring."""
+    plan, model = ctx.plan, ctx.model
+    if plan.cp == 1:
+        return []
+    block = 2 * plan.local_seq * plan.mbs * model.kv_dim // plan.tp * DTYPE_BYTES[plan.compute_dtype]
+    pairs = ctx.mesh.ring_pairs("cp")
+    per = plan.microbatches * ctx.layers * (plan.cp - 1)
+    runs = (("fwd", "fwd", block), ("bwd", "bwd", 2 * block))
+    if plan.recompute != "none":
+        runs += (("recompute", "bwd", block),)
+    return [CommEvent(name=f"cp.sendrecv.kv.{name}", axis="cp", op="sendrecv", nbytes=size, dtype=plan.compute_dtype,
+                      group=pairs[0], concurrent=pairs, count=per, where="attention", phase=phase)
+            for name, phase, size in runs]

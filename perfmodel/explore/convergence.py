@@ -1,0 +1,172 @@
+"""What compression costs in training: the extra steps to reach the uncompressed run's loss.
+
+A policy's per-step error says little about training by itself: error feedback on the gradients
+re-sends what one step dropped, so ``ef(topk(0.01))`` loses 96% of a step's gradient energy and
+still converges. What a user can act on is the **steps inflation**: steps to reach the loss
+the uncompressed run reaches, over its steps. The step time times the steps is then the time to
+target, which is what ``perfmodel search`` ranks by.
+
+The model splits the uncompressed run's steps into the part the gradient's curvature sets
+and the part its noise sets, as the large-batch literature does. McCandlish et al. 2018 ("An
+Empirical Model of Large-Batch Training", the steps-batch relation ``S = S_min (1 + B_crit / B)``)
+measure, for a batch of ``B`` tokens and a critical batch ``B_crit`` (the gradient noise
+scale), ``S_min`` steps that no batch size removes and ``S_min B_crit / B`` that a larger
+batch would: the deterministic fraction of the steps is ``phi = B / (B + B_crit)``, the noise
+fraction ``1 - phi``. Compression acts on the two parts differently:
+
+* **Without error feedback** (activations, parameters, gradients cast or quantized) the
+  compressor adds ``omega = e^2`` of the gradient's second moment (``e`` the axis's relative
+  RMS error): the noise term of SGD's iteration count (Ghadimi & Lan 2013, ``O(L D / eps + L D
+  sigma^2 / eps^2)``) grows by ``1 + omega`` (Alistarh et al. 2017, QSGD: iterations grow with
+  the variance bound), so the factor is ``1 + (1 - phi) e^2``.
+* **With error feedback** the compressor is a contraction ``delta = 1 - e^2`` (``||C(x) - x||^2
+  <= (1 - delta) ||x||^2``); error-feedback SGD keeps SGD's noise term and divides the
+  deterministic one by ``delta`` (Stich & Karimireddy 2020, "The Error-Feedback Framework",
+  JMLR 21: the ``L F_0 / (delta eps)`` term of the non-convex rate; the lower-order middle term
+  is left out), so the factor is ``1 + phi (1 - delta) / delta``.
+
+Axes compose as a product of their factors. ``B_crit`` is what a training run has to say: a
+``Regime`` holds it with its source. The default is Kaplan et al. 2020 ("Scaling Laws for Neural
+Language Models", section 5.1: ``B_crit(L) = B* / L^(1 / alpha_B)``, ``B* = 2e8`` tokens,
+``alpha_B = 0.21``) at ``DEFAULT_TARGET_LOSS`` nats per token; ``realrun convergence`` measures
+the inflation of compressed runs of the small GPT, fits ``B_crit`` on them (``fit_critical_batch``)
+and writes a regime file with the relative errors measured on the run's real gradients, which
+replace the unit-Gaussian estimates (a worst case for low-rank and top-k: real gradients are far
+more compressible) for the specs it measured.
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import statistics
+from dataclasses import dataclass, field
+
+from perfmodel.axes import fed_back
+from perfmodel.compression import compile_spec
+from topologies import InputError
+
+KAPLAN_B_STAR = 2e8          # tokens: Kaplan et al. 2020, section 5.1, B_crit(L) = B* / L^(1/alpha_B)
+KAPLAN_ALPHA_B = 0.21        # the same fit's exponent
+DEFAULT_TARGET_LOSS = 2.0    # nats per token: GPT-3's largest models end near 2 (Brown et al. 2020, Figure 3.1)
+MAX_CONTRACTION_ERROR = 0.999999   # e below 1: delta = 1 - e^2 > 0 (e >= 1 is no contraction: never converges)
+
+
+def kaplan_critical_batch(loss: float) -> float:
+    """Kaplan et al. 2020's critical batch in tokens at a loss of ``loss`` nats per token."""
+    if not isinstance(loss, (int, float)) or isinstance(loss, bool) or not 0 < loss < math.inf:
+        raise InputError("target_loss", loss, "a loss in nats per token > 0, e.g. 2.0")
+    return KAPLAN_B_STAR / loss ** (1.0 / KAPLAN_ALPHA_B)
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The training regime the inflation is of: the critical batch (tokens) and where it comes
+    from; ``errors`` {axis: {spec: relative error}} measured on real tensors, used in place of the
+    model's unit-Gaussian estimate for those (axis, spec)."""
+
+    critical_batch_tokens: float
+    source: str
+    errors: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        b = self.critical_batch_tokens
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < math.inf:
+            raise InputError("critical_batch_tokens", b, "a number of tokens >= 0")
+
+    def deterministic_fraction(self, batch_tokens: float) -> float:
+        """``phi = B / (B + B_crit)``: the part of the steps the batch's noise does not set."""
+        return batch_tokens / (batch_tokens + self.critical_batch_tokens) if batch_tokens > 0 else 0.0
+
+    def error(self, axis: str, spec: str, estimate: float) -> float:
+        return self.errors.get(axis, {}).get(spec, estimate)
+
+
+def default_regime(target_loss: float = DEFAULT_TARGET_LOSS) -> Regime:
+    return Regime(kaplan_critical_batch(target_loss),
+                  f"Kaplan et al. 2020 critical batch at {target_loss:g} nats per token")
+
+
+def axis_inflation(error: float, feedback: bool, phi: float) -> float:
+    """One axis's factor on the steps (module doc): error feedback divides the deterministic
+    part by the contraction, no feedback adds ``e^2`` to the noise part."""
+    e2 = min(error, MAX_CONTRACTION_ERROR) ** 2
+    return 1.0 + phi * e2 / (1.0 - e2) if feedback else 1.0 + (1.0 - phi) * e2
+
+
+def inflation(specs: dict, errors: dict, batch_tokens: float, regime: Regime) -> tuple[float, dict]:
+    """(the policy's steps inflation, {axis: factor}) for ``specs`` {axis: spec text} with their
+    relative errors ``errors`` {axis: e} at a global batch of ``batch_tokens``."""
+    phi = regime.deterministic_fraction(batch_tokens)
+    factors = {}
+    for axis, spec in specs.items():
+        codec = compile_spec(spec)
+        if codec.is_none or axis not in errors:
+            continue
+        factors[axis] = axis_inflation(regime.error(axis, spec, errors[axis]), fed_back(axis, codec), phi)
+    return float(math.prod(factors.values())), factors
+
+
+def policy_inflation(axes: list[tuple[float, bool]], batch_tokens: float, critical_batch: float) -> float:
+    """The product of ``axis_inflation`` over (error, error feedback) ``axes`` at a batch of
+    ``batch_tokens`` against a critical batch of ``critical_batch`` tokens."""
+    phi = batch_tokens / (batch_tokens + critical_batch)
+    return math.prod(axis_inflation(e, fb, phi) for e, fb in axes)
+
+
+def record_inflation(record, regime: Regime | None = None) -> tuple[float, dict]:
+    """``inflation`` of a ``StepRecord`` (its policy's axes, error estimates and batch)."""
+    regime = regime or default_regime()
+    specs = {axis: d["spec"] for axis, d in record.policy_axes.items()}
+    batch_tokens = record.tokens_per_s * record.step_time_s
+    return inflation(specs, record.error_estimate, batch_tokens, regime)
+
+
+CATALOG = pathlib.Path(__file__).parents[1] / "catalog"   # convergence-NAME.json: regimes measured by realrun convergence
+
+
+def catalog_regimes() -> list[str]:
+    return sorted(p.stem.removeprefix("convergence-") for p in CATALOG.glob("convergence-*.json"))
+
+
+def load_regime(path: str | None) -> Regime:
+    """The regime of a ``realrun convergence`` file (``convergence.json``), of a catalog entry by
+    name (``catalog_regimes()``: ``gpt-tiny``, measured on the small GPT), or the default."""
+    if path is None:
+        return default_regime()
+    if path in catalog_regimes():
+        path = str(CATALOG / f"convergence-{path}.json")
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+        regime = data["regime"]
+        return Regime(float(regime["critical_batch_tokens"]), str(regime["source"]),
+                      {a: {s: float(e) for s, e in d.items()} for a, d in regime.get("errors", {}).items()})
+    except OSError as exc:
+        raise InputError("convergence", path, f"a readable convergence.json ({exc.strerror}) or a catalog regime: "
+                         + ", ".join(catalog_regimes())) from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise InputError("convergence", path, "a convergence.json as realrun convergence writes it") from None
+
+
+def fit_critical_batch(points: list[tuple[float, list[tuple[float, bool]], float]]) -> tuple[float, float]:
+    """Least-squares ``B_crit`` (tokens) and its standard error from measured runs: each point
+    (batch tokens, [(axis error, error feedback)], measured inflation), residuals in log
+    inflation (a factor of 2 too slow weighs as one of 2 too fast). Needs at least one point
+    whose prediction depends on B_crit; an inflation at or below 1 pulls B_crit up."""
+    from scipy.optimize import least_squares
+
+    if not points:
+        raise InputError("convergence", "no compressed runs", "at least one compressed run that reached the target")
+
+    def residuals(x):
+        return [math.log(policy_inflation(axes, b, math.exp(x[0]))) - math.log(max(measured, 1e-9))
+                for b, axes, measured in points]
+
+    start = math.log(statistics.median(b for b, _, _ in points))
+    fit = least_squares(residuals, [start], bounds=([0.0], [math.log(1e15)]))
+    jtj = float((fit.jac[:, 0] ** 2).sum())
+    sigma2 = 2 * fit.cost / (len(points) - 1) if len(points) > 1 else math.inf
+    log_se = math.sqrt(sigma2 / jtj) if jtj > 0 and math.isfinite(sigma2) else math.inf
+    b = math.exp(fit.x[0])
+    return b, b * log_se      # the standard error of B_crit from that of log B_crit (delta method)

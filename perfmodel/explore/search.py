@@ -1,0 +1,569 @@
+"""The user's question: which plan and which compression, under an error budget, train fastest?
+
+``search`` predicts every candidate plan (tp, pp, dp, mbs, ZeRO stage, recompute, sequence
+parallelism, schedule, hpZ where it exists) under every compression policy built from per-axis
+candidate specs, keeps the policies whose every axis is within its error budget, and ranks:
+
+* **Candidates** (``--candidates``): ``axis=spec|spec|...`` per axis, ``;`` between axes; axes
+  left out stay uncompressed. Plans cover ep and cp degrees where they apply (MoE models, long
+  sequences: ``perfmodel.explore.sweep``), so a dense model's search is what it always was. The
+  policies are their product, per plan only over the axes
+  that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one).
+* **Error budget** (``--max-error``): the relative RMS error of one application of a spec on
+  unit-Gaussian data (the model's ``error`` convention) must be at most the axis's budget. On
+  ``dp`` (gradients) a spec with error feedback is compensated across steps: what it drops is
+  added back to the next step's gradient, and error-feedback SGD converges for any contraction
+  (Stich et al. 2018, Karimireddy et al. 2019: ``||C(x) - x|| < ||x||``), so there the rule is
+  error < 1. Defaults and why (``DEFAULT_MAX_ERROR``): activations (tp, pp) and gathered
+  parameters (zero) feed the next computation with nothing to correct them, so 1%: blockwise
+  int8 (0.8%) and the 16-bit floats pass, fp8 (3.6%) and int4 (14.6%) do not; gradients without
+  error feedback 5%: fp8 passes, int4 needs error feedback.
+* **Ranking**: by time to target, the step time times the policy's steps inflation (the steps
+  it needs to reach the uncompressed run's loss: ``perfmodel.explore.convergence``, ``convergence``
+  gives the regime), with the speedup over the *best uncompressed plan* (the number a user comes
+  for), over the same plan uncompressed and in time to target; the **Pareto front** of that time
+  against the uncompensated error (the errors of axes without error feedback in quadrature, as
+  chained stages add: error feedback's own error is paid in the inflation instead).
+* **Clusters and cost**: several clusters (and variants of one over a grid of builder arguments,
+  ``topologies.variants``) are searched together, every row naming its ``cluster`` and compared with
+  that cluster's best uncompressed plan; with a token budget every row also carries the time to
+  train it, GPU-hours, cost at a price per GPU-hour and energy at the GPUs' board power
+  (``perfmodel.explore.cost``; the steps inflated), and the front weighs (cost, time to train,
+  uncompensated error).
+
+Speed: plans that share stage costs share their pipeline evaluation (``run_schedule`` is
+cached), collective costs are cached per (cluster, group, size, spec); families of plans (one
+pipeline shape each) are spread over ``workers`` processes or a Dask cluster
+(``perfmodel.explore.executors``), their rows streamed to a file as they finish and a killed search
+resumed from it (``perfmodel.explore.stream``). ``benchmarks/bench_search.py`` prints evaluations per minute.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+
+from perfmodel.axes import AXES, active_axes, fed_back
+from perfmodel.compression import compile_spec
+from perfmodel.explore.convergence import Regime, axis_inflation, load_regime
+from perfmodel.explore.cost import board_power_W, parse_prices, parse_tokens, training_cost
+from perfmodel.explore.cost import pareto_front as cost_front
+from perfmodel.explore.executors import check_executor, run_jobs
+from perfmodel.collectives.library import library
+from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest, parse_schedule
+from perfmodel.explore.sweep import candidate_plans
+from perfmodel.compression.policy import POLICY_AXES, parse_policy
+from perfmodel.prediction import PredictOptions, predict_many
+from perfmodel.explore.stream import RowStream, check_stream, read_rows
+from perfmodel.workload import load_model
+from topologies import InputError
+
+DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4));"
+                      "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8;"
+                      "ep=none|fp8|int8;ep_combine=none|int8;cp=none|fp16|int8")
+DEFAULT_MAX_ERROR = {name: axis.max_error for name, axis in AXES.items()}   # declared per axis
+EF_LIMIT = 1.0      # error feedback converges for contractions: error < 1
+
+
+def parse_candidates(text: str) -> dict[str, list[str]]:
+    """``dp=none|int8;tp=none|fp16`` -> {axis: [spec, ...]} (every spec compiled: bad ones refused)."""
+    out: dict[str, list[str]] = {}
+    for item in (i.strip() for i in str(text).split(";") if i.strip()):
+        axis, sep, specs = item.partition("=")
+        axis = axis.strip()
+        if not sep or axis not in POLICY_AXES:
+            raise InputError("candidates", item, "axis=spec|spec|... with axis one of " + ", ".join(POLICY_AXES))
+        if axis in out:
+            raise InputError("candidates", item, f"each axis once ({axis} repeats)")
+        names = [s.strip() for s in specs.split("|") if s.strip()]
+        if not names:
+            raise InputError("candidates", item, "at least one spec after =")
+        for spec in names:
+            compile_spec(spec)          # an unknown or malformed spec is one error naming it
+        out[axis] = list(dict.fromkeys(names))
+    if not out:
+        raise InputError("candidates", text, "axis=spec|spec|... items separated by ;")
+    return out
+
+
+def parse_max_error(text: str | dict | None) -> dict[str, float]:
+    """``dp=0.05,tp=0.01`` over the defaults -> {axis: budget}."""
+    budget = dict(DEFAULT_MAX_ERROR)
+    items = text.items() if isinstance(text, dict) else \
+        ((k.strip(), v) for k, _, v in (i.partition("=") for i in str(text or "").split(",") if i.strip()))
+    for axis, value in items:
+        if axis not in POLICY_AXES:
+            raise InputError("max_error", f"{axis}={value}", "axis=number with axis one of " + ", ".join(POLICY_AXES))
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise InputError("max_error", f"{axis}={value}", "a relative RMS error >= 0") from None
+        if not number >= 0 or math.isinf(number):
+            raise InputError("max_error", f"{axis}={value}", "a relative RMS error >= 0")
+        budget[axis] = number
+    return budget
+
+
+def admits(axis: str, spec: str, budget: dict) -> bool:
+    """Whether ``spec`` on ``axis`` is within the budget (module doc: error feedback on dp)."""
+    codec = compile_spec(spec)
+    if fed_back(axis, codec):
+        return codec.error < EF_LIMIT
+    return codec.error <= budget[axis]
+
+
+@dataclass
+class SearchResult:
+    rows: list                 # one dict per (cluster, plan, policy), fastest first (``within_budget`` or not)
+    best_uncompressed: dict | None   # the fastest uncompressed row of any cluster
+    pareto: list               # rows on the front, in the order of ``front_keys``
+    plans: int                 # candidate plans
+    skipped_oom: int           # plans that do not fit
+    evaluated: int             # (plan, policy) predictions
+    seconds: float
+    dropped: dict = field(default_factory=dict)   # {axis: [specs over budget]}
+    budget: dict = field(default_factory=dict)
+    clusters: list = field(default_factory=list)  # the clusters searched (variants named BASE:key=value,...)
+    best_uncompressed_by_cluster: dict = field(default_factory=dict)
+    front_keys: tuple = ("uncompensated_error", "effective_step_time_s")   # what the front weighs (``front_keys``)
+    tokens: float | None = None                   # the token budget the cost columns are of
+    resumed: int = 0                              # plans whose rows came from the stream resumed
+    regime: Regime | None = None                  # the training regime of the steps inflation
+
+    @property
+    def ranked(self) -> list:
+        """The rows within the error budget, fastest first."""
+        return [r for r in self.rows if r["within_budget"]]
+
+    @property
+    def per_minute(self) -> float:
+        return 60.0 * self.evaluated / self.seconds if self.seconds > 0 else 0.0
+
+
+def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8, recompute: str = "none",
+               zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"), sequence_parallel=(False, True),
+               hpz=(False, True), seq: int | None = None) -> list[dict]:
+    """Every plan to try: ``plan_sweep.candidate_plans`` times sequence parallelism (tp > 1),
+    schedules (interleaving where pp > 1; invalid ones are refused by ``make_plan`` and skipped)
+    and hpZ (ZeRO-3 with dp > 1)."""
+    out = []
+    for base in candidate_plans(model, cluster, gpus, nodes, gbs, max_mbs, recompute, zero, seq):
+        sps = sequence_parallel if base["tp"] > 1 else (False,)
+        scheds = schedules if base["pp"] > 1 else schedules[:1]
+        hpzs = hpz if base["zero"] == 3 and base["dp"] > 1 else (False,)
+        for sp, sched, h in itertools.product(sps, scheds, hpzs):
+            out.append({**base, "sequence_parallel": sp, "schedule": sched, "hpz": h})
+    return out
+
+
+def policies_for(plan: dict, candidates: dict, model=None) -> list[str]:
+    """Policy texts for ``plan``: the product of the admitted candidates of its active axes
+    (``perfmodel.axes.active_axes``; with ``model``, as its tied embedding makes them)."""
+    active = tuple(a for a in active_axes(plan, model) if a in candidates)
+    return list(_policy_product(tuple((a, tuple(candidates[a])) for a in active)))
+
+
+@lru_cache(maxsize=256)
+def _policy_product(choices: tuple) -> tuple:
+    """``policies_for``'s texts for ((axis, candidate specs), ...): cached, plans share their active axes."""
+    choices = [[(a, s) for s in specs] for a, specs in choices]
+    out = []
+    for combo in itertools.product(*choices):
+        specs = dict(combo)
+        dispatch = not compile_spec(specs.get("ep", "none")).is_none
+        # ep_combine follows ep unless written (perfmodel.compression.policy): an uncompressed combine beside a
+        # compressed dispatch is written out
+        items = [f"{a}={s}" for a, s in combo if not compile_spec(s).is_none or (a == "ep_combine" and dispatch)]
+        out.append(",".join(items) if items else "none")
+    return tuple(dict.fromkeys(out))
+
+
+def _within(record, budget: dict) -> bool:
+    """Every axis's error as predicted for its collectives (two quantizations in an all-reduce
+    add up) within the budget; error feedback on dp: a contraction."""
+    for axis, error in record.error_estimate.items():
+        spec = record.policy_axes[axis]["spec"]
+        if fed_back(axis, compile_spec(spec)):
+            if error >= EF_LIMIT:
+                return False
+        elif error > budget[axis] * (1 + 1e-12):
+            return False
+    return True
+
+
+_REQUEST_FIELDS = REQUEST_FIELDS
+_OPTION_FIELDS = {f.name for f in fields(PredictOptions)} - {"policy"}
+_PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", "ep", "cp")
+# The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
+ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
+               "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
+               "within_budget", "memory_GiB")
+STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``_search_tag``)
+_ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
+              "tp": int, "pp": int, "dp": int, "mbs": int, "zero": int, "ep": int, "cp": int,
+              "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
+
+
+def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
+    errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
+    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **{k: plan.get(k, 1) for k in _PLAN_KEYS},
+            "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
+            "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
+            **{f"error_{a}": e for a, e in errors.items()},
+            "total_error": math.sqrt(sum(e * e for e in errors.values())),
+            "within_budget": _within(record, budget), "memory_GiB": record.memory_per_gpu_bytes / 2**30}
+
+
+def _evaluate(job) -> tuple[list, int, int]:
+    """Rows of one family of plans (``_families``) under their policies (each plan's uncompressed
+    one first), timed together (``predict_many``); (rows, plans that do not fit, plans)."""
+    model, cluster, where, gbs, plans, candidates, budget, fixed = job
+    rows, oom = [], 0
+    options = PredictOptions(**_option_fields(fixed))
+    for plan, got in zip(plans, predict_many(model, cluster, _family_items(job), options)):
+        if _refused(got):
+            oom += got.field == "memory"
+            continue
+        rows += [_row(record, plan, budget, cluster) for record in got]
+    return rows, oom, len(plans)
+
+
+def _family_items(job, plans=None, with_policies: bool = True) -> list:
+    """(PlanRequest, policies) of a family's plans (or of ``plans``): each plan's uncompressed
+    policy first; none with ``with_policies`` False (what fits, nothing timed)."""
+    model, _, where, gbs, family, candidates, _, fixed = job
+    spec = load_model(model)
+    return [(PlanRequest.of(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
+             _plan_policies(plan, candidates, spec) if with_policies else [])
+            for plan in (family if plans is None else plans)]
+
+
+def _plan_policies(plan: dict, candidates: dict, spec) -> list[str]:
+    return ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]
+
+
+def _refused(got) -> bool:
+    """Whether ``predict_many`` refused a plan that a search skips: it does not fit (``memory``)
+    or its schedule, sequence parallelism or hpZ is a combination it does not allow; other bad
+    input is raised."""
+    if not isinstance(got, InputError):
+        return False
+    if got.field not in ("memory", "schedule", "sequence_parallel", "hpz"):
+        raise got
+    return True
+
+
+def _plan_fields(fixed: dict) -> dict:
+    return {k: v for k, v in fixed.items() if k in _REQUEST_FIELDS}
+
+
+def _option_fields(fixed: dict) -> dict:
+    unknown = set(fixed) - _REQUEST_FIELDS - _OPTION_FIELDS
+    if unknown:
+        raise TypeError(f"search() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    return {k: v for k, v in fixed.items() if k in _OPTION_FIELDS}
+
+
+def _families(plans: list, gbs: int) -> list[list]:
+    """Plans grouped by pipeline shape (stages, microbatches, schedule): one task each, whose
+    pipelines are evaluated together; in the order their first plan comes."""
+    out: dict = {}
+    for plan in plans:
+        out.setdefault((plan["pp"], gbs // (plan["dp"] * plan["mbs"]), plan["schedule"]), []).append(plan)
+    return list(out.values())
+
+
+def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
+           candidates: str | dict = DEFAULT_CANDIDATES, max_error: str | dict | None = None, max_mbs: int = 8,
+           recompute: str = "none", zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"),
+           sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
+           cluster_grid: str | dict | None = None, tokens=None, gpu_hour_price=None, executor: str = "local",
+           scheduler: str | None = None, stream: str | None = None, resume: bool = False,
+           convergence: str | Regime | None = None, **fixed) -> SearchResult:
+    """Search clusters x plans x policies (module doc). ``cluster``: one name, several (a list, or
+    comma-separated: ``parse_clusters``), each varied over ``cluster_grid`` where given
+    (``topologies.variants``: ``"gpus_per_node=4,8 nic_Gbps=100,200"``); ``tokens`` adds what training
+    that many tokens takes and ``gpu_hour_price`` (USD, one number or per cluster) its cost
+    (``perfmodel.explore.cost``). ``executor``: ``local`` (``workers`` processes, None: every core) or
+    ``dask`` (a LocalCluster of ``workers`` processes, or the Dask cluster at ``scheduler``:
+    ``perfmodel.explore.executors``). ``stream``: a CSV file every family's rows are appended to as it
+    finishes; ``resume``: continue that file, skipping the families whose rows are all there
+    (``perfmodel.explore.stream``; the result is an uninterrupted search's). ``convergence``: the training
+    regime the steps inflation is of (``perfmodel.explore.convergence``: a ``Regime``, a ``realrun
+    convergence`` file, or None for the default). ``progress(done, total)`` in
+    plans of all clusters, after each family of plans (one pipeline shape, timed together);
+    ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
+    import time
+
+    start = time.perf_counter()
+    check_executor(executor, scheduler)
+    _check_stream(stream, resume)
+    clusters = cluster_list(cluster, cluster_grid)
+    budget = parse_max_error(max_error)
+    costing = _costing(model, clusters, gbs, fixed.get("seq"), tokens, gpu_hour_price)
+    regime = convergence if isinstance(convergence, Regime) else load_regime(convergence)
+    batch_tokens = gbs * (fixed.get("seq") or load_model(model).seq_len)
+    cands = parse_candidates(candidates) if isinstance(candidates, str) else {a: list(s) for a, s in candidates.items()}
+    admitted = {a: [s for s in specs if admits(a, s, budget)] for a, specs in cands.items()}
+    dropped = {a: [s for s in specs if s not in admitted[a]] for a, specs in cands.items()}
+    for axis, specs in admitted.items():
+        if not specs:
+            admitted[axis] = ["none"]
+    for schedule in schedules:      # a bad name is an error, not a schedule no plan allows
+        parse_schedule(schedule)
+    where = {"gpus": gpus, "nodes": nodes}
+    _option_fields(fixed)
+    plans = {c: plan_space(model, c, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
+                           tuple(sequence_parallel), tuple(hpz), fixed.get("seq")) for c in clusters}
+    library(fixed.get("library"))   # refused here, not in a worker
+    jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
+            for family in _families(plans[c], gbs)]
+    total = sum(map(len, plans.values()))
+    tag = _search_tag(model, where, gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
+    rows, skipped, resumed = _run(jobs, total, progress, (executor, workers, scheduler), stream, resume, tag)
+    add_accuracy_cost(rows, regime, batch_tokens)
+    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    result.resumed, result.regime = resumed, regime
+    return result
+
+
+def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):
+    """Every family's rows: those a resumed stream holds, then the others as they finish on
+    ``executor`` = (executor, workers, scheduler), appended to the stream; (rows, plans that do not
+    fit, plans whose rows came from the stream)."""
+    rows, skipped, resumed, todo = _resumed(jobs, stream, tag) if resume else ([], 0, 0, jobs)
+    done = resumed
+    if progress and done:
+        progress(done, total)
+    with RowStream(stream, STREAM_COLUMNS, _tagged(rows, tag)) if stream else contextlib.nullcontext() as out:
+        for _, (family_rows, oom, count) in run_jobs(todo, _evaluate, *executor):
+            if out:
+                out.append(_tagged(family_rows, tag))
+            rows += family_rows
+            skipped += oom
+            done += count
+            if progress:
+                progress(done, total)
+    return rows, skipped, resumed
+
+
+def _search_tag(*arguments) -> str:
+    """What a stream's rows are of (model, job size, batch, admitted candidates, error budget and
+    options; the plan space is not in it: a plan's rows depend on these alone): 12 hex digits of
+    their hash, in every streamed row, so a resume with other arguments is refused."""
+    import hashlib
+
+    return hashlib.sha256(repr(_canonical(arguments)).encode()).hexdigest()[:12]
+
+
+def _canonical(value):
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _canonical(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(v) for v in value)
+    return value
+
+
+def _tagged(rows: list, tag: str) -> list:
+    return [{"search": tag, **r} for r in rows]
+
+
+def _check_stream(stream: str | None, resume: bool) -> None:
+    """A new stream file (or one to resume), checked before any work."""
+    if stream is None:
+        if resume:
+            raise InputError("resume", resume, "a stream file to continue (stream=FILE, --resume FILE)")
+        return
+    check_stream(stream, "resume" if resume else "stream")
+    if not resume and os.path.exists(stream) and os.path.getsize(stream) > 0:
+        raise InputError("stream", stream, "a new file (it exists: resume it, --resume FILE, or remove it)")
+
+
+def _row_key(row: dict) -> tuple:
+    return (row["cluster"], *(row[k] for k in _PLAN_KEYS), row["policy"])
+
+
+def _plan_keys(job) -> list[tuple]:
+    """(plan, the row keys it makes if it fits) for each plan of a family."""
+    model, cluster, _, _, plans, candidates, _, _ = job
+    spec = load_model(model)
+    out = []
+    for plan in plans:
+        head = (cluster, *(plan.get(k, 1) for k in _PLAN_KEYS))
+        out.append((plan, [(*head, p) for p in _plan_policies(plan, candidates, spec)]))
+    return out
+
+
+def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
+    """What a stream already holds: (its rows of the families that finished, their plans that do
+    not fit, their plans, the jobs still to run). A family finished when every plan that fits has
+    all its rows there (plans without rows are checked to be ones that do not fit or are not
+    allowed; nothing is timed). Rows of another ``tag`` or that no family makes are refused:
+    another search's stream."""
+    present: dict = {}
+    for row in read_rows(path, STREAM_COLUMNS, _ROW_TYPES):
+        if row.pop("search") != tag:
+            raise InputError("resume", path, "a stream of this search (its rows are of another model, job size, "
+                             "batch, candidates, error budget or options: resume with the same arguments)")
+        key = _row_key(row)
+        if key in present:
+            raise InputError("resume", path, f"each row once (cluster {key[0]}, policy {key[-1]} repeats)")
+        present[key] = row
+    rows, oom, done, todo, expected = [], 0, 0, [], set()
+    for job in jobs:
+        keys = _plan_keys(job)
+        expected.update(k for _, ks in keys for k in ks)
+        finished = _finished(job, keys, present)
+        if finished is None:
+            todo.append(job)
+            continue
+        rows += finished[0]
+        oom += finished[1]
+        done += len(job[4])
+    strangers = len(set(present) - expected)
+    if strangers:
+        raise InputError("resume", path, f"a stream of this search ({strangers} of its rows are of plans or policies "
+                         "this one does not try: resume with the same arguments)")
+    return rows, oom, done, todo
+
+
+def _finished(job, keys: list, present: dict) -> tuple[list, int] | None:
+    """(rows, plans that do not fit) of a family whose rows are all in ``present``, else None."""
+    rows, absent = [], []
+    for plan, plan_keys in keys:
+        found = [present[k] for k in plan_keys if k in present]
+        if found and len(found) < len(plan_keys):
+            return None
+        rows += found
+        if not found:
+            absent.append(plan)
+    if not rows:            # nothing streamed (or no plan fits: quick to run again)
+        return None
+    oom = 0
+    if absent:
+        model, cluster, *_, fixed = job
+        for got in predict_many(model, cluster, _family_items(job, absent, with_policies=False),
+                                PredictOptions(**_option_fields(fixed))):
+            if not _refused(got):
+                return None         # a plan that fits has no rows
+            oom += got.field == "memory"
+    return rows, oom
+
+
+def parse_clusters(text: str) -> list[str]:
+    """``dgx-a100,dgx-h100:nic_Gbps=200,oversubscription=2,lassen`` -> the cluster names: commas
+    separate clusters, except before a ``key=value`` that continues a variant's (or an emulated
+    cluster's) options."""
+    out: list[str] = []
+    for item in (i.strip() for i in str(text).split(",")):
+        if out and "=" in item and ":" not in item and ":" in out[-1]:
+            out[-1] += "," + item
+        elif item:
+            out.append(item)
+    if not out:
+        raise InputError("cluster", text, "one or more catalog clusters or cluster files, comma-separated")
+    return list(dict.fromkeys(out))
+
+
+def cluster_list(cluster: str | list, grid: str | dict | None = None) -> list[str]:
+    """The clusters to search: ``cluster`` (``parse_clusters``), each one varied over ``grid``."""
+    from topologies import load_spec
+    from topologies.variants import grid_names
+
+    names = parse_clusters(cluster) if isinstance(cluster, str) else list(dict.fromkeys(cluster))
+    if not names:
+        raise InputError("cluster", cluster, "one or more catalog clusters or cluster files")
+    if grid:
+        names = list(dict.fromkeys(n for base in names for n in grid_names(base, grid)))
+    for name in names:
+        load_spec(name)             # every cluster checked before any is searched
+    return names
+
+
+def _costing(model: str, clusters: list, gbs: int, seq: int | None, tokens, price) -> dict | None:
+    """What ``perfmodel.explore.cost`` needs per cluster, or None without a token budget."""
+    if tokens is None:
+        if price is not None:
+            raise InputError("gpu_hour_price", price, "needs a token budget (tokens, --tokens): cost is of "
+                             "training that many tokens")
+        return None
+    tokens = parse_tokens(tokens)
+    prices = parse_prices(price, clusters) if price is not None else {}
+    return {"tokens": tokens, "tokens_per_step": gbs * (seq or load_model(model).seq_len),
+            "price": prices, "power_W": {c: board_power_W(c) for c in clusters}}
+
+
+def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict, budget: dict,
+            clusters: list, costing: dict | None) -> SearchResult:
+    # Ties (plans the model cannot tell apart) ordered by the plan itself: the same rows in the same
+    # order however many workers finished in whatever order.
+    rows.sort(key=lambda r: (r["effective_step_time_s"], r["step_time_s"], r["total_error"], r["policy"], r["cluster"],
+                             *(str(r[k]) for k in _PLAN_KEYS)))
+    best_by_cluster: dict = {}
+    for r in rows:
+        if r["policy"] == "none":
+            best_by_cluster.setdefault(r["cluster"], r)
+    for r in rows:          # a cluster's rows compared with its own best uncompressed plan
+        best = best_by_cluster.get(r["cluster"])
+        r["speedup_vs_best_uncompressed"] = best["step_time_s"] / r["step_time_s"] if best else float("nan")
+        r["speedup_to_target"] = best["step_time_s"] / r["effective_step_time_s"] if best else float("nan")
+        if costing:
+            r.update(training_cost(r, costing["tokens"], costing["tokens_per_step"],
+                                   costing["price"].get(r["cluster"]), costing["power_W"][r["cluster"]]))
+    best = min(best_by_cluster.values(), key=lambda r: r["step_time_s"], default=None)
+    keys = front_keys(rows)
+    return SearchResult(rows=rows, best_uncompressed=best, pareto=pareto_front([r for r in rows if r["within_budget"]],
+                                                                               keys),
+                        plans=plans, skipped_oom=skipped, evaluated=len(rows), seconds=seconds, dropped=dropped,
+                        budget=budget, clusters=clusters, best_uncompressed_by_cluster=best_by_cluster,
+                        front_keys=keys, tokens=costing["tokens"] if costing else None)
+
+
+def front_keys(rows: list) -> tuple:
+    """What the Pareto front weighs (smaller is better), in the order it is listed: with a token
+    budget (cost, time to train, uncompensated error), the cost in USD where priced, else in
+    GPU-hours; without one (uncompensated error, time per step of progress). Error feedback's
+    own error is not weighed twice: its cost is in the steps inflation the times carry."""
+    if not rows or "time_to_train_s" not in rows[0]:
+        return ("uncompensated_error", "effective_step_time_s")
+    return ("cost_usd" if "cost_usd" in rows[0] else "gpu_hours", "time_to_train_s", "uncompensated_error")
+
+
+def pareto_front(rows: list, keys: tuple = ("uncompensated_error", "effective_step_time_s")) -> list:
+    """Rows no other row beats on every one of ``keys`` (``perfmodel.explore.cost.pareto_front``); by
+    default time per step of progress and uncompensated error, by that error."""
+    return cost_front(rows, keys)
+
+
+def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
+    """What each row's policy costs in training (``perfmodel.explore.convergence``): ``steps_inflation``
+    (steps to the uncompressed run's loss over its steps), ``effective_step_time_s`` (step time
+    times it: seconds per uncompressed step of progress, what the ranking sorts by) and
+    ``uncompensated_error`` (the per-axis errors of axes without error feedback in quadrature:
+    what no later step corrects)."""
+    phi = regime.deterministic_fraction(batch_tokens)
+    for r in rows:
+        compressed, feedback = _policy_axes(r["policy"])
+        factor, uncompensated = 1.0, 0.0
+        for axis, spec in compressed:
+            error = regime.error(axis, spec, r[f"error_{axis}"])
+            factor *= axis_inflation(error, axis in feedback, phi)
+            if axis not in feedback:
+                uncompensated += r[f"error_{axis}"] ** 2
+        r["steps_inflation"] = factor
+        r["effective_step_time_s"] = r["step_time_s"] * factor
+        r["uncompensated_error"] = math.sqrt(uncompensated)
+
+
+@lru_cache(maxsize=4096)
+def _policy_axes(policy: str) -> tuple[tuple, frozenset]:
+    """((axis, spec) of the axes ``policy`` compresses, the axes among them whose spec feeds its
+    error back and whose axis admits it)."""
+    axes = parse_policy(policy).axes
+    compressed = tuple((a, p.spec) for a, p in axes.items() if not p.codec.is_none)
+    return compressed, frozenset(a for a, p in axes.items() if fed_back(a, p.codec))
+
+

@@ -1,0 +1,258 @@
+"""ParallelPlan: how one training step is laid out on the GPUs, validated.
+
+Defaults and why: ``bucket_bytes`` 25 MiB is PyTorch DDP's ``bucket_cap_mb=25``; ``dp_overlap``
+(buckets reduced while backward runs) is what DDP and Megatron's ``--overlap-grad-reduce`` do
+(a loop that reduces after backward, as ``realrun train``, sets it False); gradients
+are reduced in fp32 (``grad_dtype``) as Megatron-LM's main_grad buffers and DDP with fp32
+master weights do; compute in bf16 (fp16 on GPUs without bf16). Placement order ``tp,pp,dp``
+puts TP innermost (inside a node), then PP, then DP.
+
+Context parallelism (``cp``) splits every sequence over cp more GPUs (gpus = tp x cp x pp x dp);
+expert parallelism (``ep``) is carved from dp as Megatron-Core does: it adds no GPUs, shards a
+MoE model's routed experts over ep ranks of a dp group, and ep must divide dp. ``order`` may name
+cp and ep to place them (``perfmodel.plan.mesh``: otherwise right outside tp, as Megatron-Core).
+cp needs the sequence to split into 2 cp chunks (the load-balanced causal ring, ``perfmodel.events``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
+from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
+from perfmodel.step.schedule import SCHEDULES
+from perfmodel.workload import ModelSpec
+from topologies.errors import InputError
+
+RECOMPUTE = ("none", "selective", "full")
+# whose kernels compute the layers (perfmodel.step.compute): fused, Megatron-Core with Transformer Engine
+# (flash attention, ring blocks included; fused MoE permutation); eager, PyTorch eager as realrun's
+# layers run (its ring attention materialises every score block, its MoE layer permutes through
+# zeroed capacity queues and layout copies; whole-sequence attention is PyTorch's fused kernel)
+KERNELS = ("fused", "eager")
+MESH_AXES = DEFAULT_ORDER         # the mesh's dimensions; ``order`` permutes them, innermost first
+ORDER_OPTIONAL = ("cp", "ep")     # dimensions ``order`` may also name (perfmodel.plan.mesh places them otherwise)
+GROUP_KINDS = MESH_AXES + ("cp", "ep", "edp")   # the group kinds a mesh has (perfmodel.plan.mesh.GROUP_DIMS)
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelPlan:
+    """A validated plan (``make_plan``): its ``degrees`` (tp, cp, ep, pp, dp and the placement
+    order, ``perfmodel.plan.degrees``; read as ``plan.tp`` ... too) and how the step runs on them."""
+
+    degrees: Degrees
+    zero: int = 0
+    mbs: int = 1
+    gbs: int = 1
+    seq: int
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    compute_dtype: str = "bf16"
+    grad_dtype: str = "fp32"
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    dp_overlap: bool = True   # gradient buckets reduced during backward (DDP, Megatron); False: after it
+    hpz: bool = False         # ZeRO++ hpZ: a secondary ZeRO-3 parameter partition inside each node
+    tp_overlap: bool = False  # TP collectives overlapped with their GEMMs (Megatron --tp-comm-overlap)
+    kernels: str = "fused"    # the layers' kernels: fused (Megatron-Core, TE) or eager (realrun's; KERNELS)
+
+    def __getattr__(self, name: str):
+        return _degree_of(self, name)
+
+    def as_dict(self) -> dict:
+        """The plan's fields, its degrees and order among them (what a StepRecord reports)."""
+        rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "degrees"}
+        return {**self.degrees.as_dict(), "order": self.order, **rest}
+
+    @property
+    def gpus(self) -> int:
+        return self.degrees.gpus
+
+    @property
+    def local_seq(self) -> int:
+        """Tokens of a sequence one GPU holds (seq / cp)."""
+        return self.seq // self.cp
+
+    @property
+    def routed_tokens(self) -> int:
+        """Tokens of one microbatch a GPU routes in a MoE layer: seq / cp x mbs (with sequence
+        parallelism its 1 / tp of them; without, every TP rank dispatches the whole microbatch, as
+        Megatron-Core's all-to-all dispatcher with expert tensor parallelism equal to tp)."""
+        tokens = self.local_seq * self.mbs
+        return tokens // self.tp if self.sequence_parallel else tokens
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per pipeline per step: gbs / (mbs x dp)."""
+        return self.gbs // (self.mbs * self.dp)
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Layers per stage (earlier stages take the remainder)."""
+        base, extra = divmod(num_layers, self.pp)
+        return tuple(base + (1 if s < extra else 0) for s in range(self.pp))
+
+    def stage_first_layer(self, stage: int, num_layers: int) -> int:
+        """The index of a stage's first layer (stages hold contiguous layers; with interleaving
+        the MoE layers are counted as if they did)."""
+        base, extra = divmod(num_layers, self.pp)
+        return base * stage + min(stage, extra)      # the sum of stage_layers before it
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """A plan as a user asks for it, before ``make_plan`` validates it against a model and the
+    job's GPUs: the same fields and defaults as ``make_plan``'s keywords, with ``degrees.dp``
+    possibly ``auto`` and ``compute_dtype`` None (the device's: bf16 where it has it, else fp16,
+    else fp32), and the job's size on the cluster (``gpus`` or ``nodes``; default: the catalog's
+    nodes). ``PlanRequest.of(tp=2, zero=1, ...)`` takes the degrees as keywords among the rest."""
+
+    gpus: int | None = None
+    nodes: int | None = None
+    degrees: Degrees = Degrees(dp="auto")
+    zero: int = 0
+    mbs: int = 1
+    gbs: int | None = None
+    seq: int | None = None
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    compute_dtype: str | None = None
+    grad_dtype: str = "fp32"
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    dp_overlap: bool = True
+    hpz: bool = False
+    tp_overlap: bool = False
+    kernels: str = "fused"
+
+    def __getattr__(self, name: str):
+        return _degree_of(self, name)
+
+    @classmethod
+    def of(cls, **fields) -> PlanRequest:
+        """A request from keywords, the degrees (``tp`` ... ``order``) among them."""
+        return cls().with_(**fields)
+
+    def with_(self, **fields) -> PlanRequest:
+        """This request with ``fields`` replaced, degrees (``tp`` ... ``order``) among them."""
+        chosen = {k: fields.pop(k) for k in (*DEGREE_NAMES, "order") if k in fields}
+        if chosen:
+            fields["degrees"] = Degrees.of({**self.degrees.as_dict(), "order": self.degrees.order, **chosen})
+        return replace(self, **fields)
+
+    def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
+        """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
+        return make_plan(model, gpus, self, compute_dtype=self.compute_dtype or compute_dtype)
+
+
+DEGREE_NAMES = Degrees.names()
+REQUEST_FIELDS = frozenset({f.name for f in fields(PlanRequest)} - {"degrees"} | set(DEGREE_NAMES) | {"order"})
+
+
+def _degree_of(record, name: str):
+    """A plan record's degree (or ``order``) read through it: ``plan.tp`` is ``plan.degrees.tp``."""
+    if name in DEGREE_NAMES or name == "order":
+        return getattr(record.degrees, name)
+    raise AttributeError(f"{type(record).__name__!r} object has no attribute {name!r}")
+
+
+def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(field, value, allowed)
+    return value
+
+
+def parse_schedule(text: str) -> tuple[str, int]:
+    name, _, v = str(text).partition(":")
+    if name not in SCHEDULES or (v and name != "interleaved"):
+        raise InputError("schedule", text, "gpipe, 1f1b or interleaved:V")
+    if name != "interleaved":
+        return name, 1
+    if not v.isdigit() or int(v) < 2:
+        raise InputError("schedule", text, "interleaved:V with V >= 2 virtual stages per GPU")
+    return name, int(v)
+
+
+def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, **fields) -> ParallelPlan:
+    """Validate a plan for ``model`` on ``gpus`` GPUs; every error names its field. The plan is
+    ``request`` (a PlanRequest) or its fields as keywords (``make_plan(m, 8, tp=2, zero=1)``);
+    an open ``compute_dtype`` means bf16."""
+    r = PlanRequest.of(**fields) if request is None else request.with_(**fields) if fields else request
+    degrees = r.degrees.check()
+    mbs = _positive("mbs", r.mbs)
+    degrees = degrees.resolved(gpus)
+    tp, pp, dp, cp, ep = degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep
+    zero = r.zero
+    if model.num_heads % tp or model.num_kv_heads % tp:
+        raise InputError("tp", tp, f"a divisor of num_heads {model.num_heads} and num_kv_heads "
+                         f"{model.num_kv_heads}")
+    if pp > model.num_layers:
+        raise InputError("pp", pp, f"at most num_layers {model.num_layers}")
+    gbs = mbs * dp if r.gbs is None else _positive("gbs", r.gbs)
+    if gbs % (mbs * dp):
+        step = mbs * dp
+        near = sorted({max(step, gbs // step * step), (gbs // step + 1) * step})
+        raise InputError("gbs", gbs, f"a multiple of mbs x dp = {step} (nearest: "
+                         + " or ".join(map(str, near)) + ")")
+    name, virtual = parse_schedule(r.schedule)
+    if virtual > 1 and (model.num_layers % (pp * virtual) or (gbs // (mbs * dp)) % pp):
+        raise InputError("schedule", r.schedule, f"interleaving needs num_layers divisible by pp x V and "
+                         f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
+    _check_options(r, tp)
+    _check_order(degrees.order)
+    seq = model.seq_len if r.seq is None else _positive("seq", r.seq)
+    _check_ep_cp(model, ep, cp, dp, seq)
+    if ep > 1 and zero == 3:
+        raise InputError("zero", zero, "0, 1 or 2 with ep > 1 (ZeRO-3 of sharded experts is not modelled; "
+                         "Megatron-Core's distributed optimizer is ZeRO-1)")
+    return ParallelPlan(degrees=degrees, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
+                        sequence_parallel=bool(r.sequence_parallel) and tp > 1, recompute=r.recompute,
+                        schedule=name, virtual_stages=virtual, compute_dtype=r.compute_dtype or "bf16",
+                        grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
+                        dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
+                        kernels=r.kernels)
+
+
+def _check_order(order: tuple) -> None:
+    core = [a for a in order if a not in ORDER_OPTIONAL]
+    if sorted(core) != sorted(MESH_AXES) or len(set(order)) != len(order):
+        raise InputError("order", ",".join(order), "a permutation of tp,pp,dp, optionally with cp and ep "
+                         "(innermost first)")
+
+
+def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
+    """Expert parallelism needs a MoE model whose experts it divides and a dp it divides;
+    context parallelism a sequence of 2 cp equal chunks."""
+    if ep > 1 and not model.is_moe:
+        raise InputError("ep", ep, f"1 for the dense model {model.name} (expert parallelism needs num_experts)")
+    if ep > 1 and (model.num_experts % ep or dp % ep):
+        raise InputError("ep", ep, f"a divisor of num_experts {model.num_experts} and of dp {dp} "
+                         "(ep is carved from dp)")
+    if cp > 1 and seq % (2 * cp):
+        raise InputError("cp", cp, f"a cp with seq {seq} divisible by 2 cp (the ring's load-balanced chunks)")
+
+
+def _check_options(r: PlanRequest, tp: int) -> None:
+    """ZeRO, hpZ, TP overlap, recompute, dtypes and bucket size of a request (one field each)."""
+    if r.kernels not in KERNELS:
+        raise InputError("kernels", r.kernels, " or ".join(KERNELS) + " (Megatron-Core's, or realrun's eager layers)")
+    if r.zero not in (0, 1, 2, 3):
+        raise InputError("zero", r.zero, "0, 1, 2 or 3")
+    if r.hpz and r.zero != 3:
+        raise InputError("hpz", r.hpz, "only with zero 3 (a secondary partition of ZeRO-3's parameters)")
+    if r.tp_overlap and (tp == 1 or not r.sequence_parallel):
+        raise InputError("tp_overlap", r.tp_overlap, "only with tp > 1 and sequence parallelism (the overlap splits "
+                         "its all-gathers and reduce-scatters against the GEMMs)")
+    if r.recompute not in RECOMPUTE:
+        raise InputError("recompute", r.recompute, " or ".join(RECOMPUTE))
+    for field, value in (("compute_dtype", r.compute_dtype or "bf16"), ("grad_dtype", r.grad_dtype)):
+        if value not in ("fp32", "bf16", "fp16"):
+            raise InputError(field, value, "fp32, bf16 or fp16")
+    if isinstance(r.bucket_bytes, bool) or not isinstance(r.bucket_bytes, int) or r.bucket_bytes < 1:
+        raise InputError("bucket_bytes", r.bucket_bytes, "a positive number of bytes")
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
