@@ -22,7 +22,7 @@ from scipy.optimize import least_squares
 
 from perfmodel.devices import PROTOCOL_NAMES, Protocol
 from perfmodel.collectives.fabric import make_ctx
-from perfmodel.collectives.phases import evaluate
+from perfmodel.collectives.transfers import evaluate
 from perfmodel.collectives.plain import ring_allreduce
 from topologies import build_cluster
 

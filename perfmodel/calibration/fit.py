@@ -41,7 +41,7 @@ from perfmodel.devices import PROTOCOL_NAMES, tier_class
 from perfmodel.devices import device as catalog_device
 from perfmodel.collectives.predict import resolve_context
 from perfmodel.collectives.fabric import PAIR
-from perfmodel.collectives.phases import evaluate
+from perfmodel.collectives.transfers import evaluate
 from perfmodel.collectives.runtime import runtime_cost
 from perfmodel.compression import compile_spec
 from topologies import build_cluster
@@ -63,7 +63,7 @@ def _features(cost, pair: bool = False) -> dict:
     """{(tier class, primitive): [steps, seconds at the full link bandwidth]}: the bandwidth-bound
     phase of each stage; a two-host pair's primitives are their own (``NAME@pair``)."""
     out: dict = {}
-    for phases in cost.stages:
+    for phases in cost.rounds:
         if not phases:
             continue
         ph = max(phases, key=lambda p: p.nbytes / p.link.bandwidth_Bps)
@@ -378,7 +378,7 @@ def _fit_transport(records: list[dict], cluster: str, calib) -> dict:
     """CPU seconds per call of uncompressed collective records against the bytes a rank sends."""
     rows = [r for r in records if r["kind"] == "collective" and r["world"] > 1 and r.get("cpu_s", 0) > 0
             and compile_spec(r["compressor"]).is_none]
-    sent = [sum(ph.nbytes for st in phases_of(r, r.get("cluster", cluster), calib).stages for ph in st) for r in rows]
+    sent = [sum(ph.nbytes for st in phases_of(r, r.get("cluster", cluster), calib).rounds for ph in st) for r in rows]
     if len(rows) < 3 or len(set(sent)) < 2:
         return {}
     x, sd, mape = _terms([[1.0, b] for b in sent], [r["cpu_s"] for r in rows])

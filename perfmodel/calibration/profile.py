@@ -49,7 +49,7 @@ from functools import lru_cache
 
 from perfmodel.devices import PROTOCOL_NAMES, Device, Protocol, gpu_catalog, protocol_table
 from perfmodel.collectives.fabric import PAIR
-from perfmodel.collectives.phases import PRIMITIVES
+from perfmodel.collectives.transfers import PRIMITIVES
 from perfmodel.compression.codec import Codec, compile_spec
 from perfmodel.compression.families import data_dependent
 from perfmodel.collectives.library import DEFAULT as DEFAULT_LIBRARY

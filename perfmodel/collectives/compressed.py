@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfmodel.collectives.fabric import Ctx
-from perfmodel.collectives.phases import AlgoCost, Phase, stage, tagged
+from perfmodel.collectives.transfers import AlgoCost, Transfer, concurrent, tagged
 from perfmodel.collectives.plain import lg, pairwise_alltoall, ring_gather
 from perfmodel.compression import Codec
 
@@ -72,7 +72,7 @@ class Msg:
 def ring_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     n = S / p
-    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * (p - 1), 2 * (p - 1) * m.w(n), "p2p")),),
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, 2 * (p - 1), 2 * (p - 1) * m.w(n), "p2p")),),
                     kernel_bytes=(p - 1) * (m.c(n) + m.d(n)) + m.c(n) + p * m.d(n),
                     launches=2 * (p - 1) + 2, hops=p)
 
@@ -82,28 +82,28 @@ def recursive_doubling_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     intra, inter = (lg(ctx.ranks), 0) if N == 1 else (lg(r), lg(N))
     extra = 0 if ctx.ranks & (ctx.ranks - 1) == 0 else 2
     rounds = intra + inter + extra
-    return AlgoCost(stages=(stage(Phase(ctx.intra, intra, intra * m.w(S), "p2p")),
-                            stage(Phase(ctx.inter, inter, inter * m.w(S), "p2p")),
-                            stage(Phase(ctx.ring, extra, extra * m.w(S), "p2p"))),
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, intra, intra * m.w(S), "p2p")),
+                            concurrent(Transfer(ctx.inter, inter, inter * m.w(S), "p2p")),
+                            concurrent(Transfer(ctx.ring, extra, extra * m.w(S), "p2p"))),
                     kernel_bytes=rounds * (m.c(S) + m.d(S)), launches=2 * rounds, hops=rounds)
 
 
 def allgather_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     gather = ring_gather(ctx, p * m.w(S))
-    return AlgoCost(stages=tagged(gather.stages, "allgather"), kernel_bytes=m.c(S) + p * m.d(S),
+    return AlgoCost(rounds=tagged(gather.rounds, "allgather"), kernel_bytes=m.c(S) + p * m.d(S),
                     launches=2, hops=1)
 
 
 def _alltoall(ctx: Ctx, slice_payload: float) -> tuple:
-    return tagged(pairwise_alltoall(ctx, ctx.ranks * slice_payload).stages, "alltoall")
+    return tagged(pairwise_alltoall(ctx, ctx.ranks * slice_payload).rounds, "alltoall")
 
 
 def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     n = S / p
     gather = ring_gather(ctx, p * m.w(n))
-    return AlgoCost(stages=_alltoall(ctx, m.w(n)) + tagged(gather.stages, "allgather"),
+    return AlgoCost(rounds=_alltoall(ctx, m.w(n)) + tagged(gather.rounds, "allgather"),
                     kernel_bytes=m.c(S) + p * m.d(n) + m.c(n) + p * m.d(n),
                     launches=4, hops=2)
 
@@ -111,10 +111,10 @@ def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
 def hierarchical_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
     shard, n = S / r, S / (r * N)
-    across = (stage(Phase(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall")),
-              stage(Phase(ctx.inter, N - 1, (N - 1) * m.w(n), "allgather")))
-    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) / r * S, "alltoall")),) + across
-                    + (stage(Phase(ctx.intra, r - 1, (r - 1) / r * S, "allgather")),),
+    across = (concurrent(Transfer(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall")),
+              concurrent(Transfer(ctx.inter, N - 1, (N - 1) * m.w(n), "allgather")))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) / r * S, "alltoall")),) + across
+                    + (concurrent(Transfer(ctx.intra, r - 1, (r - 1) / r * S, "allgather")),),
                     kernel_bytes=m.c(shard) + (N - 1) * m.d(n) + m.c(n) + (N - 1) * m.d(n),
                     launches=4, hops=2)
 
@@ -122,14 +122,14 @@ def hierarchical_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
 def ring_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     n = S / p
-    return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) * m.w(n), "p2p")),),
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, p - 1, (p - 1) * m.w(n), "p2p")),),
                     kernel_bytes=(p - 1) * (m.c(n) + m.d(n)), launches=2 * (p - 1), hops=p - 1)
 
 
 def two_phase_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
     p, S = ctx.ranks, m.size_bytes
     n = S / p
-    return AlgoCost(stages=_alltoall(ctx, m.w(n)), kernel_bytes=m.c(S) + (p - 1) * m.d(n),
+    return AlgoCost(rounds=_alltoall(ctx, m.w(n)), kernel_bytes=m.c(S) + (p - 1) * m.d(n),
                     launches=2, hops=1)
 
 
@@ -140,8 +140,8 @@ def hierarchical_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
     reduce-scatter sends; two compressions (hops 2)."""
     S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
     local, n = S / r, S / (r * N)
-    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) * m.w(local), "alltoall")),
-                            stage(Phase(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall"))),
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) * m.w(local), "alltoall")),
+                            concurrent(Transfer(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall"))),
                     kernel_bytes=m.c(S) + r * m.d(local) + m.c(local) + N * m.d(n), launches=4, hops=2)
 
 
@@ -149,8 +149,9 @@ def recursive_doubling_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
     S, rounds = m.size_bytes, lg(ctx.ranks)
     pieces = [S / 2 ** (j + 1) for j in range(rounds)]
     in_host = lg(ctx.ranks_per_host) if ctx.hosts > 1 else rounds
-    return AlgoCost(stages=(stage(Phase(ctx.intra, in_host, sum(m.w(x) for x in pieces[:in_host]), "p2p")),
-                            stage(Phase(ctx.inter, rounds - in_host, sum(m.w(x) for x in pieces[in_host:]), "p2p"))),
+    inside = Transfer(ctx.intra, in_host, sum(m.w(x) for x in pieces[:in_host]), "p2p")
+    across = Transfer(ctx.inter, rounds - in_host, sum(m.w(x) for x in pieces[in_host:]), "p2p")
+    return AlgoCost(rounds=(concurrent(inside), concurrent(across)),
                     kernel_bytes=sum(m.c(x) + m.d(x) for x in pieces), launches=2 * rounds, hops=rounds)
 
 
@@ -160,10 +161,10 @@ def reducible(op: str, plain, ctx: Ctx, m: Msg) -> AlgoCost:
     S, p = m.size_bytes, ctx.ranks
     count = max(1, round(S / m.dtype_bytes)) if S else 0
     parts = m.codec.reduce_parts(count, m.dtype_bytes) if op == "allreduce" else [m.w(S)]
-    stages = tuple(st for part in parts for st in tagged(plain(ctx, part).stages, op))
+    rounds = tuple(st for part in parts for st in tagged(plain(ctx, part).rounds, op))
     out = S if op == "allreduce" else S / p
     kernels = 0 if m.codec.is_none else 2 * len(parts)
-    return AlgoCost(stages=stages, kernel_bytes=m.c(S) + m.d(out), launches=kernels,
+    return AlgoCost(rounds=rounds, kernel_bytes=m.c(S) + m.d(out), launches=kernels,
                     hops=0 if m.codec.lossless else 1)
 
 
@@ -180,5 +181,5 @@ def movement(op: str, plain, ctx: Ctx, m: Msg) -> AlgoCost:
     else:  # broadcast, sendrecv
         payload, comp, decomp = m.w(S), m.c(S), m.d(S)
     moved = plain(ctx, payload)
-    return AlgoCost(stages=tagged(moved.stages, op), kernel_bytes=comp + decomp,
+    return AlgoCost(rounds=tagged(moved.rounds, op), kernel_bytes=comp + decomp,
                     launches=0 if m.codec.is_none else 2, hops=0 if m.codec.lossless else 1)

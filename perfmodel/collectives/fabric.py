@@ -66,7 +66,7 @@ class Ctx:
     call: object = None      # Calibration.call_cost: (op, algorithm, message bytes) -> runtime seconds per call
     active: int = 1          # ranks computing at once (this group and the concurrent ones)
     alltoall_view: object = None   # () -> AllToAllLinks from the group's traffic matrix, or None
-    library: object = None   # the collective library (perfmodel.collectives.library.Library) whose algorithms 'auto' weighs
+    library: object = None   # the collective library (perfmodel.collectives.library.Library) 'auto' weighs
 
     @cached_property
     def alltoall(self):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from perfmodel.collectives.fabric import Ctx
-from perfmodel.collectives.phases import AlgoCost, Phase, stage
+from perfmodel.collectives.transfers import AlgoCost, Transfer, concurrent
 
 
 def lg(x: int) -> int:
@@ -22,7 +22,7 @@ def lg(x: int) -> int:
 def ring_allreduce(ctx: Ctx, S: float) -> AlgoCost:
     """2(p-1) steps of S/p: reduce-scatter then all-gather around one ring."""
     p = ctx.ranks
-    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * (p - 1), 2 * (p - 1) / p * S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, 2 * (p - 1), 2 * (p - 1) / p * S)),))
 
 
 def _tree_depth(ctx: Ctx) -> int:
@@ -33,65 +33,65 @@ def _tree_depth(ctx: Ctx) -> int:
 
 def tree_allreduce(ctx: Ctx, S: float) -> AlgoCost:
     """Pipelined double binary tree: reduce up and broadcast down, 2S through each rank."""
-    return AlgoCost(stages=(stage(Phase(ctx.ring, 2 * _tree_depth(ctx), 2 * S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, 2 * _tree_depth(ctx), 2 * S)),))
 
 
 def _halving_phases(ctx: Ctx, S: float, factor: int) -> tuple:
     """Recursive halving (or doubling) with the in-host rounds carrying the big halves."""
     N, r = ctx.hosts, ctx.ranks_per_host
     if N == 1:
-        return (stage(Phase(ctx.intra, factor * lg(ctx.ranks), factor * S * (1 - 1 / ctx.ranks))),)
-    return (stage(Phase(ctx.intra, factor * lg(r), factor * S * (1 - 1 / r))),
-            stage(Phase(ctx.inter, factor * lg(N), factor * S * (1 - 1 / N) / r)))
+        return (concurrent(Transfer(ctx.intra, factor * lg(ctx.ranks), factor * S * (1 - 1 / ctx.ranks))),)
+    return (concurrent(Transfer(ctx.intra, factor * lg(r), factor * S * (1 - 1 / r))),
+            concurrent(Transfer(ctx.inter, factor * lg(N), factor * S * (1 - 1 / N) / r)))
 
 
 def recursive_doubling_allreduce(ctx: Ctx, S: float) -> AlgoCost:
     """Rabenseifner: halving reduce-scatter + doubling all-gather, 2 log2 p steps, 2(p-1)/p S;
     a non-power-of-two p adds a fold-in and fold-out of S each."""
-    extra = () if ctx.ranks & (ctx.ranks - 1) == 0 else (stage(Phase(ctx.ring, 2, 2 * S)),)
-    return AlgoCost(stages=_halving_phases(ctx, S, 2) + extra)
+    extra = () if ctx.ranks & (ctx.ranks - 1) == 0 else (concurrent(Transfer(ctx.ring, 2, 2 * S)),)
+    return AlgoCost(rounds=_halving_phases(ctx, S, 2) + extra)
 
 
 def hierarchical_allreduce(ctx: Ctx, S: float) -> AlgoCost:
     """In-host reduce-scatter, ring all-reduce of S/r across hosts (r rings), in-host all-gather."""
     N, r = ctx.hosts, ctx.ranks_per_host
-    inner = Phase(ctx.intra, r - 1, (r - 1) / r * S)
-    return AlgoCost(stages=(stage(inner), stage(Phase(ctx.inter, 2 * (N - 1), 2 * (N - 1) / N * S / r)),
-                            stage(inner)))
+    inner = Transfer(ctx.intra, r - 1, (r - 1) / r * S)
+    return AlgoCost(rounds=(concurrent(inner), concurrent(Transfer(ctx.inter, 2 * (N - 1), 2 * (N - 1) / N * S / r)),
+                            concurrent(inner)))
 
 
 def nvls_allreduce(ctx: Ctx, S: float) -> AlgoCost:
     """NVLink SHARP: the switch reduces; each GPU moves S (1 + 1/p) each way in 2 steps, under
     NVLS's own protocol where the architecture has one (catalog/nccl_arch.toml)."""
-    return AlgoCost(stages=(stage(Phase(ctx.nvls_link or ctx.intra, 2, S * (1 + 1 / ctx.ranks))),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.nvls_link or ctx.intra, 2, S * (1 + 1 / ctx.ranks))),))
 
 
 def ring_gather(ctx: Ctx, S: float) -> AlgoCost:
     """Ring reduce-scatter or all-gather: p-1 steps of S/p."""
     p = ctx.ranks
-    return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) / p * S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, p - 1, (p - 1) / p * S)),))
 
 
 def recursive_doubling_gather(ctx: Ctx, S: float) -> AlgoCost:
     """Recursive halving reduce-scatter / doubling all-gather: log2 p steps, (p-1)/p S."""
-    return AlgoCost(stages=_halving_phases(ctx, S, 1))
+    return AlgoCost(rounds=_halving_phases(ctx, S, 1))
 
 
 def hierarchical_gather(ctx: Ctx, S: float) -> AlgoCost:
     """In-host reduce-scatter of S, then across hosts on S/r (all-gather: the reverse)."""
     N, r = ctx.hosts, ctx.ranks_per_host
-    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) / r * S)),
-                            stage(Phase(ctx.inter, N - 1, (N - 1) / N * S / r))))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) / r * S)),
+                            concurrent(Transfer(ctx.inter, N - 1, (N - 1) / N * S / r))))
 
 
 def ring_broadcast(ctx: Ctx, S: float) -> AlgoCost:
     """Pipelined chain: p-1 latency steps, S through each link."""
-    return AlgoCost(stages=(stage(Phase(ctx.ring, ctx.ranks - 1, S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, ctx.ranks - 1, S)),))
 
 
 def tree_broadcast(ctx: Ctx, S: float) -> AlgoCost:
     """Pipelined binary tree: depth steps, each inner rank forwards S to two children."""
-    return AlgoCost(stages=(stage(Phase(ctx.ring, _tree_depth(ctx), 2 * S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, _tree_depth(ctx), 2 * S)),))
 
 
 def direct_alltoall(ctx: Ctx, S: float) -> AlgoCost:
@@ -103,9 +103,9 @@ def direct_alltoall(ctx: Ctx, S: float) -> AlgoCost:
         return pairwise_alltoall(ctx, S)
     p, r = ctx.ranks, ctx.ranks_per_host
     if ctx.hosts == 1:
-        return AlgoCost(stages=(stage(Phase(links.pairwise_intra, p - 1, (p - 1) / p * S)),))
-    intra = (Phase(links.pairwise_intra, r - 1, (r - 1) / p * S),) if links.pairwise_intra else ()
-    return AlgoCost(stages=(stage(*intra, Phase(links.pairwise_inter, p - r, (p - r) / p * S)),))
+        return AlgoCost(rounds=(concurrent(Transfer(links.pairwise_intra, p - 1, (p - 1) / p * S)),))
+    intra = (Transfer(links.pairwise_intra, r - 1, (r - 1) / p * S),) if links.pairwise_intra else ()
+    return AlgoCost(rounds=(concurrent(*intra, Transfer(links.pairwise_inter, p - r, (p - r) / p * S)),))
 
 
 def hierarchical_alltoall(ctx: Ctx, S: float) -> AlgoCost:
@@ -116,8 +116,8 @@ def hierarchical_alltoall(ctx: Ctx, S: float) -> AlgoCost:
     p, N, r = ctx.ranks, ctx.hosts, ctx.ranks_per_host
     links = ctx.alltoall
     rail, forward = (links.rail, links.pairwise_intra) if links is not None else (ctx.inter, ctx.intra)
-    return AlgoCost(stages=(stage(Phase(rail, N - 1, (N - 1) * r / p * S),
-                                  Phase(forward, r - 1, (r - 1) * N / p * S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(rail, N - 1, (N - 1) * r / p * S),
+                                  Transfer(forward, r - 1, (r - 1) * N / p * S)),))
 
 
 def pairwise_alltoall(ctx: Ctx, S: float) -> AlgoCost:
@@ -125,11 +125,11 @@ def pairwise_alltoall(ctx: Ctx, S: float) -> AlgoCost:
     inside compressed reductions, ``perfmodel.collectives.compressed``)."""
     p, r = ctx.ranks, ctx.ranks_per_host
     if ctx.hosts == 1:
-        return AlgoCost(stages=(stage(Phase(ctx.ring, p - 1, (p - 1) / p * S)),))
-    return AlgoCost(stages=(stage(Phase(ctx.intra, r - 1, (r - 1) / p * S),
-                                  Phase(ctx.inter, p - r, (p - r) / p * S)),))
+        return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, p - 1, (p - 1) / p * S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) / p * S),
+                                  Transfer(ctx.inter, p - r, (p - r) / p * S)),))
 
 
 def direct_sendrecv(ctx: Ctx, S: float) -> AlgoCost:
     """Every rank sends S to the next (a pipeline stage boundary): one step of S."""
-    return AlgoCost(stages=(stage(Phase(ctx.ring, 1, S)),))
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.ring, 1, S)),))

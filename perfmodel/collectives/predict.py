@@ -12,7 +12,7 @@ from functools import lru_cache, partial
 
 from perfmodel.collectives.compressed import Msg, movement, reducible
 from perfmodel.collectives.fabric import Ctx, make_ctx
-from perfmodel.collectives.phases import evaluate, wire_bytes_by_tier, with_runtime_call
+from perfmodel.collectives.transfers import evaluate, wire_bytes_by_tier, with_runtime_call
 from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.calibration.profile import load_profile
@@ -164,7 +164,7 @@ def _record(op, size_bytes, dtype, codec, label, ctx, built, algorithm, chunks) 
         gpus=ctx.ranks, algorithm=name, protocol=timed.protocol, chunks=timed.chunks, compressor=label,
         compressor_spec=codec.text, time_s=timed.time_s, algbw_GBps=algbw,
         busbw_GBps=algbw * busbw_factor(op, ctx.ranks), wire_bytes=tiers,
-        sent_bytes=sum(ph.nbytes for st in cost.stages for ph in st),
+        sent_bytes=sum(ph.nbytes for st in cost.rounds for ph in st),
         wire_bytes_total=sum(tiers.values()), compression_ratio=size_bytes / max(msg.w(size_bytes), 1),
         exact_wire_size=codec.exact, kernel_time_s=timed.kernel_s, latency_s=timed.latency_s,
         bandwidth_s=timed.bandwidth_s, error_estimate=eps * math.sqrt(cost.hops), hops=cost.hops,

@@ -23,7 +23,7 @@ from perfmodel.calibration.profile import load_calibration
 from perfmodel.collectives.predict import DTYPES, resolve_context
 from perfmodel.collectives.compressed import Msg, movement, reducible
 from perfmodel.collectives.registry import COMPRESSED, PLAIN, runtime_algorithms
-from perfmodel.collectives.phases import AlgoCost, Timed, evaluate, with_runtime_call
+from perfmodel.collectives.transfers import AlgoCost, Timed, evaluate, with_runtime_call
 from perfmodel.compression import compile_spec
 from topologies import build_cluster
 from topologies.errors import InputError

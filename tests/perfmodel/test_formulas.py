@@ -6,7 +6,7 @@ import pytest
 from perfmodel.devices import Device, Protocol
 from perfmodel.collectives.compressed import Msg
 from perfmodel.collectives.fabric import Ctx, Link
-from perfmodel.collectives.phases import evaluate, pipelined
+from perfmodel.collectives.transfers import evaluate, pipelined
 from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.compression import compile_spec
 from perfmodel.collectives.record import busbw_factor
@@ -79,7 +79,7 @@ def test_allgather_allreduce_moves_p_payloads_and_decodes_all_p():
     w = m.w(S)
     assert cost.hops == 1
     assert cost.kernel_bytes == pytest.approx(m.c(S) + 8 * m.d(S))
-    assert sum(ph.nbytes for st in cost.stages for ph in st) == pytest.approx(7 / 8 * 8 * w)
+    assert sum(ph.nbytes for st in cost.rounds for ph in st) == pytest.approx(7 / 8 * 8 * w)
 
 
 def test_hops_of_compressed_allreduces():

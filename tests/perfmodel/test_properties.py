@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from perfmodel import collective_time
 from perfmodel.collectives.compressed import Msg, movement
 from perfmodel.collectives.fabric import make_ctx
-from perfmodel.collectives.phases import evaluate
+from perfmodel.collectives.transfers import evaluate
 from perfmodel.collectives.registry import COMPRESSED, PLAIN
 from perfmodel.compression.codec import Applied
 from perfmodel.compression.families import Stream

@@ -1,11 +1,13 @@
-"""Phases, algorithm costs, protocol choice and chunked pipelining.
+"""Transfers, algorithm costs, protocol choice and chunked pipelining.
 
-An algorithm is a sequence of *stages*; a stage is a set of *phases* that run at the
-same time on different links (time = the slowest); a phase is ``steps`` sequential
-messages that together carry ``nbytes`` from one rank over one link. Under protocol P:
+An algorithm is a sequence of *rounds*; a round is a set of *transfers* that run at the
+same time on different links (time = the slowest); a transfer is ``steps`` sequential
+messages that together carry ``nbytes`` from one rank over one link. (Rounds and transfers are
+a collective's own words: a step's *stages* are pipeline stages, its *phases* the parts of its
+breakdown, ``perfmodel.phases``.) Under protocol P:
 
-    phase time = steps * max(link latency, P.step) + nbytes / (link bandwidth * P.bw_fraction)
-    wire time  = max over links of P.base + sum over stages of the slowest phase
+    transfer time = steps * max(link latency, P.step) + nbytes / (link bandwidth * P.bw_fraction)
+    wire time     = max over links of P.base + sum over rounds of the slowest transfer
 
 (Hockney's alpha-beta model per phase; NCCL's protocol latencies and bandwidth
 fractions, see catalog/protocols.toml.) Kernel time is memory traffic over the
@@ -34,7 +36,7 @@ PRIMITIVES = ("allreduce", "allgather", "alltoall", "p2p", "broadcast", "reduce_
 
 
 @dataclass(frozen=True)
-class Phase:
+class Transfer:
     """``steps`` sequential messages carrying ``nbytes`` over ``link``; ``primitive`` names the
     torch.distributed call that moves them where a runtime measured it (``Link.primitives``)."""
 
@@ -48,7 +50,7 @@ class Phase:
 class AlgoCost:
     """What an algorithm does, before protocols, devices and chunking turn it into time."""
 
-    stages: tuple            # tuple of tuples of Phase
+    rounds: tuple            # tuple of tuples of Transfer
     kernel_bytes: float = 0.0
     launches: int = 0
     hops: int = 0            # lossy compressions one value passes through in sequence
@@ -65,14 +67,15 @@ class Timed:
     kernel_s: float
 
 
-def stage(*phases: Phase) -> tuple:
-    return tuple(p for p in phases if p.steps > 0)
+def concurrent(*transfers: Transfer) -> tuple:
+    """One round: the transfers that run at the same time (empty ones dropped)."""
+    return tuple(t for t in transfers if t.steps > 0)
 
 
 def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:
     """(base latency, step latency, bandwidth time) under one protocol."""
     base = steps = bandwidth = 0.0
-    for phases in cost.stages:
+    for phases in cost.rounds:
         worst_lat = worst_bw = -1.0
         for ph in phases:
             b, step, per_byte = ph.link.terms[proto]
@@ -110,7 +113,7 @@ def evaluate(cost: AlgoCost, dev: Device, chunks="auto") -> Timed:
     launches_s = cost.launches * dev.launch_s if cost.kernel_bytes > 0 else 0.0
     best_t, best = math.inf, None
     for proto in _protocols(cost):
-        base, steps, wire = _wire(cost, proto) if cost.stages else (0.0, 0.0, 0.0)
+        base, steps, wire = _wire(cost, proto) if cost.rounds else (0.0, 0.0, 0.0)
         overhead = launches_s + steps
         for k in chunk_options(kernel, wire, overhead, chunks):
             t = pipelined(base + steps, launches_s, overhead, kernel, wire, k)
@@ -130,10 +133,10 @@ def with_runtime_call(cost: AlgoCost, ctx, op: str, algorithm: str, size_bytes: 
 
 def _protocols(cost: AlgoCost) -> tuple:
     """The protocols every link of ``cost`` has, in the first link's order (NCCL's LL, LL128, Simple;
-    NVLS runs Simple only; an MPI library's eager and rendezvous); '-' with no stages."""
-    if not cost.stages:
+    NVLS runs Simple only; an MPI library's eager and rendezvous); '-' with no rounds."""
+    if not cost.rounds:
         return ("-",)
-    links = list({id(ph.link): ph.link for st in cost.stages for ph in st}.values())
+    links = list({id(ph.link): ph.link for st in cost.rounds for ph in st}.values())
     if not links:
         return PROTOCOL_NAMES
     return tuple(n for n in links[0].protocols if all(n in link.protocols for link in links)) or ("-",)
@@ -143,13 +146,13 @@ def wire_bytes_by_tier(cost: AlgoCost) -> dict:
     """Bytes that cross links of each tier for what one rank sends: a phase's bytes times
     the link crossings per byte of its pattern (topologies fabric view ``traversals``)."""
     out: dict[str, float] = {}
-    for phases in cost.stages:
+    for phases in cost.rounds:
         for ph in phases:
             for tier, crossings in ph.link.traversals:
                 out[tier] = out.get(tier, 0.0) + ph.nbytes * crossings
     return {k: v for k, v in out.items() if v > 0}
 
 
-def tagged(stages: tuple, primitive: str) -> tuple:
-    """``stages`` with every phase marked as moved by ``primitive``."""
-    return tuple(tuple(Phase(ph.link, ph.steps, ph.nbytes, primitive) for ph in st) for st in stages)
+def tagged(rounds: tuple, primitive: str) -> tuple:
+    """``rounds`` with every transfer marked as moved by ``primitive``."""
+    return tuple(tuple(Transfer(ph.link, ph.steps, ph.nbytes, primitive) for ph in st) for st in rounds)
