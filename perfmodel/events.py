@@ -33,12 +33,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from typing import TYPE_CHECKING
 
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.mesh import Groups, Mesh
 from perfmodel.plan.parallel import ParallelPlan
 from perfmodel.workload import ModelSpec
+
+if TYPE_CHECKING:   # the generators read a stage through it; it reads memory, which reads the axes
+    from perfmodel.stage import StageContext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,49 +193,6 @@ def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> l
     return [CommEvent(name="dp.allreduce.tied_embedding", axis="dp", op="allreduce", nbytes=size,
                       dtype=plan.grad_dtype, group=pairs[0], concurrent=pairs, count=1, where="tail",
                       phase="step")]
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageContext:
-    """One pipeline stage of a plan, as the axes' event generators see it (``perfmodel.axes``)."""
-
-    model: ModelSpec
-    plan: ParallelPlan
-    mesh: Mesh
-    stage: int
-    layers: int
-    gpus_per_host: int = 1
-
-    @property
-    def first(self) -> bool:
-        return self.stage == 0
-
-    @property
-    def last(self) -> bool:
-        return self.stage == self.plan.pp - 1
-
-    @cached_property
-    def start(self) -> int:
-        """The stage's first layer."""
-        return self.plan.stage_first_layer(self.stage, self.model.num_layers)
-
-    @cached_property
-    def moe_layers(self) -> int:
-        return self.model.moe_layers_in(self.start, self.layers) if self.model.is_moe else 0
-
-    @cached_property
-    def param_split(self) -> tuple[float, float]:
-        """(dense, routed-expert) parameters one GPU of this stage holds."""
-        from perfmodel.plan.memory import stage_param_split   # memory reads the axes, which read this module
-
-        return stage_param_split(self.model, self.plan, self.layers, self.first, self.last, self.start)
-
-    @cached_property
-    def stage_params(self) -> float:
-        """Parameters one GPU of this stage holds (``perfmodel.plan.memory.stage_params``)."""
-        from perfmodel.plan.memory import stage_params   # memory reads the axes, which read this module
-
-        return stage_params(self.model, self.plan, self.layers, self.first, self.last, self.start)
 
 
 def tensor_parallel_events(ctx: StageContext) -> list[CommEvent]:

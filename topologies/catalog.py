@@ -9,6 +9,8 @@ or missing keys are refused with the list of allowed ones); ``[sources]`` maps a
 from __future__ import annotations
 
 import inspect
+import itertools
+import math
 import os
 from functools import lru_cache
 from importlib import resources
@@ -211,3 +213,22 @@ def load_spec(name_or_path: str) -> tuple[dict, str]:
     """(validated spec, origin) for a catalog name or TOML path. Cached."""
     spec, origin = _read(name_or_path)
     return validate_spec(spec), origin
+
+
+def grid_names(base: str, grid: str | dict) -> list[str]:
+    """Variant names of ``base`` over the product of ``grid``'s values, each one checked (built
+    spec validated) before any is used."""
+    if ":" in base:
+        raise InputError("cluster", base, "a catalog name or a cluster file to vary (not a variant or emulated)")
+    spec = load_spec(base)[0]
+    items = variants.parse_grid(grid) if isinstance(grid, str) else {k: [str(v) for v in vs] for k, vs in grid.items()}
+    for key in items:
+        variants.resolve(spec, key, "cluster_grid")
+    count = math.prod(len(v) for v in items.values())
+    if count > variants.MAX_VARIANTS:
+        raise InputError("cluster_grid", grid, f"at most {variants.MAX_VARIANTS} clusters per base ({count} asked)")
+    names = [f"{base}:" + ",".join(f"{k}={v}" for k, v in zip(items, combo))
+             for combo in itertools.product(*items.values())]
+    for name in names:
+        load_spec(name)
+    return names

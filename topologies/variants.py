@@ -8,13 +8,11 @@ name does and is cached like one. A key is an argument of the base cluster's nod
 against the same declared bounds as a cluster file's. Two arguments follow their leader where they
 were equal to it in the base cluster, so a what-if keeps the node's shape: ``nics`` follows ``gpus``
 (one NIC per GPU stays one NIC per GPU) and the fabric's ``link_Gbps`` follows ``nic_Gbps`` (the
-fabric is built for its NICs). A grid (``grid_names``) is the product of several values per key.
+fabric is built for its NICs). A grid (``topologies.catalog.grid_names``) is the product of several values per key.
 """
 from __future__ import annotations
 
 import inspect
-import itertools
-import math
 
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
@@ -130,24 +128,3 @@ def parse_grid(text: str) -> dict[str, list[str]]:
     if not out:
         raise InputError("cluster_grid", text, "at least one key=value,value,... item")
     return out
-
-
-def grid_names(base: str, grid: str | dict) -> list[str]:
-    """Variant names of ``base`` over the product of ``grid``'s values, each one checked (built
-    spec validated) before any is used."""
-    from topologies.catalog import load_spec
-
-    if ":" in base:
-        raise InputError("cluster", base, "a catalog name or a cluster file to vary (not a variant or emulated)")
-    spec = load_spec(base)[0]
-    items = parse_grid(grid) if isinstance(grid, str) else {k: [str(v) for v in vs] for k, vs in grid.items()}
-    for key in items:
-        resolve(spec, key, "cluster_grid")
-    count = math.prod(len(v) for v in items.values())
-    if count > MAX_VARIANTS:
-        raise InputError("cluster_grid", grid, f"at most {MAX_VARIANTS} clusters per base ({count} asked)")
-    names = [f"{base}:" + ",".join(f"{k}={v}" for k, v in zip(items, combo))
-             for combo in itertools.product(*items.values())]
-    for name in names:
-        load_spec(name)
-    return names

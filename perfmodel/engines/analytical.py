@@ -18,7 +18,7 @@ from functools import lru_cache
 from perfmodel.axes import AXES, ISSUE_ORDER, step_events
 from perfmodel.collectives.predict import collective_on
 from perfmodel.collectives.fabric import cpu_share, make_ctx
-from perfmodel.events import StageContext
+from perfmodel.stage import StageContext
 from perfmodel.phases import BUBBLE, COMPRESSION, COMPUTE, OPTIMIZER, OVERLAP_SLOWDOWN
 from perfmodel.step.compute import optimizer_time_s, stage_compute
 from perfmodel.engines import StepInputs, StepTiming, register

@@ -122,7 +122,8 @@ def record_inflation(record, regime: Regime | None = None) -> tuple[float, dict]
     return inflation(specs, record.error_estimate, batch_tokens, regime)
 
 
-CATALOG = pathlib.Path(__file__).parents[1] / "catalog"   # convergence-NAME.json: regimes measured by realrun convergence
+# convergence-NAME.json: regimes measured by realrun convergence
+CATALOG = pathlib.Path(__file__).parents[1] / "catalog"
 
 
 def catalog_regimes() -> list[str]:

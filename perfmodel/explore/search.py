@@ -471,7 +471,7 @@ def parse_clusters(text: str) -> list[str]:
 def cluster_list(cluster: str | list, grid: str | dict | None = None) -> list[str]:
     """The clusters to search: ``cluster`` (``parse_clusters``), each one varied over ``grid``."""
     from topologies import load_spec
-    from topologies.variants import grid_names
+    from topologies.catalog import grid_names
 
     names = parse_clusters(cluster) if isinstance(cluster, str) else list(dict.fromkeys(cluster))
     if not names:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.axes import AXES, ISSUE_ORDER, NAMES, active_axes, step_events
-from perfmodel.events import StageContext
+from perfmodel.stage import StageContext
 from perfmodel.plan.memory import shards
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.plan.parallel import GROUP_KINDS, make_plan

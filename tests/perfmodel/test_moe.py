@@ -7,7 +7,7 @@ import pytest
 
 from perfmodel import collective_time, predict
 from perfmodel.axes import AXES, active_axes, step_events
-from perfmodel.events import StageContext
+from perfmodel.stage import StageContext
 from perfmodel.compression import compile_spec
 from perfmodel.plan.memory import stage_param_split
 from perfmodel.plan.mesh import mesh_for

@@ -3,7 +3,7 @@ import pytest
 
 from topologies import build_cluster, load_spec
 from topologies.errors import InputError
-from topologies.variants import grid_names
+from topologies.catalog import grid_names
 
 
 def test_a_variant_changes_the_builder_arguments_and_keeps_the_node_shape():
