@@ -70,3 +70,43 @@ def test_topologies_imports_networkx_and_numpy_and_loads_the_rest_on_use():
         extra = {"matplotlib"} if path.name == "draw.py" else set()
         bad += [f"{path.name} imports {m}" for m in _top_level_imports(path) if m not in allowed | extra]
     assert not bad, bad
+
+
+def _module_imports(path: Path, modules: dict) -> set:
+    """The project modules ``path`` imports anywhere (functions too; ``TYPE_CHECKING`` blocks
+    aside), each named as ``modules`` names it; its own packages aside (their __init__ runs first)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for b in node.body for n in ast.walk(b)}
+    own = next(name for name, p in modules.items() if p == path)
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != own and not own.startswith(name + "."):
+                out.add(name)
+    return out
+
+
+def test_no_import_cycles():
+    """A cycle hidden by a function-local import is still a cycle: modules that need each other
+    belong together, or the shared part in a module of its own (docs/design.md, Layering)."""
+    import networkx as nx
+
+    modules = {}
+    for package in FORBIDDEN:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    graph = nx.DiGraph((name, other) for name, path in modules.items() for other in _module_imports(path, modules))
+    assert list(nx.simple_cycles(graph)) == []
