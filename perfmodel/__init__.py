@@ -11,7 +11,8 @@
     breakeven(model, cluster, "+12.7%", policy="hybrid", library="mpi", **plan)
                                                           -> BreakEven (kernel GB/s for a target speedup)
 """
-from perfmodel.collectives.predict import DTYPES, OPS, collective_time
+from perfmodel.collectives.predict import DTYPES, collective_time
+from perfmodel.collectives.registry import OPS
 from perfmodel.compression import Codec, compile_spec, parse_spec
 from perfmodel.prediction import StepRecord, compare, predict
 from perfmodel.collectives.record import CollectiveRecord, busbw_factor

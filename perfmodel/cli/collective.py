@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from perfmodel.cli.common import EPILOG, LIBRARY_HELP, RAW
-from perfmodel.collectives.predict import DTYPES, OPS
+from perfmodel.collectives.predict import DTYPES
+from perfmodel.collectives.registry import OPS
 from perfmodel.collectives.sweep import parse_compressors, parse_sweep, sweep_collectives
 from topologies.clikit import dump_json, table
 from topologies.units import format_size, parse_size

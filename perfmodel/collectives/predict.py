@@ -13,7 +13,7 @@ from functools import lru_cache, partial
 from perfmodel.collectives.compressed import Msg, movement, reducible
 from perfmodel.collectives.fabric import Ctx, make_ctx
 from perfmodel.collectives.transfers import evaluate, wire_bytes_by_tier, with_runtime_call
-from perfmodel.collectives.registry import COMPRESSED, PLAIN
+from perfmodel.collectives.registry import COMPRESSED, OPS, PLAIN
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.calibration.profile import load_profile
 from perfmodel.collectives.library import library
@@ -21,7 +21,6 @@ from perfmodel.compression import Codec, compile_spec
 from perfmodel.collectives.record import CollectiveRecord, busbw_factor
 from topologies import InputError, cluster_for, place
 
-OPS = tuple(PLAIN)
 DTYPES = {k: DTYPE_BYTES[k] for k in ("fp32", "bf16", "fp16")}   # the element types a collective takes
 # The most pipelining chunks a user may ask for: past a few hundred, per-chunk launches dominate any message.
 MAX_REQUESTED_CHUNKS = 4096

@@ -28,7 +28,7 @@ from perfmodel.compression import compile_spec
 from topologies import build_cluster
 from topologies.errors import InputError
 
-OPS = (*COMPRESSED, "alltoall")   # realrun's compressed reductions and its all-to-all
+PRICED_OPS = (*COMPRESSED, "alltoall")   # what runtime_cost prices: realrun's compressed reductions, its all-to-all
 
 
 def runtime_algorithm(op: str, compressor: str, algorithm: str) -> str:
@@ -56,8 +56,9 @@ class RuntimePrediction:
 
 def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx, calib=None) -> tuple:
     """(realrun algorithm, AlgoCost) of one realrun collective on a prepared context."""
-    if op not in OPS:
-        raise InputError("op", op, "one of " + ", ".join(OPS) + " (realrun's compressed reductions and all-to-all)")
+    if op not in PRICED_OPS:
+        raise InputError("op", op, "one of " + ", ".join(PRICED_OPS)
+                         + " (realrun's compressed reductions and all-to-all)")
     codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
     codec = calib.codec(codec) if calib else codec
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES["fp32"], codec=codec,

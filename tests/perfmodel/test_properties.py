@@ -15,7 +15,7 @@ from perfmodel.compression.families import Stream
 from topologies import build_cluster
 
 CLUSTERS = st.sampled_from(["dgx-a100", "dgx-h100", "lassen", "commodity-25g", "frontier"])
-OPS = st.sampled_from(["allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "sendrecv"])
+OP_NAMES = st.sampled_from(["allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "sendrecv"])
 SPECS = st.sampled_from(["none", "fp16", "int8", "topk(0.01)", "ef(topk(0.01))+int8", "sz3(abs=1e-4)",
                          "sign", "zfp(rate=8)", "lossless"])
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -40,7 +40,7 @@ class RatioOneCodec:
 
 
 @SETTINGS
-@given(CLUSTERS, st.integers(1, 3), OPS, SPECS, st.integers(10, 33), st.floats(1.01, 4.0))
+@given(CLUSTERS, st.integers(1, 3), OP_NAMES, SPECS, st.integers(10, 33), st.floats(1.01, 4.0))
 def test_time_never_decreases_with_size(cluster, nodes, op, spec, log_size, factor):
     if op == "reduce_scatter" and spec.startswith("powersgd"):
         return
@@ -82,7 +82,7 @@ def test_ring_busbw_never_exceeds_the_bottleneck_link(cluster, nodes, log_size):
 
 
 @SETTINGS
-@given(CLUSTERS, OPS, SPECS, st.integers(0, 30))
+@given(CLUSTERS, OP_NAMES, SPECS, st.integers(0, 30))
 def test_one_rank_costs_zero(cluster, op, spec, log_size):
     if op == "reduce_scatter" and spec.startswith("powersgd"):
         return
