@@ -25,9 +25,13 @@ from topologies.errors import InputError
 DEFAULT_ORDER = ("tp", "pp", "dp")   # the mesh's placement, innermost first: TP inside a node, then PP, DP
 
 
-def _degree(help_text: str, adds_gpus: bool = True):
-    """A degree's field: default 1, its help text (both CLIs) and whether it multiplies the GPUs."""
-    return field(default=1, metadata={"help": help_text, "adds_gpus": adds_gpus})
+def _degree(help_text: str, adds_gpus: bool = True, placed_after: str = "", carved_from: str = ""):
+    """A degree's field: default 1, its help text (both CLIs), whether it multiplies the GPUs,
+    where the mesh places it when ``order`` does not name it (right outside ``placed_after``;
+    empty: ``order`` must name it) and the degree it is carved from (``carved_from``: its ranks
+    are some of that degree's, as ep's are dp's)."""
+    return field(default=1, metadata={"help": help_text, "adds_gpus": adds_gpus, "placed_after": placed_after,
+                                      "carved_from": carved_from})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +40,9 @@ class Degrees:
     ``"auto"`` until ``resolved(gpus)`` fills it in."""
 
     tp: int = _degree("tensor-parallel size (divides the heads)")
-    cp: int = _degree("context parallel: each sequence split over cp GPUs (ring attention)")
+    cp: int = _degree("context parallel: each sequence split over cp GPUs (ring attention)", placed_after="tp")
     ep: int = _degree("expert parallel (MoE models): routed experts sharded over ep ranks carved from dp "
-                      "(ep divides dp and the experts)", adds_gpus=False)
+                      "(ep divides dp and the experts)", adds_gpus=False, placed_after="cp", carved_from="dp")
     pp: int = _degree("pipeline stages")
     dp: int | str = _degree("data-parallel replicas")
     order: tuple = DEFAULT_ORDER
@@ -50,7 +54,17 @@ class Degrees:
 
     @classmethod
     def help(cls, name: str) -> str:
-        return next(f.metadata["help"] for f in fields(cls) if f.name == name)
+        return cls._meta(name)["help"]
+
+    @classmethod
+    def placed_after(cls) -> dict:
+        """{degree: the degree it sits right outside of}: those ``order`` may leave out."""
+        return {n: cls._meta(n)["placed_after"] for n in cls.names() if cls._meta(n)["placed_after"]}
+
+    @classmethod
+    def carved(cls) -> dict:
+        """{degree: the degree whose ranks it is carved from} (ep: dp)."""
+        return {n: cls._meta(n)["carved_from"] for n in cls.names() if cls._meta(n)["carved_from"]}
 
     @classmethod
     def of(cls, mapping, **defaults) -> Degrees:
@@ -116,9 +130,20 @@ class Degrees:
         """The (cached) mesh of these degrees: rank <-> coordinates, the groups of each axis."""
         return mesh_of(self)
 
+    def placement(self) -> dict:
+        """{dimension: ranks along it} of the mesh: each degree, a carved one's parent divided by it."""
+        sizes = self.as_dict()
+        for name, parent in self.carved().items():
+            sizes[parent] //= sizes[name]
+        return sizes
+
     @classmethod
     def _adds(cls, name: str) -> bool:
-        return next(f.metadata["adds_gpus"] for f in fields(cls) if f.name == name)
+        return cls._meta(name)["adds_gpus"]
+
+    @classmethod
+    def _meta(cls, name: str) -> dict:
+        return next(f.metadata for f in fields(cls) if f.name == name)
 
 
 def add_arguments(parser, *, names: tuple | None = None, helps: dict | None = None, dp_auto: bool = True,

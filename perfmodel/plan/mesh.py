@@ -20,23 +20,29 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:   # the plan records hold the degrees this module lays out; it reads only their fields
+if TYPE_CHECKING:   # the plans hold the degrees this module lays out; it reads only their fields
     from perfmodel.plan.degrees import Degrees
     from perfmodel.plan.parallel import ParallelPlan
 
-# which placement dimensions each group kind varies (``dp`` the dp / ep replicas in placement)
-GROUP_DIMS = {"tp": ("tp",), "cp": ("cp",), "pp": ("pp",), "ep": ("ep",), "dp": ("cp", "ep", "dp"),
-              "edp": ("cp", "dp")}
+# Group kinds beside each degree's own (which varies that placement dimension alone): ``dp`` the
+# ranks that hold the same dense weights (cp x ep x the dp / ep replicas in placement), ``edp``
+# those that hold the same experts (cp x the dp / ep replicas)
+COMPOSITE_GROUPS = {"dp": ("cp", "ep", "dp"), "edp": ("cp", "dp")}
 
 
-def placement_order(order: tuple) -> tuple:
-    """The five placement dimensions innermost first: ``order``, with cp and ep where it does
-    not name them (module doc)."""
-    dims = list(order)
-    if "cp" not in dims:
-        dims.insert(dims.index("tp") + 1, "cp")
-    if "ep" not in dims:
-        dims.insert(dims.index("cp") + 1, "ep")
+def group_dims(degrees: Degrees) -> dict:
+    """{group kind: the placement dimensions its groups vary}."""
+    return {**{name: (name,) for name in degrees.names()}, **COMPOSITE_GROUPS}
+
+
+def placement_order(degrees: Degrees) -> tuple:
+    """Every placement dimension innermost first: ``order``, with each degree it does not name
+    right outside the one the degree is placed after (``Degrees.placed_after``: cp after tp,
+    ep after cp; module doc)."""
+    dims = list(degrees.order)
+    for name, after in degrees.placed_after().items():
+        if name not in dims:
+            dims.insert(dims.index(after) + 1, name)
     return tuple(dims)
 
 
@@ -54,11 +60,10 @@ class Mesh:
     """The ranks of a plan's degrees laid out in placement order, and every group kind's groups."""
 
     def __init__(self, degrees: Degrees):
-        d = degrees
-        self.sizes = {"tp": d.tp, "cp": d.cp, "ep": d.ep, "pp": d.pp, "dp": d.dp // d.ep}
-        self.order = placement_order(tuple(d.order))
-        ranks = np.arange(d.gpus).reshape([self.sizes[a] for a in reversed(self.order)])
-        self.groups = {kind: self._groups(ranks, dims) for kind, dims in GROUP_DIMS.items()}
+        self.sizes = degrees.placement()
+        self.order = placement_order(degrees)
+        ranks = np.arange(degrees.gpus).reshape([self.sizes[a] for a in reversed(self.order)])
+        self.groups = {kind: self._groups(ranks, dims) for kind, dims in group_dims(degrees).items()}
         self._pairs: dict = {}
 
     def _groups(self, ranks: np.ndarray, dims: tuple) -> Groups:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
+from perfmodel.plan.mesh import COMPOSITE_GROUPS
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
 from topologies.errors import InputError
@@ -31,8 +32,8 @@ RECOMPUTE = ("none", "selective", "full")
 # zeroed capacity queues and layout copies; whole-sequence attention is PyTorch's fused kernel)
 KERNELS = ("fused", "eager")
 MESH_AXES = DEFAULT_ORDER         # the mesh's dimensions; ``order`` permutes them, innermost first
-ORDER_OPTIONAL = ("cp", "ep")     # dimensions ``order`` may also name (perfmodel.plan.mesh places them otherwise)
-GROUP_KINDS = MESH_AXES + ("cp", "ep", "edp")   # the group kinds a mesh has (perfmodel.plan.mesh.GROUP_DIMS)
+ORDER_OPTIONAL = tuple(Degrees.placed_after())   # dimensions ``order`` may also name (the mesh places them otherwise)
+GROUP_KINDS = tuple(dict.fromkeys((*Degrees.names(), *COMPOSITE_GROUPS)))   # the group kinds a mesh has
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
@@ -217,8 +218,8 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
 def _check_order(order: tuple) -> None:
     core = [a for a in order if a not in ORDER_OPTIONAL]
     if sorted(core) != sorted(MESH_AXES) or len(set(order)) != len(order):
-        raise InputError("order", ",".join(order), "a permutation of tp,pp,dp, optionally with cp and ep "
-                         "(innermost first)")
+        raise InputError("order", ",".join(order), "a permutation of tp,pp,dp, optionally with "
+                         + " and ".join(ORDER_OPTIONAL) + " (innermost first)")
 
 
 def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
