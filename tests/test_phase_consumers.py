@@ -3,13 +3,15 @@ every consumer derives its columns from ``perfmodel.axes.PHASES``: no table of p
 hand anywhere else. A table by hand already shipped a bug (the breakdown plot lacked ep's and
 cp's phases: a MoE step's bars added up to less than its step).
 
-The rule, precise enough to keep: outside the declarations, in perfmodel/ and realrun/, no tuple,
+The rule, precise enough to keep: outside the declarations, in perfmodel/, realrun/, scripts/,
+benchmarks/ and the notebooks' code cells, no tuple,
 list, set or dict display holds two or more phase names as string literals (its items, a dict's
 keys and values, and the items of the displays directly inside it: a table of pairs), no class
 declares two or more fields named as phases, no call passes two or more keywords named as phases.
 One name alone (``breakdown["ep_comm_s"]``, ``b.add(COMPRESSION, s)``) is a lookup, not a table.
 """
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DECLARATIONS = {"perfmodel/phases.py", "perfmodel/axes.py"}
 # being rewritten to derive their measured phases from the declarations (issue 36, item 2, realrun side)
 REWRITTEN = {"realrun/train/trainer.py", "realrun/train/report.py", "realrun/validate_training.py"}
+STALE_NOTEBOOKS = {"notebooks/01_predict_clusters_you_do_not_have.ipynb"}   # its breakdown bars list phases by hand
 
 
 def _display_items(node) -> list:
@@ -52,13 +55,25 @@ def phase_tables(source: str) -> list[tuple[int, list[str]]]:
 
 
 def _sources() -> list[str]:
-    return sorted(str(p.relative_to(ROOT)) for package in ("perfmodel", "realrun")
-                  for p in (ROOT / package).rglob("*.py"))
+    return sorted(str(p.relative_to(ROOT)) for folder in ("perfmodel", "realrun", "scripts", "benchmarks")
+                  for p in (ROOT / folder).rglob("*.py"))
+
+
+def _notebooks() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _code(path: str) -> str:
+    """A source file's text; a notebook's code cells, one after another (IPython's % and ! lines left out)."""
+    text = (ROOT / path).read_text()
+    if not path.endswith(".ipynb"):
+        return text
+    cells = ["".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
+    return "\n".join(line for cell in cells for line in cell.splitlines() if not line.lstrip().startswith(("%", "!")))
 
 
 def _violations(paths) -> list[str]:
-    return [f"{path}:{line}: {', '.join(names)}" for path in paths
-            for line, names in phase_tables((ROOT / path).read_text())]
+    return [f"{path}:{line}: {', '.join(names)}" for path in paths for line, names in phase_tables(_code(path))]
 
 
 def test_the_rule_finds_a_table_by_hand():
@@ -73,13 +88,14 @@ def test_the_rule_finds_a_table_by_hand():
 
 def test_the_scan_sees_every_consumer():
     sources = set(_sources())
+    assert set(_notebooks()) >= STALE_NOTEBOOKS and len(_notebooks()) > 1
     assert sources >= DECLARATIONS | REWRITTEN | {"perfmodel/report/text.py", "perfmodel/report/plots.py",
                                                   "perfmodel/step/timing.py", "perfmodel/engines/analytical.py",
                                                   "perfmodel/report/trace.py", "perfmodel/engines/des.py"}
 
 
 def test_no_consumer_lists_phases_by_hand():
-    paths = [p for p in _sources() if p not in DECLARATIONS | REWRITTEN]
+    paths = [p for p in _sources() + _notebooks() if p not in DECLARATIONS | REWRITTEN | STALE_NOTEBOOKS]
     assert _violations(paths) == []
 
 
@@ -87,3 +103,9 @@ def test_no_consumer_lists_phases_by_hand():
                    "realrun/validate_training.py are being rewritten to derive their phases from perfmodel.axes.PHASES")
 def test_realrun_s_training_reports_list_no_phases_by_hand():
     assert _violations(sorted(REWRITTEN)) == []
+
+
+@pytest.mark.xfail(strict=False, reason="notebooks/01_predict_clusters_you_do_not_have.ipynb stacks its breakdown "
+                   "bars from a list of phases by hand (it should take perfmodel.report.plots.stacked_parts)")
+def test_the_notebooks_list_no_phases_by_hand():
+    assert _violations(sorted(STALE_NOTEBOOKS)) == []
