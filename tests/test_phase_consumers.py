@@ -4,11 +4,11 @@ hand anywhere else. A table by hand already shipped a bug (the breakdown plot la
 cp's phases: a MoE step's bars added up to less than its step).
 
 The rule, precise enough to keep: outside the declarations, in perfmodel/, realrun/, scripts/,
-benchmarks/ and the notebooks' code cells, no tuple,
-list, set or dict display holds two or more phase names as string literals (its items, a dict's
-keys and values, and the items of the displays directly inside it: a table of pairs), no class
-declares two or more fields named as phases, no call passes two or more keywords named as phases.
-One name alone (``breakdown["ep_comm_s"]``, ``b.add(COMPRESSION, s)``) is a lookup, not a table.
+benchmarks/ and the notebooks' code cells, no tuple, list, set or dict display holds two or more
+phase names as string literals (its items, a dict's keys and values, and the items of the
+displays directly inside it: a table of pairs), no class declares two or more fields named as
+phases, no call passes two or more keywords named as phases. One name alone
+(``breakdown["ep_comm_s"]``, ``b.add(COMPRESSION, s)``) is a lookup, not a table.
 """
 import ast
 import json
