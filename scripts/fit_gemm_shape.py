@@ -1,6 +1,6 @@
 """Fit the A100's GEMM shape model (perfmodel.devices.GemmShape) to measured GEMM rows.
 
-Data: validation/published/gemm_a100.csv (copied from shared/data/measured_gemm_and_hbm.csv:
+Data: validation/published/gemm_a100.csv (rows of docs/data/measured_gemm_and_hbm.csv:
 the cuBLASLt fp16 rows of A100-SXM4-80GB and the MAMF bf16 best shape of A100 SXM), the rows
 with ``used_by_fit`` yes (the misaligned n = 2145 row is kept and reported, not fitted). The
 tile (128) and the SM count (108) are fixed; the fit chooses the fraction of an SM's peak a
