@@ -151,16 +151,19 @@ def _check_files(args) -> None:
 
 
 def _search(args):
-    from perfmodel.explore.search import search
+    """The search the arguments ask for: its PlanSpace and SearchOptions."""
+    from perfmodel.explore.search import PlanSpace, SearchOptions, search
 
-    schedules = tuple(s.strip() for s in args.schedules.split(",") if s.strip())
-    return search(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs, seq=args.seq,
-                  candidates=args.candidates, max_error=args.max_error, recompute=args.recompute,
-                  schedules=schedules, max_mbs=args.max_mbs, workers=args.workers, calibration=args.calibration,
-                  cluster_grid=args.cluster_grid, tokens=args.tokens, gpu_hour_price=args.gpu_hour_price,
-                  executor=args.executor, scheduler=args.scheduler, stream=args.resume or args.stream,
-                  resume=bool(args.resume), library=args.library, convergence=args.convergence,
-                  progress=Progress("plans"))
+    space = PlanSpace(model=args.model, cluster=args.cluster, cluster_grid=args.cluster_grid, gpus=args.gpus,
+                      nodes=args.nodes, gbs=args.gbs, max_mbs=args.max_mbs, recompute=args.recompute,
+                      schedules=tuple(s.strip() for s in args.schedules.split(",") if s.strip()),
+                      fixed={"seq": args.seq})
+    options = SearchOptions(candidates=args.candidates, max_error=args.max_error, convergence=args.convergence,
+                            tokens=args.tokens, gpu_hour_price=args.gpu_hour_price, executor=args.executor,
+                            workers=args.workers, scheduler=args.scheduler, stream=args.resume or args.stream,
+                            resume=bool(args.resume), progress=Progress("plans"),
+                            predict={"calibration": args.calibration, "library": args.library})
+    return search(space, options)
 
 
 def _front_title(result) -> str:

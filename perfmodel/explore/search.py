@@ -43,6 +43,7 @@ import contextlib
 import itertools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
@@ -195,7 +196,7 @@ def _within(record, budget: dict) -> bool:
 
 
 _REQUEST_FIELDS = REQUEST_FIELDS
-_OPTION_FIELDS = {f.name for f in fields(PredictOptions)} - {"policy"}
+_OPTION_FIELDS = frozenset(f.name for f in fields(PredictOptions)) - {"policy"}
 _PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", "ep", "cp")
 # The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
 ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
@@ -261,9 +262,6 @@ def _plan_fields(fixed: dict) -> dict:
 
 
 def _option_fields(fixed: dict) -> dict:
-    unknown = set(fixed) - _REQUEST_FIELDS - _OPTION_FIELDS
-    if unknown:
-        raise TypeError(f"search() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     return {k: v for k, v in fixed.items() if k in _OPTION_FIELDS}
 
 
@@ -276,58 +274,159 @@ def _families(plans: list, gbs: int) -> list[list]:
     return list(out.values())
 
 
-def search(model: str, cluster: str | list, *, gpus: int | None = None, nodes: int | None = None, gbs: int,
-           candidates: str | dict = DEFAULT_CANDIDATES, max_error: str | dict | None = None, max_mbs: int = 8,
-           recompute: str = "none", zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"),
-           sequence_parallel=(False, True), hpz=(False, True), workers: int | None = 1, progress=None,
-           cluster_grid: str | dict | None = None, tokens=None, gpu_hour_price=None, executor: str = "local",
-           scheduler: str | None = None, stream: str | None = None, resume: bool = False,
-           convergence: str | Regime | None = None, **fixed) -> SearchResult:
-    """Search clusters x plans x policies (module doc). ``cluster``: one name, several (a list, or
-    comma-separated: ``parse_clusters``), each varied over ``cluster_grid`` where given
-    (``topologies.variants``: ``"gpus_per_node=4,8 nic_Gbps=100,200"``); ``tokens`` adds what training
-    that many tokens takes and ``gpu_hour_price`` (USD, one number or per cluster) its cost
-    (``perfmodel.explore.cost``). ``executor``: ``local`` (``workers`` processes, None: every core) or
-    ``dask`` (a LocalCluster of ``workers`` processes, or the Dask cluster at ``scheduler``:
-    ``perfmodel.explore.executors``). ``stream``: a CSV file every family's rows are appended to as it
-    finishes; ``resume``: continue that file, skipping the families whose rows are all there
-    (``perfmodel.explore.stream``; the result is an uninterrupted search's). ``convergence``: the training
-    regime the steps inflation is of (``perfmodel.explore.convergence``: a ``Regime``, a ``realrun
-    convergence`` file, or None for the default). ``progress(done, total)`` in
-    plans of all clusters, after each family of plans (one pipeline shape, timed together);
-    ``fixed`` goes to ``predict`` (calibration, seq, ...)."""
+_VARIED = frozenset({*_PLAN_KEYS, "gpus", "nodes", "gbs"})    # what a search varies or sets itself
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanSpace:
+    """What plans a search enumerates (module doc): ``model`` on ``cluster`` (one name, several: a
+    list, or comma-separated: ``parse_clusters``), each varied over ``cluster_grid`` where given
+    (``topologies.variants``: ``"gpus_per_node=4,8 nic_Gbps=100,200"``); the job's size (``gpus`` or
+    ``nodes``) and global batch ``gbs``; every layout ``perfmodel.explore.sweep`` finds with
+    microbatches up to ``max_mbs`` and ``recompute`` (``any``: every mode), times the ``zero``
+    stages, ``schedules``, ``sequence_parallel`` and ``hpz`` where they apply (``plan_space``).
+    ``fixed``: PlanRequest fields every plan shares (``seq``, ``compute_dtype``, ``grad_dtype``, ...)."""
+
+    model: str
+    cluster: str | list | tuple
+    gbs: int
+    gpus: int | None = None
+    nodes: int | None = None
+    cluster_grid: str | dict | None = None
+    max_mbs: int = 8
+    recompute: str = "none"
+    zero: tuple = (0, 1, 2, 3)
+    schedules: tuple = ("1f1b", "interleaved:2")
+    sequence_parallel: tuple = (False, True)
+    hpz: tuple = (False, True)
+    fixed: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "fixed", _names_in("fixed", self.fixed, _REQUEST_FIELDS - _VARIED,
+                                                    "PlanRequest fields every plan shares"))
+
+    @property
+    def seq(self) -> int | None:
+        """The sequence length every plan shares (None: the model's)."""
+        return self.fixed.get("seq")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """How to search (module doc): ``candidates``, per-axis specs (``parse_candidates``' text or
+    {axis: [spec, ...]}), and ``max_error``, the per-axis budgets over the defaults
+    (``parse_max_error``); ``convergence``: the training regime of the steps inflation
+    (``perfmodel.explore.convergence``: a ``Regime``, a ``realrun convergence`` file, or None for the
+    default); ``tokens`` adds what training that many tokens takes and ``gpu_hour_price`` (USD, one
+    number or per cluster) its cost (``perfmodel.explore.cost``). ``executor``: ``local`` (``workers``
+    processes, None: every core) or ``dask`` (a LocalCluster of ``workers`` processes, or the Dask
+    cluster at ``scheduler``: ``perfmodel.explore.executors``). ``stream``: a CSV file every family's
+    rows are appended to as it finishes; ``resume``: continue that file, skipping the families whose
+    rows are all there (``perfmodel.explore.stream``; the result is an uninterrupted search's).
+    ``progress(done, total)`` in plans of all clusters, after each family of plans (one pipeline
+    shape, timed together). ``predict``: PredictOptions fields every prediction shares
+    (``calibration``, ``library``, ``engine``, ...)."""
+
+    candidates: str | dict = DEFAULT_CANDIDATES
+    max_error: str | dict | None = None
+    convergence: str | Regime | None = None
+    tokens: float | str | None = None
+    gpu_hour_price: float | str | dict | None = None
+    executor: str = "local"
+    workers: int | None = 1
+    scheduler: str | None = None
+    stream: str | None = None
+    resume: bool = False
+    progress: Callable | None = None
+    predict: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "predict", _names_in("predict", self.predict, _OPTION_FIELDS,
+                                                      "PredictOptions fields every prediction shares"))
+
+
+def _names_in(name: str, given, allowed: frozenset, what: str) -> dict:
+    """``given`` as a new dict, each of its keys one of ``allowed`` (else an InputError naming ``name``)."""
+    given = dict(given)
+    for key in given:
+        if key not in allowed:
+            raise InputError(name, key, f"{what}: {', '.join(sorted(allowed))}")
+    return given
+
+
+_SPACE_FIELDS = frozenset(f.name for f in fields(PlanSpace)) - {"fixed"}
+_SEARCH_FIELDS = frozenset(f.name for f in fields(SearchOptions)) - {"predict"}
+
+
+def space_and_options(model: str, cluster: str | list, **kw) -> tuple[PlanSpace, SearchOptions]:
+    """The keyword form mapped onto the objects: each keyword is a field of PlanSpace or
+    SearchOptions, or of PlanRequest (into ``PlanSpace.fixed``) or PredictOptions (into
+    ``SearchOptions.predict``)."""
+    unknown = set(kw) - _SPACE_FIELDS - _SEARCH_FIELDS - _REQUEST_FIELDS - _OPTION_FIELDS
+    if unknown:
+        raise TypeError(f"search() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    space = PlanSpace(model=model, cluster=cluster, **{k: v for k, v in kw.items() if k in _SPACE_FIELDS},
+                      fixed={k: v for k, v in kw.items() if k in _REQUEST_FIELDS and k not in _SPACE_FIELDS})
+    options = SearchOptions(**{k: v for k, v in kw.items() if k in _SEARCH_FIELDS},
+                            predict={k: v for k, v in kw.items() if k in _OPTION_FIELDS})
+    return space, options
+
+
+def search(space: PlanSpace | str | None = None, options: SearchOptions | str | list | None = None, /,
+           **kw) -> SearchResult:
+    """Search clusters x plans x policies (module doc): ``search(space, options)`` takes a
+    ``PlanSpace`` (what plans) and ``SearchOptions`` (how: candidates, error budget, cost, where it
+    runs); the keyword form ``search(model, cluster, gpus=..., gbs=..., candidates=..., workers=...)``
+    names their fields, and PlanRequest's (``seq``, ...) or PredictOptions' (``calibration``,
+    ``library``, ...) that every prediction shares, mapped onto them in one place
+    (``space_and_options``)."""
+    if not isinstance(space, PlanSpace):
+        space, options = space_and_options(*(a for a in (space, options) if a is not None), **kw)
+    elif kw:
+        raise TypeError(f"search(space, options) takes no keywords ({', '.join(sorted(kw))})")
+    return _search(space, options if options is not None else SearchOptions())
+
+
+def _search(space: PlanSpace, opts: SearchOptions) -> SearchResult:
     import time
 
     start = time.perf_counter()
-    check_executor(executor, scheduler)
-    _check_stream(stream, resume)
-    clusters = cluster_list(cluster, cluster_grid)
-    budget = parse_max_error(max_error)
-    costing = _costing(model, clusters, gbs, fixed.get("seq"), tokens, gpu_hour_price)
-    regime = convergence if isinstance(convergence, Regime) else load_regime(convergence)
-    batch_tokens = gbs * (fixed.get("seq") or load_model(model).seq_len)
+    check_executor(opts.executor, opts.scheduler)
+    _check_stream(opts.stream, opts.resume)
+    clusters = cluster_list(space.cluster, space.cluster_grid)
+    budget = parse_max_error(opts.max_error)
+    costing = _costing(space.model, clusters, space.gbs, space.seq, opts.tokens, opts.gpu_hour_price)
+    regime = opts.convergence if isinstance(opts.convergence, Regime) else load_regime(opts.convergence)
+    batch_tokens = space.gbs * (space.seq or load_model(space.model).seq_len)
+    admitted, dropped = _admitted(opts.candidates, budget)
+    for schedule in space.schedules:      # a bad name is an error, not a schedule no plan allows
+        parse_schedule(schedule)
+    where, fixed = {"gpus": space.gpus, "nodes": space.nodes}, {**space.fixed, **opts.predict}
+    plans = {c: plan_space(space.model, c, space.gpus, space.nodes, space.gbs, space.max_mbs, space.recompute,
+                           space.zero, tuple(space.schedules), tuple(space.sequence_parallel), tuple(space.hpz),
+                           space.seq) for c in clusters}
+    library(fixed.get("library"))   # refused here, not in a worker
+    jobs = [(space.model, c, where, space.gbs, family, admitted, budget, fixed) for c in clusters
+            for family in _families(plans[c], space.gbs)]
+    total = sum(map(len, plans.values()))
+    tag = _search_tag(space.model, where, space.gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
+    rows, skipped, resumed = _run(jobs, total, opts.progress, (opts.executor, opts.workers, opts.scheduler),
+                                  opts.stream, opts.resume, tag)
+    add_accuracy_cost(rows, regime, batch_tokens)
+    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
+    result.resumed, result.regime = resumed, regime
+    return result
+
+
+def _admitted(candidates: str | dict, budget: dict) -> tuple[dict, dict]:
+    """({axis: candidate specs within the budget, or none}, {axis: the specs over it})."""
     cands = parse_candidates(candidates) if isinstance(candidates, str) else {a: list(s) for a, s in candidates.items()}
     admitted = {a: [s for s in specs if admits(a, s, budget)] for a, specs in cands.items()}
     dropped = {a: [s for s in specs if s not in admitted[a]] for a, specs in cands.items()}
     for axis, specs in admitted.items():
         if not specs:
             admitted[axis] = ["none"]
-    for schedule in schedules:      # a bad name is an error, not a schedule no plan allows
-        parse_schedule(schedule)
-    where = {"gpus": gpus, "nodes": nodes}
-    _option_fields(fixed)
-    plans = {c: plan_space(model, c, gpus, nodes, gbs, max_mbs, recompute, zero, tuple(schedules),
-                           tuple(sequence_parallel), tuple(hpz), fixed.get("seq")) for c in clusters}
-    library(fixed.get("library"))   # refused here, not in a worker
-    jobs = [(model, c, where, gbs, family, admitted, budget, fixed) for c in clusters
-            for family in _families(plans[c], gbs)]
-    total = sum(map(len, plans.values()))
-    tag = _search_tag(model, where, gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
-    rows, skipped, resumed = _run(jobs, total, progress, (executor, workers, scheduler), stream, resume, tag)
-    add_accuracy_cost(rows, regime, batch_tokens)
-    result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
-    result.resumed, result.regime = resumed, regime
-    return result
+    return admitted, dropped
 
 
 def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):

@@ -50,3 +50,20 @@ def test_keywords_map_onto_their_objects_and_unknown_ones_are_refused():
     assert plan.tp == 4 and opts.policy == "hybrid" and opts.engine == "des"
     with pytest.raises(TypeError, match="tensor_parallel"):
         request_and_options(tensor_parallel=4)
+
+
+def test_engine_choices_are_the_registry_and_a_registered_engine_is_one(monkeypatch):
+    """perfmodel's --engine offers the registered engines: one registered more is a valid choice."""
+    from perfmodel.cli import _parser
+    from perfmodel.engines import engine_names
+
+    assert engine_names() == tuple(ENGINES) and engine_names()[0] == "analytical" and "des" in engine_names()
+    base = ["--model", "gpt3-1.3b", "--cluster", "dgx-a100", "--engine"]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["predict", *base, "fluid"])
+    monkeypatch.setitem(ENGINES, "fluid", ANALYTICAL)
+    assert "fluid" in engine_names()
+    parser = _parser()
+    for command in ("predict", "compare", "breakeven", "sweep"):
+        extra = ["--target", "1.1"] if command == "breakeven" else ["--gbs", "32"] if command == "sweep" else []
+        assert parser.parse_args([command, *base, "fluid", *extra]).engine == "fluid"
