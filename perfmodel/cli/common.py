@@ -7,6 +7,8 @@ import sys
 
 from perfmodel.collectives.library import library
 from perfmodel.engines import engine_names
+from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
+from perfmodel.plan.degrees import add_arguments as add_degree_arguments
 from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, KERNELS, PlanRequest
 from perfmodel.prediction import PredictOptions, request_and_options
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
@@ -63,16 +65,14 @@ def plan_args(p, sweep: bool = False) -> None:
     _option_args(p)
 
 
+# perfmodel's words beside a degree's own help text (perfmodel.plan.degrees)
+DEGREE_HELPS = {"cp": "gpus = tp x cp x pp x dp"}
+
+
 def _layout_args(p) -> None:
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (divides heads)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    p.add_argument("--dp", default="auto", help="data-parallel size or auto = gpus / (tp pp)")
+    add_degree_arguments(p, helps=DEGREE_HELPS)
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
     p.add_argument("--mbs", type=int, default=1, help="microbatch size")
-    p.add_argument("--ep", type=int, default=1, help="expert parallel (MoE models): experts sharded over ep "
-                   "ranks carved from dp (ep divides dp and the experts)")
-    p.add_argument("--cp", type=int, default=1, help="context parallel: each sequence split over cp GPUs "
-                   "(ring attention; gpus = tp x cp x pp x dp)")
 
 
 def _step_args(p, sweep: bool) -> None:
@@ -85,8 +85,8 @@ def _step_args(p, sweep: bool) -> None:
     p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
-    p.add_argument("--order", default="tp,pp,dp", help="placement order, innermost first (may name cp and ep, e.g. "
-                   "tp,pp,dp,ep: ep across nodes)")
+    p.add_argument("--order", default=",".join(DEFAULT_ORDER), help="placement order, innermost first (may name "
+                   f"{' and '.join(Degrees.placed_after())}, e.g. tp,pp,dp,ep: ep across nodes)")
     engine_arg(p)
     p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
                    help="reduce gradients after backward, not during it (as realrun train does)")
@@ -144,9 +144,8 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:
-        dp = args.dp if args.dp == "auto" else _int("dp", args.dp)
-        kw.update(tp=args.tp, pp=args.pp, dp=dp, zero=args.zero, mbs=args.mbs, recompute=args.recompute,
-                  hpz=args.hpz, tp_overlap=args.tp_overlap, ep=args.ep, cp=args.cp, kernels=args.kernels)
+        kw.update(_degrees(args), zero=args.zero, mbs=args.mbs, recompute=args.recompute, hpz=args.hpz,
+                  tp_overlap=args.tp_overlap, kernels=args.kernels)
     return kw
 
 
@@ -154,6 +153,14 @@ def request(args, policy: str = "none") -> tuple[PlanRequest, PredictOptions]:
     """The PlanRequest and PredictOptions of predict and compare (a DeepSpeed config applied)."""
     kw, policy = _deepspeed(args, plan_kwargs(args), policy)
     return request_and_options(policy=policy, trace=args.trace, timeline=args.timeline, **kw)
+
+
+def _degrees(args) -> dict:
+    """{degree: value} of the arguments (``Degrees.names()``; dp an integer or auto)."""
+    out = {name: getattr(args, name) for name in Degrees.names()}
+    if out["dp"] != "auto":
+        out["dp"] = _int("dp", out["dp"])
+    return out
 
 
 def _int(field, text):

@@ -54,6 +54,7 @@ from perfmodel.explore.cost import board_power_W, parse_prices, parse_tokens, tr
 from perfmodel.explore.cost import pareto_front as cost_front
 from perfmodel.explore.executors import check_executor, run_jobs
 from perfmodel.collectives.library import library
+from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest, parse_schedule
 from perfmodel.explore.sweep import candidate_plans
 from perfmodel.compression.policy import POLICY_AXES, parse_policy
@@ -197,14 +198,31 @@ def _within(record, budget: dict) -> bool:
 
 _REQUEST_FIELDS = REQUEST_FIELDS
 _OPTION_FIELDS = frozenset(f.name for f in fields(PredictOptions)) - {"policy"}
-_PLAN_KEYS = ("tp", "pp", "dp", "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", "ep", "cp")
+
+
+def _degree_columns() -> tuple[tuple, tuple]:
+    """The degrees (``perfmodel.plan.degrees``) as a row's columns, where every stream has had them:
+    (those every mesh places, in ``DEFAULT_ORDER``: before the plan's other fields; those an order
+    may leave out, ``Degrees.placed_after``, the most deeply placed first: after them)."""
+    after = Degrees.placed_after()
+
+    def depth(name: str) -> int:
+        return 1 + depth(after[name]) if name in after else 0
+
+    placed = tuple(n for n in DEFAULT_ORDER if n in Degrees.names())
+    rest = sorted((n for n in Degrees.names() if n not in placed), key=lambda n: (-depth(n), Degrees.names().index(n)))
+    return placed, tuple(rest)
+
+
+_DEGREES_FIRST, _DEGREES_LAST = _degree_columns()
+_PLAN_KEYS = (*_DEGREES_FIRST, "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", *_DEGREES_LAST)
 # The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
 ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
                "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
                "within_budget", "memory_GiB")
 STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``_search_tag``)
 _ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
-              "tp": int, "pp": int, "dp": int, "mbs": int, "zero": int, "ep": int, "cp": int,
+              **dict.fromkeys(Degrees.names(), int), "mbs": int, "zero": int,
               "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
 
 
@@ -496,6 +514,27 @@ def _plan_keys(job) -> list[tuple]:
     return out
 
 
+def _read_stream(path: str) -> list[dict]:
+    """A stream's rows; one written before a degree existed (its header lacks only degrees'
+    columns) reads that degree as 1, as ``Degrees.of`` reads older records."""
+    header = _header(path)
+    missing = [c for c in STREAM_COLUMNS if c not in header]
+    if not missing or set(missing) - set(Degrees.names()) or set(header) - set(STREAM_COLUMNS):
+        return read_rows(path, STREAM_COLUMNS, _ROW_TYPES)     # this version's stream, or refused naming its header
+    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, _ROW_TYPES)]
+
+
+def _header(path: str) -> tuple:
+    """The first line of a stream, as CSV (empty where there is none)."""
+    import csv
+
+    try:
+        with open(path, newline="") as handle:
+            return tuple(next(csv.reader([handle.readline()]), ()))
+    except (FileNotFoundError, UnicodeDecodeError):
+        return ()
+
+
 def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
     """What a stream already holds: (its rows of the families that finished, their plans that do
     not fit, their plans, the jobs still to run). A family finished when every plan that fits has
@@ -503,7 +542,7 @@ def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
     allowed; nothing is timed). Rows of another ``tag`` or that no family makes are refused:
     another search's stream."""
     present: dict = {}
-    for row in read_rows(path, STREAM_COLUMNS, _ROW_TYPES):
+    for row in _read_stream(path):
         if row.pop("search") != tag:
             raise InputError("resume", path, "a stream of this search (its rows are of another model, job size, "
                              "batch, candidates, error budget or options: resume with the same arguments)")

@@ -63,3 +63,23 @@ def test_the_cli_builds_the_objects(monkeypatch):
     assert isinstance(space, PlanSpace) and isinstance(options, SearchOptions)
     assert space.schedules == ("1f1b", "gpipe") and space.fixed == {"seq": None} and space.gpus == 8
     assert options.predict == {"calibration": None, "library": "mpi"} and options.workers == 3
+
+
+def test_a_stream_written_before_a_degree_existed_resumes(tmp_path, monkeypatch):
+    """A stream whose header lacks degrees' columns (written before ep and cp) reads them as 1."""
+    import csv
+
+    path = tmp_path / "rows.csv"
+    first = perfmodel.search("gpt2-medium", "dgx-a100", **CASE, **HOW, stream=str(path))
+    lines = list(csv.reader(path.read_text().splitlines()))
+    keep = [i for i, column in enumerate(lines[0]) if column not in ("ep", "cp")]
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle, lineterminator="\n").writerows([[row[i] for i in keep] for row in lines])
+
+    def evaluate(job):
+        raise AssertionError("every family's rows are in the stream")
+
+    monkeypatch.setattr(sys.modules["perfmodel.explore.search"], "_evaluate", evaluate)
+    again = perfmodel.search("gpt2-medium", "dgx-a100", **CASE, **HOW, stream=str(path), resume=True)
+    assert again.rows == first.rows and again.resumed == first.plans
+    assert {"ep", "cp"} <= set(next(csv.reader(path.read_text().splitlines())))     # written back in full
