@@ -2,7 +2,9 @@
 
 ``search`` predicts every candidate plan (tp, pp, dp, mbs, ZeRO stage, recompute, sequence
 parallelism, schedule, hpZ where it exists) under every compression policy built from per-axis
-candidate specs, keeps the policies whose every axis is within its error budget, and ranks:
+candidate specs, keeps the policies whose every axis is within its error budget, and ranks. It
+takes a ``PlanSpace`` (what plans) and ``SearchOptions`` (how to choose among them and where to
+run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as keywords:
 
 * **Candidates** (``--candidates``): ``axis=spec|spec|...`` per axis, ``;`` between axes; axes
   left out stay uncompressed. Plans cover ep and cp degrees where they apply (MoE models, long
