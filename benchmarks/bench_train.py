@@ -23,8 +23,8 @@ def main() -> None:
     args = ap.parse_args()
     runs = {}
     for policy in POLICIES:
-        runs[policy] = run_local(TrainConfig(model="gpt-tiny", dp=2, mbs=8, steps=args.steps, policy=policy,
-                                             eval_every=20))
+        runs[policy] = run_local(TrainConfig.of(model="gpt-tiny", dp=2, mbs=8, steps=args.steps, policy=policy,
+                                                eval_every=20))
         s = summary(runs[policy])
         print(f"{policy:24s} loss {s['final_loss']:.3f}  val {s['final_val_loss']:.3f}  step "
               f"{s['median_step_s'] * 1e3:6.1f} ms  dp bytes/step {s['dp_wire_bytes_per_step']:>10,.0f}  "

@@ -21,11 +21,13 @@ short run's time); each run warms up on its own (its first ``WARMUP_STEPS``). Lo
 validation loss and time to target are the first run's (runs are deterministic: the same
 losses in every run); measured relative errors are the median over all runs' steps.
 
-Phases compared (predicted <- measured): compute (forward + backward), tp, pp (send/recv with
-its wait <- pp comm + bubble), ep (the MoE dispatch and combine all-to-alls), cp (the K/V ring
-of context parallelism), dp (exposed gradient reduction and parameter gather, with their
-kernels, as perfmodel prices them), tp, pp, ep and cp compression kernels, optimizer; each the
-median over the runs of the run's median (ep and cp 0 in plans without them).
+Phases compared: those a run measures (``realrun.train.phases.MEASURED``, perfmodel's names:
+compute, tp, pp, ep, cp, dp exposed, compression, optimizer), ``predicted_<phase>`` beside
+``measured_<phase>``, both sides folded alike (``realrun.train.phases.compared``): the predicted
+bubble inside pp (a run's send/recv waits hold it), the overlap slowdown inside the optimizer, and
+the dp and zero kernels inside the dp phase (the trainer times them inside its reduction); the
+measured side is each phase's median over the run's steps, then the median over the runs (ep and
+cp 0 in plans without them).
 
 Besides the grid's plans, ``--plans`` accepts ``extra_plans``: expert parallelism (``ep2xdpN``,
 the MoE model ``TRAIN_MOE_MODEL``, ep carved from dp as ``realrun train --ep`` does) and
@@ -46,11 +48,13 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
+from perfmodel.plan.degrees import Degrees
 from perfmodel.prediction import predict as predict_step
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
 from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
                             restored, spread_cell)
 from realrun.train.config import TrainConfig
+from realrun.train.phases import MEASURED, OPTIONAL, compared, upgraded
 from realrun.train.report import steady
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
@@ -61,77 +65,65 @@ POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybri
 QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
 BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
-# predicted phase <- measured phases (record keys of realrun train; ep_* and cp_* only in plans
-# with them: 0 elsewhere) (perfmodel prices a dp collective with its kernels, the others apart)
-PHASES = {"compute_s": ("forward_s", "backward_s"), "tp_comm_s": ("tp_comm_s",),
-          "pp_comm_s": ("pp_comm_s",), "ep_comm_s": ("ep_comm_s",), "cp_comm_s": ("cp_comm_s",),
-          "dp_comm_s": ("dp_comm_s", "dp_kernel_s", "zero_kernel_s"),
-          "compression_s": ("tp_kernel_s", "pp_kernel_s", "ep_kernel_s", "ep_combine_kernel_s", "cp_kernel_s"),
-          "optimizer_s": ("optimizer_s",)}
-NEWER_PHASES = ("ep_comm_s", "cp_comm_s")   # a results file from before them lacks their columns (read as 0)
+PHASES = MEASURED   # the phases compared: predicted_<phase> and measured_<phase> (module doc)
+PLAN_ORDER = ("tp", "pp", "dp", "ep", "cp")   # TrainCase.plan's: tp, pp and dp always shown
+ALWAYS = ("tp", "pp", "dp")
 
 
 @dataclass(frozen=True)
 class TrainCase:
-    tp: int
-    pp: int
-    dp: int
+    degrees: Degrees   # ep > 1: expert parallelism (of dp), on TRAIN_MOE_MODEL
     zero: int
     policy: str
     bandwidth: int
-    ep: int = 1   # expert parallelism (of dp), on TRAIN_MOE_MODEL
-    cp: int = 1   # context parallelism
 
-    @classmethod
-    def of(cls, layout: tuple, policy: str, bandwidth: int) -> TrainCase:
-        """The case of a layout (tp, pp, dp, zero[, ep, cp]) as ``plans`` and ``extra_plans`` give them."""
-        return cls(*layout[:4], policy, bandwidth, *layout[4:])
-
-    @property
-    def layout(self) -> tuple:
-        return self.tp, self.pp, self.dp, self.zero, self.ep, self.cp
+    def __getattr__(self, name: str):
+        """A degree read through the case: ``case.tp`` is ``case.degrees.tp``."""
+        if name in Degrees.names():
+            return getattr(self.degrees, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def name(self) -> str:
-        return plan_name(*self.layout)
+        return plan_name(self.degrees, self.zero)
 
     @property
     def plan(self) -> str:
-        return (f"tp{self.tp}-pp{self.pp}-dp{self.dp}" + (f"-ep{self.ep}" if self.ep > 1 else "")
-                + (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-zero{self.zero}" if self.zero else ""))
+        """The plan as results files write it: ``tp1-pp1-dp4``, ``tp1-pp1-dp4-ep2``, ``tp1-pp1-dp2-cp2``,
+        ``tp1-pp1-dp4-zero1`` (``_plan_of`` reads it back)."""
+        return self.degrees.label("-", always=ALWAYS, order=PLAN_ORDER) + (f"-zero{self.zero}" if self.zero else "")
 
     @property
     def model(self) -> str:
         return TRAIN_MOE_MODEL if self.ep > 1 else TRAIN_MODEL
 
     def config(self, steps: int) -> TrainConfig:
-        return TrainConfig(model=self.model, tp=self.tp, pp=self.pp, dp=self.dp, ep=self.ep, cp=self.cp,
-                           zero=self.zero, mbs=TRAIN_MBS, gbs=TRAIN_MBS * self.dp * MICROBATCHES, steps=steps,
-                           policy=self.policy, eval_every=steps, error_every=max(1, steps // 2), device="cpu")
+        return TrainConfig(model=self.model, degrees=self.degrees, zero=self.zero, mbs=TRAIN_MBS,
+                           gbs=TRAIN_MBS * self.dp * MICROBATCHES, steps=steps, policy=self.policy, eval_every=steps,
+                           error_every=max(1, steps // 2), device="cpu")
 
 
-def plans(hosts: int) -> list[tuple[int, int, int, int]]:
-    """(tp, pp, dp, zero) on ``hosts`` ranks: all dp; tp 2; pp 2; tp 2 x pp 2; ZeRO-1."""
-    out = [(1, 1, hosts, 0), (2, 1, hosts // 2, 0), (1, 2, hosts // 2, 0), (2, 2, hosts // 4, 0),
-           (1, 1, hosts, 1)]
-    return [p for p in out if p[0] * p[1] * p[2] == hosts and p[2] >= 1 and (p[3] == 0 or p[2] > 1)]
+def plans(hosts: int) -> list[tuple[Degrees, int]]:
+    """(degrees, zero) on ``hosts`` ranks: all dp; tp 2; pp 2; tp 2 x pp 2; ZeRO-1."""
+    out = [((1, 1, hosts), 0), ((2, 1, hosts // 2), 0), ((1, 2, hosts // 2), 0), ((2, 2, hosts // 4), 0),
+           ((1, 1, hosts), 1)]
+    return [(Degrees(tp=tp, pp=pp, dp=dp), zero) for (tp, pp, dp), zero in out
+            if tp * pp * dp == hosts and dp >= 1 and (zero == 0 or dp > 1)]
 
 
-def extra_plans(hosts: int) -> list[tuple[int, int, int, int, int, int]]:
-    """(tp, pp, dp, zero, ep, cp) on ``hosts`` ranks that ``--plans`` may name beside the grid's:
-    ep 2 of dp = hosts (the MoE model), cp 2 x dp = hosts / 2."""
+def extra_plans(hosts: int) -> list[tuple[Degrees, int]]:
+    """(degrees, zero) on ``hosts`` ranks that ``--plans`` may name beside the grid's: ep 2 of
+    dp = hosts (the MoE model), cp 2 x dp = hosts / 2."""
     if hosts % 2:
         return []
-    return [(1, 1, hosts, 0, 2, 1), (1, 1, hosts // 2, 0, 1, 2)]
+    return [(Degrees(dp=hosts, ep=2), 0), (Degrees(dp=hosts // 2, cp=2), 0)]
 
 
-def plan_name(tp: int, pp: int, dp: int, zero: int, ep: int = 1, cp: int = 1) -> str:
+def plan_name(degrees: Degrees, zero: int = 0) -> str:
     """A plan as users write it, its ``realrun train`` flags: ``dp4``, ``tp2xdp2``, ``tp2xpp2``,
     ``tp2xpp2xdp2``, ``dp4xzero1``, ``cp2xdp2``, ``ep2xdp4`` (ep is carved from dp, as
     ``--ep`` is: 4 ranks, 2 replicas of each expert half)."""
-    parts = [f"{axis}{n}" for axis, n in (("tp", tp), ("cp", cp), ("ep", ep), ("pp", pp), ("dp", dp))
-             if n > 1] or ["dp1"]
-    return "x".join(parts + ([f"zero{zero}"] if zero else []))
+    return degrees.label("x") + (f"xzero{zero}" if zero else "")
 
 
 def select(cases: list[TrainCase], plan_names=None, policies=None) -> list[TrainCase]:
@@ -153,7 +145,7 @@ def grid(hosts: int, quick: bool, plan_names=None, policies=None) -> list[TrainC
     ``policies`` (none is kept as the speedups' baseline)."""
     bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
     layouts = plans(hosts) + (extra_plans(hosts) if plan_names else [])
-    cases = [TrainCase.of(p, policy, bw) for bw in bandwidths for p in layouts
+    cases = [TrainCase(*p, policy, bw) for bw in bandwidths for p in layouts
              for policy in (QUICK_POLICIES if quick else POLICIES)]
     if policies:
         policies = ["none", *(p for p in policies if p != "none")]
@@ -165,9 +157,8 @@ def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine
     on the analytical or the discrete-event engine."""
     cfg = case.config(steps)
     plan = cfg.plan()
-    return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world, tp=plan.tp,
-                        pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs,
-                        seq=plan.seq,
+    return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world,
+                        **plan.degrees.as_dict(), zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs, seq=plan.seq,
                         schedule=plan.schedule, policy=case.policy, compute_dtype=plan.compute_dtype,
                         grad_dtype=plan.grad_dtype, bucket_bytes=plan.bucket_bytes, dp_overlap=plan.dp_overlap,
                         kernels=plan.kernels, allow_oom=True, calibration=calibration, engine=engine)
@@ -195,16 +186,17 @@ def _median(records: list[dict], key: str) -> float:
 
 
 def predicted_phases(predicted) -> dict:
-    """perfmodel's breakdown in the measured phases' terms: dp and ZeRO kernels go with the dp
-    phase (the trainer times them inside its reduction), tp and pp kernels are the compression
-    phase, the bubble is inside the pp phase's waits."""
-    b, kernels = predicted.breakdown, predicted.kernel_s
-    dp_kernels = sum(sum(kernels.get(axis, {}).values()) for axis in ("dp", "zero"))
-    return {"compute_s": b["compute_s"], "tp_comm_s": b["tp_comm_s"], "pp_comm_s": b["pp_comm_s"] + b["bubble_s"],
-            "ep_comm_s": b.get("ep_comm_s", 0.0), "cp_comm_s": b.get("cp_comm_s", 0.0),
-            "dp_comm_s": b["dp_comm_exposed_s"] + dp_kernels,
-            "compression_s": max(0.0, b["compression_s"] - dp_kernels),
-            "optimizer_s": b["optimizer_s"] + b["overlap_slowdown_s"]}
+    """perfmodel's breakdown as a run measures it (``realrun.train.phases.compared``): the bubble
+    inside pp, the overlap slowdown inside the optimizer, the dp and ZeRO kernels inside the dp phase."""
+    return compared(predicted.breakdown, {axis: sum(k.values()) for axis, k in predicted.kernel_s.items()})
+
+
+def measured_phases(records: list[dict]) -> dict:
+    """One run's phases, folded as ``predicted_phases`` folds perfmodel's: each phase and each
+    axis's kernels the median over the run's steady steps (older records under today's names)."""
+    records = [upgraded(r) for r in records]
+    kernels = {k.removesuffix("_kernel_s"): _median(records, k) for k in records[0] if k.endswith("_kernel_s")}
+    return compared({phase: _median(records, phase) for phase in PHASES}, kernels)
 
 
 def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
@@ -214,9 +206,10 @@ def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
            "predicted_step_s": predicted.step_time_s,
            **repeated([_median(records, "step_s") for records in runs], "measured_step_s")}
-    for phase, keys in PHASES.items():
+    measured = [measured_phases(records) for records in runs]
+    for phase in PHASES:
         out[f"predicted_{phase}"] = pred[phase]
-        out[f"measured_{phase}"] = statistics.median(sum(_median(records, k) for k in keys) for records in runs)
+        out[f"measured_{phase}"] = statistics.median(m[phase] for m in measured)
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
     first = runs[0]
     out["val_loss"] = next((r["val_loss"] for r in reversed(first) if r.get("val_loss") is not None), None)
@@ -241,11 +234,12 @@ class StoredCluster:
         return f"emulated:hosts={hosts}" + (f",bandwidth={format_rate(bandwidth)}" if bandwidth else "")
 
 
-def read_stored(path: str, fields, what: str) -> list[dict]:
-    """The rows of a stored results CSV, every one of ``fields`` present; one clear error else."""
+def read_stored(path: str, fields, what: str, upgrade=None) -> list[dict]:
+    """The rows of a stored results CSV (each through ``upgrade``: an older file's columns under
+    today's names), every one of ``fields`` present; one clear error else."""
     try:
         with open(path, newline="") as handle:
-            stored = list(csv.DictReader(handle))
+            stored = [upgrade(r) if upgrade else r for r in csv.DictReader(handle)]
     except OSError as exc:
         raise InputError("measured", path, f"a readable {what} ({exc.strerror})") from None
     missing = [f for f in fields if stored and f not in stored[0]]
@@ -261,8 +255,9 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
     loss-curve picture needs the run itself). No training runs. A file written before repeats
     were recorded counts one run per case, its spread unknown."""
-    required = [f for f in FIELDS if f.removeprefix("predicted_").removeprefix("measured_") not in NEWER_PHASES]
-    stored = read_stored(results_csv, required, "results_training.csv of realrun validate --training")
+    required = [f for f in FIELDS if f.removeprefix("predicted_").removeprefix("measured_") not in OPTIONAL]
+    stored = read_stored(results_csv, required, "results_training.csv of realrun validate --training",
+                         upgrade=lambda r: upgraded(r, SIDES))
     rows = [_restored_row(m, runner or StoredCluster(), calibration, engine) for m in stored]
     add_speedups(rows)
     summary = summarize(rows)
@@ -273,7 +268,7 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
 
 
 def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict:
-    case = TrainCase.of(_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
+    case = TrainCase(*_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
     predicted = predict(case, runner, calibration, STEPS, engine)
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
@@ -288,13 +283,13 @@ def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict
     return out
 
 
-def _plan_of(text: str) -> tuple[int, int, int, int, int, int]:
-    """(tp, pp, dp, zero, ep, cp) of ``TrainCase.plan``'s text."""
+def _plan_of(text: str) -> tuple[Degrees, int]:
+    """(degrees, zero) of ``TrainCase.plan``'s text."""
     found = re.fullmatch(r"tp(\d+)-pp(\d+)-dp(\d+)(?:-ep(\d+))?(?:-cp(\d+))?(?:-zero(\d))?", text)
     if not found:
         raise InputError("plan", text, "tpT-ppP-dpD[-epE][-cpC][-zeroZ] as validate --training writes it")
-    return (int(found[1]), int(found[2]), int(found[3]), int(found[6] or 0), int(found[4] or 1),
-            int(found[5] or 1))
+    return (Degrees(tp=int(found[1]), pp=int(found[2]), dp=int(found[3]), ep=int(found[4] or 1),
+                    cp=int(found[5] or 1)), int(found[6] or 0))
 
 
 def _float(text: str) -> float | None:
@@ -366,6 +361,7 @@ FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", 
           "measured_speedup", *(f"{side}_{phase}" for phase in PHASES for side in ("predicted", "measured")),
           "val_loss", "none_val_loss", "time_to_target_s", "predicted_dp_error", "measured_dp_error",
           "predicted_tp_error", "measured_tp_error", "predicted_pp_error", "measured_pp_error")
+SIDES = ("predicted_", "measured_")   # the prefixes of a results row's columns
 REPEAT_FIELDS = ("repeats", "spread", "measured_step_all_s")   # written too; a file from before repeats lacks them
 
 

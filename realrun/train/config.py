@@ -134,9 +134,9 @@ class TrainConfig:
     def plan(self) -> ParallelPlan:
         """perfmodel's plan of this run (the stage split and what a prediction of it assumes):
         fp32 compute and gradients, as the CPU run computes, and realrun's eager kernels."""
-        return make_plan(load_model(self.model), self.world, **self.degrees.as_dict(), zero=self.zero, mbs=self.mbs, gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule,
-                         compute_dtype="fp32", grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False,
-                         kernels="eager")
+        return make_plan(load_model(self.model), self.world, **self.degrees.as_dict(), zero=self.zero, mbs=self.mbs,
+                         gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule, compute_dtype="fp32",
+                         grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False, kernels="eager")
 
     def _check_cp(self) -> None:
         """What context parallelism runs with here (the rest is refused in one line)."""

@@ -17,7 +17,7 @@ its axes' compression kernels (``exposed``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from realrun.train.phases import phase_of
 
@@ -57,6 +57,7 @@ class ReductionTiming(AxisTiming):
     contraction: float | None = None
 
 
+@runtime_checkable
 class AxisRuntime(Protocol):
     """A parallel runtime of the step (module doc)."""
 

@@ -151,14 +151,7 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
     optimizer_s = run.dp.step(model, opt)
     step_s = now(run.device) - start
     timings = {runtime: runtime.take() for runtime in run.runtimes}
-    forward_s, backward_s = passes.forward_s, passes.backward_s
-    for t in timings.values():   # the collectives inside the passes are their axes' phases
-        forward_s -= t.forward_s
-        backward_s -= t.backward_s
-    exposed, kernels = runtime_exposed(list(timings.values()), run.axes)
-    times = {"step_s": step_s, "forward_s": forward_s, "backward_s": backward_s,
-             **step_phases(forward_s, backward_s, optimizer_s, exposed, kernels),
-             **{f"{axis}_kernel_s": v for axis, v in kernels.items()}}
+    times = step_times(step_s, passes, list(timings.values()), optimizer_s, run.axes)
     stats = {axis: st for t in timings.values() for axis, st in t.stats.items() if axis in run.axes}
     errors = {axis: e for t in timings.values() for axis, e in t.errors.items() if axis in run.axes}
     routing = timings[run.ep]
@@ -169,6 +162,20 @@ def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dic
             **{f"{axis}_rel_error": errors[axis] for axis in run.axes}, **moe,
             # error feedback's ||C(y) - y|| / ||y||, on the steps that measure (None: none ran)
             "dp_contraction": timings[run.dp].contraction}
+
+
+def step_times(step_s: float, passes, timings: list, optimizer_s: float, axes) -> dict:
+    """This rank's times of a step: ``step_s``, forward and backward compute (the pipeline's
+    ``passes`` minus the runtimes' collectives inside them), the phases of the reported ``axes``
+    (``realrun.train.phases``: each runtime's seconds minus its kernels) and each axis's kernels."""
+    forward_s, backward_s = passes.forward_s, passes.backward_s
+    for t in timings:   # the collectives inside the passes are their axes' phases
+        forward_s -= t.forward_s
+        backward_s -= t.backward_s
+    exposed, kernels = runtime_exposed(timings, axes)
+    return {"step_s": step_s, "forward_s": forward_s, "backward_s": backward_s,
+            **step_phases(forward_s, backward_s, optimizer_s, exposed, kernels),
+            **{f"{axis}_kernel_s": v for axis, v in kernels.items()}}
 
 
 def _dropped_fraction(routed: int, dropped: int, device) -> float:

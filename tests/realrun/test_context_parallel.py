@@ -43,7 +43,7 @@ def test_a_rank_keeps_its_chunks_of_inputs_and_targets():
                                 dict(cp=2, dp=2, zero=1), dict(cp=3, seq=64), dict(cp=0)])
 def test_bad_context_parallel_configs_name_the_field(kw):
     with pytest.raises(InputError, match="cp"):
-        TrainConfig(**{"model": "gpt-tiny", **kw})
+        TrainConfig.of(**{"model": "gpt-tiny", **kw})
 
 
 def test_train_bad_cp_is_one_line(cli):
@@ -54,7 +54,7 @@ def test_train_bad_cp_is_one_line(cli):
 
 
 def test_the_plan_perfmodel_predicts_has_the_cp_ranks():
-    cfg = TrainConfig(model="gpt-tiny", cp=2, dp=2, mbs=4, seq=64)
+    cfg = TrainConfig.of(model="gpt-tiny", cp=2, dp=2, mbs=4, seq=64)
     plan = cfg.plan()
     assert (plan.cp, plan.dp, plan.gpus, cfg.world, plan.local_seq) == (2, 2, 4, 4, 32)
     assert cfg.idle_axes() == [] and TrainConfig(model="gpt-tiny", policy="cp=int8").idle_axes() == ["cp"]
@@ -78,7 +78,7 @@ def ring_bytes(model: str, cp: int, seq: int, mbs: int, microbatches: int = 1) -
 
 
 @pytest.mark.distributed
-def test_context_parallel_reproduces_one_rank(tmp_path, same_losses):
+def test_context_parallel_reproduces_one_rank(tmp_path, same_losses, declared_phases):
     """cp=2: each rank holds a quarter and the last quarter of every sequence, K/V round the
     ring; with policy none the losses and validation losses equal one rank's."""
     args = ("--seq", "64", "--mbs", "4", "--steps", "10", "--eval-every", "5")
@@ -91,6 +91,8 @@ def test_context_parallel_reproduces_one_rank(tmp_path, same_losses):
     assert two[0]["cp_rel_error"] == 0.0 and two[0]["cp_comm_s"] > 0 and "cp=2" in proc.stdout
     assert [r["error_step"] for r in two] == [i == 0 for i in range(10)]   # --error-every 10: step 0 measures
     assert two[-1]["dp_wire_bytes"] > 0   # the two cp ranks' gradients reduced
+    declared_phases(two[0], cp=2)
+    declared_phases(one[0])
 
 
 @pytest.mark.distributed

@@ -106,7 +106,7 @@ def test_the_balance_loss_reaches_the_router_and_leaves_the_loss_alone():
                                        (dict(ep=2, dp=2, zero=1), "ep"), (dict(ep=0), "ep")])
 def test_bad_expert_parallel_configs_name_the_field(kw, field):
     with pytest.raises(InputError, match=field):
-        TrainConfig(**{"model": "gpt-tiny-moe", **kw})
+        TrainConfig.of(**{"model": "gpt-tiny-moe", **kw})
 
 
 def test_train_bad_ep_is_one_line(cli):
@@ -148,7 +148,7 @@ def dispatch_bytes(model: str, ep: int, seq: int, mbs: int, microbatches: int = 
 
 
 @pytest.mark.distributed
-def test_expert_parallel_reproduces_one_rank(tmp_path, same_losses):
+def test_expert_parallel_reproduces_one_rank(tmp_path, same_losses, declared_phases):
     """dp=2 ep=2 (each rank holds 2 of the 4 experts, one microbatch each) against one rank with
     both microbatches: the same global batch, capacity on the same token sets, so the same drops
     and, with policy none, the same losses."""
@@ -163,6 +163,9 @@ def test_expert_parallel_reproduces_one_rank(tmp_path, same_losses):
     for axis in ("ep", "ep_combine"):   # perfmodel's padded rows (dispatched_rows), half to the other rank
         assert all(r[f"{axis}_wire_bytes"] == dispatch_bytes("gpt-tiny-moe", 2, 64, 4) for r in two)
     assert two[0]["ep_rel_error"] == 0.0 and "ep=2" in proc.stdout
+    declared_phases(two[0], "gpt-tiny-moe", dp=2, ep=2)
+    declared_phases(one[0], "gpt-tiny-moe")
+    assert two[0]["ep_comm_s"] > 0 and "ep_comm_s" not in one[0]
 
 
 @pytest.mark.distributed

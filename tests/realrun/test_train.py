@@ -77,7 +77,7 @@ def test_buckets_cover_every_parameter_last_first():
                                        (dict(resume=True), "resume")])
 def test_bad_configs_name_the_field(kw, field):
     with pytest.raises(InputError, match=field):
-        TrainConfig(**{"model": "gpt-tiny", **kw})
+        TrainConfig.of(**{"model": "gpt-tiny", **kw})
 
 
 def _train(tmp_path, name, *args):
@@ -90,13 +90,16 @@ def _train(tmp_path, name, *args):
 
 
 @pytest.mark.distributed
-def test_data_parallel_through_realrun_comm_reproduces_one_rank(tmp_path, same_losses):
+def test_data_parallel_through_realrun_comm_reproduces_one_rank(tmp_path, same_losses, declared_phases):
     """dp=2 (one microbatch each) and dp=1 (both microbatches) read the same global batch; with
     policy none the losses agree to float rounding."""
     two, proc = _train(tmp_path, "two", "--dp", "2", "--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
     one, _ = _train(tmp_path, "one", "--dp", "1", "--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
     same_losses(two, one, rel=1e-5)
     assert "loss first -> final" in proc.stdout and two[0]["dp_rel_error"] == 0.0
+    declared_phases(two[0], dp=2)
+    declared_phases(one[0], dp=1)
+    assert two[0]["compute_s"] == two[0]["forward_s"] + two[0]["backward_s"]
 
 
 @pytest.mark.distributed
@@ -217,7 +220,7 @@ def test_pipeline_parallel_reproduces_one_rank(tmp_path, schedule, same_losses):
 
 
 @pytest.mark.distributed
-def test_tp_pp_compressed_still_learn_and_pp_payloads_shrink(tmp_path):
+def test_tp_pp_compressed_still_learn_and_pp_payloads_shrink(tmp_path, declared_phases):
     """TP and PP compressed at once: it learns, the pp payload is int8's size, and the error
     measured on each axis is within 2x of perfmodel's estimate (eps x sqrt(hops), eps for
     unit-Gaussian data): pp sends compress once, on every measured step; tp's two-phase sums
@@ -235,6 +238,9 @@ def test_tp_pp_compressed_still_learn_and_pp_payloads_shrink(tmp_path):
     raw = 2 * 4 * 64 * 128 * 4   # two microbatches of fp32 activations, sent by one rank of a stage
     assert 0.2 * raw < steps[-1]["pp_wire_bytes"] < 0.3 * raw and steps[-1]["tp_wire_bytes"] > 0
     assert "axis pp has no traffic" not in proc.stderr
+    declared_phases(steps[0], tp=2, pp=2)
+    kernels = sum(v for k, v in steps[-1].items() if k.endswith("_kernel_s"))
+    assert steps[-1]["compression_s"] == pytest.approx(kernels) and steps[-1]["tp_kernel_s"] > 0
 
 
 @pytest.mark.distributed
@@ -260,9 +266,32 @@ def test_resume_refuses_another_run(cli, tmp_path):
     ck.mkdir()
     (ck / "latest").write_text("step-00000001\n")
     (ck / "step-00000001").mkdir()
-    (ck / "run.json").write_text(json.dumps({"model": "gpt-tiny", "lr": 0.1}))
+    (ck / "run.json").write_text(json.dumps({"model": "gpt-tiny", "dp": 2, "lr": 0.1}))
     proc = cli("realrun", "train", "--steps", "2", "--checkpoint", str(ck), "--resume")
     assert proc.returncode == 2 and "error: dp=1" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_files_written_before_the_degrees_record_still_load(tmp_path):
+    """A checkpoint's run.json and a rank's config JSON keep the degrees flat; one written before
+    ep and cp existed (no such keys) continues, or configures, a run with ep = cp = 1."""
+    from realrun.train import checkpoint
+
+    cfg = TrainConfig.of(model="gpt-tiny", dp=2, tp=2, mbs=4, seq=64)
+    flat = json.loads(cfg.to_json())
+    assert {k: flat[k] for k in ("tp", "cp", "ep", "pp", "dp")} == {"tp": 2, "cp": 1, "ep": 1, "pp": 1, "dp": 2}
+    assert "degrees" not in flat and TrainConfig.from_json(cfg.to_json()) == cfg
+    old = {k: v for k, v in flat.items() if k not in ("ep", "cp")}
+    assert TrainConfig.from_json(json.dumps(old)) == cfg and (cfg.tp, cfg.dp, cfg.world) == (2, 2, 4)
+    ck = tmp_path / "ck"
+    (ck / "step-00000002").mkdir(parents=True)
+    (ck / "latest").write_text("step-00000002\n")
+    identity = {"model": "gpt-tiny", "dp": 2, "tp": 2, "pp": 1, "schedule": "1f1b", "zero": 0, "mbs": 4,
+                "global_batch": 8, "seq_len": 64, "policy": "none", "lr": 3e-3, "seed": 0,
+                "bucket_bytes": cfg.bucket_bytes}   # a run.json from before ep and cp
+    (ck / "run.json").write_text(json.dumps(identity))
+    assert checkpoint.check(str(ck), cfg).endswith("step-00000002")
+    with pytest.raises(InputError, match="pp=2: 1, as in the checkpoint"):
+        checkpoint.check(str(ck), TrainConfig.of(model="gpt-tiny", dp=2, tp=2, pp=2, mbs=4, seq=64))
 
 
 def _children(pid: int) -> dict[int, str]:

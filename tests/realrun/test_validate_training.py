@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the real extra)")
 
+from perfmodel.plan.degrees import Degrees  # noqa: E402
 from realrun.validate_training import (PHASES, REPEAT_FIELDS, StoredCluster, TrainCase, add_speedups,  # noqa: E402
                                        grid, plans, predicted_phases, repredict, row, summarize, summary_lines,
                                        validate_training, write_outputs)
@@ -21,11 +22,21 @@ BREAKDOWN = dict(compute_s=0.2, tp_comm_s=0.0, pp_comm_s=0.0, dp_comm_exposed_s=
 
 
 def _records(step_s: float, dp_s: float, losses) -> list[dict]:
-    base = dict(forward_s=0.05, backward_s=0.1, tp_comm_s=0.0, pp_comm_s=0.0, dp_comm_s=dp_s, compress_s=0.0,
-                optimizer_s=0.01, tp_kernel_s=0.0, pp_kernel_s=0.0, dp_kernel_s=0.0, zero_kernel_s=0.0,
-                dp_rel_error=None, tp_rel_error=None, pp_rel_error=None)
+    base = dict(forward_s=0.05, backward_s=0.1, compute_s=0.15, tp_comm_s=0.0, pp_comm_s=0.0, dp_comm_exposed_s=dp_s,
+                compression_s=0.0, optimizer_s=0.01, tp_kernel_s=0.0, pp_kernel_s=0.0, dp_kernel_s=0.0,
+                zero_kernel_s=0.0, dp_rel_error=None, tp_rel_error=None, pp_rel_error=None)
     return [dict(base, step=i, step_s=step_s, loss=loss, val_loss=(loss if i == len(losses) - 1 else None))
             for i, loss in enumerate(losses)]
+
+
+def _old_records(step_s: float, dp_s: float, losses) -> list[dict]:
+    """Step records as realrun train wrote them before the phases took perfmodel's names."""
+    out = []
+    for r in _records(step_s, dp_s, losses):
+        r = {("dp_comm_s" if k == "dp_comm_exposed_s" else "compress_s" if k == "compression_s" else k): v
+             for k, v in r.items() if k != "compute_s"}
+        out.append(r)
+    return out
 
 
 def _predicted(step_s: float, dp_s: float):
@@ -34,8 +45,11 @@ def _predicted(step_s: float, dp_s: float):
 
 
 def test_the_grid_covers_the_targets():
-    assert plans(4) == [(1, 1, 4, 0), (2, 1, 2, 0), (1, 2, 2, 0), (2, 2, 1, 0), (1, 1, 4, 1)]
-    assert plans(2) == [(1, 1, 2, 0), (2, 1, 1, 0), (1, 2, 1, 0), (1, 1, 2, 1)]
+    def d(tp, pp, dp):
+        return Degrees(tp=tp, pp=pp, dp=dp)
+
+    assert plans(4) == [(d(1, 1, 4), 0), (d(2, 1, 2), 0), (d(1, 2, 2), 0), (d(2, 2, 1), 0), (d(1, 1, 4), 1)]
+    assert plans(2) == [(d(1, 1, 2), 0), (d(2, 1, 1), 0), (d(1, 2, 1), 0), (d(1, 1, 2), 1)]
     full = grid(4, quick=False)
     assert len(full) >= 40 and {c.bandwidth for c in full} == {10**8, 10**9}
     assert {"none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid", "zeropp",
@@ -46,15 +60,16 @@ def test_the_grid_covers_the_targets():
 
 
 def test_rows_speedups_and_summary(tmp_path):
-    none = TrainCase(1, 1, 4, 0, "none", 10**8)
-    int8 = TrainCase(1, 1, 4, 0, "naive:int8", 10**8)
+    none = TrainCase(Degrees(dp=4), 0, "none", 10**8)
+    int8 = TrainCase(Degrees(dp=4), 0, "naive:int8", 10**8)
     rows = [row(none, _predicted(0.5, 0.3), [_records(0.55, 0.35, [5.0, 4.0, 3.5, 3.2])]),
             row(int8, _predicted(0.3, 0.1), [_records(0.4, 0.2, [5.0, 4.1, 3.4, 3.3])])]
     add_speedups(rows)
     r = rows[1]
     assert r["predicted_speedup"] == pytest.approx(0.5 / 0.3) and r["measured_speedup"] == pytest.approx(0.55 / 0.4)
     assert r["time_to_target_s"] is None and rows[0]["time_to_target_s"] == pytest.approx(4 * 0.55)
-    assert r["measured_dp_comm_s"] == pytest.approx(0.2) and r["predicted_dp_comm_s"] == pytest.approx(0.1)
+    assert r["measured_dp_comm_exposed_s"] == pytest.approx(0.2)
+    assert r["predicted_dp_comm_exposed_s"] == pytest.approx(0.1)
     s = summarize(rows)
     assert s["cases"] == 2 and s["sign_agree"] == s["sign_total"] == 1 and s["fastest_agree"] == 1
     assert s["mape"] == pytest.approx((0.05 / 0.55 + 0.1 / 0.4) / 2)
@@ -79,7 +94,7 @@ def test_steps_that_measure_errors_are_left_out_of_the_times():
         r["step_s"] = 0.9 if r["error_step"] else 0.3 + 0.01 * r["step"]   # steps 2, 4, 5 clean
     assert [r["step"] for r in steady(records)] == [2, 4, 5]
     assert summary(records)["median_step_s"] == pytest.approx(0.34)
-    got = row(TrainCase(1, 1, 4, 0, "none", 10**8), _predicted(0.3, 0.1), [records])
+    got = row(TrainCase(Degrees(dp=4), 0, "none", 10**8), _predicted(0.3, 0.1), [records])
     assert got["measured_step_s"] == pytest.approx(0.34)
     every = [dict(r, error_step=True) for r in records]
     assert [r["step"] for r in steady(every)] == [2, 3, 4, 5, 6]
@@ -91,14 +106,14 @@ def test_kernels_go_to_the_phase_that_times_them():
                         error_estimate={}, kernel_s={"dp": {"critical_s": 0.02, "beside_compute_s": 0.0},
                                                      "tp": {"critical_s": 0.03, "beside_compute_s": 0.0}})
     got = predicted_phases(p)
-    assert got["dp_comm_s"] == pytest.approx(0.12) and got["compression_s"] == pytest.approx(0.03)
+    assert got["dp_comm_exposed_s"] == pytest.approx(0.12) and got["compression_s"] == pytest.approx(0.03)
 
 
 def test_a_stored_run_is_predicted_again_without_training(tmp_path, cli):
     """--measured: the stored measurements against today's model; the report and picture written,
     the stored time to target kept; a file that is not a results_training.csv is one error."""
-    none = TrainCase(1, 1, 2, 0, "none", 10**8)
-    int8 = TrainCase(1, 1, 2, 0, "naive:int8", 10**8)
+    none = TrainCase(Degrees(dp=2), 0, "none", 10**8)
+    int8 = TrainCase(Degrees(dp=2), 0, "naive:int8", 10**8)
     rows = [row(none, _predicted(0.5, 0.3), [_records(0.55, 0.35, [5.0, 4.0, 3.5, 3.2])]),
             row(int8, _predicted(0.3, 0.1), [_records(0.4, 0.2, [5.0, 4.1, 3.2, 3.3])])]
     add_speedups(rows)
@@ -135,7 +150,7 @@ def test_a_small_training_validation_end_to_end(tmp_path, monkeypatch):
     try:
         up(EmulatedSpec(hosts=2, bandwidth="1gbit"), name)
         runner = EmulatedRunner(name)
-        cases = [TrainCase(1, 1, 2, 0, p, 2 * 10**8) for p in ("none", "naive:int8")]
+        cases = [TrainCase(Degrees(dp=2), 0, p, 2 * 10**8) for p in ("none", "naive:int8")]
         summary = validate_training(runner, None, str(tmp_path / "out"), cases=cases, steps=4, repeats=2)
         assert summary["cases"] == 2 and summary["mape"] < 3.0 and summary["repeats"] == 2
         assert summary["noise_floor"] >= 0.0   # measured on two real runs of each case
@@ -174,7 +189,7 @@ class FakeTrainer:
 LOSSES = [5.0, 4.0, 3.5, 3.2]
 RUNS = {"none": [(0.50, 0.30, LOSSES), (0.60, 0.35, [5.0, 4.0, 3.6, 3.6]), (0.52, 0.32, [5.0, 4.0, 3.6, 3.6])],
         "naive:int8": [(0.40, 0.20, LOSSES), (0.412, 0.22, LOSSES), (0.405, 0.21, LOSSES)]}
-CASES = [TrainCase(1, 1, 4, 0, "none", 10**8), TrainCase(1, 1, 4, 0, "naive:int8", 10**8)]
+CASES = [TrainCase(Degrees(dp=4), 0, "none", 10**8), TrainCase(Degrees(dp=4), 0, "naive:int8", 10**8)]
 
 
 def test_every_case_is_run_repeats_times_round_robin(tmp_path):
@@ -192,7 +207,7 @@ def test_every_case_is_run_repeats_times_round_robin(tmp_path):
     assert float(none["measured_step_s"]) == pytest.approx(0.52) and float(none["spread"]) == pytest.approx(0.2)
     assert [float(v) for v in none["measured_step_all_s"].split(";")] == [0.50, 0.60, 0.52]
     assert none["repeats"] == "3" and float(int8["spread"]) == pytest.approx(0.03)
-    assert float(none["measured_dp_comm_s"]) == pytest.approx(0.32)
+    assert float(none["measured_dp_comm_exposed_s"]) == pytest.approx(0.32)
     assert float(int8["measured_speedup"]) == pytest.approx(0.52 / 0.405)
     assert float(none["val_loss"]) == 3.2 and float(int8["time_to_target_s"]) == pytest.approx(4 * 0.405)
     report = (tmp_path / "report.md").read_text()
@@ -240,7 +255,7 @@ def test_expert_and_context_parallel_plans_run_only_where_named():
     assert (ep.model, ep.ep, ep.dp, ep.world, ep.microbatches) == ("gpt-tiny-moe", 2, 4, 4, 2)
     assert (cp.model, cp.cp, cp.dp, cp.world, cp.plan().cp, cp.global_batch) == ("gpt-tiny", 2, 2, 4, 2, 16)
     for c in both + grid(4, quick=True):
-        assert _plan_of(c.plan) == c.layout
+        assert _plan_of(c.plan) == (c.degrees, c.zero)
     assert both[2].plan == "tp1-pp1-dp2-cp2" and both[0].plan == "tp1-pp1-dp4-ep2"
     with pytest.raises(InputError, match="plans='ep2xdp2'.*ep2xdp4, cp2xdp2"):
         grid(4, quick=True, plan_names=["ep2xdp2"])
@@ -257,7 +272,8 @@ def test_perfmodel_predicts_the_all_to_alls_and_the_ring_and_rows_compare_them()
     assert got["ep2xdp4"]["ep_comm_s"] > 0 and got["ep2xdp4"]["cp_comm_s"] == 0
     assert got["cp2xdp2"]["cp_comm_s"] > 0 and got["cp2xdp2"]["ep_comm_s"] == 0
     assert got["dp4"]["ep_comm_s"] == got["dp4"]["cp_comm_s"] == 0
-    records = [dict(r, cp_comm_s=0.07, cp_kernel_s=0.01) for r in _records(0.5, 0.3, LOSSES)]
+    # the trainer's compression_s holds every axis's kernels
+    records = [dict(r, cp_comm_s=0.07, cp_kernel_s=0.01, compression_s=0.01) for r in _records(0.5, 0.3, LOSSES)]
     r = row(cases[2], _predicted(0.5, 0.3), [records])
     assert r["measured_cp_comm_s"] == pytest.approx(0.07) and r["measured_compression_s"] == pytest.approx(0.01)
     assert r["measured_ep_comm_s"] == 0 and r["predicted_cp_comm_s"] == 0   # _predicted's breakdown has none
@@ -279,7 +295,7 @@ def test_plans_and_policies_narrow_the_grid():
     from realrun.validate_training import plan_name
 
     eight = grid(8, quick=False, plan_names=["dp8", "tp2xpp2xdp2"])
-    assert {plan_name(c.tp, c.pp, c.dp, c.zero) for c in eight} == {"dp8", "tp2xpp2xdp2"}
+    assert {plan_name(c.degrees, c.zero) for c in eight} == {"dp8", "tp2xpp2xdp2"}
     assert len(eight) == 2 * 2 * 7
     assert [plan_name(*p) for p in plans(4)] == ["dp4", "tp2xdp2", "pp2xdp2", "tp2xpp2", "dp4xzero1"]
     only = grid(4, quick=True, policies=["zeropp"])
@@ -294,3 +310,67 @@ def test_plan_and_policy_filters_are_refused_in_one_line(cli, tmp_path):
         proc = cli("realrun", "validate", *args, "--out", str(tmp_path / "v"))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
         assert not (tmp_path / "v").exists()
+
+
+def _plan_name_before(tp, pp, dp, zero, ep=1, cp=1) -> str:
+    """plan_name as it was written before the cases held a Degrees record (the labels' oracle)."""
+    parts = [f"{axis}{n}" for axis, n in (("tp", tp), ("cp", cp), ("ep", ep), ("pp", pp), ("dp", dp))
+             if n > 1] or ["dp1"]
+    return "x".join(parts + ([f"zero{zero}"] if zero else []))
+
+
+def _plan_before(tp, pp, dp, zero, ep=1, cp=1) -> str:
+    return (f"tp{tp}-pp{pp}-dp{dp}" + (f"-ep{ep}" if ep > 1 else "") + (f"-cp{cp}" if cp > 1 else "")
+            + (f"-zero{zero}" if zero else ""))
+
+
+@pytest.mark.parametrize("hosts", [2, 4, 8])
+def test_the_grids_labels_are_unchanged(hosts):
+    """Every case of the grid and of the extra plans keeps its name (--plans) and its plan text
+    (results files), as they were written before the degrees record; the text reads back."""
+    from realrun.validate_training import _plan_of, extra_plans, plan_name
+
+    extra = [plan_name(*p) for p in extra_plans(hosts)]
+    for c in grid(hosts, quick=False) + grid(hosts, quick=True, plan_names=extra or None):
+        layout = (c.tp, c.pp, c.dp, c.zero, c.ep, c.cp)
+        assert c.name == _plan_name_before(*layout) and c.plan == _plan_before(*layout)
+        assert _plan_of(c.plan) == (c.degrees, c.zero)
+    if hosts == 4:
+        assert {c.name: c.plan for c in grid(4, quick=True, plan_names=["dp4", "tp2xdp2", "pp2xdp2", "tp2xpp2",
+                                                                        "dp4xzero1", "ep2xdp4", "cp2xdp2"])} == {
+            "dp4": "tp1-pp1-dp4", "tp2xdp2": "tp2-pp1-dp2", "pp2xdp2": "tp1-pp2-dp2", "tp2xpp2": "tp2-pp2-dp1",
+            "dp4xzero1": "tp1-pp1-dp4-zero1", "ep2xdp4": "tp1-pp1-dp4-ep2", "cp2xdp2": "tp1-pp1-dp2-cp2"}
+
+
+def test_step_records_under_the_older_phase_names_give_the_same_row():
+    """Records realrun train wrote before its phases took perfmodel's names (dp_comm_s, compress_s,
+    no compute_s) give the row today's records give."""
+    for case in CASES:
+        new = row(case, _predicted(0.5, 0.3), [_records(0.55, 0.35, LOSSES)])
+        old = row(case, _predicted(0.5, 0.3), [_old_records(0.55, 0.35, LOSSES)])
+        assert old.keys() == new.keys() and new[f"measured_{PHASES[0]}"] == pytest.approx(0.15)
+        for key, value in new.items():
+            assert old[key] == (pytest.approx(value, nan_ok=True) if isinstance(value, float) else value), key
+
+
+def test_a_results_file_under_the_older_phase_names_is_predicted_again(tmp_path):
+    """A results_training.csv from before the phases took perfmodel's names (measured_dp_comm_s,
+    predicted_dp_comm_s) and before the ep and cp columns: read under today's names."""
+    rows = [row(c, _predicted(0.5, 0.3), [_records(0.55, 0.35, LOSSES)]) for c in CASES]
+    add_speedups(rows)
+    write_outputs(str(tmp_path), rows, summarize(rows))
+    with open(tmp_path / "results_training.csv") as handle:
+        stored = list(csv.DictReader(handle))
+    rename = {f"{side}_dp_comm_exposed_s": f"{side}_dp_comm_s" for side in ("predicted", "measured")}
+    old = [{rename.get(k, k): v for k, v in r.items() if not k.endswith(("ep_comm_s", "cp_comm_s"))} for r in stored]
+    with open(tmp_path / "old.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(old[0]))
+        writer.writeheader()
+        writer.writerows(old)
+    assert "measured_dp_comm_s" in old[0] and "measured_dp_comm_exposed_s" not in old[0]
+    repredict(str(tmp_path / "old.csv"), None, str(tmp_path / "again"))
+    with open(tmp_path / "again" / "results_training.csv") as handle:
+        again = list(csv.DictReader(handle))
+    assert [float(r["measured_dp_comm_exposed_s"]) for r in again] == [float(r["measured_dp_comm_exposed_s"])
+                                                                       for r in stored]
+    assert all(float(r["measured_ep_comm_s"]) == 0.0 for r in again)
