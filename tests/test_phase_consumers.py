@@ -14,15 +14,13 @@ import ast
 import json
 from pathlib import Path
 
-import pytest
 
 from perfmodel.axes import PHASE_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARATIONS = {"perfmodel/phases.py", "perfmodel/axes.py"}
-# being rewritten to derive their measured phases from the declarations (issue 36, item 2, realrun side)
-REWRITTEN = {"realrun/train/trainer.py", "realrun/train/report.py", "realrun/validate_training.py"}
-STALE_NOTEBOOKS = {"notebooks/01_predict_clusters_you_do_not_have.ipynb"}   # its breakdown bars list phases by hand
+# realrun's training reports: they measure the declared phases by name (once tables by hand)
+REALRUN = {"realrun/train/trainer.py", "realrun/train/report.py", "realrun/validate_training.py"}
 
 
 def _display_items(node) -> list:
@@ -88,24 +86,12 @@ def test_the_rule_finds_a_table_by_hand():
 
 def test_the_scan_sees_every_consumer():
     sources = set(_sources())
-    assert set(_notebooks()) >= STALE_NOTEBOOKS and len(_notebooks()) > 1
-    assert sources >= DECLARATIONS | REWRITTEN | {"perfmodel/report/text.py", "perfmodel/report/plots.py",
+    assert "notebooks/01_predict_clusters_you_do_not_have.ipynb" in _notebooks() and len(_notebooks()) > 1
+    assert sources >= DECLARATIONS | REALRUN | {"perfmodel/report/text.py", "perfmodel/report/plots.py",
                                                   "perfmodel/step/timing.py", "perfmodel/engines/analytical.py",
                                                   "perfmodel/report/trace.py", "perfmodel/engines/des.py"}
 
 
 def test_no_consumer_lists_phases_by_hand():
-    paths = [p for p in _sources() + _notebooks() if p not in DECLARATIONS | REWRITTEN | STALE_NOTEBOOKS]
+    paths = [p for p in _sources() + _notebooks() if p not in DECLARATIONS]
     assert _violations(paths) == []
-
-
-@pytest.mark.xfail(strict=False, reason="realrun/train/trainer.py, realrun/train/report.py and "
-                   "realrun/validate_training.py are being rewritten to derive their phases from perfmodel.axes.PHASES")
-def test_realrun_s_training_reports_list_no_phases_by_hand():
-    assert _violations(sorted(REWRITTEN)) == []
-
-
-@pytest.mark.xfail(strict=False, reason="notebooks/01_predict_clusters_you_do_not_have.ipynb stacks its breakdown "
-                   "bars from a list of phases by hand (it should take perfmodel.report.plots.stacked_parts)")
-def test_the_notebooks_list_no_phases_by_hand():
-    assert _violations(sorted(STALE_NOTEBOOKS)) == []
