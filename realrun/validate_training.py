@@ -65,6 +65,7 @@ POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybri
 QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
 BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
+SIDES = ("predicted_", "measured_")   # the prefixes of a results row's columns
 PHASES = MEASURED   # the phases compared: predicted_<phase> and measured_<phase> (module doc)
 PLAN_ORDER = ("tp", "pp", "dp", "ep", "cp")   # TrainCase.plan's: tp, pp and dp always shown
 ALWAYS = ("tp", "pp", "dp")
@@ -358,10 +359,9 @@ def validate_training(runner, calibration: str | None, out_dir: str, quick: bool
 
 
 FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", "error", "predicted_speedup",
-          "measured_speedup", *(f"{side}_{phase}" for phase in PHASES for side in ("predicted", "measured")),
+          "measured_speedup", *(f"{side}{phase}" for phase in PHASES for side in SIDES),
           "val_loss", "none_val_loss", "time_to_target_s", "predicted_dp_error", "measured_dp_error",
           "predicted_tp_error", "measured_tp_error", "predicted_pp_error", "measured_pp_error")
-SIDES = ("predicted_", "measured_")   # the prefixes of a results row's columns
 REPEAT_FIELDS = ("repeats", "spread", "measured_step_all_s")   # written too; a file from before repeats lacks them
 
 
