@@ -136,7 +136,8 @@ class Comm:
             raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
         group = self.group
         c = self._bound(spec, tensor, key)
-        alg = runtime_algorithm("allreduce", c.wire.codec, algorithm)   # the choice perfmodel.collectives.runtime predicts
+        # the choice perfmodel.collectives.runtime predicts
+        alg = runtime_algorithm("allreduce", c.wire.codec, algorithm)
         if chunks != 1:
             if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
                 raise InputError("chunks", chunks, "an integer >= 1")
