@@ -36,14 +36,16 @@ from dataclasses import dataclass
 
 from perfmodel import events as comm
 from perfmodel.phases import LEADING, TRAILING, Phase
+from perfmodel.plan.degrees import Degrees
 from perfmodel.plan.parallel import MESH_AXES
 
 
 def _degree(plan, name: str) -> int:
-    """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike (ep and cp
-    default to 1 where a plan does not have them)."""
-    default = 1 if name in ("ep", "cp") else None
-    return plan.get(name, default) if isinstance(plan, dict) else getattr(plan, name, default)
+    """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike (a degree a
+    plan dict lacks reads its default, as ``Degrees.of`` reads older records)."""
+    if isinstance(plan, dict):
+        return getattr(Degrees.of(plan), name) if name in Degrees.names() else plan.get(name)
+    return getattr(plan, name)
 
 
 def _replicas(plan) -> int:
@@ -136,6 +138,7 @@ CP = Axis(name="cp", tensor="activations", mesh_axis="cp", error="forwarded", fe
 
 AXES: dict[str, Axis] = {a.name: a for a in (DP, ZERO, TP, PP, EP, EP_COMBINE, CP)}
 NAMES = tuple(AXES)                       # the order policies, reports and records list axes in
+REPORTED = tuple(name for name, a in AXES.items() if not a.optional)   # the axes every report lists
 ISSUE_ORDER = ("tp", "cp", "ep", "ep_combine", "pp", "zero", "dp")   # the order a step issues them: TP,
 #                                           cp's ring and the MoE all-to-alls inside every layer, PP
 #                                           inside every microbatch, ZeRO's gathers before the layers

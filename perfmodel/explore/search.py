@@ -202,22 +202,10 @@ _REQUEST_FIELDS = REQUEST_FIELDS
 _OPTION_FIELDS = frozenset(f.name for f in fields(PredictOptions)) - {"policy"}
 
 
-def _degree_columns() -> tuple[tuple, tuple]:
-    """The degrees (``perfmodel.plan.degrees``) as a row's columns, where every stream has had them:
-    (those every mesh places, in ``DEFAULT_ORDER``: before the plan's other fields; those an order
-    may leave out, ``Degrees.placed_after``, the most deeply placed first: after them)."""
-    after = Degrees.placed_after()
-
-    def depth(name: str) -> int:
-        return 1 + depth(after[name]) if name in after else 0
-
-    placed = tuple(n for n in DEFAULT_ORDER if n in Degrees.names())
-    rest = sorted((n for n in Degrees.names() if n not in placed), key=lambda n: (-depth(n), Degrees.names().index(n)))
-    return placed, tuple(rest)
-
-
-_DEGREES_FIRST, _DEGREES_LAST = _degree_columns()
-_PLAN_KEYS = (*_DEGREES_FIRST, "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz", *_DEGREES_LAST)
+# a row's plan columns, where every stream has had them: the degrees every mesh places before the
+# plan's other fields, the degrees an order may leave out after them (``Degrees.display_order``)
+_PLAN_KEYS = (*DEFAULT_ORDER, "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz",
+              *Degrees.display_order()[len(DEFAULT_ORDER):])
 # The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
 ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
                "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",

@@ -15,6 +15,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from perfmodel.axes import REPORTED
+from perfmodel.plan.degrees import DEFAULT_ORDER
 from perfmodel.prediction import StepRecord, predict
 from perfmodel.plan.parallel import RECOMPUTE, divisors
 from perfmodel.compression.policy import split_policies
@@ -102,10 +104,10 @@ def plan_row(r: StepRecord, best_none_s: float | None = None) -> dict:
     """A flat row for tables and CSV: both speedups (over the best uncompressed plan, over the
     same plan uncompressed) and the error of every axis."""
     p = r.plan
-    return {"policy": r.policy, "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "mbs": p["mbs"], "zero": p["zero"],
+    return {"policy": r.policy, **{n: p[n] for n in DEFAULT_ORDER}, "mbs": p["mbs"], "zero": p["zero"],
             "recompute": p["recompute"], "step_time_s": r.step_time_s, "samples_per_s": r.samples_per_s,
             "model_tflops_per_gpu": r.model_tflops_per_gpu, "mfu": r.mfu,
             "speedup_vs_best_uncompressed": (best_none_s / r.step_time_s) if best_none_s else float("nan"),
             "speedup_vs_uncompressed": r.speedup_vs_uncompressed,
-            **{f"error_{a}": r.error_estimate.get(a, 0.0) for a in ("dp", "zero", "tp", "pp")},
+            **{f"error_{a}": r.error_estimate.get(a, 0.0) for a in REPORTED},
             "memory_GiB": r.memory_per_gpu_bytes / 2**30}

@@ -79,6 +79,19 @@ class Degrees:
             values["order"] = tuple(a.strip() for a in order.split(",")) if isinstance(order, str) else tuple(order)
         return cls(**values)
 
+    @classmethod
+    def display_order(cls) -> tuple[str, ...]:
+        """The order tables and labels list degrees in: the three every mesh places
+        (``DEFAULT_ORDER``), then the others, the most deeply placed first (ep, then cp), as the
+        columns of every stream and table written since those degrees exist."""
+        after = cls.placed_after()
+
+        def depth(name: str) -> int:
+            return 1 + depth(after[name]) if name in after else 0
+
+        rest = [n for n in cls.names() if n not in DEFAULT_ORDER]
+        return (*DEFAULT_ORDER, *sorted(rest, key=lambda n: (-depth(n), cls.names().index(n))))
+
     def as_dict(self) -> dict:
         """{degree: n} in label order (what records and checkpoints store; ``order`` apart)."""
         return {n: getattr(self, n) for n in self.names()}

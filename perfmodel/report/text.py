@@ -4,10 +4,11 @@ from __future__ import annotations
 import csv
 import io
 
-from perfmodel.axes import AXES, PHASES
+from perfmodel.axes import AXES, PHASES, REPORTED
 from perfmodel.devices import gpu_catalog
 from perfmodel.explore.sweep import best_uncompressed_s, plan_row
 from perfmodel.phases import COMPRESSION, COMPUTE
+from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.workload import model_catalog
 from topologies import catalog_names, load_spec
 from topologies.clikit import table
@@ -68,7 +69,7 @@ def step_report(r) -> str:
     return "\n".join(lines)
 
 
-ERR_AXES = ("dp", "zero", "tp", "pp")
+ERR_AXES = REPORTED   # the error columns every table has (the optional axes' where used)
 
 
 def shown_phases(records) -> tuple:
@@ -107,12 +108,11 @@ def sweep_table(records, top: int) -> str:
     rows = []
     for i, r in enumerate(records[:top], 1):
         d = plan_row(r, best)
-        rows.append((i, d["policy"], d["tp"], d["pp"], d["dp"], d["mbs"], d["zero"], d["recompute"],
+        rows.append((i, d["policy"], *(d[n] for n in DEFAULT_ORDER), d["mbs"], d["zero"], d["recompute"],
                      d["step_time_s"], d["samples_per_s"], 100 * d["mfu"], d["speedup_vs_best_uncompressed"],
-                     d["speedup_vs_uncompressed"], d["error_dp"], d["error_zero"], d["error_tp"], d["error_pp"],
-                     d["memory_GiB"]))
-    return table(("#", "policy", "tp", "pp", "dp", "mbs", "zero", "recompute", "step_s", "samples/s",
-                  "MFU%", "vs best none", "vs same plan", "err dp", "err zero", "err tp", "err pp", "mem GiB"), rows)
+                     d["speedup_vs_uncompressed"], *(d[f"error_{a}"] for a in ERR_AXES), d["memory_GiB"]))
+    return table(("#", "policy", *DEFAULT_ORDER, "mbs", "zero", "recompute", "step_s", "samples/s",
+                  "MFU%", "vs best none", "vs same plan", *(f"err {a}" for a in ERR_AXES), "mem GiB"), rows)
 
 
 def sweep_csv(records) -> bytes:
@@ -189,15 +189,15 @@ def compressor_catalog() -> str:
 def plan_text(r: dict) -> str:
     extra = (" sp" if r["sequence_parallel"] else "") + (f" {r['schedule']}" if r["schedule"] != "1f1b" else "") \
         + (" hpz" if r["hpz"] else "") + (f" rc={r['recompute']}" if r["recompute"] != "none" else "")
-    moe = "".join(f" {k}{r[k]}" for k in ("ep", "cp") if r.get(k, 1) > 1)
-    return f"tp{r['tp']} pp{r['pp']} dp{r['dp']}{moe} mbs{r['mbs']} z{r['zero']}{extra}"
+    degrees = Degrees.of(r).label(" ", always=DEFAULT_ORDER, order=Degrees.display_order())
+    return f"{degrees} mbs{r['mbs']} z{r['zero']}{extra}"
 
 
 def search_err_axes(rows: list) -> tuple:
     """The error columns of search tables: dp, zero, tp, pp, and ep, ep_combine, cp where a row's
     plan has them."""
-    uses = {"ep": any(r.get("ep", 1) > 1 for r in rows), "cp": any(r.get("cp", 1) > 1 for r in rows)}
-    return ERR_AXES + tuple(a for a in AXES if AXES[a].optional and uses[AXES[a].mesh_axis])
+    used = {n for n in Degrees.names() if any(r.get(n, 1) > 1 for r in rows)}
+    return ERR_AXES + tuple(a for a in AXES if AXES[a].optional and AXES[a].mesh_axis in used)
 
 
 def search_table(rows: list, top: int, title: str | None = None, show_cluster: bool | None = None) -> str:
