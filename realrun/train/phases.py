@@ -28,7 +28,7 @@ Records and results files written before these names (``compress_s``, ``dp_comm_
 """
 from __future__ import annotations
 
-from perfmodel.axes import AXES, PHASES, active_axes
+from perfmodel.axes import AXES, PHASES, REPORTED, active_axes
 from perfmodel.phases import COMPRESSION, COMPUTE, OPTIMIZER
 
 MEASURED = tuple(p.name for p in PHASES if not p.measured_in and not p.engines)   # what a run measures
@@ -44,7 +44,7 @@ def reported_axes(cfg, model) -> tuple[str, ...]:
     """The axes a step record of ``cfg`` (a TrainConfig, or any plan ``perfmodel.axes`` reads)
     reports, in ``perfmodel.axes`` order (module doc)."""
     active = active_axes(cfg, model)
-    return tuple(name for name, axis in AXES.items() if not axis.optional or name in active)
+    return tuple(name for name in AXES if name in REPORTED or name in active)
 
 
 def record_phases(axes) -> tuple[str, ...]:
