@@ -19,12 +19,13 @@ import json
 import statistics
 import sys
 
+from perfmodel.plan.degrees import Degrees
 from realrun.cluster import EmulatedSpec, cpu, down, up
 from realrun.measure import EmulatedRunner
 from realrun.validate_training import TrainCase, _median
 
-CASES = (TrainCase(2, 1, 2, 0, "none", 0), TrainCase(1, 2, 2, 0, "naive:int8", 0),
-         TrainCase(1, 1, 4, 0, "naive:fp16", 0))
+CASES = (TrainCase(Degrees(tp=2, dp=2), 0, "none", 0), TrainCase(Degrees(pp=2, dp=2), 0, "naive:int8", 0),
+         TrainCase(Degrees(dp=4), 0, "naive:fp16", 0))
 MODES = {"fixed": "auto", "shared": "none"}   # cluster name suffix -> --cpus-per-host
 
 

@@ -8,9 +8,10 @@ import os
 import sys
 
 from perfmodel.collectives.sweep import parse_compressors, parse_sweep
+from perfmodel.engines import engine_names
 from perfmodel.workload import load_model
-from realrun.bench import OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
-from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
+from realrun.bench import BENCH_OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
+from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
 from realrun import convergence_cli, train_cli
 from realrun.compressors import Compressor
 from realrun.report import MAX_REPEATS, REPEATS, check_repeats
@@ -42,7 +43,7 @@ def _parser() -> Parser:
                        "compressors alone (kernels); print nccl-tests-style tables and write JSON Lines "
                        "records (perfmodel.calibration.measurements schema) with --json.", epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("op", choices=OPS + ("kernels",), help="the collective, or kernels (alltoall: SIZE is what "
+    b.add_argument("op", choices=BENCH_OPS + ("kernels",), help="the collective, or kernels (alltoall: SIZE is what "
                    "each rank sends, SIZE/world to every rank, each chunk compressed once at its source; busbw = "
                    "algbw x (n-1)/n)")
     b.add_argument("--world", type=int, default=2, help="ranks to start on this machine (ignored under "
@@ -51,7 +52,7 @@ def _parser() -> Parser:
                    "compressors) or nccl (CUDA tensors, one GPU per rank, CuPy compressors)")
     b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE, MIN:MAX (doubling) or SIZE,SIZE,...")
     b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
-    b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(ALGORITHMS))
+    b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(RUNTIME_ALGORITHMS))
     b.add_argument("--iters", type=int, default=5)
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--device", default="cpu", help="kernels: cpu")
@@ -129,7 +130,7 @@ def _loop_parsers(sub) -> None:
                      "train --ep) and cp2xdpN/2 (context parallelism: K/V ring attention)")
     val.add_argument("--policies", metavar="LIST", help="--training: these policies instead of the "
                      "grid's (none is always run: the speedups' baseline); perfmodel's policy grammar, separated by ;")
-    val.add_argument("--engine", choices=("analytical", "des"), default="analytical",
+    val.add_argument("--engine", choices=engine_names(), default="analytical",
                      help="--training: perfmodel's engine for the predictions (des: the discrete-event engine)")
     val.add_argument("--measured", metavar="CSV", help="predict the cases of a stored results.csv (with "
                      "--training: results_training.csv) again, after a model change or with another --calibration, "

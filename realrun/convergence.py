@@ -35,7 +35,7 @@ from perfmodel.compression.policy import parse_policy
 from topologies.clikit import atomic_write, table
 from topologies.errors import InputError
 
-POLICIES = ("dp=fp16", "dp=int8", "dp=ef(topk(0.01))+int8", "dp=ef(powersgd(rank=4))")
+CONVERGENCE_POLICIES = ("dp=fp16", "dp=int8", "dp=ef(topk(0.01))+int8", "dp=ef(powersgd(rank=4))")
 BASE = "none"
 CSV_FIELDS = ("campaign", "policy", "seed", "steps", "steps_to_target", "final_val_loss", "dp_rel_error",
               "dp_contraction", "batch_tokens")
@@ -273,8 +273,8 @@ def _configs(model: str, dp: int, mbs: int, steps: int, policies, seeds, eval_ev
 
 
 def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int = 400, target_step: int | None = None,
-                policies=POLICIES, seeds=(1, 2), eval_every: int = 5, lr: float = 3e-3, out_dir: str | None = None,
-                threads: int = 1, progress: bool = True) -> dict:
+                policies=CONVERGENCE_POLICIES, seeds=(1, 2), eval_every: int = 5, lr: float = 3e-3,
+                out_dir: str | None = None, threads: int = 1, progress: bool = True) -> dict:
     """Train every policy (and the uncompressed one) for every seed, measure steps to target and
     fit perfmodel's inflation model (module doc). Returns {"summary", "regime", "rows"}; with
     ``out_dir`` writes the files of the module doc."""

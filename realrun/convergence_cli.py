@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from realrun.convergence import POLICIES
+from realrun.convergence import CONVERGENCE_POLICIES
 from topologies.clikit import positive_int
 
 EPILOG = """examples:
@@ -42,7 +42,7 @@ def add_parser(sub, command) -> None:
     c.add_argument("--steps", type=positive_int, default=400, help="steps of every run (default 400)")
     c.add_argument("--target-step", type=positive_int, help="the uncompressed step whose validation loss is the "
                    "target (default steps / 4: compressed runs may take 4x the steps)")
-    c.add_argument("--policies", default=";".join(POLICIES),
+    c.add_argument("--policies", default=";".join(CONVERGENCE_POLICIES),
                    help="gradient policies, ';'-separated (dp=SPEC; the uncompressed one always runs)")
     c.add_argument("--seeds", type=_seeds, default=(1, 2), help="seeds, comma-separated (default 1,2)")
     c.add_argument("--eval-every", type=positive_int, default=5, help="steps between validation losses (default 5)")

@@ -61,7 +61,7 @@ from topologies.errors import InputError
 
 MBIT, GBIT = 10**6, 10**9
 MICROBATCHES = 2          # per replica and step: a pipeline of 2 stages has a bubble of 1/3
-POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid", "zeropp", "mzhybrid")
+GRID_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8", "hybrid", "zeropp", "mzhybrid")
 QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
 BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
@@ -147,7 +147,7 @@ def grid(hosts: int, quick: bool, plan_names=None, policies=None) -> list[TrainC
     bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
     layouts = plans(hosts) + (extra_plans(hosts) if plan_names else [])
     cases = [TrainCase(*p, policy, bw) for bw in bandwidths for p in layouts
-             for policy in (QUICK_POLICIES if quick else POLICIES)]
+             for policy in (QUICK_POLICIES if quick else GRID_POLICIES)]
     if policies:
         policies = ["none", *(p for p in policies if p != "none")]
     return select(cases, plan_names, policies)

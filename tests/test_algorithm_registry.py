@@ -10,7 +10,7 @@ from perfmodel.collectives.registry import (ALGORITHMS, COMPRESSED, OPS, PLAIN, 
 def test_every_runtime_algorithm_has_a_model_entry_and_the_reverse():
     pytest.importorskip("torch", reason="realrun's implementations need torch")
     from realrun.comm.algorithms import ALLTOALL_IMPLEMENTATIONS, IMPLEMENTATIONS
-    from realrun.comm.names import ALGORITHMS as NAMED
+    from realrun.comm.names import RUNTIME_ALGORITHMS as NAMED
 
     by_op = {"allreduce": IMPLEMENTATIONS, "alltoall": ALLTOALL_IMPLEMENTATIONS}
     assert set(RUNTIME_OPS) == set(by_op)

@@ -9,9 +9,9 @@ Each collective case also records compress and decompress time per iteration (sl
 payload bytes a rank produces (``wire_bytes``), and the relative error ||y - exact|| / ||exact||
 (worst rank) against the uncompressed result. Records follow ``perfmodel.calibration.measurements`` (JSON Lines).
 """
-from realrun.bench.config import OPS, BenchCase, BenchConfig
+from realrun.bench.config import BENCH_OPS, BenchCase, BenchConfig
 from realrun.bench.kernels import cold_inputs, run_kernels, run_kernels_shared
 from realrun.bench.launch import run_collectives, run_here, under_torchrun
 
-__all__ = ["OPS", "BenchCase", "BenchConfig", "cold_inputs", "run_collectives", "run_here", "run_kernels",
+__all__ = ["BENCH_OPS", "BenchCase", "BenchConfig", "cold_inputs", "run_collectives", "run_here", "run_kernels",
            "run_kernels_shared", "under_torchrun"]

@@ -12,10 +12,10 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from perfmodel.compression import compile_spec
-from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
+from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
 from topologies.errors import InputError
 
-OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
+BENCH_OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
 BACKENDS = ("gloo", "nccl")
 RUN_TIMEOUT_S = 1800.0
 
@@ -32,8 +32,8 @@ class BenchCase:
         if isinstance(self.size_bytes, bool) or not isinstance(self.size_bytes, int) or self.size_bytes < 4:
             raise InputError("size_bytes", self.size_bytes, "an integer >= 4 (one float32)")
         compile_spec(self.compressor)
-        if self.algorithm != "auto" and self.algorithm not in ALGORITHMS:
-            raise InputError("algorithm", self.algorithm, "auto or one of " + ", ".join(ALGORITHMS))
+        if self.algorithm != "auto" and self.algorithm not in RUNTIME_ALGORITHMS:
+            raise InputError("algorithm", self.algorithm, "auto or one of " + ", ".join(RUNTIME_ALGORITHMS))
 
 
 def _positive(field_name: str, value, low=1, high=math.inf):
@@ -57,8 +57,8 @@ class BenchConfig:
     extra: dict = field(default_factory=dict, compare=False)   # free-form provenance, carried as is
 
     def __post_init__(self):
-        if self.op not in OPS:
-            raise InputError("op", self.op, "one of " + ", ".join(OPS))
+        if self.op not in BENCH_OPS:
+            raise InputError("op", self.op, "one of " + ", ".join(BENCH_OPS))
         if self.backend not in BACKENDS:
             raise InputError("backend", self.backend, "one of " + ", ".join(BACKENDS))
         if not self.cases:

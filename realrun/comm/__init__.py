@@ -1,9 +1,9 @@
 """Compressed collectives on torch.distributed (see ``collectives``); torch loads on first use."""
-from realrun.comm.names import ALGORITHMS
+from realrun.comm.names import RUNTIME_ALGORITHMS
 
 _EXPORTS = ("Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm", "recv",
             "reduce_scatter", "send", "shift")
-__all__ = ["ALGORITHMS", *_EXPORTS]
+__all__ = ["RUNTIME_ALGORITHMS", *_EXPORTS]
 
 
 def __getattr__(name):

@@ -37,11 +37,11 @@ from perfmodel.collectives.registry import runtime_algorithms
 from realrun.comm.algorithms import (ALLTOALL_IMPLEMENTATIONS, IMPLEMENTATIONS, _reduce_scatter, _xp,
                                      hierarchical_reduce_scatter, split)
 from realrun.comm.exchange import all_gather_bytes, as_u8, exchange_bytes, on_gpu, to_array, world
-from realrun.comm.names import ALGORITHMS, OP_TIMEOUT_S
+from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
 from realrun.comm.wire import BoundWire, CommStats, Wire
 from topologies.errors import InputError
 
-__all__ = ["ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm",
+__all__ = ["RUNTIME_ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm",
            "recv", "reduce_scatter", "send", "shift"]
 
 
@@ -133,7 +133,7 @@ class Comm:
         compression with communication (the all-gather algorithm, fixed-size specs). ``stats``
         receives this call's bytes and kernel seconds."""
         if algorithm != "auto" and algorithm not in IMPLEMENTATIONS:
-            raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(ALGORITHMS))
+            raise InputError("algorithm", algorithm, "auto or one of " + ", ".join(RUNTIME_ALGORITHMS))
         group = self.group
         c = self._bound(spec, tensor, key)
         # the choice perfmodel.collectives.runtime predicts

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from realrun.comm import ALGORITHMS, allgather, allreduce, broadcast, recv, reduce_scatter, send
+from realrun.comm import RUNTIME_ALGORITHMS, allgather, allreduce, broadcast, recv, reduce_scatter, send
 from topologies.errors import InputError
 
 SPECS = ("none", "lossless", "fp16", "bf16", "int8", "topk(0.5)")
@@ -34,7 +34,7 @@ def main(rank: int, world: int, port: int, out: str) -> None:
         exact = x.clone()
         dist.all_reduce(exact)
         for spec in SPECS:
-            for alg in ("auto",) + ALGORITHMS:
+            for alg in ("auto",) + RUNTIME_ALGORITHMS:
                 y = allreduce(x, spec, alg, local_size=local)
                 rows.append({"op": "allreduce", "n": n, "spec": spec, "alg": alg, "digest": digest(y),
                              "shape": list(y.shape), "error": rel(y, exact)})
