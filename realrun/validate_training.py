@@ -48,7 +48,7 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
-from perfmodel.plan.degrees import Degrees
+from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.prediction import predict as predict_step
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
 from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
@@ -67,8 +67,9 @@ BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
 SIDES = ("predicted_", "measured_")   # the prefixes of a results row's columns
 PHASES = MEASURED   # the phases compared: predicted_<phase> and measured_<phase> (module doc)
-PLAN_ORDER = ("tp", "pp", "dp", "ep", "cp")   # TrainCase.plan's: tp, pp and dp always shown
-ALWAYS = ("tp", "pp", "dp")
+# the axes whose relative error a run measures and validation compares (zero's gathers are not
+# measured; ep, ep_combine and cp run in the grid's extra plans, whose errors the trainer records)
+COMPARED_ERRORS = ("dp", "tp", "pp")
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ class TrainCase:
     def plan(self) -> str:
         """The plan as results files write it: ``tp1-pp1-dp4``, ``tp1-pp1-dp4-ep2``, ``tp1-pp1-dp2-cp2``,
         ``tp1-pp1-dp4-zero1`` (``_plan_of`` reads it back)."""
-        return self.degrees.label("-", always=ALWAYS, order=PLAN_ORDER) + (f"-zero{self.zero}" if self.zero else "")
+        label = self.degrees.label("-", always=DEFAULT_ORDER, order=Degrees.display_order())
+        return label + (f"-zero{self.zero}" if self.zero else "")
 
     @property
     def model(self) -> str:
@@ -216,12 +218,12 @@ def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
     out["val_loss"] = next((r["val_loss"] for r in reversed(first) if r.get("val_loss") is not None), None)
     out["losses"] = [r["loss"] for r in first]
     _errors(out, predicted, {axis: [r[f"{axis}_rel_error"] for records in runs for r in records
-                                    if r.get(f"{axis}_rel_error") is not None] for axis in ("dp", "tp", "pp")})
+                                    if r.get(f"{axis}_rel_error") is not None] for axis in COMPARED_ERRORS})
     return out
 
 
 def _errors(out: dict, predicted, measured: dict) -> None:
-    for axis in ("dp", "tp", "pp"):
+    for axis in COMPARED_ERRORS:
         out[f"measured_{axis}_error"] = statistics.median(measured[axis]) if measured.get(axis) else None
         out[f"predicted_{axis}_error"] = predicted.error_estimate.get(axis)
 
@@ -279,7 +281,7 @@ def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
     out["val_loss"] = _float(m["val_loss"])
     out["stored_time_to_target_s"] = _float(m["time_to_target_s"])
-    _errors(out, predicted, {axis: [v] for axis in ("dp", "tp", "pp")
+    _errors(out, predicted, {axis: [v] for axis in COMPARED_ERRORS
                              if (v := _float(m[f"measured_{axis}_error"])) is not None})
     return out
 
