@@ -36,32 +36,30 @@ run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as 
 Speed: plans that share stage costs share their pipeline evaluation (``run_schedule`` is
 cached), collective costs are cached per (cluster, group, size, spec); families of plans (one
 pipeline shape each) are spread over ``workers`` processes or a Dask cluster
-(``perfmodel.explore.executors``), their rows streamed to a file as they finish and a killed search
-resumed from it (``perfmodel.explore.stream``). ``benchmarks/bench_search.py`` prints evaluations per minute.
+(``perfmodel.explore.executors``; a family and its rows: ``perfmodel.explore.families``), their rows
+streamed to a file as they finish and a killed search resumed from it (``perfmodel.explore.resume``).
+``benchmarks/bench_search.py`` prints evaluations per minute.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
-from perfmodel.axes import AXES, active_axes, fed_back
+from perfmodel.axes import AXES, fed_back
 from perfmodel.compression import compile_spec
 from perfmodel.explore.convergence import Regime, axis_inflation, load_regime
 from perfmodel.explore.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.explore.cost import pareto_front as cost_front
-from perfmodel.explore.executors import check_executor, run_jobs
+from perfmodel.explore.executors import check_executor
 from perfmodel.collectives.library import library
-from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
-from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest, parse_schedule
+from perfmodel.plan.parallel import parse_schedule
 from perfmodel.explore.sweep import candidate_plans
 from perfmodel.compression.policy import POLICY_AXES, parse_policy
-from perfmodel.prediction import PredictOptions, predict_many
-from perfmodel.explore.stream import RowStream, check_stream, read_rows
+from perfmodel.explore.families import (_OPTION_FIELDS, _PLAN_KEYS, _REQUEST_FIELDS, EF_LIMIT, _families)
+from perfmodel.explore.resume import _check_stream, _run, _search_tag
 from perfmodel.workload import load_model
 from topologies import InputError
 
@@ -69,7 +67,6 @@ DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4)
                       "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8;"
                       "ep=none|fp8|int8;ep_combine=none|int8;cp=none|fp16|int8")
 DEFAULT_MAX_ERROR = {name: axis.max_error for name, axis in AXES.items()}   # declared per axis
-EF_LIMIT = 1.0      # error feedback converges for contractions: error < 1
 
 
 def parse_candidates(text: str) -> dict[str, list[str]]:
@@ -161,125 +158,6 @@ def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8
         for sp, sched, h in itertools.product(sps, scheds, hpzs):
             out.append({**base, "sequence_parallel": sp, "schedule": sched, "hpz": h})
     return out
-
-
-def policies_for(plan: dict, candidates: dict, model=None) -> list[str]:
-    """Policy texts for ``plan``: the product of the admitted candidates of its active axes
-    (``perfmodel.axes.active_axes``; with ``model``, as its tied embedding makes them)."""
-    active = tuple(a for a in active_axes(plan, model) if a in candidates)
-    return list(_policy_product(tuple((a, tuple(candidates[a])) for a in active)))
-
-
-@lru_cache(maxsize=256)
-def _policy_product(choices: tuple) -> tuple:
-    """``policies_for``'s texts for ((axis, candidate specs), ...): cached, plans share their active axes."""
-    choices = [[(a, s) for s in specs] for a, specs in choices]
-    out = []
-    for combo in itertools.product(*choices):
-        specs = dict(combo)
-        dispatch = not compile_spec(specs.get("ep", "none")).is_none
-        # ep_combine follows ep unless written (perfmodel.compression.policy): an uncompressed combine beside a
-        # compressed dispatch is written out
-        items = [f"{a}={s}" for a, s in combo if not compile_spec(s).is_none or (a == "ep_combine" and dispatch)]
-        out.append(",".join(items) if items else "none")
-    return tuple(dict.fromkeys(out))
-
-
-def _within(record, budget: dict) -> bool:
-    """Every axis's error as predicted for its collectives (two quantizations in an all-reduce
-    add up) within the budget; error feedback on dp: a contraction."""
-    for axis, error in record.error_estimate.items():
-        spec = record.policy_axes[axis]["spec"]
-        if fed_back(axis, compile_spec(spec)):
-            if error >= EF_LIMIT:
-                return False
-        elif error > budget[axis] * (1 + 1e-12):
-            return False
-    return True
-
-
-_REQUEST_FIELDS = REQUEST_FIELDS
-_OPTION_FIELDS = frozenset(f.name for f in fields(PredictOptions)) - {"policy"}
-
-
-# a row's plan columns, where every stream has had them: the degrees every mesh places before the
-# plan's other fields, the degrees an order may leave out after them (``Degrees.display_order``)
-_PLAN_KEYS = (*DEFAULT_ORDER, "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz",
-              *Degrees.display_order()[len(DEFAULT_ORDER):])
-# The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
-ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
-               "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
-               "within_budget", "memory_GiB")
-STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``_search_tag``)
-_ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
-              **dict.fromkeys(Degrees.names(), int), "mbs": int, "zero": int,
-              "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
-
-
-def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
-    errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
-    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **{k: plan.get(k, 1) for k in _PLAN_KEYS},
-            "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
-            "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
-            **{f"error_{a}": e for a, e in errors.items()},
-            "total_error": math.sqrt(sum(e * e for e in errors.values())),
-            "within_budget": _within(record, budget), "memory_GiB": record.memory_per_gpu_bytes / 2**30}
-
-
-def _evaluate(job) -> tuple[list, int, int]:
-    """Rows of one family of plans (``_families``) under their policies (each plan's uncompressed
-    one first), timed together (``predict_many``); (rows, plans that do not fit, plans)."""
-    model, cluster, where, gbs, plans, candidates, budget, fixed = job
-    rows, oom = [], 0
-    options = PredictOptions(**_option_fields(fixed))
-    for plan, got in zip(plans, predict_many(model, cluster, _family_items(job), options)):
-        if _refused(got):
-            oom += got.field == "memory"
-            continue
-        rows += [_row(record, plan, budget, cluster) for record in got]
-    return rows, oom, len(plans)
-
-
-def _family_items(job, plans=None, with_policies: bool = True) -> list:
-    """(PlanRequest, policies) of a family's plans (or of ``plans``): each plan's uncompressed
-    policy first; none with ``with_policies`` False (what fits, nothing timed)."""
-    model, _, where, gbs, family, candidates, _, fixed = job
-    spec = load_model(model)
-    return [(PlanRequest.of(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
-             _plan_policies(plan, candidates, spec) if with_policies else [])
-            for plan in (family if plans is None else plans)]
-
-
-def _plan_policies(plan: dict, candidates: dict, spec) -> list[str]:
-    return ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]
-
-
-def _refused(got) -> bool:
-    """Whether ``predict_many`` refused a plan that a search skips: it does not fit (``memory``)
-    or its schedule, sequence parallelism or hpZ is a combination it does not allow; other bad
-    input is raised."""
-    if not isinstance(got, InputError):
-        return False
-    if got.field not in ("memory", "schedule", "sequence_parallel", "hpz"):
-        raise got
-    return True
-
-
-def _plan_fields(fixed: dict) -> dict:
-    return {k: v for k, v in fixed.items() if k in _REQUEST_FIELDS}
-
-
-def _option_fields(fixed: dict) -> dict:
-    return {k: v for k, v in fixed.items() if k in _OPTION_FIELDS}
-
-
-def _families(plans: list, gbs: int) -> list[list]:
-    """Plans grouped by pipeline shape (stages, microbatches, schedule): one task each, whose
-    pipelines are evaluated together; in the order their first plan comes."""
-    out: dict = {}
-    for plan in plans:
-        out.setdefault((plan["pp"], gbs // (plan["dp"] * plan["mbs"]), plan["schedule"]), []).append(plan)
-    return list(out.values())
 
 
 _VARIED = frozenset({*_PLAN_KEYS, "gpus", "nodes", "gbs"})    # what a search varies or sets itself
@@ -435,150 +313,6 @@ def _admitted(candidates: str | dict, budget: dict) -> tuple[dict, dict]:
         if not specs:
             admitted[axis] = ["none"]
     return admitted, dropped
-
-
-def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):
-    """Every family's rows: those a resumed stream holds, then the others as they finish on
-    ``executor`` = (executor, workers, scheduler), appended to the stream; (rows, plans that do not
-    fit, plans whose rows came from the stream)."""
-    rows, skipped, resumed, todo = _resumed(jobs, stream, tag) if resume else ([], 0, 0, jobs)
-    done = resumed
-    if progress and done:
-        progress(done, total)
-    with RowStream(stream, STREAM_COLUMNS, _tagged(rows, tag)) if stream else contextlib.nullcontext() as out:
-        for _, (family_rows, oom, count) in run_jobs(todo, _evaluate, *executor):
-            if out:
-                out.append(_tagged(family_rows, tag))
-            rows += family_rows
-            skipped += oom
-            done += count
-            if progress:
-                progress(done, total)
-    return rows, skipped, resumed
-
-
-def _search_tag(*arguments) -> str:
-    """What a stream's rows are of (model, job size, batch, admitted candidates, error budget and
-    options; the plan space is not in it: a plan's rows depend on these alone): 12 hex digits of
-    their hash, in every streamed row, so a resume with other arguments is refused."""
-    import hashlib
-
-    return hashlib.sha256(repr(_canonical(arguments)).encode()).hexdigest()[:12]
-
-
-def _canonical(value):
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), _canonical(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_canonical(v) for v in value)
-    return value
-
-
-def _tagged(rows: list, tag: str) -> list:
-    return [{"search": tag, **r} for r in rows]
-
-
-def _check_stream(stream: str | None, resume: bool) -> None:
-    """A new stream file (or one to resume), checked before any work."""
-    if stream is None:
-        if resume:
-            raise InputError("resume", resume, "a stream file to continue (stream=FILE, --resume FILE)")
-        return
-    check_stream(stream, "resume" if resume else "stream")
-    if not resume and os.path.exists(stream) and os.path.getsize(stream) > 0:
-        raise InputError("stream", stream, "a new file (it exists: resume it, --resume FILE, or remove it)")
-
-
-def _row_key(row: dict) -> tuple:
-    return (row["cluster"], *(row[k] for k in _PLAN_KEYS), row["policy"])
-
-
-def _plan_keys(job) -> list[tuple]:
-    """(plan, the row keys it makes if it fits) for each plan of a family."""
-    model, cluster, _, _, plans, candidates, _, _ = job
-    spec = load_model(model)
-    out = []
-    for plan in plans:
-        head = (cluster, *(plan.get(k, 1) for k in _PLAN_KEYS))
-        out.append((plan, [(*head, p) for p in _plan_policies(plan, candidates, spec)]))
-    return out
-
-
-def _read_stream(path: str) -> list[dict]:
-    """A stream's rows; one written before a degree existed (its header lacks only degrees'
-    columns) reads that degree as 1, as ``Degrees.of`` reads older records."""
-    header = _header(path)
-    missing = [c for c in STREAM_COLUMNS if c not in header]
-    if not missing or set(missing) - set(Degrees.names()) or set(header) - set(STREAM_COLUMNS):
-        return read_rows(path, STREAM_COLUMNS, _ROW_TYPES)     # this version's stream, or refused naming its header
-    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, _ROW_TYPES)]
-
-
-def _header(path: str) -> tuple:
-    """The first line of a stream, as CSV (empty where there is none)."""
-    import csv
-
-    try:
-        with open(path, newline="") as handle:
-            return tuple(next(csv.reader([handle.readline()]), ()))
-    except (FileNotFoundError, UnicodeDecodeError):
-        return ()
-
-
-def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
-    """What a stream already holds: (its rows of the families that finished, their plans that do
-    not fit, their plans, the jobs still to run). A family finished when every plan that fits has
-    all its rows there (plans without rows are checked to be ones that do not fit or are not
-    allowed; nothing is timed). Rows of another ``tag`` or that no family makes are refused:
-    another search's stream."""
-    present: dict = {}
-    for row in _read_stream(path):
-        if row.pop("search") != tag:
-            raise InputError("resume", path, "a stream of this search (its rows are of another model, job size, "
-                             "batch, candidates, error budget or options: resume with the same arguments)")
-        key = _row_key(row)
-        if key in present:
-            raise InputError("resume", path, f"each row once (cluster {key[0]}, policy {key[-1]} repeats)")
-        present[key] = row
-    rows, oom, done, todo, expected = [], 0, 0, [], set()
-    for job in jobs:
-        keys = _plan_keys(job)
-        expected.update(k for _, ks in keys for k in ks)
-        finished = _finished(job, keys, present)
-        if finished is None:
-            todo.append(job)
-            continue
-        rows += finished[0]
-        oom += finished[1]
-        done += len(job[4])
-    strangers = len(set(present) - expected)
-    if strangers:
-        raise InputError("resume", path, f"a stream of this search ({strangers} of its rows are of plans or policies "
-                         "this one does not try: resume with the same arguments)")
-    return rows, oom, done, todo
-
-
-def _finished(job, keys: list, present: dict) -> tuple[list, int] | None:
-    """(rows, plans that do not fit) of a family whose rows are all in ``present``, else None."""
-    rows, absent = [], []
-    for plan, plan_keys in keys:
-        found = [present[k] for k in plan_keys if k in present]
-        if found and len(found) < len(plan_keys):
-            return None
-        rows += found
-        if not found:
-            absent.append(plan)
-    if not rows:            # nothing streamed (or no plan fits: quick to run again)
-        return None
-    oom = 0
-    if absent:
-        model, cluster, *_, fixed = job
-        for got in predict_many(model, cluster, _family_items(job, absent, with_policies=False),
-                                PredictOptions(**_option_fields(fixed))):
-            if not _refused(got):
-                return None         # a plan that fits has no rows
-            oom += got.field == "memory"
-    return rows, oom
 
 
 def parse_clusters(text: str) -> list[str]:

@@ -13,7 +13,8 @@ from perfmodel.plan.memory import stage_param_split
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.plan.parallel import make_plan
 from perfmodel.compression.policy import parse_policy
-from perfmodel.explore.search import plan_space, policies_for
+from perfmodel.explore.families import policies_for
+from perfmodel.explore.search import plan_space
 from perfmodel.workload import load_model
 from topologies.errors import InputError
 

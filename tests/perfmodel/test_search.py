@@ -6,7 +6,8 @@ import math
 import pytest
 
 import perfmodel
-from perfmodel.explore.search import admits, parse_candidates, parse_max_error, pareto_front, policies_for
+from perfmodel.explore.families import policies_for
+from perfmodel.explore.search import admits, parse_candidates, parse_max_error, pareto_front
 from topologies import InputError
 
 KW = dict(gpus=16, gbs=64, candidates="dp=none|int8|topk(0.01)|ef(topk(0.01))+int8;tp=none|fp16|fp8;pp=none|int8",
@@ -119,7 +120,7 @@ def test_a_bad_schedule_is_an_error_not_an_empty_search(schedules):
 def test_rows_are_predict_one_by_one_to_the_last_bit():
     """Families timed together (predict_many, the schedule's graph, cached stage parts) give the
     rows predict gives each (plan, policy) alone, interleaving and ZeRO-3 included."""
-    from perfmodel.explore.search import _row
+    from perfmodel.explore.families import _row
 
     got = perfmodel.search("gpt2-medium", "dgx-a100", gpus=8, gbs=32, max_mbs=2, zero=(1, 3),
                            candidates="dp=none|int8;tp=none|fp16;pp=none|int8;zero=none|int8",
