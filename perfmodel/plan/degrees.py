@@ -132,12 +132,13 @@ class Degrees:
             raise InputError("dp", dp, " x ".join(["dp", *named]) + f" = {gpus} GPUs (auto: {gpus // fixed})")
         return replace(self, dp=dp).check()
 
-    def label(self, sep: str = "x", always: tuple = (), order: tuple | None = None) -> str:
-        """The plan as users write it: each degree above 1 as ``tp2`` (``always``: shown even at
-        1), joined by ``sep``, in ``order`` (default the degrees' order); ``dp1`` if none shows."""
+    def label(self, sep: str = "x", always: tuple = (), order: tuple | None = None, form: str = "{}{}") -> str:
+        """The plan as users write it: each degree above 1 as ``tp2`` (``form`` from name and
+        value; ``always``: shown even at 1), joined by ``sep``, in ``order`` (default the degrees'
+        order); ``dp1`` if none shows."""
         names = order or self.names()
-        parts = [f"{n}{getattr(self, n)}" for n in names if n in always or getattr(self, n) != 1]
-        return sep.join(parts or ["dp1"])
+        parts = [form.format(n, getattr(self, n)) for n in names if n in always or getattr(self, n) != 1]
+        return sep.join(parts or [form.format("dp", 1)])
 
     def mesh(self):
         """The (cached) mesh of these degrees: rank <-> coordinates, the groups of each axis."""

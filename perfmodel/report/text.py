@@ -22,7 +22,8 @@ def _plan_line(r) -> str:
     layers = sorted(set(r.stage_layers))
     split = f"{layers[0]} layers per stage" if len(layers) == 1 else \
         "uneven stages: " + "/".join(map(str, r.stage_layers)) + " layers"
-    return (f"plan: tp={p['tp']} pp={p['pp']} dp={p['dp']} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
+    degrees = Degrees.of(p).label(" ", always=DEFAULT_ORDER, order=Degrees.display_order(), form="{}={}")
+    return (f"plan: {degrees} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
             f"({p['microbatches']} microbatches) seq={p['seq']} sp={str(p['sequence_parallel']).lower()} "
             f"recompute={p['recompute']} schedule={sched} {p['compute_dtype']}; {split}")
 

@@ -90,3 +90,12 @@ def test_the_mesh_places_what_order_leaves_out_and_has_every_group_kind():
     assert mesh.order == ("tp", "cp", "ep", "pp", "dp") and set(mesh.groups) == set(GROUP_KINDS)
     assert set(ORDER_OPTIONAL) == {"cp", "ep"}
     assert mesh is plan.degrees.mesh()
+
+
+def test_the_step_report_names_every_degree_a_plan_uses():
+    from perfmodel import predict
+    from perfmodel.report.text import step_report
+
+    moe = step_report(predict("mixtral-8x7b", "dgx-h100", gpus=64, tp=2, pp=4, ep=8, allow_oom=True)).splitlines()[1]
+    dense = step_report(predict("gpt3-1.3b", "dgx-a100", gpus=8, tp=2)).splitlines()[1]
+    assert moe.startswith("plan: tp=2 pp=4 dp=8 ep=8 zero=0") and dense.startswith("plan: tp=2 pp=1 dp=4 zero=0")
