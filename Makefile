@@ -27,9 +27,10 @@ demo: $(VENV)/.core
 	$(BIN)/perfmodel compare --model gpt-neox-20b --cluster lassen --gpus 192 --tp 4 --pp 4 \
 		--mbs 4 --gbs 1056 --zero 1 --recompute full --policies "none,naive:zfp(rate=8),hybrid,mzhybrid,zhybrid"
 
+# the docs build first, so that pytest's summary closes the output
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest -q
 	$(MAKE) docs
+	$(BIN)/python -m pytest -q
 
 # The documentation site (docs/, mkdocs.yml; API pages generated from the docstrings by
 # scripts/gen_ref_pages.py) into build/site. --strict: a broken link, a page outside the nav or a
