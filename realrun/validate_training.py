@@ -66,7 +66,7 @@ QUICK_POLICIES = ("none", "naive:fp16", "naive:int8", "dp=ef(topk(0.01))+int8")
 BANDWIDTHS = (100 * MBIT, 1 * GBIT)
 STEPS, QUICK_STEPS = 12, 7
 SIDES = ("predicted_", "measured_")   # the prefixes of a results row's columns
-PHASES = MEASURED   # the phases compared: predicted_<phase> and measured_<phase> (module doc)
+COMPARED_PHASES = MEASURED   # the phases compared: predicted_<phase> and measured_<phase> (module doc)
 # the axes whose relative error a run measures and validation compares (zero's gathers are not
 # measured; ep, ep_combine and cp run in the grid's extra plans, whose errors the trainer records)
 COMPARED_ERRORS = ("dp", "tp", "pp")
@@ -199,7 +199,7 @@ def measured_phases(records: list[dict]) -> dict:
     axis's kernels the median over the run's steady steps (older records under today's names)."""
     records = [upgraded(r) for r in records]
     kernels = {k.removesuffix("_kernel_s"): _median(records, k) for k in records[0] if k.endswith("_kernel_s")}
-    return compared({phase: _median(records, phase) for phase in PHASES}, kernels)
+    return compared({phase: _median(records, phase) for phase in COMPARED_PHASES}, kernels)
 
 
 def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
@@ -210,7 +210,7 @@ def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
            "predicted_step_s": predicted.step_time_s,
            **repeated([_median(records, "step_s") for records in runs], "measured_step_s")}
     measured = [measured_phases(records) for records in runs]
-    for phase in PHASES:
+    for phase in COMPARED_PHASES:
         out[f"predicted_{phase}"] = pred[phase]
         out[f"measured_{phase}"] = statistics.median(m[phase] for m in measured)
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
@@ -276,7 +276,7 @@ def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
            "predicted_step_s": predicted.step_time_s, **restored(m, "measured_step_s")}
-    for phase in PHASES:
+    for phase in COMPARED_PHASES:
         out[f"predicted_{phase}"], out[f"measured_{phase}"] = pred[phase], float(m.get(f"measured_{phase}") or 0)
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
     out["val_loss"] = _float(m["val_loss"])
@@ -328,7 +328,7 @@ def summarize(rows: list[dict]) -> dict:
                 ["policy"]) for g in groups.values()]
     phase_misses = []
     for r in rows:
-        for phase in PHASES:
+        for phase in COMPARED_PHASES:
             m, p = r[f"measured_{phase}"], r[f"predicted_{phase}"]
             if m >= 0.1 * r["measured_step_s"] and abs(p - m) > 0.25 * m:
                 phase_misses.append((r["plan"], r["policy"], r["bandwidth"], phase, p, m))
@@ -337,7 +337,8 @@ def summarize(rows: list[dict]) -> dict:
             "sign_agree": sign_ok, "sign_total": len(sign_cases),
             "fastest_agree": sum(p == m for p, m in fastest), "fastest_total": len(fastest),
             "phase_misses": phase_misses,
-            "phases_checked": sum(r[f"measured_{ph}"] >= 0.1 * r["measured_step_s"] for r in rows for ph in PHASES)}
+            "phases_checked": sum(r[f"measured_{ph}"] >= 0.1 * r["measured_step_s"]
+                                  for r in rows for ph in COMPARED_PHASES)}
 
 
 def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
@@ -361,7 +362,7 @@ def validate_training(runner, calibration: str | None, out_dir: str, quick: bool
 
 
 FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", "error", "predicted_speedup",
-          "measured_speedup", *(f"{side}{phase}" for phase in PHASES for side in SIDES),
+          "measured_speedup", *(f"{side}{phase}" for phase in COMPARED_PHASES for side in SIDES),
           "val_loss", "none_val_loss", "time_to_target_s", "predicted_dp_error", "measured_dp_error",
           "predicted_tp_error", "measured_tp_error", "predicted_pp_error", "measured_pp_error")
 REPEAT_FIELDS = ("repeats", "spread", "measured_step_all_s")   # written too; a file from before repeats lacks them
@@ -407,9 +408,10 @@ def report_md(rows: list[dict], summary: dict) -> str:
                    f"{_fmt(r['predicted_speedup'])} | {_fmt(r['measured_speedup'])} | {_fmt(r['val_loss'], '.4f')} | "
                    f"{_fmt(r['time_to_target_s'])} |")
     out += ["", "## Phases (seconds per step, predicted / measured)", "",
-            "| plan | policy | Mbit/s | " + " | ".join(PHASES) + " |", "|---|---|---:|" + "---:|" * len(PHASES)]
+            "| plan | policy | Mbit/s | " + " | ".join(COMPARED_PHASES) + " |",
+            "|---|---|---:|" + "---:|" * len(COMPARED_PHASES)]
     for r in rows:
-        cells = [f"{r[f'predicted_{p}']:.3f} / {r[f'measured_{p}']:.3f}" for p in PHASES]
+        cells = [f"{r[f'predicted_{p}']:.3f} / {r[f'measured_{p}']:.3f}" for p in COMPARED_PHASES]
         out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

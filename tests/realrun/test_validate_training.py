@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed (the real extra)")
 
 from perfmodel.plan.degrees import Degrees  # noqa: E402
-from realrun.validate_training import (PHASES, REPEAT_FIELDS, StoredCluster, TrainCase, add_speedups,  # noqa: E402
+from realrun.validate_training import (COMPARED_PHASES, REPEAT_FIELDS, StoredCluster, TrainCase, add_speedups,  # noqa: E402
                                        grid, plans, predicted_phases, repredict, row, summarize, summary_lines,
                                        validate_training, write_outputs)
 from topologies import InputError  # noqa: E402
@@ -77,7 +77,7 @@ def test_rows_speedups_and_summary(tmp_path):
     write_outputs(str(tmp_path), rows, s)
     with open(tmp_path / "results_training.csv") as handle:
         got = list(csv.DictReader(handle))
-    assert len(got) == 2 and set(f"measured_{p}" for p in PHASES) <= set(got[0])
+    assert len(got) == 2 and set(f"measured_{p}" for p in COMPARED_PHASES) <= set(got[0])
     assert "| tp1-pp1-dp4 | `naive:int8` | 100 |" in (tmp_path / "report.md").read_text()
     for name in ("step_predicted_vs_measured.png", "loss_curves.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
@@ -348,7 +348,7 @@ def test_step_records_under_the_older_phase_names_give_the_same_row():
     for case in CASES:
         new = row(case, _predicted(0.5, 0.3), [_records(0.55, 0.35, LOSSES)])
         old = row(case, _predicted(0.5, 0.3), [_old_records(0.55, 0.35, LOSSES)])
-        assert old.keys() == new.keys() and new[f"measured_{PHASES[0]}"] == pytest.approx(0.15)
+        assert old.keys() == new.keys() and new[f"measured_{COMPARED_PHASES[0]}"] == pytest.approx(0.15)
         for key, value in new.items():
             assert old[key] == (pytest.approx(value, nan_ok=True) if isinstance(value, float) else value), key
 
