@@ -93,7 +93,7 @@ def bounded_cases(tmp_path):
         (("perfmodel", "collective", "allreduce", "--cluster", "dgx-a100", "--size", "99999999999999999999TiB"),
          "size='99999999999999999999TiB': a size of at most 1024TiB"),
         ((*collective, "--compressor", "ef(ef(int8))"), "ef(...) not nested"),
-        ((*collective, "--compressor", "+".join(["lossless"] * 17)), "at most 16 stages"),
+        ((*collective, "--compressor", "+".join(["lossless"] * 17)), "at most 16 transforms"),
         ((*collective, "--calibration", _profile(tmp_path, '"devices": {"a100-sxm-80gb": {"gemm_efficiency": '
                                                            '{"wide": 0.5}}}')), "gemm_efficiency='wide'"),
         (("perfmodel", "predict", *PREDICT, "--gpus", "8", "--calibration",
@@ -183,4 +183,4 @@ def test_deep_and_long_specs_are_refused_without_recursion():
     for text in ("ef(" * 2000 + "int8" + ")" * 2000, "+".join(["lossless"] * 40), "x" * 5000):
         with pytest.raises(InputError, match="compressor"):
             compile_spec(text)
-    json.dumps(compile_spec("ef(topk(0.01))+ef(int8)").text)   # one level per stage is fine
+    json.dumps(compile_spec("ef(topk(0.01))+ef(int8)").text)   # one level per transform is fine

@@ -4,7 +4,7 @@
 message of ``count`` values of ``dtype_bytes`` each: wire bytes, memory traffic of
 compress and decompress kernels, whether payloads can be summed without decoding,
 whether it is lossless, whether its size is exact, and the relative error of one
-application. Chains feed each stage's value stream to the next stage; metadata
+application. Chains feed each transform's value stream to the next transform; metadata
 (indices, scales) passes through. Error feedback (``ef``) keeps a residual: the same
 wire size, a little more traffic, and the same per-step error, compensated over steps.
 """
@@ -19,7 +19,7 @@ from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
 
 EF_TRAFFIC = 4.0   # read residual, write x + e; read x', write new residual (bytes per input byte)
 HEADER_FIXED_BYTES = 32   # payload header: magic, version, dtype, ndim, count, spec digest, body checksum
-LENGTH_BYTES = 8          # length prefix of a data-dependent stage's output inside a payload
+LENGTH_BYTES = 8          # length prefix of a data-dependent transform's output inside a payload
 
 
 def header_bytes(ndim: int = 1) -> int:
@@ -128,12 +128,12 @@ class Codec:
 
     @cached_property
     def sparse(self) -> bool:
-        """Some stage keeps a subset of the values (top-k, rand-k)."""
+        """Some transform keeps a subset of the values (top-k, rand-k)."""
         return any(f.SPARSE for f in self.families)
 
     @cached_property
     def factored(self) -> bool:
-        """Some stage sends factors that an ordinary all-reduce sums (PowerSGD)."""
+        """Some transform sends factors that an ordinary all-reduce sums (PowerSGD)."""
         return any(f.reduce_parts(Stream(1, 4.0, FLOAT_DTYPES[4])) is not None for f in self.families)
 
     @cached_property
@@ -156,7 +156,7 @@ class Codec:
         return "ef(" in self.text
 
     def with_ratios(self, ratios: dict) -> Codec:
-        """This codec with ``ratios`` ({family name: measured ratio}) on every data-dependent stage
+        """This codec with ``ratios`` ({family name: measured ratio}) on every data-dependent transform
         that does not give its own (calibration transforms the compiled codec; nothing is re-parsed)."""
         def calibrated(f: Family) -> Family:
             if f.NAME in ratios and f.DEFAULT_RATIO and f.params.get("ratio") is None:
@@ -194,7 +194,7 @@ class Codec:
 
     @cached_property
     def error(self) -> float:
-        """Relative RMS error of one application (unit-Gaussian data); stages add in quadrature."""
+        """Relative RMS error of one application (unit-Gaussian data); transforms add in quadrature."""
         return math.sqrt(sum(f.error() ** 2 for f in self.families))
 
     def __str__(self) -> str:
@@ -206,5 +206,5 @@ def compile_spec(text: str) -> Codec:
     """Parse, validate and compile one compressor spec string. Cached."""
     root = _build(parse_spec(text))
     codec = Codec(text=_text(root), root=root)
-    codec.apply(4, 4)   # the chain's input types: each stage accepts what the one before makes
+    codec.apply(4, 4)   # the chain's input types: each transform accepts what the one before makes
     return codec

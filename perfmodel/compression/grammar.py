@@ -72,9 +72,9 @@ def _tokens(text: str) -> list[tuple[str, object]]:
     return out
 
 
-MAX_SPEC_CHARS = 1000   # a spec is a handful of stages; longer text is refused before tokenizing
+MAX_SPEC_CHARS = 1000   # a spec is a handful of transforms; longer text is refused before tokenizing
 MAX_DEPTH = 1           # ef(...) levels: error feedback of error feedback has no residual left to feed back
-MAX_STAGES = 16         # stages in one chain
+MAX_TRANSFORMS = 16         # transforms in one chain
 
 
 class _Parser:
@@ -101,8 +101,8 @@ class _Parser:
         while self.peek("sym", "+"):
             self.i += 1
             parts.append(self.term())
-            if len(parts) > MAX_STAGES:
-                self.fail(f"at most {MAX_STAGES} stages in a chain")
+            if len(parts) > MAX_TRANSFORMS:
+                self.fail(f"at most {MAX_TRANSFORMS} transforms in a chain")
         return parts[0] if len(parts) == 1 else Chain(parts=tuple(parts))
 
     def term(self):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from realrun.compressors.stages import TINY
+from realrun.compressors.transforms import TINY
 
 ROUND_BIAS = np.float32(1.5 * 2**23)   # y + ROUND_BIAS - ROUND_BIAS == rint(y) in float32 for |y| < 2**22
 

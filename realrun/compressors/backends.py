@@ -1,11 +1,11 @@
-"""Array backends: the hot-path primitives behind the stages, chosen by the input's array module.
+"""Array backends: the hot-path primitives behind the transforms, chosen by the input's array module.
 
-Stages (``stages.py``) are written once. For their hot paths they ask ``of(x)`` for the backend
+Transforms (``transforms.py``) are written once. For their hot paths they ask ``of(x)`` for the backend
 of their input and call its primitives: blockwise quantize / dequantize, casts, sign packing,
 top-k selection and scatter, and the payload checksum's reduction. Two backends exist:
 
 * ``numba`` (``realrun.compressors.fast``) for numpy arrays: compiled CPU loops for float32
-  input where numba is installed; otherwise, and for other dtypes, the stage's numpy reference
+  input where numba is installed; otherwise, and for other dtypes, the transform's numpy reference
   runs (``compiled`` is False, ``serves`` says no).
 * ``cupy`` (``realrun.gpu.kernels``) for CuPy arrays: RawKernels from ``realrun/gpu/kernels.cu``
   for the families it declares (a family without a GPU path is refused when a GPU compressor is
@@ -33,7 +33,7 @@ BACKENDS = {"numpy": "realrun.compressors.fast", "cupy": "realrun.gpu.kernels"}
 
 
 class Backend:
-    """What stages and payloads need of one array module: its metadata form, whether its
+    """What transforms and payloads need of one array module: its metadata form, whether its
     kernels run (``compiled``, ``serves``, ``casts``) and the checksum's reduction. The base is
     the host side (numpy arrays, bytes metadata, no kernels); a backend subclasses it and
     implements ``Kernels``."""
@@ -83,7 +83,7 @@ class Backend:
 
 class Kernels(Protocol):
     """The hot-path primitives of a compiled backend (numba, CuPy), on float32 values of its
-    array module; ``work(tag, n, dtype)`` gives a stage's reusable host scratch arrays. Stages
+    array module; ``work(tag, n, dtype)`` gives a transform's reusable host scratch arrays. Transforms
     call one only where ``Backend.serves`` (or ``casts``) says yes, else they run the reference."""
 
     def quantize(self, x, block: int, bits: int, work):

@@ -1,4 +1,4 @@
-"""Stages backed by external codecs and linear algebra: PowerSGD, zfp (zfpy), SZ3 (pysz),
+"""Transforms backed by external codecs and linear algebra: PowerSGD, zfp (zfpy), SZ3 (pysz),
 lossless (numcodecs), MPC. zfp, SZ3 and numcodecs come with the ``real`` extra. Host only:
 none of these has a GPU path (a GPU compressor refuses them).
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from perfmodel.compression import families
 from realrun.compressors import mpc
-from realrun.compressors.stages import Stage
+from realrun.compressors.transforms import Transform
 from topologies.errors import InputError
 
 
@@ -69,7 +69,7 @@ def _finite(name: str, x: np.ndarray) -> None:
 
 
 @families.PowerSgd.implements("numpy")
-class PowerSgdStage(Stage):
+class PowerSgdTransform(Transform):
     """Rank-r approximation by one power iteration with warm start (Vogels et al. 2019): the
     buffer as an m x n matrix (zero padded), P = M Q, orthogonalized, Q = M^T P; payload P, Q
     with columns balanced so that neither factor overflows. Q starts from (seed) random and
@@ -113,7 +113,7 @@ class PowerSgdStage(Stage):
 
 
 @families.Zfp.implements("numpy")
-class ZfpStage(Stage):
+class ZfpTransform(Transform):
     """zfp through zfpy, headerless: fixed rate is exact (``rate`` bits per value, 64-bit
     words); tolerance and precision produce a blob of data-dependent length."""
 
@@ -160,7 +160,7 @@ class ZfpStage(Stage):
 
 
 @families.Sz3.implements("numpy")
-class Sz3Stage(Stage):
+class Sz3Transform(Transform):
     """SZ3 through pysz with an absolute or value-range-relative error bound."""
 
     def check(self, dtype):
@@ -191,7 +191,7 @@ class Sz3Stage(Stage):
 
 
 @families.Lossless.implements("numpy")
-class LosslessStage(Stage):
+class LosslessTransform(Transform):
     """A byte shuffle (or Blosc bit shuffle) and zstd or lz4 from numcodecs; bit-exact."""
 
     def _codec(self, itemsize):
@@ -255,7 +255,7 @@ def _declared_size(data: bytes, codec: str, blosc: bool) -> int | None:
 
 
 @families.Mpc.implements("numpy")
-class MpcStage(Stage):
+class MpcTransform(Transform):
     """MPC's four stages in numpy (realrun.compressors.mpc); bit-exact for every float pattern."""
 
     def encode(self, x, ctx):

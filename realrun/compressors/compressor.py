@@ -1,10 +1,10 @@
-"""``Compressor``: a spec string (perfmodel's grammar) built into stages, with payloads.
+"""``Compressor``: a spec string (perfmodel's grammar) built into transforms, with payloads.
 
     c = Compressor("ef(topk(0.01))+int8", seed=0)
     p = c.compress(x, key="bucket3")      # numpy array or CPU torch tensor -> Payload
     y = c.decompress(p)                   # numpy array, x's shape and dtype
 
-Body layout: every stage's metadata in order, then the last stage's values (raw when the size
+Body layout: every transform's metadata in order, then the last transform's values (raw when the size
 is known from the element count, else an 8-byte length and the blob). ``len(payload)`` equals
 perfmodel's ``Codec.wire_bytes`` for every fixed-size spec.
 
@@ -23,15 +23,15 @@ from perfmodel.compression import families
 from perfmodel.compression.codec import EF as EFNode
 from perfmodel.compression.codec import Codec, compile_spec, header_bytes
 from perfmodel.compression.families import Family
-from realrun.compressors import backends, codecs, stages  # noqa: F401  (codecs registers its implementations)
+from realrun.compressors import backends, codecs, transforms  # noqa: F401  (codecs registers its implementations)
 from realrun.compressors.payload import MAX_NDIM, PAYLOAD_DTYPES, Header, Payload, seal, spec_digest
 from topologies.errors import InputError
 
 LENGTH = struct.Struct("<Q")
 
 
-class ChainStage(stages.Stage):
-    """Stages applied in order; each stage's values feed the next, metadata in order."""
+class ChainTransform(transforms.Transform):
+    """Transforms applied in order; each transform's values feed the next, metadata in order."""
 
     def __init__(self, parts):
         self.parts = parts
@@ -41,7 +41,7 @@ class ChainStage(stages.Stage):
         return "+".join(p.name for p in self.parts)
 
     def _walk(self, n, dtype):
-        """(stage, its input count, its input dtype) for every stage."""
+        """(transform, its input count, its input dtype) for every transform."""
         for part in self.parts:
             yield part, n, dtype
             lay = part.layout(n, dtype)
@@ -72,7 +72,7 @@ class ChainStage(stages.Stage):
     def decode(self, values, meta, n, dtype, ctx):
         steps = list(self._walk(n, dtype))
         offsets = np.cumsum([0] + [p.layout(m, d).meta_bytes for p, m, d in steps])
-        out, ctx.out = ctx.out, None   # only the first stage writes the final values
+        out, ctx.out = ctx.out, None   # only the first transform writes the final values
         for i in range(len(steps) - 1, -1, -1):
             part, m, d = steps[i]
             ctx.out = out if i == 0 else None
@@ -80,7 +80,7 @@ class ChainStage(stages.Stage):
         return values
 
 
-class ErrorFeedbackStage(stages.Stage):
+class ErrorFeedbackTransform(transforms.Transform):
     """Adds the residual of the previous call (per key and size) before compressing, and keeps
     the new residual: what compression dropped is sent later instead of lost."""
 
@@ -126,14 +126,14 @@ def _energy(x: np.ndarray) -> float:
     return energy
 
 
-def build_stage(node, backend: str = "numpy"):
+def build_transform(node, backend: str = "numpy"):
     """The implementation tree of a compiled spec's root (perfmodel's Codec.root), every family
     from its implementation registered for ``backend`` (a clear error where there is none)."""
     if isinstance(node, Family):
         return node.implementation(backend)(node)
     if isinstance(node, EFNode):
-        return ErrorFeedbackStage(build_stage(node.inner, backend))
-    return ChainStage([build_stage(p, backend) for p in node])
+        return ErrorFeedbackTransform(build_transform(node.inner, backend))
+    return ChainTransform([build_transform(p, backend) for p in node])
 
 
 def as_array(x) -> np.ndarray:
@@ -185,15 +185,15 @@ class Compressor:
     ``Codec``); stateful parts (error feedback residuals, PowerSGD warm start, random draws)
     live in ``self.ctx``. Every payload is checked whole before it is decoded (``Header``).
     ``BACKEND`` names the implementations built (perfmodel's registry key): ``numpy`` here,
-    for host arrays; the stages pick numba or the reference by themselves."""
+    for host arrays; the transforms pick numba or the reference by themselves."""
 
     BACKEND = "numpy"
 
     def __init__(self, spec: str | Codec, seed: int = 0):
         codec = spec if isinstance(spec, Codec) else compile_spec(spec)
         self.spec, self.codec = codec.text, codec
-        self.root = build_stage(codec.root, self.BACKEND)
-        self.ctx = stages.CompressorState(seed=seed)
+        self.root = build_transform(codec.root, self.BACKEND)
+        self.ctx = transforms.CompressorState(seed=seed)
         self.digest = spec_digest(self.spec)
 
     def compress(self, x, key: str = "", out=None) -> Payload:
@@ -212,7 +212,7 @@ class Compressor:
 
     def _encode(self, flat, shape, key: str):
         """(header without its checksum, metadata, length prefix, values) of a flat array of
-        any backend: the stages run, the call is counted."""
+        any backend: the transforms run, the call is counted."""
         self.root.check(flat.dtype)
         self.ctx.key, self.ctx.out = key, None
         values, meta = self.root.encode(flat, self.ctx)

@@ -1,4 +1,4 @@
-"""The numba backend: compiled CPU paths for the hot stages, byte-identical to the numpy reference.
+"""The numba backend: compiled CPU paths for the hot transforms, byte-identical to the numpy reference.
 
 numpy alone reaches 0.04-0.1 of memcpy on these (its float32->float16 cast runs at 0.8 GB/s on
 the development machine); numba compiles the single-pass loops to machine code and runs them
@@ -7,7 +7,7 @@ otherwise the numpy reference runs. NaN inputs: the fp16 path writes a quiet NaN
 may keep other payload bits; decoded values are NaN either way.
 
 The compiled kernels are in ``_kernels`` (which imports nothing from here); this module wraps
-them and is the ``Backend`` that stages call (``NumbaBackend``). numba itself is imported the
+them and is the ``Backend`` that transforms call (``NumbaBackend``). numba itself is imported the
 first time a compiled path runs, so importing realrun stays quick.
 """
 from __future__ import annotations
@@ -159,7 +159,7 @@ _CASTS = {"fp16": (fp16_encode, fp16_decode, np.uint16), "bf16": (bf16_encode, b
 
 class NumbaBackend(Backend):
     """numpy arrays: the compiled kernels above where numba is installed (``AVAILABLE``, read at
-    every call so a test can switch it off), scratch arrays from the stage's workspace."""
+    every call so a test can switch it off), scratch arrays from the transform's workspace."""
 
     NAME = "numba"
     CASTS = frozenset(_CASTS)

@@ -1,4 +1,4 @@
-"""GPU compressors: the CuPy backend of the stages (``kernels``: RawKernels from kernels.cu)
+"""GPU compressors: the CuPy backend of the transforms (``kernels``: RawKernels from kernels.cu)
 and ``GpuCompressor`` (``compressor``), byte-identical to the numpy reference. CuPy is imported
 on first use (the ``gpu`` extra), so this package imports anywhere."""
 from realrun.gpu.compressor import GpuCompressor, gpu_families

@@ -1,7 +1,7 @@
 """``GpuCompressor``: ``Compressor`` with device edges: CuPy arrays or CUDA tensors in, payloads
 as device uint8 arrays out, byte-identical to the host's.
 
-Stages, chains, error feedback, the header, the checksum and every check before decoding are
+Transforms, chains, error feedback, the header, the checksum and every check before decoding are
 ``realrun.compressors``'; only moving the input on and assembling the payload on the device are
 here. Specs run on the GPU when every family in them has a GPU path (``gpu_families()``: the
 GPU backend's declaration, ``kernels.SERVES``) and gets float32 input; anything else is a clear
@@ -32,8 +32,8 @@ class GpuCompressor(Compressor):
 
     def __init__(self, spec: str | Codec, seed: int = 0):
         super().__init__(spec, seed=seed)   # a family without a cupy implementation is refused here
-        for stage, dtype in self.root.leaves(np.float32):
-            kernels.check(stage, dtype)
+        for transform, dtype in self.root.leaves(np.float32):
+            kernels.check(transform, dtype)
 
     def compress(self, x, key: str | None = None):
         """A device uint8 array holding the payload (``cupy.asnumpy(...)`` gives its bytes)."""

@@ -1,5 +1,5 @@
 // commpress GPU compression kernels (CuPy RawModule; compiled by nvcc -arch=sm_90 in a test).
-// Layouts match the numpy reference in realrun/compressors/stages.py bit for bit:
+// Layouts match the numpy reference in realrun/compressors/transforms.py bit for bit:
 //   blockwise absmax: scale = absmax / levels (fp32, at least the smallest subnormal when absmax > 0,
 //   NaN if the block holds NaN/Inf),
 //   codes = rint(x / scale) clipped to +-levels; int4 packs value i into byte i/2, low nibble first;

@@ -1,11 +1,11 @@
-"""The CuPy backend: the stages' hot-path primitives as RawKernels (``kernels.cu``) on CuPy arrays.
+"""The CuPy backend: the transforms' hot-path primitives as RawKernels (``kernels.cu``) on CuPy arrays.
 
-The stages of ``realrun.compressors`` are written once; on a CuPy input they call this
+The transforms of ``realrun.compressors`` are written once; on a CuPy input they call this
 backend (``backends.of``) and produce the numpy reference's bytes on the device. ``SERVES`` is
 the backend's one declaration: the families it runs, the kernels of ``kernels.cu`` each one
 launches and the block sizes it needs (a byte of codes never spans two blocks). Those
-families' stages are registered for ``cupy`` here (the same classes as on the host), so
-``build_stage(..., "cupy")`` refuses every other family with a clear error, never a silent
+families' transforms are registered for ``cupy`` here (the same classes as on the host), so
+``build_transform(..., "cupy")`` refuses every other family with a clear error, never a silent
 copy to the host. A test checks ``SERVES`` against the kernels defined in ``kernels.cu`` and
 launched below.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.compression import families
-from realrun.compressors import stages
+from realrun.compressors import transforms
 from realrun.compressors.backends import Backend
 from topologies.errors import InputError
 
@@ -49,7 +49,7 @@ SERVES = {
     families.TopK: Serves(kernels=("gather_f32", "scatter_f32")),
 }
 for _family in SERVES:
-    _family.implements("cupy")(_family.IMPLEMENTATIONS["numpy"])   # one stage class, both backends
+    _family.implements("cupy")(_family.IMPLEMENTATIONS["numpy"])   # one transform class, both backends
 
 
 def kernel_source() -> str:
@@ -104,16 +104,16 @@ def as_device_array(x):
     return cp.asarray(x)
 
 
-def check(stage, dtype) -> None:
-    """Refuse a stage the kernels cannot run: a block that would share a byte with the next
-    one, or input other than float32 to a stage that does not pass it through (a cast to fp16
-    may only be followed by stages that pass float16 on)."""
-    family = stage.family
+def check(transform, dtype) -> None:
+    """Refuse a transform the kernels cannot run: a block that would share a byte with the next
+    one, or input other than float32 to a transform that does not pass it through (a cast to fp16
+    may only be followed by transforms that pass float16 on)."""
+    family = transform.family
     multiple = SERVES[type(family)].block_multiple
     if family.params.get("block", 0) % multiple:
         raise InputError(f"{family.NAME}.block", family.params["block"],
                          f"a multiple of {multiple} on the GPU: a byte never spans two blocks")
-    if np.dtype(dtype) != np.float32 and not stage.passes(dtype):
+    if np.dtype(dtype) != np.float32 and not transform.passes(dtype):
         raise InputError("compressor", str(family), f"float32 input on the GPU (it would get {np.dtype(dtype)})")
 
 
@@ -130,7 +130,7 @@ def _nbytes(part) -> int:
 
 class CupyBackend(Backend):
     """CuPy arrays: RawKernels from ``kernels.cu`` (float32 values), device metadata. Scratch
-    arrays come from CuPy's memory pool, not the stage's (host) workspace."""
+    arrays come from CuPy's memory pool, not the transform's (host) workspace."""
 
     NAME = "cupy"
     CASTS = frozenset({"fp16", "e4m3", "e5m2"})
@@ -204,7 +204,7 @@ class CupyBackend(Backend):
 
     def topk(self, x, k, work):
         cp = cupy()
-        idx = stages.select_largest(x, k, cp).astype(cp.int32)
+        idx = transforms.select_largest(x, k, cp).astype(cp.int32)
         values = cp.empty(k, cp.float32)
         _launch("gather_f32", _grid(k), (x, idx, values, np.int64(k)))
         return idx, values

@@ -38,7 +38,7 @@ def test_exact_wire_sizes(spec, count, expected):
 
 def test_data_dependent_sizes_use_ratio_and_are_marked():
     assert not compile_spec("sz3(abs=1e-4)").exact
-    prefix = HEADER + 8   # data-dependent stages carry a length
+    prefix = HEADER + 8   # data-dependent transforms carry a length
     assert wire("sz3(abs=1e-4)", 10**6) == prefix + math.ceil(4e6 / 6.8)
     assert wire("sz3(abs=1e-4,ratio=10)", 10**6) == prefix + 400000
     assert wire("lossless(ratio=2)", 1000) == prefix + 2000

@@ -14,7 +14,7 @@ from perfmodel import collective_time, compile_spec
 from perfmodel.compression import families
 from realrun.compressors import Compressor, fast
 from realrun.compressors.payload import CHECKSUM_AT, MAX_COUNT, checksum, seal
-from realrun.compressors.stages import Stage
+from realrun.compressors.transforms import Transform
 from realrun.gpu import gpu_families, kernels
 from topologies.errors import InputError
 
@@ -41,7 +41,7 @@ def test_gpu_implementations_belong_to_registered_families():
 
 def test_the_gpu_backend_covers_exactly_the_families_it_declares():
     """Without CuPy too: the families of the GPU backend's declaration (``SERVES``) are exactly
-    those with a cupy implementation, each the same stage class as on the host (one stage, two
+    those with a cupy implementation, each the same transform class as on the host (one transform, two
     backends); the kernels they declare are exactly the kernels kernels.cu defines and the
     backend launches, so no family claims a kernel that is missing and no kernel is dead."""
     assert {cls.NAME for cls in kernels.SERVES} == set(gpu_families())
@@ -75,7 +75,7 @@ class Halve(families.Family):
         return math.sqrt(1 - 1 / self.stride)
 
 
-class HalveStage(Stage):
+class HalveTransform(Transform):
     def encode(self, x, ctx):
         return np.ascontiguousarray(x[:: self.params["stride"]]), np.float32(np.linalg.norm(x)).tobytes()
 
@@ -89,7 +89,7 @@ class HalveStage(Stage):
 @pytest.fixture
 def halve():
     families.register(Halve)
-    Halve.implements("numpy")(HalveStage)
+    Halve.implements("numpy")(HalveTransform)
     compile_spec.cache_clear()
     yield Halve
     families.unregister(Halve)

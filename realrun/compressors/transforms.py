@@ -1,12 +1,12 @@
 """One class per compressor family, written once; numpy is the reference implementation.
 
-A stage implements one perfmodel family (its contract), registered against the family class
+A transform implements one perfmodel family (its contract), registered against the family class
 with ``@Family.implements("numpy")`` (and ``"cupy"`` by ``realrun.gpu.kernels`` for the
 families the GPU backend declares: the same class runs there). Its layout (output values,
 their dtype, metadata bytes) is the family's ``layout``, so payload sizes are the model's wire
-sizes by construction. For its hot paths a stage asks the backend of its input
+sizes by construction. For its hot paths a transform asks the backend of its input
 (``backends.of``: numba for float32 numpy arrays where installed, CuPy RawKernels for CuPy
-arrays) and otherwise runs the numpy reference below. Stateful stages (randk, qsgd, powersgd)
+arrays) and otherwise runs the numpy reference below. Stateful transforms (randk, qsgd, powersgd)
 read a ``CompressorState``: seed, step number and the tensor's key.
 
 Non-finite input (documented, tested): block quantizers and sign decode a block holding a
@@ -59,7 +59,7 @@ class CompressorState:
 
     def buffer(self, owner, tag: str, n: int, dtype) -> np.ndarray:
         """A scratch array reused across calls (fresh pages cost more than the kernels): valid
-        until the same stage asks again; whatever a stage returns from it is copied out."""
+        until the same transform asks again; whatever a transform returns from it is copied out."""
         key = (id(owner), tag, n, np.dtype(dtype).str)
         buf = self.work.pop(key, None)
         if buf is None:
@@ -70,7 +70,7 @@ class CompressorState:
         return buf
 
     def workspace(self, owner):
-        """``(tag, n, dtype) -> scratch array`` of one stage (what host kernels write into)."""
+        """``(tag, n, dtype) -> scratch array`` of one transform (what host kernels write into)."""
         return partial(self.buffer, owner)
 
     def output(self, n: int, dtype, xp=np):
@@ -80,7 +80,7 @@ class CompressorState:
         return out if out is not None else xp.empty(n, dtype)
 
 
-class Stage:
+class Transform:
     """One family's implementation: ``encode(x, ctx) -> (values, meta)`` and
     ``decode(values, meta, n, dtype, ctx) -> array``, laid out as ``family.layout`` says.
     ``values`` are an array of the input's module; ``meta`` is ``bytes`` on the host and a
@@ -101,7 +101,7 @@ class Stage:
         self.family.accepts(dtype)
 
     def leaves(self, dtype):
-        """(stage, its input dtype) for every family stage in this tree."""
+        """(transform, its input dtype) for every family transform in this tree."""
         yield self, np.dtype(dtype)
 
     def passes(self, dtype) -> bool:
@@ -110,7 +110,7 @@ class Stage:
 
 
 @families.NoneFamily.implements("numpy")
-class NoneStage(Stage):
+class NoneTransform(Transform):
     def encode(self, x, ctx):
         return x, b""
 
@@ -121,7 +121,7 @@ class NoneStage(Stage):
         return True
 
 
-class CastStage(Stage):
+class CastTransform(Transform):
     """A cast to ``FORMAT`` codes: a backend's kernel for float32 where it has one, else the
     reference (``to_codes`` / ``from_codes``); a narrower input passes through."""
 
@@ -148,7 +148,7 @@ class CastStage(Stage):
 
 
 @families.Fp16.implements("numpy")
-class Fp16Stage(CastStage):
+class Fp16Transform(CastTransform):
     FORMAT = "fp16"
 
     def to_codes(self, x):
@@ -160,7 +160,7 @@ class Fp16Stage(CastStage):
 
 
 @families.Bf16.implements("numpy")
-class Bf16Stage(CastStage):
+class Bf16Transform(CastTransform):
     FORMAT = "bf16"
 
     def to_codes(self, x):
@@ -171,7 +171,7 @@ class Bf16Stage(CastStage):
 
 
 @families.Fp8.implements("numpy")
-class Fp8Stage(CastStage):
+class Fp8Transform(CastTransform):
     def __init__(self, family):
         super().__init__(family)
         self.FORMAT = self.params["format"]   # e4m3 or e5m2
@@ -211,7 +211,7 @@ def _unpack_bits(data: np.ndarray, bits: int, n: int) -> np.ndarray:
     return np.where(u >= 1 << (bits - 1), u - (1 << bits), u)
 
 
-class BlockQuantStage(Stage):
+class BlockQuantTransform(Transform):
     """Blockwise absmax: ``scale = absmax / levels`` per block (fp32, at least the smallest
     subnormal when absmax > 0, one ulp up where rounding left levels x scale < absmax, as it
     does for subnormal blocks), codes = round(x / scale); |x - x'| <= scale / 2. A block with
@@ -272,17 +272,17 @@ class BlockQuantStage(Stage):
 
 
 @families.Int8.implements("numpy")
-class Int8Stage(BlockQuantStage):
+class Int8Transform(BlockQuantTransform):
     KERNEL = True
 
 
 @families.Int4.implements("numpy")
-class Int4Stage(BlockQuantStage):
+class Int4Transform(BlockQuantTransform):
     KERNEL = True
 
 
 @families.Qsgd.implements("numpy")
-class QsgdStage(BlockQuantStage):
+class QsgdTransform(BlockQuantTransform):
     """QSGD per block: ``bits`` including sign; stochastic rounding draws from (seed, step)."""
 
     def quantize(self, b, scale, ctx):
@@ -295,7 +295,7 @@ class QsgdStage(BlockQuantStage):
 
 
 @families.Sign.implements("numpy")
-class SignStage(BlockQuantStage):
+class SignTransform(BlockQuantTransform):
     """1 bit per value (1 = non-negative) and the block's mean |x| as its scale."""
 
     def scales(self, b):
@@ -350,7 +350,7 @@ def select_largest(x, k: int, xp=np):
 
 
 @families.TopK.implements("numpy")
-class TopKStage(Stage):
+class TopKTransform(Transform):
     """The ``density`` fraction of largest |x|: values, then int32 indices or a bitmap
     (whichever is smaller), in index order. NaN and Inf rank as largest and are kept."""
 
@@ -396,7 +396,7 @@ class TopKStage(Stage):
 
 
 @families.RandK.implements("numpy")
-class RandKStage(TopKStage):
+class RandKTransform(TopKTransform):
     """``density`` of the positions drawn from (seed, step); the payload carries the step."""
 
     def _draw(self, n, seed, step):
