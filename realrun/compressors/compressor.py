@@ -23,7 +23,7 @@ from perfmodel.compression import families
 from perfmodel.compression.codec import EF as EFNode
 from perfmodel.compression.codec import Codec, compile_spec, header_bytes
 from perfmodel.compression.families import Family
-from realrun.compressors import backends, codecs, transforms  # noqa: F401  (codecs registers its implementations)
+from realrun.compressors import backends, external, transforms  # noqa: F401  (external registers its implementations)
 from realrun.compressors.payload import MAX_NDIM, PAYLOAD_DTYPES, Header, Payload, seal, spec_digest
 from topologies.errors import InputError
 

@@ -19,7 +19,7 @@ dtype code, count or dim is caught as a flipped body byte is.
 ``Header.unpack`` checks magic, version, dtype, ndim (at most ``MAX_NDIM``), that the count
 equals the product of the shape and stays under ``MAX_COUNT``, and the checksum (``verify``):
 every field is checked before any byte of the body is interpreted. A peer that forges a
-payload can recompute the checksum: the decoders' own bounds (``transforms``, ``codecs``) are
+payload can recompute the checksum: the decoders' own bounds (``transforms``, ``external``) are
 what keep such a payload from reading or writing outside its buffers.
 """
 from __future__ import annotations
