@@ -5,7 +5,7 @@ carries (the name a policy compresses), the mesh dimension whose groups it commu
 the generator of its communication events (``perfmodel.events``), the memory it divides, the
 error semantics of compressing it (and the search's default budget), where its exposed
 seconds go in the step's breakdown, and when it carries traffic (``active``). Plan, mesh,
-comm, memory, policy, search, the reports and realrun's trainer read these declarations;
+events, memory, policy, search, the reports and realrun's trainer read these declarations;
 adding an axis is one more entry here, its event generator and its runtime collective.
 
 Axes name the kind of tensor at every ZeRO stage (docs/design.md, Compressors): ``dp`` the
@@ -33,11 +33,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from perfmodel import events as comm
+from perfmodel import events
 from perfmodel.phases import LEADING, TRAILING, Phase
 from perfmodel.plan.degrees import Degrees
 from perfmodel.plan.parallel import MESH_AXES
+
+if TYPE_CHECKING:   # the event generators take a stage's context; its module reads memory, which reads this one
+    from perfmodel.stage import StageContext
 
 
 def _degree(plan, name: str) -> int:
@@ -65,7 +69,7 @@ def _ties_stages(plan, model) -> bool:
 @dataclass(frozen=True, kw_only=True)
 class Axis:
     """One parallel axis (module doc). ``events(ctx)`` lists its communication events on one
-    pipeline stage (``perfmodel.events.StageContext``)."""
+    pipeline stage (``perfmodel.stage.StageContext``)."""
 
     name: str
     tensor: str                           # what its traffic carries
@@ -79,11 +83,6 @@ class Axis:
     memory: Callable = lambda plan: {}    # plan -> {memory kind: divisor} it shards
     description: str = ""
     optional: bool = False                # reported only where active or compressed (module doc)
-
-    @property
-    def breakdown(self) -> str:
-        """The breakdown key of its exposed seconds (its phase's name)."""
-        return self.phase.name
 
 
 def _zero_shards(plan) -> dict:
@@ -105,34 +104,34 @@ CP_PHASE = Phase(name="cp_comm_s", short="cp", optional=True,
                  description="context parallelism's K/V ring, the part attention does not hide")
 
 DP = Axis(name="dp", tensor="gradients", mesh_axis="dp", error="reduced", feedback=True, max_error=0.05,
-          phase=DP_PHASE, events=comm.gradient_events,
+          phase=DP_PHASE, events=events.gradient_events,
           active=lambda plan, model=None: _replicas(plan) > 1 or _ties_stages(plan, model),
           description="gradient reduction: all-reduce, or reduce-scatter under ZeRO; tied embeddings")
 ZERO = Axis(name="zero", tensor="parameters", mesh_axis="dp", error="forwarded", feedback=False, max_error=0.01,
-            phase=DP_PHASE, events=comm.gather_events,
+            phase=DP_PHASE, events=events.gather_events,
             active=lambda plan, model=None: _replicas(plan) > 1 and _degree(plan, "zero") >= 1,
             memory=_zero_shards, description="ZeRO's parameter all-gathers (after the step, or per layer at 3)")
 TP = Axis(name="tp", tensor="activations", mesh_axis="tp", error="reduced", feedback=False, max_error=0.01,
-          phase=TP_PHASE, events=comm.tensor_parallel_events,
+          phase=TP_PHASE, events=events.tensor_parallel_events,
           active=lambda plan, model=None: _degree(plan, "tp") > 1,
           memory=lambda plan: {"params": _degree(plan, "tp"), "expert_params": _degree(plan, "tp")},
           description="activations and their gradients inside a layer")
 PP = Axis(name="pp", tensor="activations", mesh_axis="pp", error="forwarded", feedback=False, max_error=0.01,
-          phase=PP_PHASE, events=comm.pipeline_events,
+          phase=PP_PHASE, events=events.pipeline_events,
           active=lambda plan, model=None: _degree(plan, "pp") > 1,
           description="activations and their gradients between pipeline stages")
 
 EP = Axis(name="ep", tensor="activations", mesh_axis="ep", error="forwarded", feedback=False, max_error=0.05,
-          phase=EP_PHASE, events=comm.dispatch_events, optional=True,
+          phase=EP_PHASE, events=events.dispatch_events, optional=True,
           active=lambda plan, model=None: _degree(plan, "ep") > 1 and _moe(model),
           memory=lambda plan: {"expert_params": _degree(plan, "ep")},
           description="MoE dispatch: tokens to their experts (all-to-all), forward and backward")
 EP_COMBINE = Axis(name="ep_combine", tensor="activations", mesh_axis="ep", error="forwarded", feedback=False,
-                  max_error=0.01, phase=EP_PHASE, events=comm.combine_events, optional=True,
+                  max_error=0.01, phase=EP_PHASE, events=events.combine_events, optional=True,
                   active=lambda plan, model=None: _degree(plan, "ep") > 1 and _moe(model),
                   description="MoE combine: expert outputs back to their tokens (all-to-all), forward and backward")
 CP = Axis(name="cp", tensor="activations", mesh_axis="cp", error="forwarded", feedback=False, max_error=0.01,
-          phase=CP_PHASE, events=comm.context_events, optional=True,
+          phase=CP_PHASE, events=events.context_events, optional=True,
           active=lambda plan, model=None: _degree(plan, "cp") > 1,
           description="context parallel: key and value blocks around a ring, beside attention")
 
@@ -167,7 +166,7 @@ def active_axes(plan, model=None) -> tuple[str, ...]:
     return tuple(name for name, axis in AXES.items() if axis.active(plan, model))
 
 
-def step_events(ctx: comm.StageContext) -> list:
+def step_events(ctx: StageContext) -> list:
     """Every axis's events on one stage, in the order the step issues them (``ISSUE_ORDER``)."""
     return [e for name in ISSUE_ORDER for e in AXES[name].events(ctx)]
 

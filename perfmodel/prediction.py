@@ -83,18 +83,17 @@ class PredictOptions:
     timeline: str | None = None
 
 
-_PLAN_FIELDS = REQUEST_FIELDS
-_OPTION_FIELDS = {f.name for f in fields(PredictOptions)}
+OPTION_FIELDS = frozenset(f.name for f in fields(PredictOptions))
 
 
 def request_and_options(plan: PlanRequest | None = None, options: PredictOptions | None = None,
                         **kw) -> tuple[PlanRequest, PredictOptions]:
     """The keyword form mapped onto the objects: each keyword replaces the field of its name."""
-    unknown = set(kw) - _PLAN_FIELDS - _OPTION_FIELDS
+    unknown = set(kw) - REQUEST_FIELDS - OPTION_FIELDS
     if unknown:
         raise TypeError(f"predict() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    plan_kw = {k: v for k, v in kw.items() if k in _PLAN_FIELDS}
-    option_kw = {k: v for k, v in kw.items() if k in _OPTION_FIELDS}
+    plan_kw = {k: v for k, v in kw.items() if k in REQUEST_FIELDS}
+    option_kw = {k: v for k, v in kw.items() if k in OPTION_FIELDS}
     plan = plan.with_(**plan_kw) if plan is not None else PlanRequest.of(**plan_kw)
     options = replace(options, **option_kw) if options is not None else PredictOptions(**option_kw)
     return plan, options

@@ -48,7 +48,7 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
-from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
+from perfmodel.plan.degrees import Degrees
 from perfmodel.prediction import predict as predict_step
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
 from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
@@ -93,8 +93,7 @@ class TrainCase:
     def plan(self) -> str:
         """The plan as results files write it: ``tp1-pp1-dp4``, ``tp1-pp1-dp4-ep2``, ``tp1-pp1-dp2-cp2``,
         ``tp1-pp1-dp4-zero1`` (``_plan_of`` reads it back)."""
-        label = self.degrees.label("-", always=DEFAULT_ORDER, order=Degrees.display_order())
-        return label + (f"-zero{self.zero}" if self.zero else "")
+        return self.degrees.describe("-", form="{}{}") + (f"-zero{self.zero}" if self.zero else "")
 
     @property
     def model(self) -> str:

@@ -156,8 +156,8 @@ def request(args, policy: str = "none") -> tuple[PlanRequest, PredictOptions]:
 
 
 def _degrees(args) -> dict:
-    """{degree: value} of the arguments (``Degrees.names()``; dp an integer or auto)."""
-    out = {name: getattr(args, name) for name in Degrees.names()}
+    """{degree: value} of the arguments (dp an integer or auto)."""
+    out = Degrees.of(args).as_dict()
     if out["dp"] != "auto":
         out["dp"] = _int("dp", out["dp"])
     return out
@@ -174,10 +174,9 @@ def say_idle(records) -> None:
     """One line on stderr per policy axis that compresses nothing in the plan."""
     for r in records:
         for axis in r.idle_policy_axes:
-            p = r.plan
-            print(f"perfmodel: policy {r.policy!r}: axis {axis} has no traffic in this plan (tp={p['tp']} pp={p['pp']} "
-                  f"dp={p['dp']} zero={p['zero']}); its spec {r.policy_axes[axis]['spec']} is not used",
-                  file=sys.stderr)
+            print(f"perfmodel: policy {r.policy!r}: axis {axis} has no traffic in this plan "
+                  f"({Degrees.of(r.plan).describe()} zero={r.plan['zero']}); its spec "
+                  f"{r.policy_axes[axis]['spec']} is not used", file=sys.stderr)
 
 
 def _deepspeed(args, kw: dict, policy: str) -> tuple[dict, str]:

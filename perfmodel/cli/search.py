@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from perfmodel.cli.common import LIBRARY_HELP, RAW
+from perfmodel.explore.executors import EXECUTORS
 from perfmodel.report.text import plan_text
 from topologies.clikit import Progress, atomic_write, check_writable, dump_json, positive_int
 from topologies.errors import InputError
@@ -77,7 +78,7 @@ def add_search(sub) -> None:
 
 
 def _run_args(se) -> None:
-    se.add_argument("--executor", choices=("local", "dask"), default="local", help="where the families of plans "
+    se.add_argument("--executor", choices=EXECUTORS, default="local", help="where the families of plans "
                     "run: local (a process pool) or dask (a Dask LocalCluster of --workers processes, or the cluster "
                     "at --scheduler; needs the scale extra: pip install 'commpress[scale]')")
     se.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster's scheduler (tcp://host:8786; "

@@ -1,7 +1,7 @@
 """A search's unit of work: a family of plans (one pipeline shape) under their policies,
 predicted together and turned into rows (``perfmodel.explore.search``).
 
-A family's plans share their pipeline evaluation, so one task times them all (``_evaluate``,
+A family's plans share their pipeline evaluation, so one task times them all (``evaluate``,
 on any executor: ``perfmodel.explore.executors``). Each plan is tried under its uncompressed
 policy first and then under the product of the candidate specs of the axes that carry traffic in
 it (``policies_for``). A row (``ROW_COLUMNS``) is one (plan, policy): its plan columns (the
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import fields
 from functools import lru_cache
 
 from perfmodel.axes import active_axes, fed_back
@@ -20,7 +19,7 @@ from perfmodel.compression import compile_spec
 from perfmodel.compression.policy import POLICY_AXES
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
-from perfmodel.prediction import PredictOptions, predict_many
+from perfmodel.prediction import OPTION_FIELDS, PredictOptions, predict_many
 from perfmodel.workload import load_model
 from topologies import InputError
 
@@ -63,35 +62,34 @@ def _within(record, budget: dict) -> bool:
     return True
 
 
-_REQUEST_FIELDS = REQUEST_FIELDS
 
 
-_OPTION_FIELDS = frozenset(f.name for f in fields(PredictOptions)) - {"policy"}
+SEARCH_OPTION_FIELDS = OPTION_FIELDS - {"policy"}   # a search sets the policy itself
 
 
 # a row's plan columns, where every stream has had them: the degrees every mesh places before the
 # plan's other fields, the degrees an order may leave out after them (``Degrees.display_order``)
-_PLAN_KEYS = (*DEFAULT_ORDER, "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz",
+PLAN_KEYS = (*DEFAULT_ORDER, "mbs", "zero", "recompute", "sequence_parallel", "schedule", "hpz",
               *Degrees.display_order()[len(DEFAULT_ORDER):])
 
 
 # The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
-ROW_COLUMNS = ("cluster", "gpus", "policy", *_PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
+ROW_COLUMNS = ("cluster", "gpus", "policy", *PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
                "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
                "within_budget", "memory_GiB")
 
 
-STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``_search_tag``)
+STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search they are of (``search_tag``)
 
 
-_ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
+ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
               **dict.fromkeys(Degrees.names(), int), "mbs": int, "zero": int,
               "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
 
 
 def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
     errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
-    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **{k: plan.get(k, 1) for k in _PLAN_KEYS},
+    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **{k: plan.get(k, 1) for k in PLAN_KEYS},
             "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
             "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
             **{f"error_{a}": e for a, e in errors.items()},
@@ -99,35 +97,35 @@ def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
             "within_budget": _within(record, budget), "memory_GiB": record.memory_per_gpu_bytes / 2**30}
 
 
-def _evaluate(job) -> tuple[list, int, int]:
-    """Rows of one family of plans (``_families``) under their policies (each plan's uncompressed
+def evaluate(job) -> tuple[list, int, int]:
+    """Rows of one family of plans (``families_of``) under their policies (each plan's uncompressed
     one first), timed together (``predict_many``); (rows, plans that do not fit, plans)."""
     model, cluster, where, gbs, plans, candidates, budget, fixed = job
     rows, oom = [], 0
-    options = PredictOptions(**_option_fields(fixed))
-    for plan, got in zip(plans, predict_many(model, cluster, _family_items(job), options)):
-        if _refused(got):
+    options = PredictOptions(**option_fields(fixed))
+    for plan, got in zip(plans, predict_many(model, cluster, family_items(job), options)):
+        if refused(got):
             oom += got.field == "memory"
             continue
         rows += [_row(record, plan, budget, cluster) for record in got]
     return rows, oom, len(plans)
 
 
-def _family_items(job, plans=None, with_policies: bool = True) -> list:
+def family_items(job, plans=None, with_policies: bool = True) -> list:
     """(PlanRequest, policies) of a family's plans (or of ``plans``): each plan's uncompressed
     policy first; none with ``with_policies`` False (what fits, nothing timed)."""
     model, _, where, gbs, family, candidates, _, fixed = job
     spec = load_model(model)
     return [(PlanRequest.of(**where, gbs=gbs, **plan, **_plan_fields(fixed)),
-             _plan_policies(plan, candidates, spec) if with_policies else [])
+             plan_policies(plan, candidates, spec) if with_policies else [])
             for plan in (family if plans is None else plans)]
 
 
-def _plan_policies(plan: dict, candidates: dict, spec) -> list[str]:
+def plan_policies(plan: dict, candidates: dict, spec) -> list[str]:
     return ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]
 
 
-def _refused(got) -> bool:
+def refused(got) -> bool:
     """Whether ``predict_many`` refused a plan that a search skips: it does not fit (``memory``)
     or its schedule, sequence parallelism or hpZ is a combination it does not allow; other bad
     input is raised."""
@@ -139,14 +137,14 @@ def _refused(got) -> bool:
 
 
 def _plan_fields(fixed: dict) -> dict:
-    return {k: v for k, v in fixed.items() if k in _REQUEST_FIELDS}
+    return {k: v for k, v in fixed.items() if k in REQUEST_FIELDS}
 
 
-def _option_fields(fixed: dict) -> dict:
-    return {k: v for k, v in fixed.items() if k in _OPTION_FIELDS}
+def option_fields(fixed: dict) -> dict:
+    return {k: v for k, v in fixed.items() if k in SEARCH_OPTION_FIELDS}
 
 
-def _families(plans: list, gbs: int) -> list[list]:
+def families_of(plans: list, gbs: int) -> list[list]:
     """Plans grouped by pipeline shape (stages, microbatches, schedule): one task each, whose
     pipelines are evaluated together; in the order their first plan comes."""
     out: dict = {}

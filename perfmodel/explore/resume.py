@@ -8,8 +8,8 @@ import contextlib
 import os
 
 from perfmodel.explore.executors import run_jobs
-from perfmodel.explore.families import (_PLAN_KEYS, _ROW_TYPES, STREAM_COLUMNS, _evaluate, _family_items,
-                                        _option_fields, _plan_policies, _refused)
+from perfmodel.explore.families import (PLAN_KEYS, ROW_TYPES, STREAM_COLUMNS, evaluate, family_items,
+                                        option_fields, plan_policies, refused)
 from perfmodel.explore.stream import RowStream, check_stream, read_rows
 from perfmodel.plan.degrees import Degrees
 from perfmodel.prediction import PredictOptions, predict_many
@@ -17,7 +17,7 @@ from perfmodel.workload import load_model
 from topologies import InputError
 
 
-def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):
+def run_families(jobs: list, total: int, progress, executor: tuple, stream: str | None, resume: bool, tag: str):
     """Every family's rows: those a resumed stream holds, then the others as they finish on
     ``executor`` = (executor, workers, scheduler), appended to the stream; (rows, plans that do not
     fit, plans whose rows came from the stream)."""
@@ -26,7 +26,7 @@ def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, 
     if progress and done:
         progress(done, total)
     with RowStream(stream, STREAM_COLUMNS, _tagged(rows, tag)) if stream else contextlib.nullcontext() as out:
-        for _, (family_rows, oom, count) in run_jobs(todo, _evaluate, *executor):
+        for _, (family_rows, oom, count) in run_jobs(todo, evaluate, *executor):
             if out:
                 out.append(_tagged(family_rows, tag))
             rows += family_rows
@@ -37,7 +37,7 @@ def _run(jobs: list, total: int, progress, executor: tuple, stream: str | None, 
     return rows, skipped, resumed
 
 
-def _search_tag(*arguments) -> str:
+def search_tag(*arguments) -> str:
     """What a stream's rows are of (model, job size, batch, admitted candidates, error budget and
     options; the plan space is not in it: a plan's rows depend on these alone): 12 hex digits of
     their hash, in every streamed row, so a resume with other arguments is refused."""
@@ -58,7 +58,7 @@ def _tagged(rows: list, tag: str) -> list:
     return [{"search": tag, **r} for r in rows]
 
 
-def _check_stream(stream: str | None, resume: bool) -> None:
+def check_stream_args(stream: str | None, resume: bool) -> None:
     """A new stream file (or one to resume), checked before any work."""
     if stream is None:
         if resume:
@@ -69,8 +69,8 @@ def _check_stream(stream: str | None, resume: bool) -> None:
         raise InputError("stream", stream, "a new file (it exists: resume it, --resume FILE, or remove it)")
 
 
-def _row_key(row: dict) -> tuple:
-    return (row["cluster"], *(row[k] for k in _PLAN_KEYS), row["policy"])
+def row_key(row: dict) -> tuple:
+    return (row["cluster"], *(row[k] for k in PLAN_KEYS), row["policy"])
 
 
 def _plan_keys(job) -> list[tuple]:
@@ -79,8 +79,8 @@ def _plan_keys(job) -> list[tuple]:
     spec = load_model(model)
     out = []
     for plan in plans:
-        head = (cluster, *(plan.get(k, 1) for k in _PLAN_KEYS))
-        out.append((plan, [(*head, p) for p in _plan_policies(plan, candidates, spec)]))
+        head = (cluster, *(plan.get(k, 1) for k in PLAN_KEYS))
+        out.append((plan, [(*head, p) for p in plan_policies(plan, candidates, spec)]))
     return out
 
 
@@ -90,8 +90,8 @@ def _read_stream(path: str) -> list[dict]:
     header = _header(path)
     missing = [c for c in STREAM_COLUMNS if c not in header]
     if not missing or set(missing) - set(Degrees.names()) or set(header) - set(STREAM_COLUMNS):
-        return read_rows(path, STREAM_COLUMNS, _ROW_TYPES)     # this version's stream, or refused naming its header
-    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, _ROW_TYPES)]
+        return read_rows(path, STREAM_COLUMNS, ROW_TYPES)     # this version's stream, or refused naming its header
+    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, ROW_TYPES)]
 
 
 def _header(path: str) -> tuple:
@@ -116,7 +116,7 @@ def _resumed(jobs: list, path: str, tag: str) -> tuple[list, int, int, list]:
         if row.pop("search") != tag:
             raise InputError("resume", path, "a stream of this search (its rows are of another model, job size, "
                              "batch, candidates, error budget or options: resume with the same arguments)")
-        key = _row_key(row)
+        key = row_key(row)
         if key in present:
             raise InputError("resume", path, f"each row once (cluster {key[0]}, policy {key[-1]} repeats)")
         present[key] = row
@@ -153,9 +153,9 @@ def _finished(job, keys: list, present: dict) -> tuple[list, int] | None:
     oom = 0
     if absent:
         model, cluster, *_, fixed = job
-        for got in predict_many(model, cluster, _family_items(job, absent, with_policies=False),
-                                PredictOptions(**_option_fields(fixed))):
-            if not _refused(got):
+        for got in predict_many(model, cluster, family_items(job, absent, with_policies=False),
+                                PredictOptions(**option_fields(fixed))):
+            if not refused(got):
                 return None         # a plan that fits has no rows
             oom += got.field == "memory"
     return rows, oom

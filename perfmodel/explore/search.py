@@ -55,11 +55,11 @@ from perfmodel.explore.cost import board_power_W, parse_prices, parse_tokens, tr
 from perfmodel.explore.cost import pareto_front as cost_front
 from perfmodel.explore.executors import check_executor
 from perfmodel.collectives.library import library
-from perfmodel.plan.parallel import parse_schedule
+from perfmodel.plan.parallel import REQUEST_FIELDS, parse_schedule
 from perfmodel.explore.sweep import candidate_plans
 from perfmodel.compression.policy import POLICY_AXES, parse_policy
-from perfmodel.explore.families import (_OPTION_FIELDS, _PLAN_KEYS, _REQUEST_FIELDS, EF_LIMIT, _families)
-from perfmodel.explore.resume import _check_stream, _run, _search_tag
+from perfmodel.explore.families import EF_LIMIT, PLAN_KEYS, SEARCH_OPTION_FIELDS, families_of
+from perfmodel.explore.resume import check_stream_args, run_families, search_tag
 from perfmodel.workload import load_model
 from topologies import InputError
 
@@ -160,7 +160,7 @@ def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8
     return out
 
 
-_VARIED = frozenset({*_PLAN_KEYS, "gpus", "nodes", "gbs"})    # what a search varies or sets itself
+_VARIED = frozenset({*PLAN_KEYS, "gpus", "nodes", "gbs"})    # what a search varies or sets itself
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +188,7 @@ class PlanSpace:
     fixed: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        object.__setattr__(self, "fixed", _names_in("fixed", self.fixed, _REQUEST_FIELDS - _VARIED,
+        object.__setattr__(self, "fixed", _names_in("fixed", self.fixed, REQUEST_FIELDS - _VARIED,
                                                     "PlanRequest fields every plan shares"))
 
     @property
@@ -227,7 +227,7 @@ class SearchOptions:
     predict: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        object.__setattr__(self, "predict", _names_in("predict", self.predict, _OPTION_FIELDS,
+        object.__setattr__(self, "predict", _names_in("predict", self.predict, SEARCH_OPTION_FIELDS,
                                                       "PredictOptions fields every prediction shares"))
 
 
@@ -248,13 +248,13 @@ def space_and_options(model: str, cluster: str | list, **kw) -> tuple[PlanSpace,
     """The keyword form mapped onto the objects: each keyword is a field of PlanSpace or
     SearchOptions, or of PlanRequest (into ``PlanSpace.fixed``) or PredictOptions (into
     ``SearchOptions.predict``)."""
-    unknown = set(kw) - _SPACE_FIELDS - _SEARCH_FIELDS - _REQUEST_FIELDS - _OPTION_FIELDS
+    unknown = set(kw) - _SPACE_FIELDS - _SEARCH_FIELDS - REQUEST_FIELDS - SEARCH_OPTION_FIELDS
     if unknown:
         raise TypeError(f"search() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
     space = PlanSpace(model=model, cluster=cluster, **{k: v for k, v in kw.items() if k in _SPACE_FIELDS},
-                      fixed={k: v for k, v in kw.items() if k in _REQUEST_FIELDS and k not in _SPACE_FIELDS})
+                      fixed={k: v for k, v in kw.items() if k in REQUEST_FIELDS and k not in _SPACE_FIELDS})
     options = SearchOptions(**{k: v for k, v in kw.items() if k in _SEARCH_FIELDS},
-                            predict={k: v for k, v in kw.items() if k in _OPTION_FIELDS})
+                            predict={k: v for k, v in kw.items() if k in SEARCH_OPTION_FIELDS})
     return space, options
 
 
@@ -278,7 +278,7 @@ def _search(space: PlanSpace, opts: SearchOptions) -> SearchResult:
 
     start = time.perf_counter()
     check_executor(opts.executor, opts.scheduler)
-    _check_stream(opts.stream, opts.resume)
+    check_stream_args(opts.stream, opts.resume)
     clusters = cluster_list(space.cluster, space.cluster_grid)
     budget = parse_max_error(opts.max_error)
     costing = _costing(space.model, clusters, space.gbs, space.seq, opts.tokens, opts.gpu_hour_price)
@@ -293,10 +293,10 @@ def _search(space: PlanSpace, opts: SearchOptions) -> SearchResult:
                            space.seq) for c in clusters}
     library(fixed.get("library"))   # refused here, not in a worker
     jobs = [(space.model, c, where, space.gbs, family, admitted, budget, fixed) for c in clusters
-            for family in _families(plans[c], space.gbs)]
+            for family in families_of(plans[c], space.gbs)]
     total = sum(map(len, plans.values()))
-    tag = _search_tag(space.model, where, space.gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
-    rows, skipped, resumed = _run(jobs, total, opts.progress, (opts.executor, opts.workers, opts.scheduler),
+    tag = search_tag(space.model, where, space.gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
+    rows, skipped, resumed = run_families(jobs, total, opts.progress, (opts.executor, opts.workers, opts.scheduler),
                                   opts.stream, opts.resume, tag)
     add_accuracy_cost(rows, regime, batch_tokens)
     result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
@@ -363,7 +363,7 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
     # Ties (plans the model cannot tell apart) ordered by the plan itself: the same rows in the same
     # order however many workers finished in whatever order.
     rows.sort(key=lambda r: (r["effective_step_time_s"], r["step_time_s"], r["total_error"], r["policy"], r["cluster"],
-                             *(str(r[k]) for k in _PLAN_KEYS)))
+                             *(str(r[k]) for k in PLAN_KEYS)))
     best_by_cluster: dict = {}
     for r in rows:
         if r["policy"] == "none":

@@ -140,6 +140,11 @@ class Degrees:
         parts = [form.format(n, getattr(self, n)) for n in names if n in always or getattr(self, n) != 1]
         return sep.join(parts or [form.format("dp", 1)])
 
+    def describe(self, sep: str = " ", form: str = "{}={}") -> str:
+        """The degrees as tables and reports print a plan: the three every mesh places always,
+        the others where above 1, in ``display_order`` (``tp=2 pp=4 dp=8 ep=8``)."""
+        return self.label(sep, always=DEFAULT_ORDER, order=self.display_order(), form=form)
+
     def mesh(self):
         """The (cached) mesh of these degrees: rank <-> coordinates, the groups of each axis."""
         return mesh_of(self)

@@ -22,8 +22,7 @@ def _plan_line(r) -> str:
     layers = sorted(set(r.stage_layers))
     split = f"{layers[0]} layers per stage" if len(layers) == 1 else \
         "uneven stages: " + "/".join(map(str, r.stage_layers)) + " layers"
-    degrees = Degrees.of(p).label(" ", always=DEFAULT_ORDER, order=Degrees.display_order(), form="{}={}")
-    return (f"plan: {degrees} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
+    return (f"plan: {Degrees.of(p).describe()} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
             f"({p['microbatches']} microbatches) seq={p['seq']} sp={str(p['sequence_parallel']).lower()} "
             f"recompute={p['recompute']} schedule={sched} {p['compute_dtype']}; {split}")
 
@@ -190,8 +189,7 @@ def compressor_catalog() -> str:
 def plan_text(r: dict) -> str:
     extra = (" sp" if r["sequence_parallel"] else "") + (f" {r['schedule']}" if r["schedule"] != "1f1b" else "") \
         + (" hpz" if r["hpz"] else "") + (f" rc={r['recompute']}" if r["recompute"] != "none" else "")
-    degrees = Degrees.of(r).label(" ", always=DEFAULT_ORDER, order=Degrees.display_order())
-    return f"{degrees} mbs{r['mbs']} z{r['zero']}{extra}"
+    return f"{Degrees.of(r).describe(form='{}{}')} mbs{r['mbs']} z{r['zero']}{extra}"
 
 
 def search_err_axes(rows: list) -> tuple:

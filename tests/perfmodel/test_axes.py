@@ -30,7 +30,7 @@ def test_every_reader_takes_the_declared_axes():
     assert set(parse_policy("none").axes) == set(AXES)
     breakdown = {f.name for f in fields(Breakdown)}
     for axis in AXES.values():
-        assert axis.mesh_axis in GROUP_KINDS and axis.breakdown in breakdown
+        assert axis.mesh_axis in GROUP_KINDS and axis.phase.name in breakdown
         assert set(mesh_for(make_plan(load_model("mixtral-8x7b"), 16, ep=2, cp=2)).groups) == set(GROUP_KINDS)
         assert axis.error in ("reduced", "forwarded") and 0 < axis.max_error < 1
 

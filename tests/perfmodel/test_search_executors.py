@@ -10,9 +10,9 @@ import sys
 import pytest
 
 import perfmodel
-from perfmodel.explore.families import _ROW_TYPES, ROW_COLUMNS, STREAM_COLUMNS, _evaluate
-from perfmodel.explore import resume   # the module whose _run hands families to _evaluate
-from perfmodel.explore.resume import _row_key
+from perfmodel.explore.families import ROW_TYPES, ROW_COLUMNS, STREAM_COLUMNS, evaluate
+from perfmodel.explore import resume   # the module whose run_families hands families to evaluate
+from perfmodel.explore.resume import row_key
 from perfmodel.explore.stream import read_rows
 from topologies import InputError
 
@@ -39,18 +39,18 @@ def tight():
 
 
 def _stream_keys(path):
-    return [_row_key(r) for r in read_rows(str(path), STREAM_COLUMNS, _ROW_TYPES)]
+    return [row_key(r) for r in read_rows(str(path), STREAM_COLUMNS, ROW_TYPES)]
 
 
 def test_streamed_rows_read_back_exactly(local, tmp_path):
     path = tmp_path / "rows.csv"
     again = perfmodel.search("gpt2-medium", "dgx-a100", workers=1, stream=str(path), **CASE)
     assert again.rows == local.rows
-    streamed = read_rows(str(path), STREAM_COLUMNS, _ROW_TYPES)
+    streamed = read_rows(str(path), STREAM_COLUMNS, ROW_TYPES)
     assert len({r.pop("search") for r in streamed}) == 1          # every row names the search it is of
-    assert sorted(map(_row_key, streamed)) == sorted(map(_row_key, local.rows))
-    by_key = {_row_key(r): r for r in local.rows}
-    assert all(by_key[_row_key(r)][c] == r[c] for r in streamed for c in ROW_COLUMNS)   # floats exact, types kept
+    assert sorted(map(row_key, streamed)) == sorted(map(row_key, local.rows))
+    by_key = {row_key(r): r for r in local.rows}
+    assert all(by_key[row_key(r)][c] == r[c] for r in streamed for c in ROW_COLUMNS)   # floats exact, types kept
 
 
 class _Stop(Exception):
@@ -62,12 +62,12 @@ def _stops_after(families, seen, job):
     if len(seen) >= families:
         raise _Stop
     seen.append(job)
-    return _evaluate(job)
+    return evaluate(job)
 
 
 def test_a_killed_search_resumes_without_repeating_rows(tight, tmp_path, monkeypatch):
     path = tmp_path / "rows.csv"
-    monkeypatch.setattr(resume, "_evaluate", functools.partial(_stops_after, 6, []))
+    monkeypatch.setattr(resume, "evaluate", functools.partial(_stops_after, 6, []))
     with pytest.raises(_Stop):
         perfmodel.search(*TIGHT, workers=1, stream=str(path), **CASE)
     monkeypatch.undo()
@@ -182,7 +182,7 @@ def _dies_once(marker, job):
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
-        return _evaluate(job)
+        return evaluate(job)
     os._exit(1)
 
 
@@ -191,7 +191,7 @@ def test_a_dead_worker_is_replaced_and_its_task_run_again(cluster, local, tmp_pa
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])    # the workers cannot import this file
     marker, path = tmp_path / "died", tmp_path / "rows.csv"
-    monkeypatch.setattr(resume, "_evaluate", functools.partial(_dies_once, str(marker)))
+    monkeypatch.setattr(resume, "evaluate", functools.partial(_dies_once, str(marker)))
     got = perfmodel.search("gpt2-medium", "dgx-a100", executor="dask", scheduler=cluster.scheduler_address,
                            stream=str(path), **CASE)
     assert marker.exists()                 # a worker did die
@@ -232,7 +232,7 @@ def test_bad_input_met_on_a_worker_is_one_error_not_retried(cluster, tmp_path, m
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     log = tmp_path / "attempts"
-    monkeypatch.setattr(resume, "_evaluate", functools.partial(_bad_input, str(log)))
+    monkeypatch.setattr(resume, "evaluate", functools.partial(_bad_input, str(log)))
     with pytest.raises(InputError) as err:
         perfmodel.search("gpt2-medium", "dgx-a100", executor="dask", scheduler=cluster.scheduler_address, **CASE)
     assert err.value.field == "calibration" and err.value.value == "x.json"

@@ -79,7 +79,7 @@ def test_a_stream_written_before_a_degree_existed_resumes(tmp_path, monkeypatch)
     def evaluate(job):
         raise AssertionError("every family's rows are in the stream")
 
-    monkeypatch.setattr(sys.modules["perfmodel.explore.resume"], "_evaluate", evaluate)   # what _run hands families to
+    monkeypatch.setattr(sys.modules["perfmodel.explore.resume"], "evaluate", evaluate)   # run_families calls it
     again = perfmodel.search("gpt2-medium", "dgx-a100", **CASE, **HOW, stream=str(path), resume=True)
     assert again.rows == first.rows and again.resumed == first.plans
     assert {"ep", "cp"} <= set(next(csv.reader(path.read_text().splitlines())))     # written back in full
