@@ -165,6 +165,26 @@ class Degrees:
         return next(f.metadata for f in fields(cls) if f.name == name)
 
 
+def read_through(record, name: str):
+    """A degree (or ``order``) of a record that holds ``degrees``, read as its own attribute
+    (``plan.tp`` is ``plan.degrees.tp``): the records' ``__getattr__``."""
+    if name in Degrees.names() or name == "order":
+        return getattr(record.degrees, name)
+    raise AttributeError(f"{type(record).__name__!r} object has no attribute {name!r}")
+
+
+def split_degrees(base: Degrees, fields: dict) -> dict:
+    """``fields`` (a record's keywords) with the degrees and ``order`` among them taken into
+    ``degrees`` (``base`` with those replaced); unchanged where it names none."""
+    chosen = {k: fields[k] for k in (*Degrees.names(), "order") if k in fields}
+    if not chosen:
+        return fields
+    if not isinstance(base, Degrees):
+        raise InputError("degrees", base, "a perfmodel.plan.degrees.Degrees")
+    rest = {k: v for k, v in fields.items() if k not in chosen}
+    return {**rest, "degrees": Degrees.of({**base.as_dict(), "order": base.order, **chosen})}
+
+
 def add_arguments(parser, *, names: tuple | None = None, helps: dict | None = None, dp_auto: bool = True,
                   int_type=int) -> None:
     """The degrees' flags (``--tp N`` ...) on an argparse parser, each with its help text and
@@ -178,4 +198,4 @@ def add_arguments(parser, *, names: tuple | None = None, helps: dict | None = No
             parser.add_argument(f"--{name}", type=int_type, default=1, help=text + " (default 1)")
 
 
-__all__ = ["DEFAULT_ORDER", "Degrees", "add_arguments"]
+__all__ = ["DEFAULT_ORDER", "Degrees", "add_arguments", "read_through", "split_degrees"]

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
-from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
+from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_degrees
 from perfmodel.plan.mesh import COMPOSITE_GROUPS
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
@@ -60,7 +60,7 @@ class ParallelPlan:
     kernels: str = "fused"    # the layers' kernels: fused (Megatron-Core, TE) or eager (realrun's; KERNELS)
 
     def __getattr__(self, name: str):
-        return _degree_of(self, name)
+        return read_through(self, name)
 
     def as_dict(self) -> dict:
         """The plan's fields, its degrees and order among them (what a StepRecord reports)."""
@@ -128,7 +128,7 @@ class PlanRequest:
     kernels: str = "fused"
 
     def __getattr__(self, name: str):
-        return _degree_of(self, name)
+        return read_through(self, name)
 
     @classmethod
     def of(cls, **fields) -> PlanRequest:
@@ -137,10 +137,7 @@ class PlanRequest:
 
     def with_(self, **fields) -> PlanRequest:
         """This request with ``fields`` replaced, degrees (``tp`` ... ``order``) among them."""
-        chosen = {k: fields.pop(k) for k in (*DEGREE_NAMES, "order") if k in fields}
-        if chosen:
-            fields["degrees"] = Degrees.of({**self.degrees.as_dict(), "order": self.degrees.order, **chosen})
-        return replace(self, **fields)
+        return replace(self, **split_degrees(self.degrees, fields))
 
     def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
         """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
@@ -149,13 +146,6 @@ class PlanRequest:
 
 DEGREE_NAMES = Degrees.names()
 REQUEST_FIELDS = frozenset({f.name for f in fields(PlanRequest)} - {"degrees"} | set(DEGREE_NAMES) | {"order"})
-
-
-def _degree_of(record, name: str):
-    """A plan record's degree (or ``order``) read through it: ``plan.tp`` is ``plan.degrees.tp``."""
-    if name in DEGREE_NAMES or name == "order":
-        return getattr(record.degrees, name)
-    raise AttributeError(f"{type(record).__name__!r} object has no attribute {name!r}")
 
 
 def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:

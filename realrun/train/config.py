@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, fields
 
 from perfmodel.axes import active_axes
-from perfmodel.plan.degrees import Degrees
+from perfmodel.plan.degrees import Degrees, read_through, split_degrees
 from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, ParallelPlan, make_plan
 from perfmodel.compression.policy import POLICY_AXES, parse_policy
 from perfmodel.workload import load_model
@@ -66,22 +66,13 @@ class TrainConfig:
     resume: bool = False
 
     def __getattr__(self, name: str):
-        """A degree read through the config: ``cfg.tp`` is ``cfg.degrees.tp``."""
-        if name in Degrees.names():
-            return getattr(self.degrees, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return read_through(self, name)
 
     @classmethod
     def of(cls, **kw) -> TrainConfig:
         """A config from keywords, the degrees (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) among them
         (each one not given: 1, or ``degrees``'s where that is given)."""
-        chosen = {k: kw.pop(k) for k in Degrees.names() if k in kw}
-        if chosen:
-            base = kw.get("degrees", Degrees())
-            if not isinstance(base, Degrees):
-                raise InputError("degrees", base, "a perfmodel.plan.degrees.Degrees")
-            kw["degrees"] = Degrees.of({**base.as_dict(), **chosen})
-        return cls(**kw)
+        return cls(**split_degrees(kw.get("degrees", Degrees()), kw))
 
     def __post_init__(self):
         arch = load_model(self.model)
