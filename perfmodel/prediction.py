@@ -299,7 +299,7 @@ def _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine) -> 
         policy=pol.text, policy_axes=pol.describe(), step_time_s=step, samples_per_s=plan.gbs / step,
         tokens_per_s=tokens / step, model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=hw_per_gpu / step / 1e12,
-        mfu=model_tflops * 1e12 / dev.peak(plan.compute_dtype), breakdown=vars(out).copy(),
+        mfu=model_tflops * 1e12 / dev.peak(plan.compute_dtype), breakdown=out.as_dict(),
         wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error[a] for a in NAMES if a in tally.error},

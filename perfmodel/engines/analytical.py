@@ -7,7 +7,7 @@ the same operation, only what it cannot hide exposed (``_overlap_ring``); ``zero
 by layer inside the operations (``step.zero3_forward``, ``zero3_backward``); on stage 0, which
 ends the pipeline, ``overlap`` ones (gradient buckets) against its last backward and ``tail``
 ones after it. The pipeline is the schedule timed operation by operation
-(``step.pipeline_time``). ``perfmodel.step.timing`` holds the formulas and
+(``timing.pipeline_time``). ``perfmodel.step.timing`` holds the formulas and
 says what each assumes.
 """
 from __future__ import annotations
@@ -290,7 +290,7 @@ def _plan_stages(model, plan, gpus_per_host: int) -> tuple:
 def _pipeline_breakdown(stages: list[StageTime], plan, span: tuple) -> Breakdown:
     """The pipeline's seconds by kind, as seen on its bottleneck stage (they sum to the
     pipeline's time): its operations' parts, its transfers where it waited, the bubble.
-    ``span``: (pipeline seconds, busy seconds per stage), evaluated (``step.pipeline_spans``)."""
+    ``span``: (pipeline seconds, busy seconds per stage), evaluated (``timing.pipeline_spans``)."""
     total, bubble, worst = pipeline_from(stages, plan.microbatches, *span)
     b, m = stages[worst], plan.microbatches
     pp, compression = m * b.comm("pp"), m * b.compression
@@ -369,7 +369,7 @@ class AnalyticalEngine:
 
     def time_steps(self, steps: list) -> list:
         """``time_step`` of each; plans of one pipeline shape (stages, microbatches, chunks,
-        schedule) share one evaluation of the schedule's graph (``step.pipeline_spans``)."""
+        schedule) share one evaluation of the schedule's graph (``timing.pipeline_spans``)."""
         timed = [time_stages(step) for step in steps]
         shapes: dict = {}
         for i, step in enumerate(steps):

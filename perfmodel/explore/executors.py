@@ -1,6 +1,6 @@
 """Where a search's tasks run: ``local`` (this machine's processes) or ``dask`` (a Dask cluster).
 
-A task is one job (for ``perfmodel search``: one family of plans, ``search._families``) given to
+A task is one job (for ``perfmodel search``: one family of plans, ``perfmodel.explore.families.families_of``) given to
 one function; ``run_jobs`` yields ``(index, result)`` in the order tasks finish, so the caller
 streams results and advances one progress bar whatever runs them.
 

@@ -147,7 +147,7 @@ class SearchResult:
 def plan_space(model: str, cluster: str, gpus, nodes, gbs: int, max_mbs: int = 8, recompute: str = "none",
                zero=(0, 1, 2, 3), schedules=("1f1b", "interleaved:2"), sequence_parallel=(False, True),
                hpz=(False, True), seq: int | None = None) -> list[dict]:
-    """Every plan to try: ``plan_sweep.candidate_plans`` times sequence parallelism (tp > 1),
+    """Every plan to try: ``perfmodel.explore.sweep.candidate_plans`` times sequence parallelism (tp > 1),
     schedules (interleaving where pp > 1; invalid ones are refused by ``make_plan`` and skipped)
     and hpZ (ZeRO-3 with dp > 1)."""
     out = []
