@@ -48,7 +48,7 @@ def _degree(plan, name: str) -> int:
     """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike (a degree a
     plan dict lacks reads its default, as ``Degrees.of`` reads older records)."""
     if isinstance(plan, dict):
-        return getattr(Degrees.of(plan), name) if name in Degrees.names() else plan.get(name)
+        return plan.get(name, 1) if name in Degrees.names() else plan.get(name)
     return getattr(plan, name)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 
 from perfmodel.plan.mesh import mesh_of
 from topologies.errors import InputError
@@ -50,7 +51,7 @@ class Degrees:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The degrees' names, in label order (tp, cp, ep, pp, dp)."""
-        return tuple(f.name for f in fields(cls) if "adds_gpus" in f.metadata)
+        return tuple(_declared(cls))
 
     @classmethod
     def help(cls, name: str) -> str:
@@ -162,7 +163,13 @@ class Degrees:
 
     @classmethod
     def _meta(cls, name: str) -> dict:
-        return next(f.metadata for f in fields(cls) if f.name == name)
+        return _declared(cls)[name]
+
+
+@cache
+def _declared(cls) -> dict:
+    """{degree: its field's metadata}, read once: ``plan.tp`` asks for the names on every read."""
+    return {f.name: f.metadata for f in fields(cls) if "adds_gpus" in f.metadata}
 
 
 def read_through(record, name: str):
