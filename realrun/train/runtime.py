@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from realrun.train.accuracy import RelativeError
 from realrun.train.phases import phase_of
 
 
@@ -70,8 +71,6 @@ class AxisRuntime(Protocol):
 
 def meter(measure: bool, size: int):
     """A fresh error meter on a ``measure`` step of a group of more than one rank, else None."""
-    from realrun.train.accuracy import RelativeError
-
     return RelativeError() if measure and size > 1 else None
 
 
