@@ -19,6 +19,7 @@ from perfmodel.engines import Env, StepInputs, engine_for
 from perfmodel.plan.memory import peak_memory
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
+from perfmodel.plan.precision import HIGH_PRECISIONS
 from perfmodel.report.plots import check_picture
 from perfmodel.compression.policy import parse_policy, split_policies
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
@@ -206,7 +207,8 @@ def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
     if slowdown is None:
         slowdown = calib.overlap_slowdown if calib and calib.overlap_slowdown is not None \
             else DEFAULT_OVERLAP_SLOWDOWN
-    dtype = request.compute_dtype or next(d for d in ("bf16", "fp16", "fp32") if d in dev.peak_flops_per_s)
+    dtype = request.compute_dtype or (request.precision if request.precision in HIGH_PRECISIONS else None) \
+        or next(d for d in ("bf16", "fp16", "fp32") if d in dev.peak_flops_per_s)
     dev.peak(dtype)
     plan = request.build(arch, ranks, dtype)
     if not 0 <= slowdown < 1:

@@ -9,7 +9,9 @@ from perfmodel.collectives.library import library
 from perfmodel.engines import engine_names
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.degrees import add_arguments as add_degree_arguments
+from perfmodel.plan.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, KERNELS, PlanRequest
+from perfmodel.plan.precision import PRECISION_NAMES
 from perfmodel.prediction import PredictOptions, request_and_options
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
 from topologies.errors import InputError
@@ -83,6 +85,14 @@ def _step_args(p, sweep: bool) -> None:
                    help="activation recompute: none, selective, full" + (", any" if sweep else ""))
     p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b or interleaved:V")
     p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
+    p.add_argument("--precision", choices=PRECISION_NAMES,
+                   help="the GEMMs' recipe, as Megatron-Core / Transformer Engine name them: bf16, fp16, fp32 "
+                   "(default: the compute dtype's), fp8-delayed, fp8-tensorwise (current scaling), fp8-blockwise "
+                   "(DeepSeek-V3's 1x128 / 128x128 scales), mxfp8 or nvfp4 (Blackwell); low precisions keep bf16 "
+                   "activations")
+    p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
+                   help="the software stack whose fusion, overlap and host time the step has (default "
+                   f"{DEFAULT_FRAMEWORK}; docs: 'Framework profiles')")
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--bucket", type=_size, default=DEFAULT_BUCKET_BYTES, help="DDP bucket size (25MiB)")
     p.add_argument("--order", default=",".join(DEFAULT_ORDER), help="placement order, innermost first (may name "
@@ -141,6 +151,7 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
     kw = dict(calibration=args.calibration, library=args.library, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs,
               seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
+              precision=args.precision, framework=args.framework,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, fields, replace
 
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_degrees
+from perfmodel.plan.framework import DEFAULT_FRAMEWORK, check_framework
 from perfmodel.plan.mesh import COMPOSITE_GROUPS
+from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
 from topologies.errors import InputError
@@ -58,6 +60,8 @@ class ParallelPlan:
     hpz: bool = False         # ZeRO++ hpZ: a secondary ZeRO-3 parameter partition inside each node
     tp_overlap: bool = False  # TP collectives overlapped with their GEMMs (Megatron --tp-comm-overlap)
     kernels: str = "fused"    # the layers' kernels: fused (Megatron-Core, TE) or eager (realrun's; KERNELS)
+    precision: str = "bf16"   # the GEMMs' recipe (perfmodel.plan.precision): bf16 ... fp8-tensorwise, mxfp8, nvfp4
+    framework: str = DEFAULT_FRAMEWORK   # the software stack (perfmodel.plan.framework)
 
     def __getattr__(self, name: str):
         return read_through(self, name)
@@ -105,8 +109,8 @@ class ParallelPlan:
 class PlanRequest:
     """A plan as a user asks for it, before ``make_plan`` validates it against a model and the
     job's GPUs: the same fields and defaults as ``make_plan``'s keywords, with ``degrees.dp``
-    possibly ``auto`` and ``compute_dtype`` None (the device's: bf16 where it has it, else fp16,
-    else fp32), and the job's size on the cluster (``gpus`` or ``nodes``; default: the catalog's
+    possibly ``auto``, ``compute_dtype`` None (the device's: bf16 where it has it, else fp16,
+    else fp32) and ``precision`` None (the compute dtype's), and the job's size on the cluster (``gpus`` or ``nodes``; default: the catalog's
     nodes). ``PlanRequest.of(tp=2, zero=1, ...)`` takes the degrees as keywords among the rest."""
 
     gpus: int | None = None
@@ -126,6 +130,8 @@ class PlanRequest:
     hpz: bool = False
     tp_overlap: bool = False
     kernels: str = "fused"
+    precision: str | None = None
+    framework: str = DEFAULT_FRAMEWORK
 
     def __getattr__(self, name: str):
         return read_through(self, name)
@@ -140,8 +146,10 @@ class PlanRequest:
         return replace(self, **split_degrees(self.degrees, fields))
 
     def build(self, model: ModelSpec, gpus: int, compute_dtype: str) -> ParallelPlan:
-        """The validated plan on ``gpus`` GPUs (``compute_dtype`` where the request leaves it open)."""
-        return make_plan(model, gpus, self, compute_dtype=self.compute_dtype or compute_dtype)
+        """The validated plan on ``gpus`` GPUs (``compute_dtype`` where neither the request's compute
+        dtype nor a high precision sets it)."""
+        own = self.precision if self.precision in HIGH_PRECISIONS else None
+        return make_plan(model, gpus, self, compute_dtype=self.compute_dtype or own or compute_dtype)
 
 
 DEGREE_NAMES = Degrees.names()
@@ -191,6 +199,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
         raise InputError("schedule", r.schedule, f"interleaving needs num_layers divisible by pp x V and "
                          f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
     _check_options(r, tp)
+    precision, dtype = resolve_precision(r.precision, r.compute_dtype)
     _check_order(degrees.order)
     seq = model.seq_len if r.seq is None else _positive("seq", r.seq)
     _check_ep_cp(model, ep, cp, dp, seq)
@@ -199,10 +208,10 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                          "Megatron-Core's distributed optimizer is ZeRO-1)")
     return ParallelPlan(degrees=degrees, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                         sequence_parallel=bool(r.sequence_parallel) and tp > 1, recompute=r.recompute,
-                        schedule=name, virtual_stages=virtual, compute_dtype=r.compute_dtype or "bf16",
+                        schedule=name, virtual_stages=virtual, compute_dtype=dtype or "bf16",
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
-                        kernels=r.kernels)
+                        kernels=r.kernels, precision=precision, framework=check_framework(r.framework))
 
 
 def _check_order(order: tuple) -> None:
