@@ -25,6 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 import tempfile
 
+from perfmodel.calibration.bridge import bridge_rows
+from perfmodel.plan.framework import DEFAULT_FRAMEWORK
+from perfmodel.plan.precision import PRECISION_NAMES
 from topologies.errors import InputError
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "validation" / "published"
@@ -42,6 +45,8 @@ class Source:
     system: str = ""
     cluster: str = ""
     op: str = "allreduce"
+    format: str = ""      # how the file's rows read: '' (this folder's columns) or megatron-bridge (bridge.py)
+    family: str = ""      # only rows of this model family (dense, moe) where the rows say
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,15 @@ def select_sources(name: str | None, folder: Path = PUBLISHED_DIR) -> list[Sourc
 
 
 def source_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[dict]:
+    """The source's rows as this module predicts them (a ``format``'s rows mapped to these columns)."""
     with open(Path(folder) / source.file, newline="") as f:
-        return [r for r in csv.DictReader(f) if r["system"].startswith(source.system)]
+        rows = list(csv.DictReader(f))
+    if source.format == "megatron-bridge":
+        rows = bridge_rows(rows)
+    elif source.format:
+        raise InputError(f"sources.{source.key}.format", source.format, "megatron-bridge or absent")
+    return [r for r in rows if r["system"].startswith(source.system)
+            and (not source.family or r.get("family") == source.family)]
 
 
 def _size_label(n: int) -> str:
@@ -150,29 +162,67 @@ def _toml_folder() -> Path:
 def _training_row(source: Source, row: dict) -> RowResult:
     from perfmodel.prediction import predict
 
-    model = _model_toml(*(int(row[k]) for k in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_len")))
     gpus = int(row["gpus"])
-    label = f"{row['model_label']} {gpus} GPUs tp{row['tp']} pp{row['pp']} dp{row['dp']}"
-    unit = "tokens/s" if row.get("measured_tokens_per_s") else "TFLOP/s/GPU"
-    measured = float(row["measured_tokens_per_s"] if unit == "tokens/s" else row["measured_tflops_per_gpu"])
-    cluster = row["cluster"]
-    dtype = "bf16" if row["precision"] == "bf16" else "fp16"
+    label = f"{row['model_label']} {gpus} GPUs " + " ".join(
+        f"{k}{row[k]}" for k in ("tp", "pp", "cp", "ep", "dp") if k in ("tp", "pp", "dp") or _int(row, k) > 1)
+    unit, measured = _measured(row)
+    if row.get("precision", "").startswith(("fp8", "mxfp8", "nvfp4")):
+        label += f" {row['precision']}"
+    if row.get("skip"):
+        return RowResult(source.key, label, measured, None, None, unit, row["skip"])
     try:
-        rec = predict(model, cluster, gpus=gpus, tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
-                      mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
-                      zero=int(row.get("zero") or 0),
-                      sequence_parallel=row["sequence_parallel"] == "True", tp_overlap=row["tp_overlap"] == "True",
-                      compute_dtype=dtype, allow_oom=True)
+        rec = predict(_row_model(row), row["cluster"], gpus=gpus, **_row_plan(row), allow_oom=True)
     except InputError as e:
-        if e.field != "cluster":
+        if e.field != "cluster" and not source.format:
             raise
-        return RowResult(source.key, label, measured, None, None, unit, f"cluster {cluster} not in the catalog")
+        why = f"cluster {row['cluster']} not in the catalog" if e.field == "cluster" else f"refused: {e}"
+        return RowResult(source.key, label, measured, None, None, unit, why)
     if unit == "tokens/s":
         predicted = rec.tokens_per_s
+    elif unit == "tokens/s/GPU":
+        predicted = rec.tokens_per_s / gpus
     else:
         predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
     return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit,
                      memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=rec.fits)
+
+
+def _int(row: dict, key: str, default: int = 1) -> int:
+    return int(row.get(key) or default)
+
+
+def _measured(row: dict) -> tuple[str, float]:
+    """(unit, value) of what the row measured: tokens/s per GPU, tokens/s, or TFLOP/s per GPU."""
+    if row.get("measured_tokens_per_s_per_gpu"):
+        return "tokens/s/GPU", float(row["measured_tokens_per_s_per_gpu"])
+    if row.get("measured_tokens_per_s"):
+        return "tokens/s", float(row["measured_tokens_per_s"])
+    return "TFLOP/s/GPU", float(row["measured_tflops_per_gpu"])
+
+
+def _row_model(row: dict) -> str:
+    """The row's catalog model, or a GPT TOML of its shape columns."""
+    if row.get("model"):
+        return row["model"]
+    return _model_toml(*(int(row[k]) for k in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_len")))
+
+
+PRECISION_WORDS = {"bf16": "bf16", "fp16": "fp16"}   # older rows say bf16, or describe half precision (fp16)
+
+
+def _row_plan(row: dict) -> dict:
+    """predict's plan keywords of a row (cp, ep, vp, precision and framework where it has them)."""
+    precision = row["precision"] if row["precision"] in PRECISION_NAMES else PRECISION_WORDS.get(row["precision"],
+                                                                                               "fp16")
+    vp = _int(row, "vp")
+    plan = dict(tp=_int(row, "tp"), pp=_int(row, "pp"), dp=_int(row, "dp"), cp=_int(row, "cp"), ep=_int(row, "ep"),
+                mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
+                zero=_int(row, "zero", 0), sequence_parallel=row["sequence_parallel"] == "True",
+                tp_overlap=row["tp_overlap"] == "True", precision=precision,
+                framework=row.get("framework") or DEFAULT_FRAMEWORK)
+    if vp > 1:
+        plan["schedule"] = f"interleaved:{vp}"
+    return plan
 
 
 def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:

@@ -195,9 +195,10 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
         raise InputError("gbs", gbs, f"a multiple of mbs x dp = {step} (nearest: "
                          + " or ".join(map(str, near)) + ")")
     name, virtual = parse_schedule(r.schedule)
-    if virtual > 1 and (model.num_layers % (pp * virtual) or (gbs // (mbs * dp)) % pp):
-        raise InputError("schedule", r.schedule, f"interleaving needs num_layers divisible by pp x V and "
-                         f"microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
+    if virtual > 1 and (not _chunks_even(model.num_layers, pp * virtual) or (gbs // (mbs * dp)) % pp):
+        raise InputError("schedule", r.schedule, f"interleaving needs num_layers (or num_layers + 2, the embedding "
+                         f"and loss counted as layers) divisible by pp x V and microbatches ({gbs // (mbs * dp)}) "
+                         f"divisible by pp {pp}")
     _check_options(r, tp)
     precision, dtype = resolve_precision(r.precision, r.compute_dtype)
     _check_order(degrees.order)
@@ -212,6 +213,13 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
                         kernels=r.kernels, precision=precision, framework=check_framework(r.framework))
+
+
+def _chunks_even(layers: int, chunks: int) -> bool:
+    """Whether ``layers`` split into ``chunks`` equal model chunks: as they are, or with the embedding and
+    the loss counted as one layer each (Megatron-Core's ``--account-for-embedding-in-pipeline-split`` and
+    ``--account-for-loss-in-pipeline-split``, which Llama 3.1 405B's 126 layers on pp 8 x V 8 use)."""
+    return layers % chunks == 0 or (layers + 2) % chunks == 0
 
 
 def _check_order(order: tuple) -> None:

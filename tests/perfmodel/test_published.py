@@ -23,7 +23,8 @@ def test_every_row_names_its_source_date_and_conditions(published):
         for r in rows:
             assert r["source"] and r["source_date"] and all(r[k] for k in needed), (source.key, r)
             if source.kind == "training":   # what is compared: tokens/s, or TFLOP/s with the source's FLOP count
-                assert r.get("measured_tokens_per_s") or (r.get("measured_tflops_per_gpu") and r.get("flops_formula"))
+                assert r.get("measured_tokens_per_s") or r.get("measured_tokens_per_s_per_gpu") \
+                    or (r.get("measured_tflops_per_gpu") and r.get("flops_formula"))
 
 
 def test_no_source_rises_above_its_bound(reports, published):
