@@ -1,9 +1,13 @@
 """Attribute names carried by every cluster graph, and the validator that refuses gaps.
 
 Nodes carry KIND (one of NODE_KINDS) and, for parts of a host, HOST (host index).
-GPUs also carry LOCAL (index within the host). Edges carry TIER, BANDWIDTH
-(bytes/s per direction; links are full duplex) and LATENCY (seconds, one traversal,
-switch hop included). A graph missing any of them is refused, never defaulted.
+GPUs also carry LOCAL (index within the host). A switch that joins the GPUs of several
+hosts into one NVLink domain (GB200 NVL72's NVLink Switch trays) belongs to no host: it
+carries DOMAIN (domain index) instead. A part that never forwards traffic between GPUs and
+NICs (a Grace CPU beside its GPUs) carries FORWARDS = False, and routing leaves it out.
+Edges carry TIER, BANDWIDTH (bytes/s per direction; links are full duplex) and LATENCY
+(seconds, one traversal, switch hop included). A graph missing any of them is refused,
+never defaulted.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ import networkx as nx
 
 KIND = "kind"
 HOST = "host"
+DOMAIN = "domain"
+FORWARDS = "forwards"
 LOCAL = "local"
 TIER = "tier"
 BANDWIDTH = "bandwidth_Bps"
@@ -20,7 +26,7 @@ LATENCY = "latency_s"
 
 GPU = "gpu"
 NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "cpu", "nic", "switch", "router")
-INTRA_TIERS = ("nvlink", "pcie", "xbus", "xgmi")
+INTRA_TIERS = ("nvlink", "pcie", "xbus", "xgmi", "c2c")
 
 
 class GraphError(ValueError):
@@ -35,6 +41,8 @@ def validate_graph(graph: nx.Graph) -> nx.Graph:
             raise GraphError(f"node {node!r}: {KIND}={kind!r}, allowed {NODE_KINDS}")
         if kind == GPU and (HOST not in data or LOCAL not in data):
             raise GraphError(f"gpu {node!r} needs '{HOST}' and '{LOCAL}'")
+        if kind == "nvswitch" and HOST not in data and DOMAIN not in data:
+            raise GraphError(f"nvswitch {node!r} needs '{HOST}' (its host) or '{DOMAIN}' (its NVLink domain)")
     for u, v, data in graph.edges(data=True):
         for key in (TIER, BANDWIDTH, LATENCY):
             if key not in data:

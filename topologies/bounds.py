@@ -27,6 +27,8 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     "gpus": (INT, 1, MAX_GPUS_PER_NODE),
     "nics": (INT, 1, MAX_GPUS_PER_NODE),
     "sockets": (INT, 1, 64),
+    "cpus": (INT, 1, 64),
+    "hosts_per_domain": (INT, 1, MAX_NODES),
     "gpus_per_socket": (INT, 1, MAX_GPUS_PER_NODE),
     "nics_per_socket": (INT, 1, MAX_GPUS_PER_NODE),
     "gpus_per_switch": (INT, 1, MAX_GPUS_PER_NODE),

@@ -134,8 +134,9 @@ def _read(name_or_path: str) -> tuple[dict, str]:
 
 
 # keys a section takes whatever its builder: the fabric's transport (RDMA verbs, or TCP
-# sockets where the NICs or the network have no RDMA: NCCL's socket transport)
-COMMON_KEYS = {"fabric": {"transport"}}
+# sockets where the NICs or the network have no RDMA: NCCL's socket transport), and whether its
+# switches reduce in the network (InfiniBand SHARP, NCCL's CollNet: ``Cluster.supports_sharp``)
+COMMON_KEYS = {"fabric": {"transport", "sharp"}}
 TRANSPORTS = ("rdma", "socket")
 
 
@@ -164,7 +165,7 @@ def _check_value(field: str, key: str, value) -> None:
     """A builder argument of the right type, within its declared bound (``topologies.bounds``)."""
     if key in ("builder", "transport"):
         return
-    if key == "nvls":
+    if key in ("nvls", "sharp"):
         if not isinstance(value, bool):
             raise InputError(field, value, "true or false")
     elif key in ("intra_tier", "tier_prefix"):
@@ -182,10 +183,13 @@ def _check_value(field: str, key: str, value) -> None:
 
 
 def _check_shape(node: dict) -> None:
-    """Counts that must fit each other: GPUs per PCIe switch divides the node's GPUs."""
+    """Counts that must fit each other: GPUs per PCIe switch, or CPUs of a tray, divide the node's GPUs."""
     if node["builder"] == "pcie" and node["gpus"] % node["gpus_per_switch"]:
         raise InputError("node.gpus_per_switch", node["gpus_per_switch"],
                          f"a divisor of node.gpus ({node['gpus']}): every PCIe switch holds as many GPUs")
+    if node["builder"] == "nvlink_tray" and node["gpus"] % node["cpus"]:
+        raise InputError("node.cpus", node["cpus"],
+                         f"a divisor of node.gpus ({node['gpus']}): every CPU links to as many GPUs")
 
 
 def validate_spec(spec: dict) -> dict:

@@ -1,4 +1,13 @@
-"""A cluster: the validated graph of its hosts and fabric, and the facts read off it."""
+"""A cluster: the validated graph of its hosts and fabric, and the facts read off it.
+
+Two groupings of GPUs: the *host* (a machine: its own CPUs, NICs and PCIe; ``--nodes`` counts
+hosts) and the *NVLink domain* (the GPUs that reach each other over NVLink). On every cluster
+but a multi-host NVLink rack the two are the same; on GB200/GB300 NVL72 a domain is the 18
+compute-tray hosts of one rack, joined by its NVLink Switch trays (``nodes.nvlink_tray_node``).
+GPU indices are host-major and a domain's hosts are consecutive, so ranks packed from GPU 0
+fill a domain before they cross into the next. A cluster larger than one domain is a whole
+number of domains; one smaller than a domain is one partly filled domain.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,7 +15,7 @@ from functools import cached_property, lru_cache
 
 import networkx as nx
 
-from topologies.attrs import BANDWIDTH, GPU, HOST, KIND, LATENCY, LOCAL, TIER, validate_graph
+from topologies.attrs import BANDWIDTH, DOMAIN, GPU, HOST, KIND, LATENCY, LOCAL, TIER, validate_graph
 from topologies.bounds import MAX_GPUS, MAX_NODES
 from topologies.catalog import load_spec
 from topologies.errors import InputError
@@ -28,10 +37,47 @@ class Cluster:
     fabric_builder: str
     graph: nx.Graph = field(repr=False)
     spec: dict = field(repr=False)
+    hosts_per_domain: int = 1   # hosts of one NVLink domain as built (module doc)
 
     @property
     def gpus(self) -> int:
         return self.hosts * self.gpus_per_host
+
+    @property
+    def gpus_per_domain(self) -> int:
+        """GPUs that reach each other over NVLink: a host's on most clusters, a rack's on NVL72."""
+        return self.gpus_per_host * self.hosts_per_domain
+
+    @property
+    def domains(self) -> int:
+        return self.hosts // self.hosts_per_domain
+
+    @cached_property
+    def domain_of(self) -> dict[str, int]:
+        """NVLink domain of every GPU (graph name -> domain index)."""
+        return {n: h // self.hosts_per_domain for n, h in self.host_of.items()}
+
+    def locate(self, name: str) -> tuple[int, str]:
+        """(domain, the same part's name in domain 0) of a host part or domain switch: the
+        routing template every domain shares (``topologies.routing``, ``topologies.loads``)."""
+        head, tail = name.split(".", 1)
+        index = int(head[1:])
+        if head[0] == "d":
+            return index, f"d0.{tail}"
+        return index // self.hosts_per_domain, f"h{index % self.hosts_per_domain}.{tail}"
+
+    def name_in(self, template: str, domain: int) -> str:
+        """The graph name in ``domain`` of a part named ``template`` in domain 0 (``locate``'s inverse)."""
+        head, tail = template.split(".", 1)
+        if head[0] == "d":
+            return f"d{domain}.{tail}"
+        return f"h{int(head[1:]) + domain * self.hosts_per_domain}.{tail}"
+
+    def in_template(self, data: dict) -> bool:
+        """Whether a node (its attributes) is a part of domain 0: a host of it, or its domain switch."""
+        if HOST in data:
+            return data[HOST] < self.hosts_per_domain
+        return data.get(DOMAIN) == 0
 
     def gpu(self, index: int) -> str:
         """Graph name of GPU ``index`` in host-major order."""
@@ -46,10 +92,18 @@ class Cluster:
         """How ranks on different hosts talk: ``rdma`` (InfiniBand, RoCE) or ``socket`` (TCP)."""
         return self.spec["fabric"].get("transport", "rdma")
 
-    @property
+    @cached_property
     def supports_nvls(self) -> bool:
-        """In-switch reduction (NVLink SHARP) on the node's NVSwitch."""
-        return bool(self.graph.nodes.get("h0.nvsw", {}).get("nvls", False))
+        """In-switch reduction (NVLink SHARP) on the NVSwitch of an NVLink domain (a host's, or a
+        rack's on NVL72): NCCL's NVLS algorithm inside the domain."""
+        return any(d.get("nvls", False) for _, d in self.graph.nodes(data=True)
+                   if d[KIND] == "nvswitch" and self.in_template(d))
+
+    @property
+    def supports_sharp(self) -> bool:
+        """In-network reduction on the InfiniBand fabric between domains (SHARP, NCCL's CollNet),
+        where the cluster file declares it (``fabric.sharp = true``)."""
+        return bool(self.spec["fabric"].get("sharp", False))
 
     @cached_property
     def tiers(self) -> dict[str, dict]:
@@ -77,7 +131,7 @@ def build_graph(spec: dict, hosts: int) -> tuple[nx.Graph, int]:
     """Build and validate the graph of ``hosts`` hosts; return it and GPUs per host."""
     graph = nx.Graph(name=spec["name"])
     node_args = {k: v for k, v in spec["node"].items() if k != "builder"}
-    fabric_args = {k: v for k, v in spec["fabric"].items() if k not in ("builder", "transport")}
+    fabric_args = {k: v for k, v in spec["fabric"].items() if k not in ("builder", "transport", "sharp")}
     nics = [NODE_BUILDERS[spec["node"]["builder"]](graph, h, **node_args) for h in range(hosts)]
     per_host = sum(1 for _, d in graph.nodes(data=True) if d[KIND] == GPU and d[HOST] == 0)
     if hosts > 1 or spec["fabric"]["builder"] != "single_switch":
@@ -94,31 +148,40 @@ def build_cluster(name_or_path: str, nodes: int | None = None, gpus: int | None 
     return Cluster(name=spec["name"], origin=origin, description=spec["description"],
                    gpu_model=spec["gpu"], hosts=hosts, gpus_per_host=per_host,
                    node_builder=spec["node"]["builder"], fabric_builder=spec["fabric"]["builder"],
-                   graph=graph, spec=spec)
+                   graph=graph, spec=spec, hosts_per_domain=min(hosts, _hosts_per_domain(spec)))
 
 
 def cluster_for(name_or_path: str, nodes: int | None = None, gpus: int | None = None) -> tuple[Cluster, int]:
     """(cluster, ranks) for a job of ``gpus`` GPUs (or ``nodes`` whole nodes): a GPU count that
-    is not a whole number of nodes runs on as few nodes as hold it, the last one partly used
-    (ranks packed from GPU 0, so the job's GPUs are 0 .. gpus-1)."""
+    is not a whole number of nodes runs on as few nodes as hold it, the last one partly used;
+    past one NVLink domain, on as few whole domains as hold it, the last one partly used (ranks
+    packed from GPU 0, so the job's GPUs are 0 .. gpus-1 and fill a domain before the next)."""
     if gpus is None or nodes is not None:
         built = build_cluster(name_or_path, nodes=nodes, gpus=gpus)
         return built, built.gpus
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise InputError("gpus", gpus, "a positive whole number of GPUs")
-    per_host = _gpus_per_host(load_spec(name_or_path)[0])
+    spec = load_spec(name_or_path)[0]
+    per_host, per_domain = _gpus_per_host(spec), _hosts_per_domain(spec)
     whole = -(-gpus // per_host)
+    if whole > per_domain:
+        whole = -(-whole // per_domain) * per_domain
     if whole > MAX_NODES:
-        raise InputError("gpus", gpus, f"at most {MAX_NODES * per_host}")
+        raise InputError("gpus", gpus, f"at most {MAX_NODES // per_domain * per_domain * per_host}")
     return build_cluster(name_or_path, nodes=whole), gpus
 
 
 def _hosts(spec: dict, nodes: int | None, gpus: int | None) -> int:
     hosts = _count_hosts(spec, nodes, gpus)
     per_host = _gpus_per_host(spec)
+    field, value = ("gpus", gpus) if gpus is not None else ("nodes", hosts)
     if hosts * per_host > MAX_GPUS:
-        raise InputError("gpus" if gpus is not None else "nodes", gpus if gpus is not None else hosts,
+        raise InputError(field, value,
                          f"at most {MAX_GPUS} GPUs in one cluster ({MAX_GPUS // per_host} nodes of {per_host})")
+    per_domain = _hosts_per_domain(spec)
+    if per_domain < hosts and hosts % per_domain:
+        raise InputError(field, value, f"at most {per_domain} nodes (one NVLink domain, partly filled) or a multiple "
+                         f"of {per_domain} ({per_domain * per_host} GPUs): whole NVLink domains")
     return hosts
 
 
@@ -137,6 +200,12 @@ def _count_hosts(spec: dict, nodes: int | None, gpus: int | None) -> int:
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
         raise InputError("nodes", nodes, f"an integer from 1 to {MAX_NODES}")
     return nodes
+
+
+def _hosts_per_domain(spec: dict) -> int:
+    """Hosts of one NVLink domain in a cluster file: the node builder's ``hosts_per_domain`` (NVL72:
+    18 compute trays), else 1 (the domain is the host)."""
+    return int(spec["node"].get("hosts_per_domain", 1))
 
 
 def _gpus_per_host(spec: dict) -> int:

@@ -4,11 +4,15 @@ For a group (GPU indices in rank order) and the groups that communicate at the s
 time (e.g. all DP groups of a TP=8 layout), three traffic patterns are routed on the
 graph and their link loads summed with the concurrent groups' identical patterns:
 
-* ``ring``  - the flat ring over the group (host-major). Across hosts it runs as one
-  channel per rank on a host, each channel entering and leaving every host at a
+* ``ring``  - the flat ring over the group (host-major). Across NVLink domains it runs as
+  one channel per rank on a domain, each channel entering and leaving every domain at a
   different GPU, as NCCL spreads rings over NICs.
-* ``intra`` - a ring among the group's ranks on each host (hierarchical phase 1 and 3).
-* ``inter`` - one ring per local rank across hosts (hierarchical phase 2).
+* ``intra`` - a ring among the group's ranks in each NVLink domain (hierarchical phase 1 and 3).
+* ``inter`` - one ring per local rank across domains (hierarchical phase 2).
+
+An NVLink domain is a host on most clusters and a rack of hosts on NVL72 (``topologies.cluster``):
+NCCL treats the GPUs of a multi-node NVLink domain as one node (its rings and NVLS run inside
+the domain over NVLink, and only traffic between domains takes the NICs), and so do these patterns.
 
 Each pattern's ``bandwidth_Bps`` is what one rank can push when all ranks push at once:
 ``1 / max_link(load / link bandwidth)``; its ``latency_s`` the worst path latency of one
@@ -49,9 +53,14 @@ class PatternView:
 
 @dataclass(frozen=True, kw_only=True)
 class FabricView:
-    """What a group of ranks sees of the fabric (see module doc)."""
+    """What a group of ranks sees of the fabric (see module doc): its ranks, the NVLink domains
+    they span and the most on one domain (what the patterns are built from), and the hosts
+    (machines) they span and the most on one host (equal to the domains' on every cluster but
+    multi-host NVLink racks)."""
 
     ranks: int
+    domains: int
+    ranks_per_domain: int
     hosts: int
     ranks_per_host: int
     concurrent_groups: int
@@ -69,17 +78,23 @@ class FabricView:
 
 
 def by_host(group, gpus_per_host: int) -> list[list[int]]:
-    """``group``'s GPUs by host, hosts and GPUs in the group's order."""
+    """``group``'s GPUs by host (or by NVLink domain, given GPUs per domain), hosts and GPUs in
+    the group's order."""
     hosts: dict[int, list[int]] = {}
     for g in group:
         hosts.setdefault(g // gpus_per_host, []).append(g)
     return list(hosts.values())
 
 
+def by_domain(cluster: Cluster, group) -> list[list[int]]:
+    """``group``'s GPUs by NVLink domain, domains and GPUs in the group's order."""
+    return by_host(group, cluster.gpus_per_domain)
+
+
 def ring_flows(cluster: Cluster, group) -> list:
-    """Flat ring over ``group``; one channel per rank on a host when it spans hosts.
+    """Flat ring over ``group``; one channel per rank on a domain when it spans domains.
     Flows are (source GPU index, destination GPU index, weight)."""
-    per_host = by_host(group, cluster.gpus_per_host)
+    per_host = by_domain(cluster, group)
     if len(per_host) == 1:
         return _cycle(list(group), 1.0)
     channels = len(per_host[0])
@@ -91,11 +106,11 @@ def ring_flows(cluster: Cluster, group) -> list:
 
 
 def intra_flows(cluster: Cluster, group) -> list:
-    return [f for ranks in by_host(group, cluster.gpus_per_host) for f in _cycle(ranks, 1.0)]
+    return [f for ranks in by_domain(cluster, group) for f in _cycle(ranks, 1.0)]
 
 
 def inter_flows(cluster: Cluster, group) -> list:
-    per_host = by_host(group, cluster.gpus_per_host)
+    per_host = by_domain(cluster, group)
     width = min(len(r) for r in per_host)
     return [f for j in range(width) for f in _cycle([r[j] for r in per_host], 1.0)]
 
@@ -122,8 +137,8 @@ def _pattern(cluster: Cluster, groups, make_flows) -> PatternView:
 
 def _regular_flows(cluster: Cluster, groups, make_flows):
     """``make_flows`` of every group as arrays (src, dst, weight), in the same order, by numpy
-    where the groups are alike: the same size, each host's ranks adjacent, as many on every
-    host (a placement's TP, DP and PP groups are). None where they are not."""
+    where the groups are alike: the same size, each domain's ranks adjacent, as many on every
+    domain (a placement's TP, DP and PP groups are). None where they are not."""
     try:
         ranks = np.array(groups, dtype=np.int64)
     except ValueError:
@@ -131,7 +146,7 @@ def _regular_flows(cluster: Cluster, groups, make_flows):
     if ranks.ndim != 2 or make_flows not in _CYCLES:
         return None
     count, size = ranks.shape
-    hosts = ranks // cluster.gpus_per_host
+    hosts = ranks // cluster.gpus_per_domain
     per = size // (1 + int((hosts[0, 1:] != hosts[0, :-1]).sum()))
     blocks = hosts.reshape(count, size // per, per) if size % per == 0 else None
     if blocks is None or (blocks != blocks[:, :, :1]).any() \
@@ -209,11 +224,13 @@ def fabric_view(cluster: Cluster, group=None, concurrent=()) -> FabricView:
 def _fabric_view(cluster: Cluster, group: tuple, others: tuple) -> FabricView:
     _check_group(cluster, group)
     groups = (group,) + others
-    per_host = by_host(group, cluster.gpus_per_host)
+    per_host = by_domain(cluster, group)
     spans = len(per_host) > 1
     width = max(len(r) for r in per_host)
+    machines = by_host(group, cluster.gpus_per_host)
     return FabricView(
-        ranks=len(group), hosts=len(per_host), ranks_per_host=width,
+        ranks=len(group), domains=len(per_host), ranks_per_domain=width,
+        hosts=len(machines), ranks_per_host=max(len(r) for r in machines),
         concurrent_groups=len(groups),
         ring=_pattern(cluster, groups, ring_flows),
         intra=_pattern(cluster, groups, intra_flows) if width > 1 else None,

@@ -1,15 +1,16 @@
-"""Link loads of a whole traffic pattern at once, using that every host is the same.
+"""Link loads of a whole traffic pattern at once, using that every NVLink domain (host) is the same.
 
 ``routing.Router`` routes a pattern flow by flow and keeps one load entry per link; on 131,072
 GPUs that is a million flows and millions of entries. This module gives the same numbers
 (tested against it wherever both run) from the symmetry of the cluster:
 
-* **Hosts alike.** Every host has host 0's graph, so the load a flow puts inside a host is a
-  row of one small route table (GPU or NIC to GPU or NIC, per template link). Flows are
-  summed per (host, source endpoint, destination endpoint) with ``numpy.bincount`` and the
-  per-host link loads are one matrix product: (hosts x endpoint pairs) @ (pairs x links).
-* **Hosts on the same switches alike.** Which NIC pairs a flow between hosts uses depends on
-  the two GPUs' local indices and on which switches the two hosts' NICs plug into (their
+* **Domains alike.** Every NVLink domain (a host on most clusters, a rack of hosts on NVL72)
+  has domain 0's graph, so the load a flow puts inside a domain is a row of one small route
+  table (GPU or NIC to GPU or NIC, per template link). Flows are summed per (domain, source
+  endpoint, destination endpoint) with ``numpy.bincount`` and the per-domain link loads are one
+  matrix product: (domains x endpoint pairs) @ (pairs x links).
+* **Domains on the same switches alike.** Which NIC pairs a flow between domains uses depends
+  on the two GPUs' local indices and on which switches the two domains' NICs plug into (their
   *attachment*), so it is decided once per distinct (local pair, attachment pair), not per flow.
 * **Switch routes shared.** The fabric part of a flow is its NIC's uplink, a switch-to-switch
   ECMP route and the receiving NIC's downlink; routes are computed once per distinct switch
@@ -25,9 +26,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from topologies.attrs import BANDWIDTH, HOST, KIND, LATENCY, TIER
+from topologies.attrs import BANDWIDTH, KIND, LATENCY, TIER
 from topologies.cluster import Cluster
-from topologies.routing import _Graphlet
+from topologies.routing import _Graphlet, fabric_parts, template_parts
 
 
 @dataclass(frozen=True)
@@ -60,25 +61,23 @@ class _Links:
 
 
 class HostSymmetricLoads:
-    """Pattern loads of one cluster from its host template, NIC attachments and switch graph."""
+    """Pattern loads of one cluster from its domain template, NIC attachments and switch graph.
+    ``hosts`` and ``gph`` count the units that are alike: NVLink domains and GPUs per domain
+    (hosts and GPUs per host wherever a domain is one host)."""
 
     def __init__(self, cluster: Cluster):
-        graph, self.gph, self.hosts = cluster.graph, cluster.gpus_per_host, cluster.hosts
+        graph, self.gph, self.hosts = cluster.graph, cluster.gpus_per_domain, cluster.domains
+        self.cluster = cluster
         self.tier_ids: dict = {}
-        host0, switches = [], []
-        for n, d in graph.nodes(data=True):
-            if HOST not in d:
-                switches.append(n)
-            elif d[HOST] == 0:
-                host0.append(n)
-        self.host, self.switch = _Graphlet(graph, host0), _Graphlet(graph, switches)
+        switches = [n for n in fabric_parts(cluster) if graph.nodes[n][KIND] != "nic"]
+        self.host, self.switch = _Graphlet(graph, template_parts(cluster)), _Graphlet(graph, switches)
         self.hlinks = _Links(self.host, self.tier_ids)
         self.slinks = _Links(self.switch, self.tier_ids)
         self.gpu_loc = [self.host.index[cluster.gpu(g)] for g in range(self.gph)]
-        self.nic_suffixes = [n.split(".", 1)[1] for n in self.host.names if graph.nodes[n][KIND] == "nic"]
-        self.nic_loc = [self.host.index["h0." + s] for s in self.nic_suffixes]
+        self.nic_names = [n for n in self.host.names if graph.nodes[n][KIND] == "nic"]
+        self.nic_loc = [self.host.index[n] for n in self.nic_names]
         self._routes_in_host()
-        if self.hosts > 1 or self.nic_suffixes:
+        if self.hosts > 1 or self.nic_names:
             self._nics(graph)
         self._pairs: dict = {}
         self._hops: dict = {}
@@ -90,7 +89,7 @@ class HostSymmetricLoads:
         """Tier id -> name (ids are handed out as links are read)."""
         return {v: k for k, v in self.tier_ids.items()}
 
-    # --- inside a host -------------------------------------------------------------------
+    # --- inside a domain -----------------------------------------------------------------
     def _routes_in_host(self) -> None:
         ends = self.gpu_loc + self.nic_loc
         size, links = len(ends), self.hlinks.count
@@ -107,14 +106,14 @@ class HostSymmetricLoads:
     def _nics(self, graph) -> None:
         """Each NIC's switch and its port: the graph is undirected, so one bandwidth, latency
         and tier serve the uplink and the downlink (their loads are kept apart)."""
-        hosts, nics = self.hosts, len(self.nic_suffixes)
+        hosts, nics = self.hosts, len(self.nic_names)
         self.attach = np.zeros((hosts, nics), dtype=np.int64)
         bw, lat = np.zeros((hosts, nics)), np.zeros((hosts, nics))
         tiers = []
         adj, switch = graph.adj, self.switch.index
         for h in range(hosts):
-            for i, s in enumerate(self.nic_suffixes):
-                ((sw, link),) = [(v, d) for v, d in adj[f"h{h}.{s}"].items() if v in switch]
+            for i, s in enumerate(self.nic_names):
+                ((sw, link),) = [(v, d) for v, d in adj[self.cluster.name_in(s, h)].items() if v in switch]
                 self.attach[h, i], bw[h, i], lat[h, i] = switch[sw], link[BANDWIDTH], link[LATENCY]
                 if h == 0:
                     tiers.append(self.tier_ids.setdefault(link[TIER], len(self.tier_ids)))

@@ -3,13 +3,15 @@
 Each builder adds one host (GPUs, switches, CPUs, NICs and their links) to a graph
 and returns the host's NIC names in rail order. They share parameter names:
 ``gpus``, ``nics``, ``nic_Gbps``, ``pcie_GBps``, ``*_latency_us``. Rates and
-latencies come from the catalog TOML, which cites a source for each.
+latencies come from the catalog TOML, which cites a source for each. A builder whose
+hosts share an NVLink domain (``nvlink_tray_node``) takes ``hosts_per_domain`` and adds
+the domain's switch with the domain's first host.
 """
 from __future__ import annotations
 
 import networkx as nx
 
-from topologies.attrs import GPU, HOST, KIND, LOCAL, add_link
+from topologies.attrs import DOMAIN, FORWARDS, GPU, HOST, KIND, LOCAL, add_link
 from topologies.units import GBps_to_Bps, Gbps_to_Bps, us_to_s
 
 
@@ -58,6 +60,58 @@ def nvswitch_node(graph: nx.Graph, host: int, *, gpus: int, nvlink_GBps: float,
     for name in names:
         add_link(graph, name, switch, tier="nvlink", bandwidth_Bps=GBps_to_Bps(nvlink_GBps),
                  latency_s=us_to_s(nvlink_latency_us))
+    attach = [names[j * gpus // nics] for j in range(nics)]
+    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                     pcie_latency_us=pcie_latency_us)
+
+
+def nvlink_tray_node(graph: nx.Graph, host: int, *, gpus: int, hosts_per_domain: int, nvlink_GBps: float,
+                     nvlink_latency_us: float, nics: int, nic_Gbps: float, pcie_GBps: float,
+                     pcie_latency_us: float, cpus: int, c2c_GBps: float, c2c_latency_us: float,
+                     nvls: bool = False) -> list[str]:
+    """A compute tray of a multi-host NVLink rack (GB200/GB300 NVL72): a host of its own (its
+    CPUs, NICs and PCIe; an operating system of its own) whose GPUs link to the NVLink domain's
+    switch rather than to one of the host's. ``hosts_per_domain`` consecutive hosts share one
+    domain: one logical NVSwitch ``d{domain}.nvsw`` stands for the rack's NVLink Switch trays,
+    which join every GPU of the rack in a non-blocking crossbar (each GPU has a link to every
+    switch chip), so a GPU reaches any other of the rack in one switch hop at ``nvlink_GBps``
+    per direction. ``nvls`` marks in-switch reduction (NVLink SHARP) on it.
+
+    Each of the host's ``cpus`` CPUs (Grace) links to its share of the GPUs over NVLink-C2C
+    (tier ``c2c``, ``c2c_GBps`` per GPU per direction); the CPUs never forward GPU or NIC traffic
+    (NCCL moves data over NVLink and the NICs). NIC j sits on GPU ``j * gpus // nics`` over PCIe
+    (one NIC per GPU: GPUDirect RDMA from the GPU's own NIC)."""
+    domain = host // hosts_per_domain
+    switch = f"d{domain}.nvsw"
+    if switch not in graph:
+        graph.add_node(switch, **{KIND: "nvswitch", DOMAIN: domain, "nvls": bool(nvls)})
+    names = [_add_gpu(graph, host, i) for i in range(gpus)]
+    for name in names:
+        add_link(graph, name, switch, tier="nvlink", bandwidth_Bps=GBps_to_Bps(nvlink_GBps),
+                 latency_s=us_to_s(nvlink_latency_us))
+    for c in range(cpus):
+        cpu = _add_part(graph, host, "cpu", f"cpu{c}")
+        graph.nodes[cpu][FORWARDS] = False
+        for name in names[c * gpus // cpus:(c + 1) * gpus // cpus]:
+            add_link(graph, name, cpu, tier="c2c", bandwidth_Bps=GBps_to_Bps(c2c_GBps),
+                     latency_s=us_to_s(c2c_latency_us))
+    attach = [names[j * gpus // nics] for j in range(nics)]
+    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                     pcie_latency_us=pcie_latency_us)
+
+
+def full_mesh_node(graph: nx.Graph, host: int, *, gpus: int, gpu_gpu_GBps: float, link_latency_us: float,
+                   nics: int, nic_Gbps: float, pcie_GBps: float, pcie_latency_us: float,
+                   intra_tier: str = "xgmi") -> list[str]:
+    """A node whose GPUs are fully meshed, every pair joined by one direct link of
+    ``gpu_gpu_GBps`` per direction and no switch (AMD Instinct MI300X/MI325X platforms: 8 GPUs,
+    7 Infinity Fabric (xGMI) links each, tier ``intra_tier``). NIC j sits on GPU
+    ``j * gpus // nics`` over PCIe (one NIC per GPU)."""
+    names = [_add_gpu(graph, host, i) for i in range(gpus)]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            add_link(graph, a, b, tier=intra_tier, bandwidth_Bps=GBps_to_Bps(gpu_gpu_GBps),
+                     latency_s=us_to_s(link_latency_us))
     attach = [names[j * gpus // nics] for j in range(nics)]
     return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
                      pcie_latency_us=pcie_latency_us)
@@ -124,6 +178,8 @@ def cpu_host(graph: nx.Graph, host: int, *, nic_Gbps: float, memory_GBps: float,
 NODE_BUILDERS = {
     "cpu_host": cpu_host,
     "nvswitch": nvswitch_node,
+    "nvlink_tray": nvlink_tray_node,
     "nvlink_mesh": nvlink_mesh_node,
+    "full_mesh": full_mesh_node,
     "pcie": pcie_node,
 }

@@ -2,10 +2,12 @@
 
 Routing is shortest path by hop count with equal-cost multipath (ECMP) split evenly
 at every hop, what ECMP hashing does on average. Routes are composed in two levels,
-as traffic really flows: inside a host (GPU to GPU, or GPU to one of its NICs) on the
-host's own graph, which every host shares, and between NICs on the fabric graph.
-A flow between hosts splits evenly over the (source NIC, destination NIC) pairs of
-least total hops; hosts never forward other hosts' traffic.
+as traffic really flows: inside an NVLink domain (GPU to GPU, or GPU to one of its NICs) on
+the domain's own graph, which every domain shares (a domain is one host on most clusters, a
+rack of hosts on NVL72: ``Cluster.locate``), and between NICs on the fabric graph. A flow
+between domains splits evenly over the (source NIC, destination NIC) pairs of least total
+hops; domains never forward other domains' traffic, and parts marked not to forward (a Grace
+CPU) are left out of routes.
 
 A traffic *pattern* is a list of flows ``(src, dst, weight)``; a flow of weight w
 moves w·V bytes when the pattern moves V. Link load is the sum of weight times the
@@ -19,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from topologies.attrs import BANDWIDTH, HOST, KIND, LATENCY, TIER
+from topologies.attrs import BANDWIDTH, DOMAIN, FORWARDS, HOST, KIND, LATENCY, TIER
 from topologies.cluster import Cluster
 
 
@@ -161,21 +163,27 @@ def _bfs_depth(csr, source: int) -> np.ndarray:
     return depth
 
 
-def _suffix(name: str) -> str:
-    return name.split(".", 1)[1]
+def template_parts(cluster: Cluster) -> list[str]:
+    """The parts of NVLink domain 0 that routes may cross: the routing template of every domain."""
+    return [n for n, d in cluster.graph.nodes(data=True) if cluster.in_template(d) and d.get(FORWARDS, True)]
+
+
+def fabric_parts(cluster: Cluster) -> list[str]:
+    """The fabric's switches (in no host and no domain) and the NICs that plug into them."""
+    return [n for n, d in cluster.graph.nodes(data=True)
+            if (HOST not in d and DOMAIN not in d) or d[KIND] == "nic"]
 
 
 class Router:
-    """Two-level ECMP router of one cluster (host template + fabric), caching routes."""
+    """Two-level ECMP router of one cluster (domain template + fabric), caching routes."""
 
     def __init__(self, cluster: Cluster):
         graph = cluster.graph
-        host0 = [n for n, d in graph.nodes(data=True) if d.get(HOST) == 0]
-        self.host = _Graphlet(graph, host0)
-        self.nic_suffixes = [_suffix(n) for n in host0 if graph.nodes[n][KIND] == "nic"]
-        fabric = [n for n, d in graph.nodes(data=True) if HOST not in d or d[KIND] == "nic"]
-        self.fabric = _Graphlet(graph, fabric)
-        self.nic_local = [self.host.index["h0." + s] for s in self.nic_suffixes]
+        self.cluster = cluster
+        self.domain = _Graphlet(graph, template_parts(cluster))
+        self.nic_names = [n for n in self.domain.names if graph.nodes[n][KIND] == "nic"]
+        self.fabric = _Graphlet(graph, fabric_parts(cluster))
+        self.nic_local = [self.domain.index[n] for n in self.nic_names]
         self._pairs: dict = {}
         self._nic_routes: dict = {}
         self._attach_of: dict = {}
@@ -184,30 +192,31 @@ class Router:
                 raise ValueError(f"NIC {n!r} must have exactly one fabric port")
 
     def _local(self, name: str) -> tuple[int, int]:
-        head, tail = name.split(".", 1)
-        return int(head[1:]), self.host.index["h0." + tail]
+        domain, template = self.cluster.locate(name)
+        return domain, self.domain.index[template]
 
     def link_info(self, key) -> tuple[float, float, str]:
-        """(bandwidth_Bps, latency_s, tier) of a load key: (host, u, v) or (None, u, v)."""
-        host, u, v = key
-        return (self.fabric if host is None else self.host).edge[(u, v)]
+        """(bandwidth_Bps, latency_s, tier) of a load key: (domain, u, v) or (None, u, v)."""
+        domain, u, v = key
+        return (self.fabric if domain is None else self.domain).edge[(u, v)]
 
     def flow(self, src: str, dst: str, weight: float, load: dict) -> float:
         """Add one flow's load to ``load``; return its worst path latency."""
-        hs, ls = self._local(src)
-        hd, ld = self._local(dst)
-        if hs == hd:
-            return self._add_host(hs, ls, ld, weight, load)
-        pairs = self._nic_pairs(hs, ls, hd, ld)
+        ds, ls = self._local(src)
+        dd, ld = self._local(dst)
+        if ds == dd:
+            return self._add_domain(ds, ls, ld, weight, load)
+        pairs = self._nic_pairs(ds, ls, dd, ld)
         worst = 0.0
         for nic_s, nic_d in pairs:
             part = weight / len(pairs)
-            lat = self._add_host(hs, ls, self.host.index["h0." + nic_s], part, load)
-            fs, fd = self.fabric.index[f"h{hs}.{nic_s}"], self.fabric.index[f"h{hd}.{nic_d}"]
+            lat = self._add_domain(ds, ls, self.domain.index[nic_s], part, load)
+            fs = self.fabric.index[self.cluster.name_in(nic_s, ds)]
+            fd = self.fabric.index[self.cluster.name_in(nic_d, dd)]
             links, flat = self._fabric_route(fs, fd)
             for u, v, f in links:
                 load[(None, u, v)] = load.get((None, u, v), 0.0) + part * f
-            lat += flat + self._add_host(hd, self.host.index["h0." + nic_d], ld, part, load)
+            lat += flat + self._add_domain(dd, self.domain.index[nic_d], ld, part, load)
             worst = max(worst, lat)
         return worst
 
@@ -223,33 +232,33 @@ class Router:
         self._nic_routes[key] = result
         return result
 
-    def _add_host(self, host: int, src: int, dst: int, weight: float, load: dict) -> float:
-        links, lat = self.host.route(src, dst)
+    def _add_domain(self, domain: int, src: int, dst: int, weight: float, load: dict) -> float:
+        links, lat = self.domain.route(src, dst)
         for u, v, f in links:
-            load[(host, u, v)] = load.get((host, u, v), 0.0) + weight * f
+            load[(domain, u, v)] = load.get((domain, u, v), 0.0) + weight * f
         return lat
 
-    def _nic_pairs(self, hs, ls, hd, ld) -> list[tuple[str, str]]:
-        """NIC pairs of least total hops; hosts on the same switches share the answer."""
-        key = (ls, ld, self._attachment(hs), self._attachment(hd))
+    def _nic_pairs(self, ds, ls, dd, ld) -> list[tuple[str, str]]:
+        """NIC pairs (template names) of least total hops; domains on the same switches share the answer."""
+        key = (ls, ld, self._attachment(ds), self._attachment(dd))
         if key not in self._pairs:
             self._pairs[key] = self._least_hop_pairs(ls, ld, key[2], key[3])
         return self._pairs[key]
 
-    def _attachment(self, host: int) -> tuple:
-        if host not in self._attach_of:
-            self._attach_of[host] = tuple(
-                self.fabric.neighbors(self.fabric.index[f"h{host}.{s}"])[0] for s in self.nic_suffixes)
-        return self._attach_of[host]
+    def _attachment(self, domain: int) -> tuple:
+        if domain not in self._attach_of:
+            self._attach_of[domain] = tuple(
+                self.fabric.neighbors(self.fabric.index[self.cluster.name_in(n, domain)])[0] for n in self.nic_names)
+        return self._attach_of[domain]
 
     def _least_hop_pairs(self, ls, ld, sw_src, sw_dst) -> list[tuple[str, str]]:
-        to_nic = [self.host.distance(ls, n) for n in self.nic_local]
-        from_nic = [self.host.distance(n, ld) for n in self.nic_local]
+        to_nic = [self.domain.distance(ls, n) for n in self.nic_local]
+        from_nic = [self.domain.distance(n, ld) for n in self.nic_local]
         self.fabric.prefetch(sw_dst)
         best, pairs = None, []
-        for j, b in enumerate(self.nic_suffixes):
+        for j, b in enumerate(self.nic_names):
             row = self.fabric.row(sw_dst[j])
-            for i, a in enumerate(self.nic_suffixes):
+            for i, a in enumerate(self.nic_names):
                 middle = 2 if sw_src[i] == sw_dst[j] else 2 + row[sw_src[i]]
                 total = to_nic[i] + middle + from_nic[j]
                 if min(to_nic[i], from_nic[j], row[sw_src[i]]) < 0:
@@ -259,7 +268,7 @@ class Router:
                 elif total == best:
                     pairs.append((a, b))
         if not pairs:
-            raise ValueError("no route between hosts")
+            raise ValueError("no route between domains")
         return pairs
 
     def pattern_load(self, flows) -> PatternLoad:

@@ -49,7 +49,13 @@ class Link:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Ctx:
-    """Everything a formula needs: group shape, links, device, NVLS support."""
+    """Everything a formula needs: group shape, links, device, NVLS support.
+
+    ``hosts`` and ``ranks_per_host`` are the formulas' two levels: the NVLink domains the group
+    spans and the most ranks on one (``FabricView.domains``, ``ranks_per_domain``). A domain is a
+    host wherever NVLink stays inside a machine, and a rack of hosts on NVL72, where NCCL runs
+    its intra-node algorithms (rings over NVLink, NVLS) across the rack's trays: the intra level
+    is what NVLink reaches, the inter level what crosses the NICs."""
 
     ranks: int
     hosts: int
@@ -112,16 +118,17 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     view = fabric_view(cluster, group, concurrent)
     arch = device(cluster.gpu_model).arch
     tables = _tables(calib, arch)
-    pair = view.ranks == 2 and view.hosts == 2
+    pair = view.ranks == 2 and view.domains == 2
     prims = (lambda cls: pair_view(calib.primitive_table(cls), pair)) if calib else (lambda cls: {})
     classify = partial(link_class, cluster)
     idle = Link(name="none", tier="none", bandwidth_Bps=float("inf"), latency_s=0.0, protocols=tables("nvlink"),
                 cls="nvlink")
     ring = _link("ring", view.ring, idle, tables, prims, classify)
-    intra = _link("intra", view.intra, ring if view.hosts == 1 else idle, tables, prims, classify)
+    intra = _link("intra", view.intra, ring if view.domains == 1 else idle, tables, prims, classify)
     inter = _link("inter", view.inter, ring, tables, prims, classify)
-    if view.ring.bottleneck_tier is not None and view.hosts > 1:
-        # NCCL uses its network transport's protocols for any ring that leaves the host (gloo has only tcp).
+    if view.ring.bottleneck_tier is not None and view.domains > 1:
+        # NCCL uses its network transport's protocols for any ring that leaves the NVLink domain
+        # (the host, but for multi-node NVLink racks; gloo has only tcp).
         cls = "tcp" if ring.cls == "tcp" else "socket" if cluster.transport == "socket" else "net"
         ring = Link(name="ring", tier=ring.tier, bandwidth_Bps=ring.bandwidth_Bps,
                     latency_s=ring.latency_s, protocols=tables(cls), traversals=ring.traversals,
@@ -132,9 +139,9 @@ def make_ctx(cluster: Cluster, group: tuple, concurrent: tuple = (), calib=None)
     if share < 1.0:
         dev = replace(dev, stream_Bps=dev.stream_Bps * share, launch_s=dev.launch_s / share)
     lib = calib.lib if calib else library(None)
-    nvls = cluster.supports_nvls and view.hosts == 1 and view.ranks > 1 and lib.nccl_caps
+    nvls = cluster.supports_nvls and view.domains == 1 and view.ranks > 1 and lib.nccl_caps
     nvls_table = nvls_protocols(arch) if nvls else None
-    return Ctx(ranks=view.ranks, hosts=view.hosts, ranks_per_host=view.ranks_per_host,
+    return Ctx(ranks=view.ranks, hosts=view.domains, ranks_per_host=view.ranks_per_domain,
                ring=ring, intra=intra, inter=inter, device=dev, nvls=nvls,
                nvls_link=replace(intra, protocols=nvls_table) if nvls_table else None,
                kernels=calib.kernel if calib else None, in_run=calib.in_run_factor if calib else None,
