@@ -54,14 +54,19 @@ def _show(args) -> None:
     print(f"  {info['nodes']} nodes x {info['gpus_per_node']} {info['gpu']} = {info['gpus']} GPUs; "
           f"node: {info['node_builder']}, fabric: {info['fabric_builder']}, "
           f"NICs {Bps_to_GBps(info['nic_bandwidth_per_node_Bps']):.1f} GB/s per node"
-          + (", NVLS" if info["nvls"] else ""))
+          + (", NVLS" if info["nvls"] else "") + (", SHARP" if info["sharp"] else ""))
+    if info["nodes_per_nvlink_domain"] > 1:
+        print(f"  NVLink domain: {info['gpus_per_nvlink_domain']} GPUs = {info['nodes_per_nvlink_domain']} nodes x "
+              f"{info['gpus_per_node']} (each node its own NICs); domains: {info['nvlink_domains']}")
     rows = [(t, v["links"], Bps_to_GBps(v["min_bandwidth_Bps"]), Bps_to_GBps(v["max_bandwidth_Bps"]),
              v["latency_s"] * 1e6) for t, v in info["tiers"].items()]
     print(table(("tier", "links", "min GB/s", "max GB/s", "latency us"), rows))
     if info["bisection_bandwidth_Bps"]:
+        measured = info["oversubscription_measured"]
         print(f"bisection bandwidth: {Bps_to_GBps(info['bisection_bandwidth_Bps']):.1f} GB/s per direction; "
               f"oversubscription: configured {info['oversubscription_configured']:g}, "
-              f"measured {info['oversubscription_measured']:.2f}")
+              + (f"measured {measured:.2f}" if measured is not None
+                 else "not measured (the cut is inside one NVLink domain)"))
 
 
 PICTURES = (".png", ".svg", ".pdf")

@@ -14,6 +14,8 @@ def bisection_bandwidth_Bps(cluster: Cluster) -> float | None:
     """Max flow (bytes/s, one direction) from the first half of the hosts to the second.
 
     The host-major halves are the usual worst case of a tree-like fabric; None for one host.
+    Halves are whole NVLink domains where there are two or more (the cut crosses the fabric,
+    not a rack's NVLink); one multi-host domain is cut through its NVLink.
     """
     if cluster.hosts < 2:
         return None
@@ -21,7 +23,9 @@ def bisection_bandwidth_Bps(cluster: Cluster) -> float | None:
     for u, v, d in cluster.graph.edges(data=True):
         flow.add_edge(u, v, capacity=d[BANDWIDTH])
         flow.add_edge(v, u, capacity=d[BANDWIDTH])
-    half = cluster.hosts // 2
+    per_domain = getattr(cluster, "hosts_per_domain", 1)
+    domains = cluster.hosts // per_domain
+    half = cluster.hosts // 2 if domains < 2 else domains // 2 * per_domain
     for n, d in cluster.graph.nodes(data=True):
         if d[KIND] == GPU:
             side = "_src" if d[HOST] < half else ("_dst" if d[HOST] < 2 * half else None)
@@ -34,9 +38,13 @@ def bisection_bandwidth_Bps(cluster: Cluster) -> float | None:
 
 
 def describe(cluster: Cluster) -> dict:
-    """A JSON-ready summary: GPUs, node shape, tiers, bisection and oversubscription."""
+    """A JSON-ready summary: GPUs, node shape, NVLink domains, tiers, bisection and
+    oversubscription (measured where the bisection cuts the fabric between domains; None
+    where it cuts one domain's NVLink)."""
     bisection = bisection_bandwidth_Bps(cluster)
-    injection = cluster.nic_rate_per_host_Bps * (cluster.hosts // 2)
+    across = cluster.domains >= 2
+    half = cluster.hosts // 2 if not across else cluster.domains // 2 * cluster.hosts_per_domain
+    injection = cluster.nic_rate_per_host_Bps * half
     spec = cluster.spec
     return {
         "name": cluster.name,
@@ -46,14 +54,19 @@ def describe(cluster: Cluster) -> dict:
         "nodes": cluster.hosts,
         "gpus_per_node": cluster.gpus_per_host,
         "gpus": cluster.gpus,
+        "nodes_per_nvlink_domain": cluster.hosts_per_domain,
+        "gpus_per_nvlink_domain": cluster.gpus_per_domain,
+        "nvlink_domains": cluster.domains,
         "node_builder": cluster.node_builder,
         "fabric_builder": cluster.fabric_builder,
         "nic_bandwidth_per_node_Bps": cluster.nic_rate_per_host_Bps,
         "nvls": cluster.supports_nvls,
+        "sharp": cluster.supports_sharp,
         "tiers": cluster.tiers,
         "bisection_bandwidth_Bps": bisection,
         "oversubscription_configured": spec["fabric"].get("oversubscription", 1.0),
-        "oversubscription_measured": (injection / bisection) if bisection else None,
+        "oversubscription_measured": (injection / bisection) if bisection and (across or cluster.hosts_per_domain == 1)
+        else None,
         "graph_nodes": cluster.graph.number_of_nodes(),
         "graph_links": cluster.graph.number_of_edges(),
         "sources": spec.get("sources", {}),

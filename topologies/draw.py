@@ -1,5 +1,8 @@
 """A picture of a cluster: hosts side by side, their GPUs and switches, the fabric above.
 
+The switch of an NVLink domain that spans hosts (an NVL72 rack's NVLink Switch trays, drawn as
+one) sits below the GPUs of its hosts, so a rack reads as its trays side by side over one switch.
+
 Links are coloured by tier, with one colour per tier name on every cluster (``TIER_COLOURS``),
 and the legend gives each tier's bandwidth per direction; a second legend names the node kinds.
 Levels of fabric switches come from their hop distance to the nearest NIC, so any builder draws
@@ -17,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import networkx as nx  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from topologies.attrs import HOST, KIND, LOCAL, TIER  # noqa: E402
+from topologies.attrs import DOMAIN, HOST, KIND, LOCAL, TIER  # noqa: E402
 from topologies.clikit import atomic_write  # noqa: E402
 from topologies.cluster import Cluster  # noqa: E402
 from topologies.errors import InputError  # noqa: E402
@@ -27,7 +30,7 @@ _COLOR = {"gpu": "#76b900", "nvswitch": "#1f77b4", "pcie_switch": "#9467bd", "cp
           "nic": "#ff7f0e", "switch": "#7f7f7f", "router": "#7f7f7f"}
 MAX_DRAWN_NODES = 32
 # Fixed per tier name across clusters (inside a node warm, fabric tiers cool); others get grey.
-TIER_COLOURS = {"nvlink": "#2ca02c", "xgmi": "#17becf", "xbus": "#bcbd22", "pcie": "#9467bd",
+TIER_COLOURS = {"nvlink": "#2ca02c", "xgmi": "#17becf", "xbus": "#bcbd22", "pcie": "#9467bd", "c2c": "#393b79",
                 "ib-leaf": "#1f77b4", "ib-spine": "#d62728", "ib-core": "#8c564b", "eth-leaf": "#ff7f0e",
                 "eth-spine": "#e377c2", "ss-edge": "#7f7f7f"}
 
@@ -47,9 +50,14 @@ def _positions(cluster: Cluster) -> dict:
             for n, d in graph.nodes(data=True):
                 if d.get(HOST) == host and d[KIND] == kind:
                     pos[n] = (pos[n][0] + shift, pos[n][1])
+    per_domain = cluster.hosts_per_domain
+    for n, d in graph.nodes(data=True):   # a domain's switch under the middle of its hosts
+        if DOMAIN in d and HOST not in d:
+            first = d[DOMAIN] * per_domain
+            pos[n] = ((first + per_domain / 2.0) * width - width / 2.0 + (cluster.gpus_per_host - 1) / 2.0, -1.0)
     nics = [n for n, d in graph.nodes(data=True) if d[KIND] == "nic"]
     level = nx.multi_source_dijkstra_path_length(graph, nics) if nics else {}
-    fabric = [n for n, d in graph.nodes(data=True) if HOST not in d]
+    fabric = [n for n, d in graph.nodes(data=True) if HOST not in d and DOMAIN not in d]
     span = cluster.hosts * width
     for lvl in sorted({level.get(n, 1) for n in fabric}):
         row = [n for n in fabric if level.get(n, 1) == lvl]
@@ -85,8 +93,10 @@ def draw(cluster: Cluster, path: str) -> str:
     ax.legend(handles=[Line2D([], [], marker="o", linestyle="", color=_COLOR[k], label=k.replace("_", " "))
                        for k in kinds], title="node", loc="upper right", bbox_to_anchor=(1.0, 0.0), fontsize=8,
               ncol=len(kinds))
+    domains = (f", NVLink domains of {cluster.hosts_per_domain} nodes ({cluster.gpus_per_domain} GPUs)"
+               if cluster.hosts_per_domain > 1 else "")
     ax.set_title(f"{cluster.name}: {cluster.hosts} nodes x {cluster.gpus_per_host} GPUs "
-                 f"({cluster.node_builder} nodes, {cluster.fabric_builder} fabric)")
+                 f"({cluster.node_builder} nodes, {cluster.fabric_builder} fabric{domains})")
     ax.axis("off")
     fig.tight_layout()
     buffer = io.BytesIO()

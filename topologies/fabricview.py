@@ -92,7 +92,9 @@ def by_domain(cluster: Cluster, group) -> list[list[int]]:
 
 
 def ring_flows(cluster: Cluster, group) -> list:
-    """Flat ring over ``group``; one channel per rank on a domain when it spans domains.
+    """Flat ring over ``group``; one channel per rank on a domain when it spans domains, channel
+    c entering each domain at its c-th rank (counted round a domain that holds fewer, so a partly
+    filled last domain spreads the channels over its NICs too).
     Flows are (source GPU index, destination GPU index, weight)."""
     per_host = by_domain(cluster, group)
     if len(per_host) == 1:
@@ -100,7 +102,7 @@ def ring_flows(cluster: Cluster, group) -> list:
     channels = len(per_host[0])
     flows = []
     for c in range(channels):
-        order = [g for ranks in per_host for g in ranks[c:] + ranks[:c]]
+        order = [g for ranks in per_host for g in ranks[c % len(ranks):] + ranks[:c % len(ranks)]]
         flows += _cycle(order, 1.0 / channels)
     return flows
 
