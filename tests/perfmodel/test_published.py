@@ -72,10 +72,25 @@ def test_summary_is_mape_bias_and_worst_of_the_rows():
     assert (s["worst_label"], s["predicted"], s["skipped"]) == ("b", 2, 1)
 
 
-def test_rows_on_a_cluster_the_catalog_lacks_are_skipped_not_dropped(reports):
+def test_rows_on_a_cluster_the_catalog_lacks_are_skipped_not_dropped(published, tmp_path):
+    """The B200 rows on a cluster the catalog lacks (as they were before dgx-b200): reported, skipped."""
+    with open(published / "collectives_h200_b200_8gpu.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["gpu"] == "NVIDIA B200"]
+    with open(tmp_path / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(dict(r, cluster="dgx-z900") for r in rows)
+    (tmp_path / "sources.toml").write_text('[lacking]\nkind = "collective"\nfile = "rows.csv"\n'
+                                           'system = "8x B200"\ntitle = "B200 rows on a cluster not in the catalog"\n')
+    (report,) = pub.validate_published(folder=tmp_path)
+    assert report["rows"] == 10 and report["mape"] is None
+    assert all("not in the catalog" in r.skipped for r in report["results"])
+
+
+def test_b200_rows_are_predicted_on_the_catalog_dgx_b200(reports):
     b200 = next(r for r in reports if r["source"] == "mleng-b200-nvlink")
-    assert b200["rows"] == 10 and b200["mape"] is None
-    assert all("not in the catalog" in r.skipped for r in b200["results"])
+    assert b200["rows"] == 10 and b200["mape"] is not None
+    assert not any(r.skipped for r in b200["results"])
 
 
 def test_megatron_core_flops_is_the_repository_formula():
