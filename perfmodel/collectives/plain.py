@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 
+from perfmodel.collectives import nvls
 from perfmodel.collectives.fabric import Ctx
 from perfmodel.collectives.transfers import AlgoCost, Transfer, concurrent
+from perfmodel.devices import NvlsPipeline, nvls_pipeline
 
 
 def lg(x: int) -> int:
@@ -61,9 +63,22 @@ def hierarchical_allreduce(ctx: Ctx, S: float) -> AlgoCost:
 
 
 def nvls_allreduce(ctx: Ctx, S: float) -> AlgoCost:
-    """NVLink SHARP: the switch reduces; each GPU moves S (1 + 1/p) each way in 2 steps, under
-    NVLS's own protocol where the architecture has one (catalog/nccl_arch.toml)."""
-    return AlgoCost(rounds=(concurrent(Transfer(ctx.nvls_link or ctx.intra, 2, S * (1 + 1 / ctx.ranks))),))
+    """NVLink SHARP: the switch reduces; each GPU moves S (1 + 1/p) each way, under NVLS's own
+    protocol where the architecture has one (catalog/nccl_arch.toml), in NCCL's pipeline of loops
+    where the architecture has one (``nvls_pipelined``), else in one step."""
+    return nvls_pipelined(ctx, S, nvls_pipeline(ctx.device.arch))
+
+
+def nvls_pipelined(ctx: Ctx, S: float, pipe: NvlsPipeline | None) -> AlgoCost:
+    """NVLS in ``pipe``'s loops (``perfmodel.collectives.nvls``): one step per loop a channel runs,
+    plus the fill loops, which also carry the first loop's bytes (all of S when it is smaller)."""
+    per_byte = 1 + 1 / ctx.ranks
+    link = ctx.nvls_link or ctx.intra
+    if pipe is None:
+        return AlgoCost(rounds=(concurrent(Transfer(link, 1, S * per_byte)),))
+    n, loop_bytes = nvls.loops(S, pipe, ctx.ranks)
+    fill = pipe.fill_loops
+    return AlgoCost(rounds=(concurrent(Transfer(link, n + fill, (S + fill * min(S, loop_bytes)) * per_byte)),))
 
 
 def ring_gather(ctx: Ctx, S: float) -> AlgoCost:
