@@ -75,7 +75,7 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
         if event.axis == "tp":
             layer_tp[event.phase] += wire * per_mb
         if event.axis in ("ep", "ep_combine"):
-            _inner(st, event.phase, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_host))
+            _inner(st, event.phase, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_domain))
         if s == 0:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, kernel * event.count)
