@@ -86,8 +86,9 @@ def phase_link(cluster, src, dst, units: float, make_link):
 
 def alltoall_links(cluster, group: tuple, concurrent: tuple, make_link) -> AllToAllLinks:
     """The links of ``group``'s all-to-all while ``concurrent`` groups run theirs (module doc);
-    ``make_link(tier, bandwidth_Bps, latency_s, traversals)`` gives a tier its protocols."""
-    gph = cluster.gpus_per_host
+    ``make_link(tier, bandwidth_Bps, latency_s, traversals)`` gives a tier its protocols. A "node"
+    here is an NVLink domain (``Cluster.gpus_per_domain``): on NVL72 a rack's pairs are NVLink pairs."""
+    gph = cluster.gpus_per_domain
     groups = (group,) + tuple(g for g in concurrent if tuple(g) != tuple(group))
     hosts = by_host(group, gph)
     nodes, width = len(hosts), max(len(h) for h in hosts)

@@ -44,7 +44,8 @@ def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | Non
         raise InputError("recompute", recompute, "none, selective, full or any")
     recomputes = RECOMPUTE if recompute == "any" else (recompute,)
     out = []
-    tps = [t for t in divisors(math.gcd(built.gpus_per_host, ranks)) if spec.num_heads % t == 0
+    # TP stays inside an NVLink domain (a node; a rack of trays on NVL72)
+    tps = [t for t in divisors(math.gcd(built.gpus_per_domain, ranks)) if spec.num_heads % t == 0
            and spec.num_kv_heads % t == 0]
     for tp in tps:
         for pp in (p for p in divisors(ranks // tp) if p <= spec.num_layers):

@@ -4,9 +4,10 @@ Ranks are placed packed (rank r on GPU r, host-major); ``order`` lists axes inne
 first, so with the default ``tp,pp,dp`` a TP group is contiguous GPUs of one node.
 Context parallelism (``cp``) and expert parallelism (``ep``) are placed where ``order`` names
 them, else as Megatron-Core orders them (``tp-cp-ep-dp-pp``): cp right outside tp, ep right
-outside cp, so an expert-parallel group is inside one node whenever tp x cp x ep GPUs fit in
-it (its all-to-all then runs on NVLink). ``ep`` is carved from dp: the dp coordinate is split
-into ep (inner) and dp / ep expert-data-parallel replicas. Group kinds: ``tp``, ``cp``, ``pp``,
+outside cp, so an expert-parallel group is inside one NVLink domain (a node; a rack of trays on
+NVL72) whenever tp x cp x ep GPUs fit in it (its all-to-all then runs on NVLink). ``ep`` is
+carved from dp: the dp coordinate is split into ep (inner) and dp / ep expert-data-parallel
+replicas. Group kinds: ``tp``, ``cp``, ``pp``,
 ``ep``; ``dp`` the ranks that hold the same dense weights (dp x cp: context-parallel ranks
 reduce their gradients together, as Megatron's dp-cp group), ``edp`` the ranks that hold the
 same experts (dp / ep x cp: the expert gradients' reduction). With ep = cp = 1 the mesh is the
@@ -98,7 +99,9 @@ class Mesh:
 
     def node_groups(self, axis: str, gpus_per_host: int) -> Groups:
         """Each group of ``axis`` split by host (ranks packed: rank r on host r // gpus_per_host):
-        the node-local parts, e.g. hpZ's secondary partitions of a dp group."""
+        the node-local parts, e.g. hpZ's secondary partitions of a dp group. A host, not an NVLink
+        domain: DeepSpeed sizes hpZ's partition by ``zero_hpz_partition_size``, which its ZeRO++
+        tutorial sets to the GPUs per node (a tray on NVL72, whose gathers still run on NVLink)."""
         key = ("node", axis, gpus_per_host)
         if key not in self._pairs:
             parts = []
