@@ -270,9 +270,10 @@ def nvls_protocols(arch: str) -> dict | None:
     """NVLS's protocol on ``arch`` (Simple only, as NCCL runs it): ``nvls_latency_us`` once per
     collective (NCCL's NVLS latency, with no base latency beside it), ``nvls_loop_sync_us`` per
     pipeline loop (``perfmodel.collectives.nvls``; fitted as the whole cost of a loop's
-    synchronization, so the topology's path latency does not lengthen it); ``nvls_efficiency`` of NCCL's own NVLink bandwidth
-    (tuning.cc multiplies the efficiency with the NVLS graph's bandwidth, which is NCCL's per-link
-    rate times the links, ``nccl_link_GBps`` of ``spec_link_GBps`` per link); None where the
+    synchronization, so the topology's path latency does not lengthen it); ``nvls_efficiency`` of
+    NCCL's own NVLink bandwidth (tuning.cc multiplies the efficiency with the NVLS graph's bandwidth,
+    which is NCCL's per-link rate times the links, ``nccl_link_GBps`` of ``spec_link_GBps`` per
+    link); None where the
     architecture has no NVLS."""
     consts = nccl_arch().get(arch, {})
     if not consts.get("nvls_efficiency"):

@@ -63,6 +63,13 @@ def ring_times(sizes: np.ndarray) -> np.ndarray:
     return np.array([evaluate(ring_allreduce(ctx, float(s)), ctx.device, 1).time_s for s in sizes])
 
 
+def fit_sync(fill: int, sizes: np.ndarray, measured: np.ndarray) -> float:
+    """The loop synchronization (us) that minimises the log busbw error of NVLS on ``sizes``."""
+    fit = least_squares(lambda x: np.log(busbw(nvls_times(x[0], fill, sizes), sizes) / measured), [2.0],
+                        bounds=([0.0], [50.0]))
+    return float(fit.x[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
@@ -73,14 +80,13 @@ def main() -> None:
     keep = sizes >= args.min_size
     ring = ring_times(sizes)
     for fill in args.fills:
-        fit = least_squares(lambda x: np.log(busbw(nvls_times(x[0], fill, sizes[keep]), sizes[keep]) / measured[keep]),
-                            [2.0], bounds=([0.0], [50.0]))
-        sync = fit.x[0]
+        sync = fit_sync(fill, sizes[keep], measured[keep])
         nvls = nvls_times(sync, fill, sizes)
         auto = busbw(np.minimum(nvls, ring), sizes)
         errors = auto / measured - 1
+        big = np.abs(errors[sizes >= 2**20])
         print(f"fill {fill} loop(s): nvls_loop_sync_us = {sync:.2f}; 'auto' from 1 MiB: MAPE "
-              f"{100 * np.mean(np.abs(errors[sizes >= 2**20])):.1f}%, worst {100 * np.max(np.abs(errors[sizes >= 2**20])):.1f}%")
+              f"{100 * np.mean(big):.1f}%, worst {100 * np.max(big):.1f}%")
         for s, m, n, a, e in zip(sizes, measured, busbw(nvls, sizes), auto, errors):
             print(f"  {int(s):>12d}  measured {m:7.2f}  nvls {n:7.2f}  auto {a:7.2f}  error {100 * e:+6.1f}%")
 

@@ -37,7 +37,8 @@ def test_hopper_and_later_take_nccls_ring_tuning(arch, link, spec, ll_max, ll128
     table = protocol_table()["nvlink"]
     ring = nvlink_for_arch(table, arch)
     simple = table["Simple"].bw_fraction * (link / spec) / (20.0 / 25.0)
-    expected = {"LL": (6.6, 0.6, 0.5, ll_max), "LL128": (14.0, 1.9, 0.92, ll128_cap), "Simple": (8.4, 3.4, 1.0, math.inf)}
+    expected = {"LL": (6.6, 0.6, 0.5, ll_max), "LL128": (14.0, 1.9, 0.92, ll128_cap),
+                "Simple": (8.4, 3.4, 1.0, math.inf)}
     for name, (base_us, step_us, factor, cap) in expected.items():
         p = ring[name]
         assert (p.base_s, p.step_s) == pytest.approx((base_us * 1e-6, step_us * 1e-6))
