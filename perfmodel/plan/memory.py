@@ -13,6 +13,17 @@ Mixture of experts: a GPU holds its 1/ep share of every MoE layer's routed exper
 tp too: expert tensor parallelism equal to tp, Megatron-Core's default) and all of the rest;
 ZeRO shards the expert part over its expert-data-parallel group (dp x cp / ep ranks), the
 dense part over dp x cp. Context parallelism divides the activations (seq / cp tokens a GPU).
+
+Precision (``perfmodel.plan.precision``): a low-precision recipe keeps its layers' weights
+quantized (Transformer Engine caches them across microbatches): per parameter its copies (two
+where the GEMMs need a transposed or column-wise one, ``Recipe.copies_on``) at its bytes per
+element with scales (``low_precision_weights``); with an fp8 parameter gather (Megatron's
+``--fp8-param-gather``, ``fp8_params``) those copies are the parameters and the compute-dtype
+weights of the low layers go. A Linear saves its input for the wgrad quantized (one copy), not
+in bf16, so the layers' GEMM inputs (Korthikanti's QKV and MLP-up inputs, 2 sbh each, and the
+MLP-down input, 8 sbh, TP-split) shrink to the recipe's bytes; the attention output, which flash
+attention keeps in bf16 for its own backward, is saved a second time, quantized
+(``low_precision_activation_delta``). Master weights, gradients and optimizer states do not change.
 """
 from __future__ import annotations
 
@@ -21,6 +32,7 @@ from functools import lru_cache
 from perfmodel.axes import AXES
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.parallel import ParallelPlan
+from perfmodel.plan.precision import recipe
 from perfmodel.workload import ModelSpec
 
 OPTIMIZER_BYTES = 12
@@ -75,9 +87,12 @@ def in_flight(plan: ParallelPlan, stage: int) -> float:
     return held
 
 
-def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int, hpz_ranks: int = 1) -> dict:
+def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int, hpz_ranks: int = 1,
+                   arch: str = "", fp8_params: bool = False) -> dict:
     """Bytes per GPU of pipeline ``stage`` by kind, and their ``total``. With hpZ, the secondary
-    copy of the weights is partitioned over ``hpz_ranks`` (the dp group's ranks in a node)."""
+    copy of the weights is partitioned over ``hpz_ranks`` (the dp group's ranks in a node). ``arch``:
+    the GPU's architecture (whether per-tensor FP8 keeps a transposed weight copy); ``fp8_params``:
+    an fp8 parameter gather (module doc)."""
     first, last = stage == 0, stage == plan.pp - 1
     start = plan.stage_first_layer(stage, model.num_layers)
     dense, experts = stage_param_split(model, plan, layers, first, last, start)
@@ -87,8 +102,13 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
         if not experts:
             return params * per_param / shards(plan, kind)
         return per_param * (dense / shards(plan, kind) + experts / expert_shards(plan, kind))
+    low = low_precision_params(model, plan, layers, first, last, start)
+    quantized = low_precision_weights(plan, low, arch)
     out = {
-        "weights": sharded("weights", DTYPE_BYTES[plan.compute_dtype]),
+        "weights": sharded("weights", DTYPE_BYTES[plan.compute_dtype])
+        - (fp8_params and recipe(plan.precision).eight_bit) * low * DTYPE_BYTES[plan.compute_dtype]
+        / shards(plan, "weights"),
+        "low_precision_weights": quantized,
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
         "gradients": sharded("gradients", DTYPE_BYTES[plan.grad_dtype]),
         "optimizer": sharded("optimizer", OPTIMIZER_BYTES),
@@ -108,17 +128,68 @@ def expert_shards(plan: ParallelPlan, kind: str) -> int:
 
 
 def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, held: float) -> float:
-    """Bytes the ``held`` microbatches of a stage's layers keep for backward (MoE layers their own)."""
+    """Bytes the ``held`` microbatches of a stage's layers keep for backward (MoE layers their own;
+    a low precision's layers ``low_precision_activation_delta`` more, a negative number)."""
     args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
-    if not model.is_moe:
-        return layers * held * model.activation_bytes_per_layer(*args)
-    moe = model.moe_layers_in(start, layers)
-    return held * ((layers - moe) * model.activation_bytes_per_layer(*args)
-                   + moe * model.moe_activation_bytes_per_layer(*args))
+    moe = model.moe_layers_in(start, layers) if model.is_moe else 0
+    kept = (layers - moe) * model.activation_bytes_per_layer(*args)
+    if moe:
+        kept += moe * model.moe_activation_bytes_per_layer(*args)
+    rec = recipe(plan.precision)
+    if rec.is_low:
+        first, last = start == 0, start + layers >= model.num_layers
+        low = layers - rec.high_layers(layers, first, last)
+        delta = (layers - moe) * low_precision_activation_delta(model, plan)
+        if moe:
+            delta += moe * low_precision_activation_delta(model, plan, True)
+        kept += low * delta / layers
+    return held * kept
 
 
-def peak_memory(model: ModelSpec, plan: ParallelPlan, hpz_ranks: int = 1) -> dict:
+def low_precision_activation_delta(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> float:
+    """Bytes one low-precision layer keeps for backward beyond a bf16 one's (module doc): its GEMM
+    inputs at the recipe's bytes per element instead of 2 (Korthikanti's counts: QKV and MLP-up
+    inputs 2 sbh each, sequence-split with sequence parallelism, MLP-down input 8 sbh TP-split; a
+    MoE layer's QKV input and its dispatched copies' expert inputs), and the attention output
+    saved once more, quantized. Nothing with full recompute (only the layer's input is kept)."""
+    if plan.recompute == "full":
+        return 0.0
+    rec = recipe(plan.precision)
+    s, b, h, tp = plan.local_seq, plan.mbs, model.hidden_size, plan.tp
+    sp = tp if plan.sequence_parallel else 1
+    q = rec.stored_bytes("activation")
+    saved = (1 - q / 2)                              # of each 2-byte element a GEMM input keeps
+    if moe:
+        experts = 2.0 * model.expert_copies / sp + model.expert_copies * model.expert_load * 2.0 \
+            * model.moe_ffn_hidden_size / h / tp
+        inputs = 2.0 / sp + experts
+    else:
+        inputs = 4.0 / sp + 8.0 / tp
+    return s * b * h * (q / tp - inputs * saved)
+
+
+def peak_memory(model: ModelSpec, plan: ParallelPlan, hpz_ranks: int = 1, arch: str = "",
+                fp8_params: bool = False) -> dict:
     """The stage with the largest total (the one that must fit)."""
     layers = plan.stage_layers(model.num_layers)
-    per_stage = [memory_per_gpu(model, plan, s, n, hpz_ranks) for s, n in enumerate(layers)]
+    per_stage = [memory_per_gpu(model, plan, s, n, hpz_ranks, arch, fp8_params) for s, n in enumerate(layers)]
     return max(per_stage, key=lambda d: d["total"])
+
+
+def low_precision_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
+                         start: int = 0) -> float:
+    """Parameters of a stage's transformer layers that run the plan's low precision, on one GPU
+    (the embedding and LM head, and the layers the recipe keeps in bf16, do not; 0 in a high
+    precision)."""
+    rec = recipe(plan.precision)
+    if not rec.is_low or layers == 0:
+        return 0.0
+    dense, experts = stage_param_split(model, plan, layers, first, last, start)
+    body = dense - _dense_stage_params(model, plan, 0, first, last) + experts
+    return body * (layers - rec.high_layers(layers, first, last)) / layers
+
+
+def low_precision_weights(plan: ParallelPlan, low_params: float, arch: str) -> float:
+    """Bytes of the quantized weight copies of ``low_params`` parameters (sharded as the weights)."""
+    rec = recipe(plan.precision)
+    return low_params * rec.copies_on(arch) * rec.stored_bytes("weight") / shards(plan, "weights")

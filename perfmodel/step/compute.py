@@ -24,13 +24,30 @@ GEMM's is in its shape model, ``catalogs.GemmShape``). On the host (where the de
 the host runs ahead of the GPU (launches are asynchronous), so an operation takes the longer of
 its GPU time and its host time, not their sum (``host_fwd_s``, ``host_bwd_s``; the engine
 applies the floor after adding the operation's TP collectives, which the host issues too).
+
+Precision (``perfmodel.plan.precision``): a low-precision recipe runs the layers' GEMMs (fprop,
+dgrad, wgrad, each as the recipe says) in its kernel, at that kernel's peak and efficiency
+(``Device.gemm_time_s``); attention's products, the embedding and the LM head stay in the compute
+dtype, and so do the layers the recipe keeps in bf16. Its quantization is memory-bound work
+(``quantize_s``): per microbatch every GEMM's input in forward (again in a full recompute) and its
+output gradient in backward, and per step (cached across microbatches, Transformer Engine's
+``is_first_microbatch``) its weight, each at the recipe's bytes per element
+(``Recipe.quantize_bytes``) over the streaming bandwidth times the recipe's quantize efficiency,
+plus ``kernel_fixed_s`` per kernel; with sequence parallelism the column-parallel inputs and
+row-parallel output gradients are quantized on their sequence shard, before the all-gather. Its
+amax reductions are small all-reduces (``small_allreduce_s``): per layer over tp for the
+sequence-parallel tensors of current scaling and NVFP4, per model chunk over dp x tp x cp for
+delayed scaling's amax history. The FLOPs (``hardware_flops``) are the same in every precision.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from perfmodel.devices import Device
+from perfmodel.devices import Device, protocol_table
 from perfmodel.plan.parallel import DTYPE_BYTES, ParallelPlan
+from perfmodel.plan.precision import Recipe, recipe
 from perfmodel.workload import ModelSpec
 
 
@@ -128,7 +145,8 @@ def _launch_s(model: ModelSpec, plan: ParallelPlan, dev: Device, moe: bool = Fal
 
 def host_times_s(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool, last: bool,
                  moe_layers: int = 0) -> tuple[float, float]:
-    """(forward, backward) host seconds to issue one microbatch's kernels on a stage."""
+    """(forward, backward) host seconds to issue one microbatch's kernels on a stage (a low
+    precision's quantize kernels and amax reductions included, ``quantize_kernels``)."""
     if dev.host_op_s <= 0:
         return 0.0, 0.0
     dense, moe = layer_kernels(model, plan), layer_kernels(model, plan, True) if moe_layers else None
@@ -140,10 +158,28 @@ def host_times_s(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int,
         return n * (compute + k["collective"]), n * (BACKWARD_KERNELS_PER_FORWARD * compute + k["collective"])
     (f0, b0), (f1, b1) = count(dense, layers - moe_layers), count(moe, moe_layers)
     ends = EMBEDDING_KERNELS * first + (1 + LOSS_KERNELS) * last
-    recompute = {"none": 0, "selective": layers * ATTENTION_KERNELS, "full": f0 + f1}[plan.recompute]
-    fwd = f0 + f1 + ends
-    bwd = b0 + b1 + BACKWARD_KERNELS_PER_FORWARD * ends + recompute
+    qf, qb, q_recompute = _stage_quantize_kernels(model, plan, layers, first, last, moe_layers)
+    recompute = {"none": 0, "selective": layers * ATTENTION_KERNELS, "full": f0 + f1 + q_recompute}[plan.recompute]
+    fwd = f0 + f1 + ends + qf
+    bwd = b0 + b1 + BACKWARD_KERNELS_PER_FORWARD * ends + recompute + qb
     return fwd * dev.host_op_s, bwd * dev.host_op_s
+
+
+def _stage_quantize_kernels(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
+                            moe_layers: int) -> tuple[float, float, float]:
+    """(forward, backward, a full recompute's) quantize kernels and amax reductions of a stage's
+    low-precision layers per microbatch (0 in a high precision)."""
+    rec = recipe(plan.precision)
+    dense_low, moe_low = _low_layers(rec, layers, first, last, moe_layers)
+    if dense_low + moe_low == 0:
+        return 0.0, 0.0, 0.0
+    fwd = bwd = again = 0.0
+    for n, moe in ((dense_low, False), (moe_low, True)):
+        if n:
+            f, b, r = quantize_kernels(model, plan, moe)
+            fwd, bwd, again = fwd + n * f, bwd + n * b, again + n * r
+    chunk = plan.virtual_stages * (rec.amax_reduction == "autocast")
+    return fwd + chunk, bwd + chunk, again
 
 
 def attention_heads(model: ModelSpec, plan: ParallelPlan) -> float:
@@ -203,33 +239,183 @@ def permute_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     return accesses * model.dispatched_rows(plan.routed_tokens) * model.hidden_size * ACTIVATION_BYTES
 
 
-def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float, float]:
-    """(GEMM fwd s, attention fwd s, memory-bound fwd s, GEMM fwd FLOPs, attention bwd s) of one layer."""
-    dt, shapes = plan.compute_dtype, layer_gemms(model, plan)
-    gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
-    flops = sum(2.0 * m * n * k for m, n, k in shapes)
+class LayerTimes(NamedTuple):
+    """One layer's seconds (and forward FLOPs) per microbatch on one GPU."""
+
+    gemm_fwd: float
+    attention_fwd: float
+    memory_fwd: float          # memory-bound work of the forward (the backward's is twice it)
+    flops: float               # forward FLOPs: GEMMs and attention
+    attention_bwd: float
+    gemm_bwd: float            # dgrad and wgrad
+    quantize_fwd: float = 0.0  # a low precision's: the GEMMs' inputs (and their amax reductions)
+    quantize_bwd: float = 0.0  # the output gradients'
+    quantize_weights: float = 0.0   # the weights', once per step
+
+
+def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
+    """One dense layer's times: its GEMMs in ``rec``'s dtypes (``_gemm_times``), attention, its
+    memory-bound work and its quantization."""
+    shapes = [(m, n, k, 1) for m, n, k in layer_gemms(model, plan)]
+    gemm, gemm_bwd = _gemm_times(shapes, plan, dev, rec)
+    flops = sum(2.0 * m * n * k for m, n, k, _ in shapes)
     attn, attn_bwd, flops_attn = _attention(model, plan, dev)
     launch_memory, launch_attn = _launch_s(model, plan, dev)
     memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps + launch_memory
-    return gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn
+    q = quantize_s(model, plan, dev, rec)
+    return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q)
 
 
-def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float, float, float]:
+def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
     """``_layer`` of a MoE layer: attention as a dense layer's, its MLP as ``moe_gemms`` (timed at
-    the expert load, FLOPs counted balanced), memory-bound work over its activations and the
-    permutation of its dispatched rows."""
-    dt = plan.compute_dtype
-    shapes = layer_gemms(model, plan)[:2]
-    gemm = sum(dev.gemm_time_s(m, n, k, dt) for m, n, k in shapes)
-    gemm += sum(times * dev.gemm_time_s(m, n, k, dt) for m, n, k, times in moe_gemms(model, plan, model.expert_load))
-    flops = sum(2.0 * m * n * k for m, n, k in shapes)
+    the expert load, FLOPs counted balanced; the router in the compute dtype), memory-bound work
+    over its activations and the permutation of its dispatched rows."""
+    attention = [(m, n, k, 1) for m, n, k in layer_gemms(model, plan)[:2]]
+    router, *experts = moe_gemms(model, plan, model.expert_load)
+    gemm, gemm_bwd = _gemm_times(attention + experts, plan, dev, rec)
+    gemm += dev.gemm_time_s(*router[:3], plan.compute_dtype)
+    gemm_bwd += 2 * dev.gemm_time_s(*router[:3], plan.compute_dtype)
+    flops = sum(2.0 * m * n * k for m, n, k, _ in attention)
     flops += sum(times * 2.0 * m * n * k for m, n, k, times in moe_gemms(model, plan))
     attn, attn_bwd, flops_attn = _attention(model, plan, dev)
     kept = model.moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel,
                                                 "selective")
     launch_memory, launch_attn = _launch_s(model, plan, dev, moe=True)
     memory = (2.0 * kept + permute_bytes(model, plan)) / dev.stream_Bps + launch_memory
-    return gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn
+    q = quantize_s(model, plan, dev, rec, moe=True)
+    return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q)
+
+
+def _gemm_times(shapes: list, plan: ParallelPlan, dev: Device, rec: Recipe) -> tuple[float, float]:
+    """(forward, backward) seconds of (m, n, k, times) GEMMs: backward is the dgrad and the wgrad,
+    each of the forward's volume (two forwards in the compute dtype), each in the dtype the
+    recipe runs it in."""
+    dt = plan.compute_dtype
+    if not rec.is_low:
+        fwd = sum(times * dev.gemm_time_s(m, n, k, dt) for m, n, k, times in shapes)
+        return fwd, 2 * fwd
+    fwd = sum(times * dev.gemm_time_s(m, n, k, rec.gemm_dtype("fprop", dt)) for m, n, k, times in shapes)
+    bwd = sum(times * (dev.gemm_time_s(m, n, k, rec.gemm_dtype("dgrad", dt))
+                       + dev.gemm_time_s(m, n, k, rec.gemm_dtype("wgrad", dt))) for m, n, k, times in shapes)
+    return fwd, bwd
+
+
+# Which of ``layer_gemms`` (QKV, attention output, MLP up, MLP down) and of a MoE layer's shared
+# experts (up, down) are column-parallel: with sequence parallelism their input is all-gathered, so
+# it is quantized on its sequence shard before the gather (Transformer Engine gathers the quantized
+# tensor); the row-parallel ones' output gradient likewise.
+COLUMN_PARALLEL = (True, False, True, False)
+
+
+def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> dict[str, list[float]]:
+    """Elements of each quantized tensor of one layer per microbatch on one GPU, by operand:
+    ``activation`` (each GEMM's input), ``gradient`` (its output gradient), ``weight`` (its weight,
+    quantized once per step). A MoE layer's router stays in the compute dtype; its routed experts'
+    inputs are the dispatched rows of the most loaded GPU's experts."""
+    sp = plan.tp if plan.sequence_parallel else 1
+    gemms = layer_gemms(model, plan)
+    if moe:
+        _, *experts = moe_gemms(model, plan, model.expert_load)
+        shared = experts[:-2]
+        gemms = gemms[:2] + [(m, n, k) for m, n, k, _ in shared]
+        routed = experts[-2:]
+    else:
+        routed = []
+    columns = COLUMN_PARALLEL[:len(gemms)]
+    out = {"activation": [m * k / (sp if col else 1) for (m, n, k), col in zip(gemms, columns)],
+           "gradient": [m * n / (1 if col else sp) for (m, n, k), col in zip(gemms, columns)],
+           "weight": [n * k for m, n, k in gemms]}
+    for m, n, k, times in routed:
+        out["activation"] += [m * k] * times
+        out["gradient"] += [m * n] * times
+        out["weight"] += [n * k] * times
+    return out
+
+
+def quantize_s(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe,
+               moe: bool = False) -> tuple[float, float, float]:
+    """(forward, backward, per-step weight) seconds of one layer's quantization in ``rec``: each
+    tensor's elements times the recipe's bytes per element over the streaming bandwidth times its
+    quantize efficiency, ``kernel_fixed_s`` per kernel, and the sequence-parallel amax all-reduces
+    over tp (``amax_reductions``); all 0 in a high precision."""
+    if not rec.is_low:
+        return 0.0, 0.0, 0.0
+    rate = dev.stream_Bps * rec.quantize_efficiency
+    fixed = kernel_fixed_s(dev)
+    elements = quantized_elements(model, plan, moe)
+    amax = amax_reductions(plan, rec, moe) * small_allreduce_s(plan.tp, "nvlink")
+
+    def part(operand: str) -> float:
+        tensors = elements[operand]
+        return (sum(tensors) * rec.quantize_bytes(operand, dev.arch) / rate
+                + len(tensors) * rec.quantize_kernels(operand) * fixed)
+    return part("activation") + amax, part("gradient") + amax, part("weight")
+
+
+def amax_reductions(plan: ParallelPlan, rec: Recipe, moe: bool = False) -> int:
+    """Amax all-reduces over tp in one layer's forward (the same in its backward): its
+    column-parallel inputs with sequence parallelism, where the recipe scales per tensor from the
+    current amax (current scaling, NVFP4's global scale): QKV and MLP up; a MoE layer's QKV."""
+    if rec.amax_reduction != "sequence-parallel" or not plan.sequence_parallel or plan.tp == 1:
+        return 0
+    return 1 if moe else 2
+
+
+def quantize_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> tuple[float, float, float]:
+    """(forward, backward, a recompute's) kernels one low-precision layer adds per microbatch: a
+    quantize (and its amax pass, Hadamard transform) per input, per output gradient and, once a
+    step, per weight; and its amax all-reduces."""
+    rec = recipe(plan.precision)
+    if not rec.is_low:
+        return 0.0, 0.0, 0.0
+    n = {op: len(v) for op, v in quantized_elements(model, plan, moe).items()}
+    amax = amax_reductions(plan, rec, moe)
+    inputs = n["activation"] * rec.quantize_kernels("activation") + amax
+    weights = n["weight"] * rec.quantize_kernels("weight") / plan.microbatches
+    return inputs + weights, n["gradient"] * rec.quantize_kernels("gradient") + amax, inputs
+
+
+def small_allreduce_s(ranks: int, tier_class: str) -> float:
+    """Seconds of an all-reduce of a few bytes (amaxes) over ``ranks``: NCCL's LL protocol on
+    ``tier_class`` (catalog/protocols.toml), its base latency and a tree's 2 ceil(log2 ranks) steps."""
+    if ranks <= 1:
+        return 0.0
+    ll = protocol_table()[tier_class]["LL"]
+    return ll.base_s + 2 * math.ceil(math.log2(ranks)) * ll.step_s
+
+
+def _low_layers(rec: Recipe, layers: int, first: bool, last: bool, moe_layers: int) -> tuple[int, int]:
+    """(dense, MoE) layers of a stage that run the low precision: none in a high one; the recipe's
+    bf16 layers taken from the dense ones first (the ends of MoE models are dense)."""
+    if not rec.is_low:
+        return 0, 0
+    high = rec.high_layers(layers, first, last)
+    dense = layers - moe_layers
+    return max(0, dense - high), moe_layers - max(0, high - dense)
+
+
+def _layer_groups(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool, last: bool,
+                  moe_layers: int) -> list[tuple[int, LayerTimes]]:
+    """(count, LayerTimes) of a stage's kinds of layer: dense and MoE, each in the plan's precision
+    and, where the recipe keeps some in bf16, in the compute dtype."""
+    rec, high = recipe(plan.precision), recipe(plan.compute_dtype)
+    dense_low, moe_low = _low_layers(rec, layers, first, last, moe_layers)
+    dense, moe = layers - moe_layers, moe_layers
+    out = [(dense_low, _layer(model, plan, dev, rec)), (dense - dense_low, _layer(model, plan, dev, high))] \
+        if rec.is_low else [(dense, _layer(model, plan, dev, rec))]
+    if moe:
+        out += [(moe_low, _moe_layer(model, plan, dev, rec)), (moe - moe_low, _moe_layer(model, plan, dev, high))] \
+            if rec.is_low else [(moe, _moe_layer(model, plan, dev, rec))]
+    return [(n, x) for n, x in out if n]
+
+
+def _chunk_amax_s(plan: ParallelPlan, rec: Recipe, low: int) -> float:
+    """Delayed scaling's amax-history all-reduce over dp x tp x cp, once per model chunk's forward
+    (and once per its backward) in a microbatch, on a stage with ``low`` low-precision layers."""
+    if rec.amax_reduction != "autocast" or low == 0:
+        return 0.0
+    ranks = plan.dp * plan.tp * plan.cp
+    return plan.virtual_stages * small_allreduce_s(ranks, "net" if plan.dp * plan.cp > 1 else "nvlink")
 
 
 def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: bool) -> tuple[float, float]:
@@ -249,32 +435,34 @@ def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: 
 def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool,
                   last: bool, moe_layers: int = 0) -> StageCompute:
     """One microbatch on a stage of ``layers`` layers, ``moe_layers`` of them MoE layers."""
-    dense = _layer(model, plan, dev)
-    moe = _moe_layer(model, plan, dev) if moe_layers else None
+    groups = _layer_groups(model, plan, dev, layers, first, last, moe_layers)
 
-    def total(fn, times: int = 1) -> float:
-        """Sum of ``times x fn(layer)`` over the stage's layers (dense and MoE)."""
-        if moe is None:
-            return layers * times * fn(dense)
-        return (layers - moe_layers) * times * fn(dense) + moe_layers * times * fn(moe)
+    def total(fn) -> float:
+        """Sum of ``fn(layer)`` over the stage's layers (dense and MoE, low and high precision)."""
+        return sum(n * fn(x) for n, x in groups)
+    rec = recipe(plan.precision)
     end_fwd, end_flops = _ends(model, plan, dev, first, last)
-    fwd = total(lambda x: x[0] + x[1] + x[2]) + end_fwd
-    recompute = {"none": lambda: 0.0, "selective": lambda: total(lambda x: x[1]),
-                 "full": lambda: total(lambda x: x[0] + x[1] + x[2])}[plan.recompute]()
-    bwd = total(lambda x: 2 * x[0] + x[4] + 2 * x[2]) + 2 * end_fwd + recompute
+    amax = _chunk_amax_s(plan, rec, sum(_low_layers(rec, layers, first, last, moe_layers)))
+    weights = total(lambda x: x.quantize_weights) / plan.microbatches     # cached across microbatches
+    forward = total(lambda x: x.gemm_fwd + x.attention_fwd + x.memory_fwd + x.quantize_fwd)
+    fwd = forward + end_fwd + weights + amax
+    recompute = {"none": lambda: 0.0, "selective": lambda: total(lambda x: x.attention_fwd),
+                 "full": lambda: forward}[plan.recompute]()
+    bwd = total(lambda x: x.gemm_bwd + x.attention_bwd + 2 * x.memory_fwd + x.quantize_bwd) + 2 * end_fwd \
+        + recompute + amax
     attn_flops = 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * (plan.seq * plan.local_seq) * model.head_dim
-    extra = {"none": lambda x: 0.0, "selective": lambda x: attn_flops, "full": lambda x: x[3]}[plan.recompute]
-    hw_flops = 3 * (total(lambda x: x[3]) + end_flops) + total(extra)
+    extra = {"none": lambda x: 0.0, "selective": lambda x: attn_flops, "full": lambda x: x.flops}[plan.recompute]
+    hw_flops = 3 * (total(lambda x: x.flops) + end_flops) + total(extra)
     head = _head_gemm_s(model, plan, dev) if last else 0.0
-    runs = {"none": 3, "selective": 3, "full": 4}[plan.recompute]        # forward, backward x2, recompute
     rerun = plan.recompute in ("selective", "full")                      # attention's forward again
-    gemm_s = total(lambda x: x[0], runs) + 3 * head
-    attention_s = total(lambda x: x[1] * (2 if rerun else 1) + x[4])
+    full = plan.recompute == "full"                                      # the GEMMs' forward again
+    gemm_s = total(lambda x: x.gemm_fwd * (1 + full) + x.gemm_bwd) + 3 * head
+    attention_s = total(lambda x: x.attention_fwd * (2 if rerun else 1) + x.attention_bwd)
     host_fwd, host_bwd = host_times_s(model, plan, dev, layers, first, last, moe_layers)
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
                         attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,
-                        attention_fwd_s=total(lambda x: x[1]), attention_bwd_s=total(lambda x: x[4]),
-                        host_fwd_s=host_fwd, host_bwd_s=host_bwd)
+                        attention_fwd_s=total(lambda x: x.attention_fwd),
+                        attention_bwd_s=total(lambda x: x.attention_bwd), host_fwd_s=host_fwd, host_bwd_s=host_bwd)
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:
