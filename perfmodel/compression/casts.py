@@ -56,11 +56,24 @@ class Bf16(Cast):
 
 @register
 class Fp8(Cast):
+    """``gemm=true``: the payload is what an FP8 GEMM consumes as it arrives (a plan whose precision
+    is an 8-bit recipe gathering its parameters in fp8, Megatron's ``--fp8-param-gather``): the
+    recipe casts the weights anyway (its cost is in the step's compute) and the receiver decodes
+    nothing, so the transform adds no kernel traffic; its wire size and error are the cast's.
+    ``CompressionPolicy.under`` sets it from the plan's precision."""
+
     NAME, CODE = "fp8", BYTES
     EXAMPLES = ("fp8", "fp8(format=e5m2)")
     PARAMS = (Param(name="format", kind=str, default="e4m3", check=lambda v: v in ("e4m3", "e5m2"),
-                    allowed="e4m3 or e5m2"),)
+                    allowed="e4m3 or e5m2"),
+              Param(name="gemm", kind=bool, check=lambda v: isinstance(v, bool), allowed="true or false"))
     FORMAT_MANTISSA_BITS = {"e4m3": 3, "e5m2": 2}
 
     def _mantissa(self):
         return self.FORMAT_MANTISSA_BITS[self.format]
+
+    def compress_traffic(self, stream):
+        return 0.0 if self.gemm else super().compress_traffic(stream)
+
+    def decompress_traffic(self, stream):
+        return 0.0 if self.gemm else super().decompress_traffic(stream)

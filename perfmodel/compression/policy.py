@@ -2,7 +2,7 @@
 
     policy := item ("," item)*
     item   := preset | axis "=" spec | axis ".min=" size
-    preset := none | hybrid | mzhybrid | zhybrid | zeropp | naive:SPEC
+    preset := none | hybrid | mzhybrid | zhybrid | zeropp | deepseek | fp8-param-gather | naive:SPEC
 
 Items apply left to right, so ``hybrid,dp=topk(0.01)+int8`` starts from the hybrid preset
 and overrides DP. Axes name the kind of tensor at every ZeRO stage: ``dp`` (gradient
@@ -30,6 +30,18 @@ Presets (``PRESETS``; each axis's spec and minimum message size):
   (``ep_combine=none``; a ``bf16`` spec on bf16 activations would only add cast kernels).
   DeepSeek's FP8 carries one scale per 128 values; commpress's ``fp8`` is the plain e4m3 cast,
   3% fewer bytes than that.
+* ``fp8-param-gather`` is Megatron-Core's ``--fp8-param-gather`` (and torchao's float8 all-gather
+  under FSDP2, ``enable_fsdp_float8_all_gather``): ZeRO's parameter gathers move e4m3 weights, half
+  the bytes of bf16. Under a plan whose precision is an 8-bit recipe (``fp8-*``, ``mxfp8``) the
+  gathered weights are what the GEMMs consume and the recipe casts them anyway, so the gather adds
+  no kernel (``CompressionPolicy.under`` makes its spec ``fp8(gemm=true)``) and the plan keeps fp8
+  primary weights instead of bf16 ones (``perfmodel.plan.memory``); under bf16 (or nvfp4, whose
+  GEMMs take 4-bit weights) it is the plain cast, with its kernels. The wire carries no scales: a
+  per-tensor scale is 4 bytes a tensor; MXFP8's e8m0 scale per 32 values (3% more) is not counted.
+  The once-a-step amax all-reduce over dp that current scaling's shards need is not charged
+  (one small collective, tens of microseconds a step).
+
+``PRESET_SOURCES`` says where each preset comes from (``perfmodel catalog policies``).
 
 The MoE axes: ``ep=`` compresses the dispatch (tokens towards their experts), ``ep_combine=`` the
 combine (expert outputs back). ``ep_combine`` follows ``ep`` unless the policy sets it itself (an
@@ -57,6 +69,16 @@ PRESETS = {
                 "pp": ("zfp(rate=12)", MIB)},
     "zeropp": {"dp": ("int4", 0), "zero": ("int8", 0), "tp": ("none", 0), "pp": ("none", 0)},
     "deepseek": {"ep": ("fp8", 0), "ep_combine": ("none", 0)},
+    "fp8-param-gather": {"zero": ("fp8", 0)},
+}
+PRESET_SOURCES = {
+    "hybrid": "Xu et al. 2024, arXiv 2409.02423 (lossy gradients, lossless activations); zero: ZeRO++ qwZ",
+    "mzhybrid": "Xu et al. 2024, arXiv 2409.02423: MZHybrid (MPC on tp and pp, ZFP on dp)",
+    "zhybrid": "Xu et al. 2024, arXiv 2409.02423: ZHybrid (ZFP on every axis; the rates are commpress's)",
+    "zeropp": "Wang et al. 2023, ZeRO++ (arXiv 2306.10209): qgZ int4 gradients, qwZ int8 weights",
+    "deepseek": "DeepSeek-AI 2024, DeepSeek-V3 (arXiv 2412.19437) section 3.3.2: FP8 dispatch, BF16 combine",
+    "fp8-param-gather": "Megatron-Core --fp8-param-gather (megatron/core/fp8_utils.py, distributed optimizer); "
+                        "torchao float8 FSDP2 all-gather (Float8LinearConfig enable_fsdp_float8_all_gather)",
 }
 
 
@@ -104,6 +126,27 @@ class CompressionPolicy:
 
     def describe(self) -> dict:
         return {a: {"spec": p.spec, "min_bytes": p.min_bytes} for a, p in self.axes.items()}
+
+    @property
+    def gathers_fp8_params(self) -> bool:
+        """ZeRO's gathers carry e4m3 parameters (``fp8-param-gather``, ``zero=fp8``)."""
+        return _fp8_cast(self.axes["zero"].codec)
+
+    def under(self, eight_bit: bool) -> CompressionPolicy:
+        """This policy for a plan whose GEMMs do (``eight_bit``: an fp8 recipe or mxfp8) or do not
+        consume 8-bit weights: an e4m3 cast of the parameter gathers becomes ``fp8(gemm=true)``
+        (no kernel: module doc) or stays the plain cast."""
+        if not self.gathers_fp8_params or bool(self.axes["zero"].codec.families[0].params.get("gemm")) == eight_bit:
+            return self
+        zero = self.axes["zero"]
+        spec = "fp8(gemm=true)" if eight_bit else "fp8"
+        return replace(self, axes={**self.axes, "zero": AxisPolicy(spec, zero.min_bytes)})
+
+
+def _fp8_cast(codec: Codec) -> bool:
+    """``codec`` is one e4m3 cast (what an FP8 GEMM consumes)."""
+    fams = codec.families
+    return len(fams) == 1 and fams[0].NAME == "fp8" and fams[0].format == "e4m3"
 
 
 def _preset(item: str) -> dict | None:
