@@ -71,14 +71,15 @@ def nvls_allreduce(ctx: Ctx, S: float) -> AlgoCost:
 
 def nvls_pipelined(ctx: Ctx, S: float, pipe: NvlsPipeline | None) -> AlgoCost:
     """NVLS in ``pipe``'s loops (``perfmodel.collectives.nvls``): one step per loop a channel runs,
-    plus the fill loops, which also carry the first loop's bytes (all of S when it is smaller)."""
+    plus the fill loops, which take the first loop's bytes (all of S when it is smaller) once more."""
     per_byte = 1 + 1 / ctx.ranks
     link = ctx.nvls_link or ctx.intra
     if pipe is None:
         return AlgoCost(rounds=(concurrent(Transfer(link, 1, S * per_byte)),))
     n, loop_bytes = nvls.loops(S, pipe, ctx.ranks)
     fill = pipe.fill_loops
-    return AlgoCost(rounds=(concurrent(Transfer(link, n + fill, (S + fill * min(S, loop_bytes)) * per_byte)),))
+    return AlgoCost(rounds=(concurrent(Transfer(link, n + fill, S * per_byte,
+                                                fill_bytes=fill * min(S, loop_bytes) * per_byte)),))
 
 
 def ring_gather(ctx: Ctx, S: float) -> AlgoCost:

@@ -6,11 +6,14 @@ messages that together carry ``nbytes`` from one rank over one link. (Rounds and
 a collective's own words: a step's *stages* are pipeline stages, its *phases* the parts of its
 breakdown, ``perfmodel.phases``.) Under protocol P:
 
-    transfer time = steps * max(link latency, P.step) + nbytes / (link bandwidth * P.bw_fraction)
+    transfer time = steps * max(link latency, P.step)
+                    + (nbytes + fill bytes) / min(link bandwidth * P.bw_fraction, P.max)
     wire time     = max over links of P.base + sum over rounds of the slowest transfer
 
-(Hockney's alpha-beta model per phase; NCCL's protocol latencies and bandwidth
-fractions, see catalog/protocols.toml.) Kernel time is memory traffic over the
+(Hockney's alpha-beta model per phase; NCCL's protocol latencies and bandwidth fractions, see
+catalog/protocols.toml and, per GPU generation, catalog/nccl_arch.toml. A protocol whose step is
+NCCL's hwLat inside an NVSwitch node takes P.step alone: it covers the path. Fill bytes are a
+pipeline's first loops paid once more, NVLS's.) Kernel time is memory traffic over the
 device's streaming bandwidth plus one launch overhead per kernel.
 
 Chunked pipelining splits the message into k chunks so kernels overlap transfers:
@@ -38,12 +41,15 @@ PRIMITIVES = ("allreduce", "allgather", "alltoall", "p2p", "broadcast", "reduce_
 @dataclass(frozen=True)
 class Transfer:
     """``steps`` sequential messages carrying ``nbytes`` over ``link``; ``primitive`` names the
-    torch.distributed call that moves them where a runtime measured it (``Link.primitives``)."""
+    torch.distributed call that moves them where a runtime measured it (``Link.primitives``);
+    ``fill_bytes``: bytes whose time is paid once more while a pipeline fills (NVLS's first loops,
+    ``perfmodel.collectives.plain.nvls_pipelined``) but which cross the link only once."""
 
     link: Link
     steps: int
     nbytes: float
     primitive: str = ""
+    fill_bytes: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +97,7 @@ def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:
             if ph.primitive in ph.link.primitives:   # measured for this primitive on this tier
                 step, per_byte = ph.link.primitive_terms[ph.primitive]
             base = b if b > base else base
-            lat, bw = ph.steps * step, ph.nbytes * per_byte
+            lat, bw = ph.steps * step, (ph.nbytes + ph.fill_bytes) * per_byte
             if lat + bw > worst_lat + worst_bw:
                 worst_lat, worst_bw = lat, bw
         if worst_lat >= 0:
@@ -164,4 +170,4 @@ def wire_bytes_by_tier(cost: AlgoCost) -> dict:
 
 def tagged(rounds: tuple, primitive: str) -> tuple:
     """``rounds`` with every transfer marked as moved by ``primitive``."""
-    return tuple(tuple(Transfer(ph.link, ph.steps, ph.nbytes, primitive) for ph in st) for st in rounds)
+    return tuple(tuple(replace(ph, primitive=primitive) for ph in st) for st in rounds)
