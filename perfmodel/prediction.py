@@ -19,7 +19,7 @@ from perfmodel.engines import Env, StepInputs, engine_for
 from perfmodel.plan.memory import peak_memory
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
-from perfmodel.plan.precision import HIGH_PRECISIONS
+from perfmodel.plan.precision import HIGH_PRECISIONS, peak_dtype, recipe
 from perfmodel.report.plots import check_picture
 from perfmodel.compression.policy import parse_policy, split_policies
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
@@ -44,7 +44,9 @@ class StepRecord:
     tokens_per_s: float
     model_tflops_per_gpu: float     # (6 N + 12 L h s) per token, N = all parameters
     hardware_tflops_per_gpu: float  # FLOPs executed, recompute included
-    mfu: float
+    mfu: float                      # model FLOPs against the compute dtype's dense peak: bf16's for every
+    #                                 low precision (Megatron-Bridge's and most papers' convention)
+    mfu_precision: float            # the same against the peak of the precision's GEMMs (fp8, fp4; datasheets)
     breakdown: dict
     wire_bytes: dict                # {axis: {tier: bytes per rank per step}}
     memory_per_gpu_bytes: float
@@ -187,8 +189,10 @@ class _Setup:
     memory: dict
 
     def inputs(self, pol) -> StepInputs:
+        """The step's inputs under ``pol``, its parameter gathers as the plan's precision makes them
+        (``CompressionPolicy.under``)."""
         return StepInputs(model=self.arch, plan=self.plan, env=Env(self.built, self.dev, self.calib, self.slowdown),
-                          policy=pol)
+                          policy=pol.under(recipe(self.plan.precision).eight_bit))
 
 
 def _setup(model: str, cluster: str, request: PlanRequest, opts: PredictOptions) -> _Setup:
@@ -218,8 +222,11 @@ def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
 
 
 def _check_fits(setup: _Setup, opts: PredictOptions) -> None:
-    if setup.memory["total"] > setup.dev.hbm_bytes and not opts.allow_oom:
-        need, have = setup.memory["total"] / 2**30, setup.dev.hbm_bytes / 2**30
+    """The plan against its GPU: its precision runs there (``Recipe.check``), and it fits memory."""
+    recipe(setup.plan.precision).check(setup.dev)
+    memory = _memory(setup)
+    if memory["total"] > setup.dev.hbm_bytes and not opts.allow_oom:
+        need, have = memory["total"] / 2**30, setup.dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
                          "per GPU (more tp/pp, zero, recompute or a smaller mbs; or --allow-oom)")
 
@@ -233,8 +240,23 @@ def _finish(setup: _Setup, pol, timing, engine: str, plain: float | None = None)
         base = plain
     else:
         base = _uncompressed_step(s.arch, s.plan, (s.built, s.dev, s.calib, s.slowdown), engine)
-    fits = s.memory["total"] <= s.dev.hbm_bytes
-    return _record(s.arch, s.built, s.dev, s.plan, pol, timing, dict(s.memory), fits, base, engine)
+    memory = _memory(s, pol.under(recipe(s.plan.precision).eight_bit).gathers_fp8_params)
+    fits = memory["total"] <= s.dev.hbm_bytes
+    return _record(s.arch, s.built, s.dev, s.plan, pol, timing, dict(memory), fits, base, engine)
+
+
+def _memory(setup: _Setup, fp8_params: bool = False) -> dict:
+    """The plan's peak memory on its GPU: a low precision's weight copies as the GPU's architecture
+    keeps them, fp8 primary weights where the parameter gathers carry fp8 (``perfmodel.plan.memory``);
+    a high precision's is the setup's."""
+    if not recipe(setup.plan.precision).is_low:
+        return setup.memory
+    return _low_memory(setup.arch, setup.plan, _hpz_ranks(setup.plan, setup.built), setup.dev.arch, fp8_params)
+
+
+@lru_cache(maxsize=4096)
+def _low_memory(arch, plan, hpz_ranks: int, gpu_arch: str, fp8_params: bool) -> dict:
+    return peak_memory(arch, plan, hpz_ranks, gpu_arch, fp8_params)
 
 
 def _draw(timing, plan, pol, opts: PredictOptions, title: str) -> None:
@@ -288,6 +310,12 @@ def _hpz_ranks(plan, built) -> int:
 
 
 def _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine) -> StepRecord:
+    """The step's record. ``mfu``: model FLOPs per second per GPU over the compute dtype's dense peak
+    (bf16's under every low precision: the convention of Megatron-Bridge's tables and most papers);
+    ``mfu_precision``: over the dense peak of the precision's GEMMs (fp8 for the fp8 recipes and
+    mxfp8, fp4 for nvfp4; the datasheet figures of catalog/gpus.toml), equal to ``mfu`` in a high
+    precision. ``policy`` and its axes as the plan's precision makes them (``CompressionPolicy.under``)."""
+    pol = pol.under(recipe(plan.precision).eight_bit)
     out, tally, stages = timing.breakdown, timing.tally, timing.stages
     step = out.total
     tokens = plan.gbs * plan.seq
@@ -301,7 +329,9 @@ def _record(arch, built, dev, plan, pol, timing, memory, fits, base, engine) -> 
         policy=pol.text, policy_axes=pol.describe(), step_time_s=step, samples_per_s=plan.gbs / step,
         tokens_per_s=tokens / step, model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=hw_per_gpu / step / 1e12,
-        mfu=model_tflops * 1e12 / dev.peak(plan.compute_dtype), breakdown=out.as_dict(),
+        mfu=model_tflops * 1e12 / dev.peak(plan.compute_dtype),
+        mfu_precision=model_tflops * 1e12 / dev.peak(peak_dtype(plan.precision, plan.compute_dtype)),
+        breakdown=out.as_dict(),
         wire_bytes=tally.wire, memory_per_gpu_bytes=memory["total"], memory_breakdown=memory, fits=fits,
         stage_layers=plan.stage_layers(arch.num_layers), speedup_vs_uncompressed=base / step,
         error_estimate={a: tally.error[a] for a in NAMES if a in tally.error},

@@ -1,9 +1,10 @@
-"""``perfmodel catalog``: the GPUs, models, clusters, compressors and libraries the model knows."""
+"""``perfmodel catalog``: the GPUs, models, clusters, compressors, libraries, policy presets and
+precisions the model knows."""
 from __future__ import annotations
 
 from perfmodel.report.text import catalog_report
 
-KINDS = ("gpus", "models", "clusters", "compressors", "libraries", "all")
+KINDS = ("gpus", "models", "clusters", "compressors", "libraries", "policies", "precisions", "all")
 
 
 def add_catalog(sub) -> None:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from perfmodel.collectives.library import library
+from perfmodel.compression.policy import PRESETS
 from perfmodel.engines import engine_names
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.degrees import add_arguments as add_degree_arguments
@@ -32,7 +33,7 @@ EPILOG = """examples:
   perfmodel catalog models
   perfmodel validate --published megatron-lm-a100-2021
 """
-POLICY_HELP = ("compression policy: a preset (none, hybrid, mzhybrid, zhybrid, zeropp, deepseek), naive:SPEC, "
+POLICY_HELP = (f"compression policy: a preset (none, {', '.join(PRESETS)}; perfmodel catalog policies), naive:SPEC, "
                "AXIS=SPEC or AXIS.min=SIZE items (AXIS: dp gradients, zero parameter gathers, tp, pp activations, "
                "ep MoE dispatch, ep_combine MoE combine (default: as ep), cp K/V ring), e.g. "
                "'hybrid,dp=ef(topk(0.01))+int8' or 'ep=fp8,ep_combine=none'")
@@ -88,8 +89,11 @@ def _step_args(p, sweep: bool) -> None:
     p.add_argument("--precision", choices=PRECISION_NAMES,
                    help="the GEMMs' recipe, as Megatron-Core / Transformer Engine name them: bf16, fp16, fp32 "
                    "(default: the compute dtype's), fp8-delayed, fp8-tensorwise (current scaling), fp8-blockwise "
-                   "(DeepSeek-V3's 1x128 / 128x128 scales), mxfp8 or nvfp4 (Blackwell); low precisions keep bf16 "
-                   "activations")
+                   "(DeepSeek-V3's 1x128 / 128x128 scales), mxfp8 or nvfp4 (Blackwell); a low precision runs the "
+                   "layers' GEMMs (forward, dgrad, wgrad) at its peak and pays their casts, transposes and amax "
+                   "reductions; attention, the embedding and the LM head stay bf16, and so do the activations; "
+                   "MFU is reported against the bf16 peak and the precision's own (perfmodel catalog precisions; "
+                   "a GPU without the precision's peak refuses it)")
     p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                    help="the software stack whose fusion, overlap and host time the step has (default "
                    f"{DEFAULT_FRAMEWORK}; docs: 'Framework profiles')")

@@ -9,6 +9,7 @@ from perfmodel.devices import gpu_catalog
 from perfmodel.explore.sweep import best_uncompressed_s, plan_row
 from perfmodel.phases import COMPRESSION, COMPUTE
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
+from perfmodel.plan.precision import PRECISION_NAMES, peak_dtype, recipe
 from perfmodel.workload import model_catalog
 from topologies import catalog_names, load_spec
 from topologies.clikit import table
@@ -24,7 +25,21 @@ def _plan_line(r) -> str:
         "uneven stages: " + "/".join(map(str, r.stage_layers)) + " layers"
     return (f"plan: {Degrees.of(p).describe()} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
             f"({p['microbatches']} microbatches) seq={p['seq']} sp={str(p['sequence_parallel']).lower()} "
-            f"recompute={p['recompute']} schedule={sched} {p['compute_dtype']}; {split}")
+            f"recompute={p['recompute']} schedule={sched} {_precision_text(p)}; {split}")
+
+
+def _precision_text(p: dict) -> str:
+    """The plan's precision: its compute dtype, or a low recipe with the activations' dtype."""
+    precision = p.get("precision", p["compute_dtype"])
+    return precision if precision == p["compute_dtype"] else f"{precision} ({p['compute_dtype']} activations)"
+
+
+def _mfu_text(r) -> str:
+    """MFU against the compute dtype's peak and, for a low precision, against its GEMMs' own peak."""
+    peak, own = r.plan["compute_dtype"], peak_dtype(r.plan["precision"], r.plan["compute_dtype"])
+    if own == peak:
+        return f"MFU {100 * r.mfu:.1f}% of {peak} peak"
+    return f"MFU {100 * r.mfu:.1f}% of {peak} peak, {100 * r.mfu_precision:.1f}% of {own}"
 
 
 def _breakdown_rows(r) -> list[tuple]:
@@ -57,7 +72,7 @@ def step_report(r) -> str:
              f"step time     {r.step_time_s:10.3f} s   speedup {r.speedup_vs_uncompressed:.3f}x over uncompressed",
              f"samples/s     {r.samples_per_s:10.2f}     tokens/s {r.tokens_per_s:,.0f}",
              f"TFLOPS/GPU    {r.model_tflops_per_gpu:10.2f}     (hardware {r.hardware_tflops_per_gpu:.2f}, "
-             f"MFU {100 * r.mfu:.1f}%)",
+             f"{_mfu_text(r)})",
              f"memory/GPU    {r.memory_per_gpu_bytes / GiB:10.1f} GiB" + ("" if r.fits else "  DOES NOT FIT"), ""]
     lines.append(table(("breakdown", "seconds", "%"), _breakdown_rows(r)))
     wire = [(axis, tier, nbytes / 1e9) for axis, tiers in r.wire_bytes.items() for tier, nbytes in tiers.items()]
@@ -149,7 +164,37 @@ def catalog_report(kind: str) -> str:
         parts.append(compressor_catalog())
     if kind in ("libraries", "all"):
         parts.append(library_catalog())
+    if kind in ("policies", "all"):
+        parts.append(policy_catalog())
+    if kind in ("precisions", "all"):
+        parts.append(precision_catalog())
     return "\n\n".join(parts)
+
+
+def policy_catalog() -> str:
+    """Every policy preset (--policy): the spec of each axis it compresses, and its source."""
+    from perfmodel.compression.policy import PRESET_SOURCES, PRESETS
+
+    rows = [(name, ", ".join(f"{a}={spec}" + (f" (>= {m} B)" if m else "") for a, (spec, m) in axes.items()),
+             PRESET_SOURCES[name]) for name, axes in PRESETS.items()]
+    return table(("preset", "axes (the others: none)", "source"), rows,
+                 title="# policy presets; also naive:SPEC (SPEC on every axis) and AXIS=SPEC items")
+
+
+def precision_catalog() -> str:
+    """Every precision (--precision): its GEMMs' kernel and the quantized copies it makes."""
+    rows = []
+    for name in PRECISION_NAMES:
+        r = recipe(name)
+        if not r.is_low:
+            rows.append((name, name, "-", "-", "-", "-"))
+            continue
+        block = f"{r.activation_block or 'tensor'} / {r.weight_block or 'tensor'}"
+        rows.append((name, r.gemm, ", ".join(r.low_gemms), r.element_bytes, block,
+                     ", ".join(r.archs) or "any with the peak"))
+    return table(("precision", "GEMM kernel", "low GEMMs", "bytes/elem", "scale block (act / weight)", "needs"), rows,
+                 title="# precisions: attention, the embedding and the LM head stay in the compute dtype; "
+                 "catalog/precisions.toml gives each number's source")
 
 
 def library_catalog() -> str:
