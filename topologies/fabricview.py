@@ -98,7 +98,7 @@ def ring_flows(cluster: Cluster, group) -> list:
     Flows are (source GPU index, destination GPU index, weight)."""
     per_host = by_domain(cluster, group)
     if len(per_host) == 1:
-        return _cycle(list(group), 1.0)
+        return _domain_ring(cluster, list(group))
     channels = len(per_host[0])
     flows = []
     for c in range(channels):
@@ -108,7 +108,46 @@ def ring_flows(cluster: Cluster, group) -> list:
 
 
 def intra_flows(cluster: Cluster, group) -> list:
-    return [f for ranks in by_domain(cluster, group) for f in _cycle(ranks, 1.0)]
+    return [f for ranks in by_domain(cluster, group) for f in _domain_ring(cluster, ranks)]
+
+
+def _domain_ring(cluster: Cluster, ranks: list) -> list:
+    """A ring over ranks of one domain: one cycle in their order, or on a full mesh of direct GPU
+    links (``meshed``) the edge-disjoint Hamiltonian cycles of ``mesh_cycles``, each run both ways,
+    sharing the data evenly: RCCL builds its rings over all of an MI300X's xGMI links."""
+    if not meshed(cluster, ranks):
+        return _cycle(ranks, 1.0)
+    cycles = mesh_cycles(len(ranks))
+    weight = 1.0 / (2 * len(cycles))
+    return [f for cyc in cycles for order in (cyc, cyc[::-1]) for f in _cycle([ranks[i] for i in order], weight)]
+
+
+def meshed(cluster: Cluster, ranks) -> bool:
+    """Whether three or more GPUs are pairwise joined by direct links (a full mesh, no switch)."""
+    if len(ranks) < 3:
+        return False
+    names = [cluster.gpu(g) for g in ranks]
+    return all(cluster.graph.has_edge(a, b) for i, a in enumerate(names) for b in names[i + 1:])
+
+
+def mesh_cycles(n: int) -> list[list[int]]:
+    """(n - 1) // 2 edge-disjoint Hamiltonian cycles of the complete graph on 0 .. n-1 (n >= 3):
+    Walecki's construction. Odd n = 2m + 1: vertex 2m joined to the m rotations of the zigzag path
+    0, 1, 2m-1, 2, 2m-2, ..., m over the circle 0 .. 2m-1 (the rotations share no edge). Even n:
+    the cycles of n - 1 vertices with the last vertex put in each in place of the path's one
+    diameter (its m-th step, of length m): rotation j gives up j+a and j+a+m, so the m rotations
+    give up every circle vertex once and the last vertex's edges are distinct; the n / 2 edges
+    left form a matching no ring uses."""
+    odd = n if n % 2 else n - 1
+    m = (odd - 1) // 2
+    path = [0]
+    for k in range(1, 2 * m):
+        path.append((path[-1] + (k if k % 2 else -k)) % (2 * m))
+    cycles = [[2 * m] + [(v + j) % (2 * m) for v in path] for j in range(m)]
+    if n % 2 == 0:
+        for cyc in cycles:
+            cyc.insert(m + 1, n - 1)     # between path[m - 1] and path[m]: cycle positions m and m + 1
+    return cycles
 
 
 def inter_flows(cluster: Cluster, group) -> list:
@@ -147,6 +186,9 @@ def _regular_flows(cluster: Cluster, groups, make_flows):
         return None
     if ranks.ndim != 2 or make_flows not in _CYCLES:
         return None
+    if make_flows is not inter_flows and meshed(cluster, [g for g in ranks[0] if g // cluster.gpus_per_domain
+                                                         == ranks[0, 0] // cluster.gpus_per_domain]):
+        return None     # rings over a full mesh: the per-group form (_domain_ring)
     count, size = ranks.shape
     hosts = ranks // cluster.gpus_per_domain
     per = size // (1 + int((hosts[0, 1:] != hosts[0, :-1]).sum()))
