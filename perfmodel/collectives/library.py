@@ -29,7 +29,7 @@ class Library:
     auto: dict          # {op: (algorithm, ...)} weighed by 'auto' for ordinary payloads
     compressed: dict    # {op: (algorithm, ...)} weighed for non-reducible payloads; missing op: all
     protocols: dict     # {tier class: {protocol name: Protocol}}
-    nccl_caps: bool     # NCCL's per-architecture NVLink caps and NVLS apply
+    nccl_caps: bool     # NCCL's per-architecture NVLink terms (catalog/nccl_arch.toml) and NVLS apply
 
     def table(self, tier_class: str) -> dict:
         """{protocol name: Protocol} of ``tier_class`` (a class the library lacks is an error)."""
