@@ -16,6 +16,7 @@ from perfmodel.axes import NAMES, active_axes
 from perfmodel.calibration.profile import load_profile
 from perfmodel.devices import device
 from perfmodel.engines import Env, StepInputs, engine_for
+from perfmodel.plan.framework import framework_profile
 from perfmodel.plan.memory import peak_memory
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
@@ -203,10 +204,12 @@ def _setup(model: str, cluster: str, request: PlanRequest, opts: PredictOptions)
 
 @lru_cache(maxsize=4096)
 def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
+    stack = framework_profile(request.framework)      # the stack: its overlap defaults, its host time
+    request = stack.resolve(request)
     arch = load_model(model)
     built, ranks = cluster_for(cluster, nodes=request.nodes, gpus=request.gpus)   # a partial last node
     dev = device(built.gpu_model)
-    dev = calib.device(dev) if calib else dev
+    dev = stack.device(calib.device(dev) if calib else dev)
     slowdown = overlap_slowdown
     if slowdown is None:
         slowdown = calib.overlap_slowdown if calib and calib.overlap_slowdown is not None \

@@ -22,8 +22,10 @@ from perfmodel.stage import StageContext
 from perfmodel.phases import BUBBLE, COMPRESSION, COMPUTE, OPTIMIZER, OVERLAP_SLOWDOWN
 from perfmodel.step.compute import optimizer_time_s, stage_compute
 from perfmodel.engines import StepInputs, StepTiming, register
+from perfmodel.plan.framework import framework_profile
 from perfmodel.plan.memory import shards, stage_params
 from perfmodel.plan.mesh import mesh_for
+from perfmodel.step.framework import microbatch_host_s, stack_compute, step_host_s
 from perfmodel.step.timing import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
                             pipeline_from, pipeline_spans, split_kernel, zero3_backward, zero3_forward)
 
@@ -53,19 +55,20 @@ def _stage_events(model, plan, s: int, gpus_per_host: int) -> tuple:
     return tuple(step_events(ctx))
 
 
-def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally | None) -> tuple:
-    """(the stage's times but ZeRO-3's, its compute): compute and the critical events (TP and the
-    MoE all-to-alls inside the operations, PP in the transfers, cp's ring beside attention);
-    stage 0 counts them in ``tally``."""
+def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally | None, profile) -> tuple:
+    """(the stage's times but ZeRO-3's, its compute): compute (the stack's costs added) and the
+    critical events (TP and the MoE all-to-alls inside the operations, PP in the transfers, cp's
+    ring beside attention); stage 0 counts them in ``tally``."""
     plan, env, policy, model = step.plan, step.env, step.policy, step.model
     moe = model.moe_layers_in(plan.stage_first_layer(s, model.num_layers), layers) if model.is_moe else 0
     sc = stage_compute(model, plan, env.dev, layers, s == 0, s == plan.pp - 1, moe)
+    sc = stack_compute(profile, sc, model, plan, env.dev, layers, s == 0, s == plan.pp - 1)
     st = StageTime(compute=sc.fwd_s + sc.bwd_s, bwd=sc.bwd_s, fwd_op=sc.fwd_s, bwd_op=sc.bwd_s,
                    hardware_flops=sc.hardware_flops,
                    compute_parts=(sc.gemm_s, sc.attention_s, sc.memory_bound_s, 0.0))
     m = plan.microbatches
     layer_tp = {"fwd": 0.0, "bwd": 0.0}
-    for event in (e for e in events if e.where == "critical"):
+    for event in (stack_event(profile, plan, e) for e in events if e.where == "critical"):
         rec = cost(env, event, policy)
         wire, kernel = split_kernel(rec)
         per_mb = event.count / m
@@ -85,6 +88,7 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
     if ring:
         _overlap_ring(step, st, ring, sc, tally)
     _host_floor(st, sc)
+    _host_wait(st, microbatch_host_s(profile))
     return st, sc
 
 
@@ -103,6 +107,26 @@ def _host_floor(st: StageTime, sc) -> None:
     st.compute += wait_fwd + wait_bwd
     gemm, attention, memory, host = st.compute_parts
     st.compute_parts = (gemm, attention, memory, host + wait_fwd + wait_bwd)
+
+
+def stack_event(profile, plan, event):
+    """The event as the stack sends it: a pipeline transfer of the whole activation from every TP
+    rank where the stack has no scatter-gather (``FrameworkProfile.pp_full_activation``: DeepSpeed's
+    pipeline engine), tp times the scattered slice ``perfmodel.events`` sizes."""
+    if event.axis != "pp" or not profile.pp_full_activation or plan.tp == 1:
+        return event
+    return replace(event, nbytes=event.nbytes * plan.tp)
+
+
+def _host_wait(st: StageTime, seconds: float) -> None:
+    """The stack's synchronous host seconds per microbatch (``FrameworkProfile.microbatch_host_ms``:
+    the GPU waits for them) in the forward operation, counted as host-bound compute."""
+    if seconds <= 0.0:
+        return
+    st.fwd_op += seconds
+    st.compute += seconds
+    gemm, attention, memory, host = st.compute_parts
+    st.compute_parts = (gemm, attention, memory, host + seconds)
 
 
 def _with_zero3(st: StageTime, part: tuple, tally: Tally | None) -> StageTime:
@@ -204,27 +228,42 @@ def _place(st: StageTime, event, seconds: float, kernel: float) -> None:
         st.bwd += seconds
 
 
-def _zero3_exposed(step: StepInputs, events: list, layers: int, sc) -> tuple:
+def _zero3_exposed(step: StepInputs, events: list, layers: int, sc, profile) -> tuple:
     """Per microbatch: (forward, backward) exposed communication seconds, (forward, backward)
     kernel seconds, the per-layer shape the event engine runs, and each event with its record.
     A layer's gather, prefetched, hides its wire time behind the previous layer's compute (the
     first one cannot), its gradients' reduce-scatter behind the next layers' (``zero3_forward``,
     ``zero3_backward``); its kernels run on the GPU that computes and are charged in full
-    wherever they run (``KERNEL_SM_SHARE``)."""
+    wherever they run (``KERNEL_SM_SHARE``). A stack that prefetches less than a layer
+    (``prefetched``) gathers the rest on demand: that part waits in the layer's operation, as
+    compute does (the event engine runs the same shape)."""
     env, policy = step.env, step.policy
     records = [(e, cost(env, e, policy)) for e in events]
     t = {e.name: split_kernel(rec) for e, rec in records}
     (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = t["zero.allgather.fwd"], t["zero.allgather.bwd"], t["dp.reduce_scatter.bwd"]
-    fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1), sc.bwd_s / max(layers, 1)
+    ahead = prefetched(profile, step.model, step.plan)
+    ag_f, late_f, ag_b, late_b = ahead * ag_f, (1.0 - ahead) * ag_f, ahead * ag_b, (1.0 - ahead) * ag_b
+    fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1) + late_f, sc.bwd_s / max(layers, 1) + late_b
     fwd = zero3_forward(layers, fwd_layer, ag_f) - sc.fwd_s
     bwd = zero3_backward(layers, bwd_layer, ag_b, rs) - sc.bwd_s
     shape = (layers, fwd_layer, bwd_layer, ag_f, ag_b, rs)
     return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs), shape, records
 
 
-def time_stages(step: StepInputs) -> tuple[list[StageTime], list[list], Tally]:
+def prefetched(profile, model, plan) -> float:
+    """The fraction of a layer's ZeRO-3 gather issued ahead of it: all of it (one layer of
+    prefetch, FSDP2's and the model's default), or the stack's prefetch bucket over the layer's
+    parameters on this GPU (DeepSpeed's ``stage3_prefetch_bucket_size``)."""
+    if not profile.zero3_prefetch_params:
+        return 1.0
+    return min(1.0, profile.zero3_prefetch_params / (model.layer_params() / plan.tp))
+
+
+def time_stages(step: StepInputs, profile=None) -> tuple[list[StageTime], list[list], Tally]:
     """Every stage's times and events; the tally counts stage 0's (the stage that ends the step).
-    Stages alike (``_alike``) are timed once and share their StageTime."""
+    Stages alike (``_alike``) are timed once and share their StageTime. ``profile``: the stack's
+    (default: the catalog's profile of the plan's framework)."""
+    profile = profile or framework_profile(step.plan.framework)
     layers, events, alike, axes = _plan_stages(step.model, step.plan, step.env.built.gpus_per_host)
     stages: list[StageTime] = []
     tally = None
@@ -232,7 +271,7 @@ def time_stages(step: StepInputs) -> tuple[list[StageTime], list[list], Tally]:
         if alike[s] < s:
             stages.append(stages[alike[s]])
             continue
-        st, counted = _stage(step, s, n, events[s], axes[s])
+        st, counted = _stage(step, s, n, events[s], axes[s], profile)
         stages.append(st)
         tally = counted if s == 0 else tally
     return stages, list(events), tally
@@ -242,19 +281,19 @@ _CACHE: dict = {}
 _CACHE_MAX = 1 << 15
 
 
-def _stage(step: StepInputs, s: int, layers: int, events: tuple, axes: tuple) -> tuple:
+def _stage(step: StepInputs, s: int, layers: int, events: tuple, axes: tuple, profile) -> tuple:
     """(the stage's times, for stage 0 a fresh tally of its collectives). Its two parts are
     cached apart: the critical path (``_critical``: policies that differ only on dp or zero share
     it) and ZeRO-3's exposed gathers (``_zero3_exposed``: only on dp and zero). Cached results
     are never changed: stages only read them; tallies and ZeRO-3 stages are copies."""
     critical, zero3 = axes
     env, policy = step.env, step.policy
-    base = (step.model, step.plan, env.built, env.dev, env.calib, env.overlap_slowdown, s)
+    base = (step.model, step.plan, env.built, env.dev, env.calib, env.overlap_slowdown, s, profile)
     key = base + tuple(policy.axis(a) for a in critical)
     hit = _CACHE.get(key)
     if hit is None:
         tally = Tally() if s == 0 else None
-        hit = _store(key, (*_critical(step, s, layers, events, tally), tally))
+        hit = _store(key, (*_critical(step, s, layers, events, tally, profile), tally))
     st, sc, counted = hit
     tally = counted.copy() if s == 0 else None
     if not zero3:
@@ -262,7 +301,7 @@ def _stage(step: StepInputs, s: int, layers: int, events: tuple, axes: tuple) ->
     key = base + ("zero3",) + tuple(policy.axis(a) for a in zero3)
     part = _CACHE.get(key)
     if part is None:
-        part = _store(key, _zero3_exposed(step, [e for e in events if e.where == "zero3"], layers, sc))
+        part = _store(key, _zero3_exposed(step, [e for e in events if e.where == "zero3"], layers, sc, profile))
     return _with_zero3(st, part, tally), tally
 
 
@@ -367,10 +406,13 @@ class AnalyticalEngine:
     def time_step(self, step: StepInputs) -> StepTiming:
         return self.time_steps([step])[0]
 
-    def time_steps(self, steps: list) -> list:
+    def time_steps(self, steps: list, profiles: list | None = None) -> list:
         """``time_step`` of each; plans of one pipeline shape (stages, microbatches, chunks,
-        schedule) share one evaluation of the schedule's graph (``timing.pipeline_spans``)."""
-        timed = [time_stages(step) for step in steps]
+        schedule) share one evaluation of the schedule's graph (``timing.pipeline_spans``).
+        ``profiles``: a stack profile per step (a fit's trial constants, ``scripts/
+        fit_framework_profiles.py``); default the catalog's profile of each plan's framework."""
+        profiles = profiles or [framework_profile(step.plan.framework) for step in steps]
+        timed = [time_stages(step, profile) for step, profile in zip(steps, profiles)]
         shapes: dict = {}
         for i, step in enumerate(steps):
             plan = step.plan
@@ -380,20 +422,40 @@ class AnalyticalEngine:
             ends, busy = pipeline_spans([timed[i][0] for i in index], m, v, schedule)
             for i, end, b in zip(index, ends, busy):
                 spans[i] = (end, b)
-        return [_finish(step, *t, span) for step, t, span in zip(steps, timed, spans)]
+        return [_finish(step, *t, span, profile) for step, t, span, profile in zip(steps, timed, spans, profiles)]
 
 
-def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span) -> StepTiming:
-    """The step from its stages: the pipeline (``span``: evaluated), DP overlap, tail, optimizer."""
+def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span, profile) -> StepTiming:
+    """The step from its stages: the pipeline (``span``: evaluated), DP overlap, tail (ZeRO-1/2's
+    parameter gather behind the next forward where the stack overlaps it), optimizer and the
+    stack's host time per step."""
     plan = step.plan
     out = _pipeline_breakdown(stages, plan, span)
     first = events[0]
     _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
     for event in (e for e in first if e.where == "tail"):
-        _exposed(out, tally, event, cost(step.env, event, step.policy))
+        rec = cost(step.env, event, step.policy)
+        if profile.param_gather_overlap and event.axis == "zero":
+            _behind_forward(out, tally, event, rec, stages[0].fwd_op, step.env.overlap_slowdown)
+        else:
+            _exposed(out, tally, event, rec)
     params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1, 0)
-    out[OPTIMIZER] = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev)
+    out[OPTIMIZER] = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev) + step_host_s(profile)
     return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
+
+
+def _behind_forward(out: Breakdown, tally: Tally, event, rec, window: float, slowdown: float) -> None:
+    """ZeRO-1/2's parameter all-gather overlapped with the next step's first forward (Megatron's
+    ``--overlap-param-gather``): wire time beyond that forward is exposed, the hidden part slows
+    the forward by ``overlap_slowdown``; kernels are charged in full."""
+    wire, kernel = split_kernel(rec)
+    seconds = wire * event.count
+    hidden = min(seconds, window)
+    out.add(AXES[event.axis].phase, seconds - hidden)
+    out.add(OVERLAP_SLOWDOWN, slowdown * hidden)
+    out.add(COMPRESSION, kernel * event.count)
+    tally.add(event, rec, event.count)
+    tally.add_kernel(event.axis, kernel * event.count)
 
 
 ANALYTICAL = register(AnalyticalEngine())
