@@ -22,7 +22,8 @@ def _parser() -> Parser:
                        ("draw", "draw the cluster to a PNG")):
         s = sub.add_parser(name, help=text, description=text)
         s.add_argument("cluster", help=CLUSTER_HELP)
-        s.add_argument("--nodes", type=int, help="number of nodes (default: the catalog's)")
+        s.add_argument("--nodes", type=int, help="number of nodes, i.e. hosts (an NVL72 compute tray is one; past one "
+                       "NVLink domain, whole domains); default: the catalog's")
         if name == "show":
             s.add_argument("--json", action="store_true", help="print JSON instead of a table")
         if name == "export":

@@ -17,7 +17,8 @@ def export(cluster: Cluster, path: str, fmt: str) -> str:
     if fmt not in FORMATS:
         raise InputError("format", fmt, "one of " + ", ".join(FORMATS))
     graph = cluster.graph.copy()
-    graph.graph.update(name=cluster.name, gpu=cluster.gpu_model, nodes=cluster.hosts)
+    graph.graph.update(name=cluster.name, gpu=cluster.gpu_model, nodes=cluster.hosts,
+                       nodes_per_nvlink_domain=cluster.hosts_per_domain)
     if fmt == "graphml":
         atomic_write(path, lambda h: nx.write_graphml(graph, h))
     else:
