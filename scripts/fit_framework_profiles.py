@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from perfmodel.calibration.published import (PUBLISHED_DIR, _row_model, _row_plan, load_sources, source_flops,
+from perfmodel.calibration.published import (PUBLISHED_DIR, row_model, row_plan, load_sources, source_flops,
                                              source_rows)
 from perfmodel.compression.policy import parse_policy
 from perfmodel.devices import device
@@ -66,11 +66,11 @@ def measured_step_s(row: dict) -> float:
 
 def step_inputs(row: dict, profile) -> StepInputs:
     """What the engine times for ``row`` under ``profile`` (prediction's setup, without its caches)."""
-    plan = _row_plan(row)
+    plan = row_plan(row)
     plan.update({k: (row[k] == "True") if row.get(k) else None for k in ("tp_overlap", "dp_overlap")})
     plan["framework"] = profile.name
     request = profile.resolve(PlanRequest.of(gpus=int(row["gpus"]), **plan))
-    arch = load_model(_row_model(row))
+    arch = load_model(row_model(row))
     built, ranks = cluster_for(row["cluster"], gpus=request.gpus)
     dev = profile.device(device(built.gpu_model))
     built_plan = request.build(arch, ranks, "bf16" if plan["precision"] == "bf16" else "fp16")

@@ -171,7 +171,7 @@ def _training_row(source: Source, row: dict) -> RowResult:
     if row.get("skip"):
         return RowResult(source.key, label, measured, None, None, unit, row["skip"])
     try:
-        rec = predict(_row_model(row), row["cluster"], gpus=gpus, **_row_plan(row), allow_oom=True)
+        rec = predict(row_model(row), row["cluster"], gpus=gpus, **row_plan(row), allow_oom=True)
     except InputError as e:
         if e.field != "cluster" and not source.format:
             raise
@@ -200,7 +200,13 @@ def _measured(row: dict) -> tuple[str, float]:
     return "TFLOP/s/GPU", float(row["measured_tflops_per_gpu"])
 
 
-def _row_model(row: dict) -> str:
+def _flag(row: dict, key: str) -> bool | None:
+    """A True/False cell; empty or absent: None (the framework's default)."""
+    cell = row.get(key) or ""
+    return None if not cell else cell == "True"
+
+
+def row_model(row: dict) -> str:
     """The row's catalog model, or a GPT TOML of its shape columns."""
     if row.get("model"):
         return row["model"]
@@ -210,7 +216,7 @@ def _row_model(row: dict) -> str:
 PRECISION_WORDS = {"bf16": "bf16", "fp16": "fp16"}   # older rows say bf16, or describe half precision (fp16)
 
 
-def _row_plan(row: dict) -> dict:
+def row_plan(row: dict) -> dict:
     """predict's plan keywords of a row (cp, ep, vp, precision and framework where it has them)."""
     precision = row["precision"] if row["precision"] in PRECISION_NAMES else PRECISION_WORDS.get(row["precision"],
                                                                                                "fp16")
@@ -218,7 +224,7 @@ def _row_plan(row: dict) -> dict:
     plan = dict(tp=_int(row, "tp"), pp=_int(row, "pp"), dp=_int(row, "dp"), cp=_int(row, "cp"), ep=_int(row, "ep"),
                 mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
                 zero=_int(row, "zero", 0), sequence_parallel=row["sequence_parallel"] == "True",
-                tp_overlap=row["tp_overlap"] == "True", precision=precision,
+                tp_overlap=_flag(row, "tp_overlap"), dp_overlap=_flag(row, "dp_overlap"), precision=precision,
                 framework=row.get("framework") or DEFAULT_FRAMEWORK)
     if vp > 1:
         plan["schedule"] = f"interleaved:{vp}"

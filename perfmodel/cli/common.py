@@ -102,8 +102,9 @@ def _step_args(p, sweep: bool) -> None:
     p.add_argument("--order", default=",".join(DEFAULT_ORDER), help="placement order, innermost first (may name "
                    f"{' and '.join(Degrees.placed_after())}, e.g. tp,pp,dp,ep: ep across nodes)")
     engine_arg(p)
-    p.add_argument("--no-dp-overlap", dest="dp_overlap", action="store_false",
-                   help="reduce gradients after backward, not during it (as realrun train does)")
+    p.add_argument("--dp-overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="reduce gradients during backward (--dp-overlap) or after it (--no-dp-overlap, as realrun "
+                   "train does); default: the framework's")
 
 
 def engine_arg(p) -> None:
@@ -125,10 +126,10 @@ def _output_args(p) -> None:
     p.add_argument("--deepspeed", metavar="ds_config.json",
                    help="take ZeRO stage, qwZ/qgZ/hpZ, fp16/bf16, micro batch, accumulation and batch size from a "
                    "DeepSpeed config (printed as mapped; keys it cannot honour are refused)")
-    p.add_argument("--tp-overlap", action="store_true",
+    p.add_argument("--tp-overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap TP all-gathers and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; "
                    "needs --sequence-parallel): all but 1/tp of them hide behind the GEMMs, which they slow by "
-                   "the overlap slowdown")
+                   "the overlap slowdown (default: the framework's, where the plan can overlap)")
     p.add_argument("--kernels", choices=KERNELS, default="fused",
                    help="whose kernels compute the layers: fused (default: Megatron-Core with Transformer "
                    "Engine, flash attention and fused MoE permutation) or eager (PyTorch eager as realrun's "

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_degrees
-from perfmodel.plan.framework import DEFAULT_FRAMEWORK, check_framework
+from perfmodel.plan.framework import DEFAULT_FRAMEWORK, check_framework, framework_profile
 from perfmodel.plan.mesh import COMPOSITE_GROUPS
 from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
 from perfmodel.step.schedule import SCHEDULES
@@ -126,9 +126,9 @@ class PlanRequest:
     compute_dtype: str | None = None
     grad_dtype: str = "fp32"
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
-    dp_overlap: bool = True
+    dp_overlap: bool | None = None    # None: the framework's default (perfmodel.plan.framework)
     hpz: bool = False
-    tp_overlap: bool = False
+    tp_overlap: bool | None = None    # None: the framework's default where the plan can overlap
     kernels: str = "fused"
     precision: str | None = None
     framework: str = DEFAULT_FRAMEWORK
@@ -178,6 +178,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     ``request`` (a PlanRequest) or its fields as keywords (``make_plan(m, 8, tp=2, zero=1)``);
     an open ``compute_dtype`` means bf16."""
     r = PlanRequest.of(**fields) if request is None else request.with_(**fields) if fields else request
+    r = framework_profile(check_framework(r.framework)).resolve(r)
     degrees = r.degrees.check()
     mbs = _positive("mbs", r.mbs)
     degrees = degrees.resolved(gpus)

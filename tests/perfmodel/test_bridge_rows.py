@@ -2,7 +2,7 @@
 import csv
 
 from perfmodel.calibration.bridge import bridge_rows
-from perfmodel.calibration.published import PUBLISHED_DIR, _row_plan
+from perfmodel.calibration.published import PUBLISHED_DIR, row_plan
 
 RAW = list(csv.DictReader(open(PUBLISHED_DIR / "megatron_bridge_training_throughput.csv")))
 
@@ -20,7 +20,7 @@ def test_a_row_maps_names_plan_and_precision():
     (mapped,) = bridge_rows([row])
     assert (mapped["model"], mapped["cluster"], mapped["precision"]) == ("llama3-70b", "dgx-h100", "fp8-tensorwise")
     assert (mapped["tp"], mapped["pp"], mapped["dp"], mapped["vp"], mapped["zero"]) == (4, 8, 2, 5, 1)
-    plan = _row_plan(mapped)
+    plan = row_plan(mapped)
     assert plan["schedule"] == "interleaved:5" and plan["sequence_parallel"] and plan["framework"] == "nemo"
 
 
