@@ -33,11 +33,30 @@ PRECISIONS = {"BF16": "bf16", "FP8-CS": "fp8-tensorwise", "FP8": "fp8-tensorwise
 # a parenthesised value is another quantization granularity (the table's footnote): 32-element MX blocks
 # on Blackwell, DeepSeek-V3's 1x128 / 128x128 blocks on H100
 ALTERNATIVE = {"DGX-H100": "fp8-blockwise"}
+# Megatron-Bridge's mixed-precision recipes (src/megatron/bridge/training/mixed_precision.py): the delayed,
+# current-scaling and MXFP8 recipes set fp8_param_gather=True (fp8 primary weights, gathered in fp8: the
+# fp8-param-gather policy); the blockwise ('subchannel') recipe sets it False; fp4 parameters are refused there
+PARAM_GATHER_POLICY = {"fp8-delayed": "fp8-param-gather", "fp8-tensorwise": "fp8-param-gather",
+                       "mxfp8": "fp8-param-gather"}
+# Megatron-FSDP plans on Blackwell offload some layers' activations to the CPU (the recipes'
+# cpu_offloading_num_layers, 5 - 92 layers): the memory model does not hold that, so their fit is not checked
+OFFLOADED = ("the recipe offloads some layers' activations to the CPU (cpu_offloading_num_layers), which "
+             "perfmodel.plan.memory does not model: memory not checked")
+# rows whose stated plan differs from the recipe of its container in the way memory depends on: container
+# 26.02.01's GB300 Llama 3 70B rows state micro-batch 2 with no FSDP, virtual stages or offloading, where every
+# GB300 70B recipe (llama3_workload_base_configs.py, V1 and V2) runs MXFP8 and NVFP4 at micro-batch 1 with
+# pp 4 x vp 5, and FP8-CS with Megatron-FSDP and CPU offloading
+STATED_ELSEWHERE = {("26.02.01", "DGX-GB300", "LLAMA3_70B"): (
+    "the row's stated plan (micro-batch 2, no FSDP, no virtual stages) is not its container's GB300 recipe, which "
+    "runs micro-batch 1 with pp 4 x vp 5 or Megatron-FSDP with CPU offloading: memory not checked")}
 RELEASES = {"25.09": "2025-09", "25.11": "2025-11", "26.02": "2026-02", "26.04": "2026-04", "26.06": "2026-06",
             "26.08": "2026-08"}
 ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> Megatron-FSDP, predicted as zero 3; "
                "else the distributed optimizer, zero 1 with overlapped gradient reduce-scatter and parameter "
-               "all-gather; tp > 1 -> sequence parallel and TP communication overlap; no recompute (the recipes "
+               "all-gather; FP8-CS, FP8 and MXFP8 gather fp8 parameters (policy fp8-param-gather, the recipes' "
+               "fp8_param_gather); Llama gradients reduced in bf16 (the Llama 3 performance configs set "
+               "grad_reduce_in_fp32 False), other models' in fp32; tp > 1 -> sequence parallel and TP communication "
+               "overlap (not under NVFP4: the recipes turn it off); no recompute (the recipes "
                "recompute a few layers or offload activations to the CPU on some GB200/GB300 FSDP and H100 "
                "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages")
 
@@ -59,8 +78,15 @@ def _alternative(row: dict) -> dict | None:
     if "tokens_per_s_per_gpu" not in cells:
         return None
     precision = cells.pop("precision", "")
-    mapped = _row({**row, **{k: v for k, v in cells.items() if k in row}})
+    alt = {**row, **{k: v for k, v in cells.items() if k in row}}
+    if "grad_accum" in cells:     # another plan: its micro-batch from gbs = mbs x dp x accumulation
+        tp, pp, cp = (_int(alt[k]) for k in ("tp", "pp", "cp"))
+        dp = int(alt["num_gpus"]) // (tp * pp * cp)
+        alt["micro_batch_size"] = str(int(alt["global_batch_size"]) // (dp * int(cells["grad_accum"])))
+    mapped = _row(alt)
     mapped["precision"] = PRECISIONS[precision] if precision else ALTERNATIVE.get(row["system"], "mxfp8")
+    mapped["policy"] = PARAM_GATHER_POLICY.get(mapped["precision"], "none")
+    mapped["tp_overlap"] = str(mapped["tp"] > 1 and mapped["precision"] != "nvfp4")
     mapped["model_label"] += " (alt)"
     return mapped
 
@@ -74,17 +100,29 @@ def _row(row: dict) -> dict:
     gpus = int(row["num_gpus"])
     name = row["model"]
     container = row["nemo_container"]
+    precision = PRECISIONS.get(row["precision"], row["precision"])
     return dict(
         system=row["system"], model=MODELS.get(name, ""), model_label=f"{name} {row['task']} {container}",
         family="dense" if name in DENSE else "moe", cluster=SYSTEMS.get(row["system"], row["system"]), gpus=gpus,
         tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, dp=gpus // (tp * pp * cp), mbs=int(row["micro_batch_size"]),
         gbs=int(row["global_batch_size"]), seq_len=int(row["seq_len"]), zero=3 if _int(row["fsdp"], 0) else 1,
-        recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1),
-        precision=PRECISIONS.get(row["precision"], row["precision"]), framework="nemo",
+        recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
+        grad_dtype="bf16" if name in DENSE else "fp32",
+        precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
+        memory_unchecked=_unchecked(row),
         measured_tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"], task=row["task"],
         skip=_skip(row), source=row["source"],
         source_date=RELEASES.get(container[:5], container) + f" (container {container})",
         assumptions=ASSUMPTIONS, notes=row["footnote_refs"])
+
+
+def _unchecked(row: dict) -> str:
+    """Why a row's fit in memory is not checked ('' where it is)."""
+    if _int(row["fsdp"], 0) and row["system"] != "DGX-H100":
+        return OFFLOADED
+    if (row["nemo_container"], row["system"], row["model"]) in STATED_ELSEWHERE:
+        return STATED_ELSEWHERE[(row["nemo_container"], row["system"], row["model"])]
+    return ""
 
 
 def _skip(row: dict) -> str:

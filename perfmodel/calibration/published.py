@@ -171,7 +171,8 @@ def _training_row(source: Source, row: dict) -> RowResult:
     if row.get("skip"):
         return RowResult(source.key, label, measured, None, None, unit, row["skip"])
     try:
-        rec = predict(row_model(row), row["cluster"], gpus=gpus, **row_plan(row), allow_oom=True)
+        rec = predict(row_model(row), row["cluster"], gpus=gpus, **row_plan(row), policy=row.get("policy") or "none",
+                      allow_oom=True)
     except InputError as e:
         if e.field != "cluster" and not source.format:
             raise
@@ -184,7 +185,7 @@ def _training_row(source: Source, row: dict) -> RowResult:
     else:
         predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
     return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit,
-                     memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=rec.fits)
+                     memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=None if row.get("memory_unchecked") else rec.fits)
 
 
 def _int(row: dict, key: str, default: int = 1) -> int:
@@ -225,6 +226,7 @@ def row_plan(row: dict) -> dict:
                 mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
                 zero=_int(row, "zero", 0), sequence_parallel=row["sequence_parallel"] == "True",
                 tp_overlap=_flag(row, "tp_overlap"), dp_overlap=_flag(row, "dp_overlap"), precision=precision,
+                grad_dtype=row.get("grad_dtype") or "fp32",
                 framework=row.get("framework") or DEFAULT_FRAMEWORK)
     if vp > 1:
         plan["schedule"] = f"interleaved:{vp}"

@@ -38,3 +38,12 @@ def test_rows_the_model_cannot_express_say_why():
     assert "Mamba" in skipped["Nemotron_3_Nano"] and "LoRA" in next(r["skip"] for r in rows if r["task"] == "LoRA")
     dense = [r for r in rows if r["family"] == "dense" and r["task"] != "LoRA"]
     assert dense and not any(r["skip"] for r in dense)
+
+
+def test_every_dense_row_is_predicted_but_lora():
+    """Issue 38's floor: no dense row of the table is refused for a precision or a cluster."""
+    from perfmodel.calibration.published import validate_published
+    for key in ("bridge-dense-h100", "bridge-dense-b200", "bridge-dense-gb200", "bridge-dense-gb300"):
+        (rep,) = validate_published(key)
+        missed = [(r.label, r.skipped) for r in rep["results"] if r.predicted is None and "LoRA" not in r.skipped]
+        assert rep["predicted"] >= 5 and missed == [], key

@@ -45,7 +45,8 @@ def test_every_measured_training_run_fits_its_gpus_memory(reports):
     six NeMo 5B rows before their optimizer's ZeRO-2 was recorded)."""
     rows = [r for rep in reports if rep["kind"] == "training" for r in rep["results"] if r.predicted is not None]
     assert len(rows) >= 30 and all(r.memory_GiB > 1 for r in rows)
-    assert [r.label for r in rows if not r.fits] == []
+    assert [r.label for r in rows if r.fits is False] == []
+    assert sum(r.fits is None for r in rows) < len(rows) / 3   # rows whose fit is not checked say why (bridge.py)
 
 
 def test_check_bounds_names_a_run_predicted_not_to_fit():
