@@ -9,6 +9,13 @@ all-reduce of ``realrun.comm`` (error-feedback residuals are kept per bucket ind
 ``spec_or_policy`` is a compressor spec or a perfmodel policy (its ``dp`` axis is used).
 ``state.stats`` holds totals (bytes in and out, compress, decompress and communication
 seconds) and ``state.per_step`` one entry per optimizer step.
+
+Buckets of every floating dtype are served (fp32, bf16, fp16, fp64; ``realrun.compressors.dtypes``
+says how: arithmetic codecs run on the exact float32 values of a narrower bucket, values carried
+as they are keep its dtype, error-feedback residuals of a bf16 or fp16 bucket are kept in
+float32); the averaged bucket comes back in its own dtype. The codecs run on ``threads`` threads
+(default: the host's cores over the ranks on it, ``LOCAL_WORLD_SIZE``; ``realrun.threads``),
+so ranks sharing a host do not oversubscribe it.
 """
 import time
 from dataclasses import dataclass, field
@@ -19,6 +26,7 @@ import torch.distributed as dist
 from perfmodel.compression import compile_spec
 from perfmodel.compression.policy import parse_policy
 from realrun.comm import Comm, CommStats
+from realrun.threads import codec_threads
 from topologies.errors import InputError
 
 
@@ -29,6 +37,7 @@ class CompressionState:
     warmup_steps: int = 0
     min_bucket_bytes: int = 0
     process_group: object = None
+    threads: int | None = None   # codec threads (None: realrun.threads' default)
     step: int = 0
     stats: dict = field(default_factory=lambda: {"bytes_in": 0, "bytes_out": 0, "compress_s": 0.0,
                                                  "decompress_s": 0.0, "comm_s": 0.0, "buckets": 0})
@@ -38,7 +47,7 @@ class CompressionState:
 
     def __post_init__(self):
         if self.comm is None:
-            self.comm = Comm(self.process_group)
+            self.comm = Comm(self.process_group, threads=self.threads)
 
 
 def _spec(spec_or_policy: str) -> str:
@@ -52,12 +61,15 @@ def _spec(spec_or_policy: str) -> str:
 
 
 def compression_hook(spec_or_policy: str, algorithm: str = "auto", warmup_steps: int = 0,
-                     min_bucket_bytes: int = 0, process_group=None):
-    """(state, hook) for ``DistributedDataParallel.register_comm_hook``."""
+                     min_bucket_bytes: int = 0, process_group=None, threads: int | None = None):
+    """(state, hook) for ``DistributedDataParallel.register_comm_hook``. ``threads``: the codec
+    threads of this rank (default: the host's cores over the ranks on it, or
+    ``COMMPRESS_CODEC_THREADS``; ``realrun.threads``)."""
     if warmup_steps < 0 or min_bucket_bytes < 0:
         raise InputError("warmup_steps", warmup_steps, "non-negative warmup_steps and min_bucket_bytes")
     state = CompressionState(spec=_spec(spec_or_policy), algorithm=algorithm, warmup_steps=warmup_steps,
-                             min_bucket_bytes=min_bucket_bytes, process_group=process_group)
+                             min_bucket_bytes=min_bucket_bytes, process_group=process_group,
+                             threads=None if threads is None else codec_threads(threads))
     return state, _hook
 
 

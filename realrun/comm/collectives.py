@@ -3,7 +3,10 @@ tensors on NCCL (realrun.gpu's CuPy kernels; specs without a GPU path are refuse
 
 A ``Comm`` holds everything a run of collectives keeps between calls, as PyTorch's comm hooks
 keep theirs in ``state``: one ``Wire`` per (spec, device) with the compressor's residuals and
-warm starts, the node subgroups of the hierarchical algorithm, and running ``stats``.
+warm starts, the node subgroups of the hierarchical algorithm, and running ``stats``. Its codec
+threads default to the host's cores over the ranks on it (``realrun.threads``: ``threads=`` or
+``COMMPRESS_CODEC_THREADS`` override, a user's ``NUMBA_NUM_THREADS`` is kept). Every floating
+dtype torch hands over is served (``realrun.compressors.dtypes``: fp32, fp64, fp16, bf16, fp8).
 
     comm = Comm()                                   # the default process group
     y = comm.allreduce(t, "int8", algorithm="two_phase", key="layer3.grad")
@@ -39,6 +42,9 @@ from realrun.comm.algorithms import (ALLTOALL_IMPLEMENTATIONS, IMPLEMENTATIONS, 
 from realrun.comm.exchange import all_gather_bytes, as_u8, exchange_bytes, on_gpu, to_array, world
 from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
 from realrun.comm.wire import BoundWire, CommStats, Wire
+from realrun.compressors import dtypes
+from realrun.threads import apply as apply_threads
+from realrun.threads import codec_threads
 from topologies.errors import InputError
 
 __all__ = ["RUNTIME_ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", "alltoall", "broadcast", "default_comm",
@@ -48,8 +54,11 @@ __all__ = ["RUNTIME_ALGORITHMS", "Comm", "CommStats", "allgather", "allreduce", 
 class Comm:
     """Compressed collectives on one process group, with their state (module doc)."""
 
-    def __init__(self, group=None, timeout_s: float = OP_TIMEOUT_S):
+    def __init__(self, group=None, timeout_s: float = OP_TIMEOUT_S, threads: int | None = None):
         self.group, self.timeout_s = group, timeout_s   # timeout_s: point-to-point waits (exchange), node groups
+        # codec threads of this rank: None is the host's cores over its local ranks (realrun.threads),
+        # applied in the thread that runs each call (numba keeps its count per thread)
+        self.threads = None if threads is None else codec_threads(threads)
         self.stats = CommStats()
         self._wires: dict = {}
         self._subgroups: dict = {}
@@ -99,7 +108,9 @@ class Comm:
                 self.wire(spec, device).load_state_dict(state)
 
     def _bound(self, spec, tensor, key: str) -> BoundWire:
-        """The wire for one call on ``tensor``, with fresh statistics."""
+        """The wire for one call on ``tensor``, with fresh statistics (and this thread's codec
+        threads set, ``realrun.threads.apply``)."""
+        apply_threads(self.threads)
         return self.wire(spec, _device(tensor, self.group)).bound(key, CommStats())
 
     def _settle(self, c: BoundWire, stats: CommStats | None) -> None:
@@ -148,10 +159,12 @@ class Comm:
             if world(group)[1] == 1:
                 return tensor if inplace else tensor.clone()
             if alg == "torch":   # none, or a reducible cast: the ordinary all-reduce on the (cast) tensor
-                width = 2 if c.wire.cast else tensor.element_size()   # what a ring rank sends (nccl-tests)
+                # a cast never widens: a 2-byte tensor (bf16, fp16) passes through fp16 and bf16
+                cast = c.wire.cast if tensor.element_size() > 2 else None
+                width = 2 if cast else tensor.element_size()   # what a ring rank sends (nccl-tests)
                 c.stats.bytes_in += tensor.numel() * tensor.element_size()
                 c.stats.bytes_out += int(tensor.numel() * width * busbw_factor("allreduce", world(group)[1]))
-                return _torch_allreduce(tensor, c.wire.cast, group, inplace)
+                return _torch_allreduce(tensor, cast, group, inplace)
             kwargs = self._algorithm_kwargs(alg, c, tensor, local_size, chunks)
             result = _tensor(IMPLEMENTATIONS[alg](to_array(tensor), c, group, **kwargs), tensor)
             return tensor.copy_(result) if inplace else result
@@ -342,10 +355,13 @@ def _device(tensor: torch.Tensor, group) -> str:
 
 
 def _tensor(arr, like: torch.Tensor) -> torch.Tensor:
-    """A torch tensor over a result array (numpy or CuPy), shaped like ``like``."""
+    """A torch tensor over a result array (numpy or CuPy), shaped like ``like``, of the array's
+    dtype (bf16 and fp8 arrays: ``dtypes.to_torch``; bf16 on the GPU: ``realrun.gpu``)."""
     if on_gpu(arr):
-        return torch.from_dlpack(_xp(arr).ascontiguousarray(arr)).reshape(like.shape)
-    return torch.from_numpy(np.ascontiguousarray(arr)).reshape(like.shape)
+        from realrun.gpu import to_tensor
+
+        return to_tensor(_xp(arr).ascontiguousarray(arr), like.dtype).reshape(like.shape)
+    return dtypes.to_torch(arr).reshape(like.shape)
 
 
 _DEFAULT: dict = {}

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from realrun.comm.names import OP_TIMEOUT_S
+from realrun.compressors import dtypes
 
 # every rank's tensor into one: torch's current name where it has one, else the older one
 gather_tensor = _gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -157,8 +158,13 @@ def _global(rank: int, group) -> int:
 
 
 def to_array(t: torch.Tensor):
-    """A flat view of a tensor in its array module: numpy (CPU) or CuPy (CUDA, via DLPack)."""
-    return _array(t.detach().reshape(-1))
+    """A flat view of a tensor in its array module: numpy (CPU; bf16 and fp8 as ml_dtypes arrays
+    over the tensor's bytes, ``realrun.compressors.dtypes``) or CuPy (CUDA, via DLPack; bf16 as
+    its uint16 bits, ``realrun.gpu``)."""
+    flat = t.detach().reshape(-1)
+    if flat.device.type == "cpu":
+        return dtypes.to_numpy(flat)
+    return _array(flat)
 
 
 SIZE_TAG, DATA_TAG = 1, 2   # the two messages of one payload, matched by tag (in order within a tag)

@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from realrun.compressors import dtypes
 from topologies.errors import InputError
 
 # array module of an input -> the module whose BACKEND serves it (imported on first use)
@@ -79,6 +80,24 @@ class Backend:
         xp = self.xp
         weights = xp.arange(1, 2 * int(words.size), 2, dtype=xp.uint64)
         return int((words.astype(xp.uint64) * weights).sum())
+
+    def widen(self, x, work=None):
+        """``x``'s exact float32 values where its dtype is narrow (bf16, fp16, fp8; into the
+        transform's scratch array ``work("wide", ...)`` where given), else ``x`` itself."""
+        if not dtypes.is_narrow(x.dtype):
+            return x
+        return dtypes.widen(x, None if work is None else work("wide", len(x), np.float32))
+
+    def narrow(self, y, dtype, ctx=None):
+        """Decoded float32 values ``y`` rounded to a narrow ``dtype`` (into the decoder's output,
+        ``ctx.output``, where a ``ctx`` is given); ``y`` itself where it already has ``dtype``."""
+        if y.dtype == np.dtype(dtype):
+            return y
+        return dtypes.narrow(y, dtype, None if ctx is None else ctx.output(len(y), dtype, self.xp))
+
+    def gather(self, x, idx):
+        """``x[idx]`` (the values top-k keeps, in ``x``'s own dtype)."""
+        return x[idx]
 
 
 class Kernels(Protocol):

@@ -23,7 +23,7 @@ from perfmodel.compression import families
 from perfmodel.compression.codec import EF as EFNode
 from perfmodel.compression.codec import Codec, compile_spec, header_bytes
 from perfmodel.compression.families import Family
-from realrun.compressors import backends, external, transforms  # noqa: F401  (external registers its implementations)
+from realrun.compressors import backends, dtypes, external, transforms  # noqa: F401  (external registers its implementations)
 from realrun.compressors.payload import MAX_NDIM, PAYLOAD_DTYPES, Header, Payload, seal, spec_digest
 from topologies.errors import InputError
 
@@ -82,7 +82,10 @@ class ChainTransform(transforms.Transform):
 
 class ErrorFeedbackTransform(transforms.Transform):
     """Adds the residual of the previous call (per key and size) before compressing, and keeps
-    the new residual: what compression dropped is sent later instead of lost."""
+    the new residual: what compression dropped is sent later instead of lost. The residual is
+    kept in ``dtypes.residual_dtype``: float32 for bf16, fp16 and fp8 tensors (the sum is formed
+    in float32 and rounded to the tensor's dtype before compression; that rounding is part of the
+    residual too), the tensor's own dtype for float32 and float64."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -101,17 +104,28 @@ class ErrorFeedbackTransform(transforms.Transform):
         return self.inner.layout(n, dtype)
 
     def encode(self, x, ctx):
-        key = ("ef", self.name, ctx.key, x.shape, x.dtype.str)   # stable across processes (checkpoints)
-        y = x + ctx.state.get(key, 0)
+        key = ("ef", self.name, ctx.key, x.shape, _dtype_tag(x.dtype))   # stable across processes (checkpoints)
+        be = backends.of(x)
+        wide = be.widen(x)   # narrow types: the sum is formed in float32, the residual kept in it
+        total = wide + ctx.state.get(key, 0)
+        y = total if wide is x else be.narrow(total, x.dtype)
         values, meta = self.inner.encode(y, ctx)
-        residual = ctx.state[key] = y - self.inner.decode(values, meta, len(y), y.dtype, ctx)
+        decoded = self.inner.decode(values, meta, len(y), y.dtype, ctx)
+        residual = ctx.state[key] = total - be.widen(decoded)
         if ctx.ef_energy is not None:   # the contraction measured: ||C(y) - y||^2 / ||y||^2
             ctx.ef_energy[0] += _energy(residual)
-            ctx.ef_energy[1] += _energy(y)
+            ctx.ef_energy[1] += _energy(total)
         return values, meta
 
     def decode(self, values, meta, n, dtype, ctx):
         return self.inner.decode(values, meta, n, dtype, ctx)
+
+
+def _dtype_tag(dtype) -> str:
+    """A dtype's name in state keys: numpy's type string (``<f4``), or the name of an ml_dtypes
+    type (whose type string, ``<V2``, names no float)."""
+    d = np.dtype(dtype)
+    return d.name if d in dtypes.EXTENSION else d.str
 
 
 def _energy(x: np.ndarray) -> float:
@@ -144,9 +158,7 @@ def as_array(x) -> np.ndarray:
     if module == "torch":
         if x.device.type != "cpu":
             raise InputError("device", str(x.device), "cpu: the GPU kernels run on CuPy arrays (realrun.gpu)")
-        if str(x.dtype) == "torch.bfloat16":
-            raise InputError("dtype", "bfloat16", "float16, float32 or float64 (numpy has no bfloat16)")
-        return np.from_dlpack(x.detach())
+        return dtypes.to_numpy(x)   # bf16 and fp8 as ml_dtypes arrays over the tensor's bytes
     if module == "cupy":
         raise InputError("device", "cuda", "cpu for the numpy reference compressors")
     return np.asarray(x)
@@ -201,7 +213,7 @@ class Compressor:
         start and ``Payload.data`` is a view of it (reuse a buffer to skip page faults)."""
         arr = as_array(x)
         if arr.dtype not in PAYLOAD_DTYPES.values():
-            raise InputError("dtype", str(arr.dtype), "float16, float32 or float64")
+            dtypes.need(arr.dtype)
         flat = np.ascontiguousarray(arr).reshape(-1)
         if self.codec.is_none:
             return Payload(flat.tobytes() if out is None else _assemble([], flat, out))

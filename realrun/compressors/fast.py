@@ -18,6 +18,7 @@ from functools import partial
 
 import numpy as np
 
+from realrun.compressors import dtypes
 from realrun.compressors.backends import Backend
 
 AVAILABLE = importlib.util.find_spec("numba") is not None   # numba itself loads on first use
@@ -30,14 +31,17 @@ def _k():
     return _kernels
 
 
-def set_threads(n: int) -> None:
-    """Run the compiled kernels on at most ``n`` threads (numba's default: every core), what
-    ``NUMBA_NUM_THREADS`` does for the ranks realrun starts itself; for ranks a launcher
-    started (torchrun), so that they run like those. Nothing where numba is not installed."""
-    if AVAILABLE:
-        import numba
+def set_threads(n: int) -> int | None:
+    """Run the compiled kernels on at most ``n`` threads of the calling thread (numba's default:
+    every core; ``realrun.threads`` picks ``n``), at most numba's pool (``NUMBA_NUM_THREADS``).
+    Returns the count set; None where numba is not installed."""
+    if not AVAILABLE:
+        return None
+    import numba
 
-        numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    count = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(count)
+    return count
 
 
 def _chunks() -> int:
@@ -205,7 +209,8 @@ class NumbaBackend(Backend):
         return topk(x, k, work("idx", k, np.int64), work("values", k, x.dtype))
 
     def scatter(self, values, idx, out):
-        _k().scatter(values, idx, out)
+        """On the bits (unsigned integers of the values' width): one kernel for every float type."""
+        _k().scatter(dtypes.uint_view(np.ascontiguousarray(values)), idx, dtypes.uint_view(out))
         return out
 
 

@@ -1,6 +1,7 @@
 """The payload: a small header, then the compressed body, refused unless it is whole.
 
-Header (little-endian, 32 bytes + 8 per dim): magic ``CP``, format version, dtype code,
+Header (little-endian, 32 bytes + 8 per dim): magic ``CP``, format version, dtype code (the
+tensor's dtype: 1 float32, 2 float16, 3 float64, 4 bfloat16, 5 float8_e4m3fn, 6 float8_e5m2),
 ndim, 3 pad bytes, element count, the first 8 bytes of BLAKE2b of the canonical spec (so
 a payload is never decoded with another spec), a 32-bit checksum of the header and the body,
 4 pad bytes (the body starts 8-byte aligned), then the shape. perfmodel's ``header_bytes``
@@ -31,14 +32,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from perfmodel.compression.codec import HEADER_FIXED_BYTES, header_bytes
-from realrun.compressors import backends
+from realrun.compressors import backends, dtypes
 from topologies.errors import InputError
 
 MAGIC, VERSION = b"CP", 3   # 3: the checksum covers the header too
 _FIXED = struct.Struct("<2sBBB3sQ8sI4s")
 PAD = (b"\0" * 3, b"\0" * 4)
 assert _FIXED.size == HEADER_FIXED_BYTES
-PAYLOAD_DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16), 3: np.dtype(np.float64)}
+# the dtype code of the header: the tensor's own dtype (bf16 and fp8 are ml_dtypes' numpy types; a
+# decoder without ml_dtypes refuses their codes in one line)
+PAYLOAD_DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16), 3: np.dtype(np.float64),
+                  **{code: d for code, d in ((4, dtypes.BFLOAT16), (5, dtypes.FLOAT8_E4M3), (6, dtypes.FLOAT8_E5M2))
+                     if d is not None}}
 DTYPE_CODES = {v: k for k, v in PAYLOAD_DTYPES.items()}
 MAX_NDIM = 8
 MAX_COUNT = 1 << 32   # values one payload may claim (16 GiB of float32): a decoder allocates this much

@@ -23,7 +23,7 @@ from functools import partial
 import numpy as np
 
 from perfmodel.compression import families
-from realrun.compressors import backends, casts
+from realrun.compressors import backends, casts, dtypes
 from topologies.errors import InputError
 
 TINY = np.float32(np.finfo(np.float32).smallest_subnormal)   # the least block scale (absmax > 0)
@@ -95,10 +95,14 @@ class Transform:
         return self.family.NAME
 
     def layout(self, n: int, dtype) -> families.Layout:
-        return self.family.layout(n, dtype)
+        """The family's layout of ``n`` values of ``dtype`` (bf16 and fp8 through their
+        stand-ins, values passed through keep the input's type: ``dtypes.standin``)."""
+        lay = self.family.layout(n, dtypes.standin(dtype))
+        out = dtypes.unstand(lay.dtype, dtype)
+        return lay if out is lay.dtype else families.Layout(lay.count, out, lay.meta_bytes)
 
     def check(self, dtype) -> None:
-        self.family.accepts(dtype)
+        self.family.accepts(dtypes.standin(dtype))
 
     def leaves(self, dtype):
         """(transform, its input dtype) for every family transform in this tree."""
@@ -123,7 +127,10 @@ class NoneTransform(Transform):
 
 class CastTransform(Transform):
     """A cast to ``FORMAT`` codes: a backend's kernel for float32 where it has one, else the
-    reference (``to_codes`` / ``from_codes``); a narrower input passes through."""
+    reference (``to_codes`` / ``from_codes``); an input no wider than the codes passes through
+    (a bf16 tensor under ``fp16`` or ``bf16`` is sent as its own bits). A wider narrow input
+    (bf16 or fp16 under fp8) is cast from its exact float32 values and decodes to float32,
+    then rounds to its dtype (``dtypes``)."""
 
     FORMAT = ""
 
@@ -134,6 +141,7 @@ class CastTransform(Transform):
         if self.passes(x.dtype):
             return x, b""
         be = backends.of(x)
+        x = be.widen(x, ctx.workspace(self))
         if be.casts(self.FORMAT, x.dtype):
             return be.cast_encode(self.FORMAT, x, ctx.workspace(self)), b""
         return self.to_codes(x), b""
@@ -142,9 +150,11 @@ class CastTransform(Transform):
         if self.passes(dtype):
             return values
         be = backends.of(values)
-        if be.casts(self.FORMAT, dtype):
-            return be.cast_decode(self.FORMAT, values, ctx.output(n, np.float32, be.xp))
-        return self.from_codes(values).astype(dtype)
+        wide = dtypes.compute_dtype(dtype)
+        if be.casts(self.FORMAT, wide):
+            target = ctx.output(n, np.float32, be.xp) if wide == dtype else be.xp.empty(n, np.float32)
+            return be.narrow(be.cast_decode(self.FORMAT, values, target), dtype, ctx)
+        return be.narrow(self.from_codes(values).astype(wide), dtype, ctx)
 
 
 @families.Fp16.implements("numpy")
@@ -245,6 +255,7 @@ class BlockQuantTransform(Transform):
 
     def encode(self, x, ctx):
         be = backends.of(x)
+        x = be.widen(x, ctx.workspace(self))   # narrow types: their exact float32 values
         if self.KERNEL and be.serves(x.dtype):
             values, scales = be.quantize(x, self.block, self.n_bits(), ctx.workspace(self))
             return values, be.meta(scales)
@@ -260,15 +271,18 @@ class BlockQuantTransform(Transform):
         return _unpack_bits(values, self.n_bits(), n) if self.n_bits() < 8 else values.view(np.int8).astype(np.int64)
 
     def decode(self, values, meta, n, dtype, ctx):
-        top = np.finfo(dtype).max   # levels x rounded scale may pass the largest finite value
+        """Values of ``dtype``; a narrow dtype decodes in float32 (clipped to its range), then rounds."""
+        top = dtypes.finfo_max(dtype)   # levels x rounded scale may pass the largest finite value
         be = backends.of(values)
-        if be.serves(dtype) and self.n_bits() in (4, 8):
-            return be.dequantize(values, be.view(meta, np.float32), n, self.block, self.n_bits(), top,
-                                 ctx.output(n, dtype, be.xp), ctx.workspace(self))
+        wide = dtypes.compute_dtype(dtype)
+        if be.serves(wide) and self.n_bits() in (4, 8):
+            out = ctx.output(n, wide, be.xp) if wide == dtype else be.xp.empty(n, wide)
+            return be.narrow(be.dequantize(values, be.view(meta, np.float32), n, self.block, self.n_bits(), top,
+                                           out, ctx.workspace(self)), dtype, ctx)
         scale = np.frombuffer(meta, dtype=np.float32)
         q = self.unpack(values, n)
         per = np.repeat(scale, self.block)[:n].astype(np.float64)
-        return np.clip(q * per, -top, top).astype(dtype)
+        return be.narrow(np.clip(q * per, -top, top).astype(wide), dtype, ctx)
 
 
 @families.Int8.implements("numpy")
@@ -314,6 +328,7 @@ class SignTransform(BlockQuantTransform):
 
     def encode(self, x, ctx):
         be = backends.of(x)
+        x = be.widen(x, ctx.workspace(self))
         if be.serves(x.dtype):
             bits, scales = be.sign_encode(x, self.block, ctx.workspace(self))
             return bits, be.meta(scales)
@@ -326,13 +341,15 @@ class SignTransform(BlockQuantTransform):
         return np.packbits(bits, bitorder="little"), scale.astype(np.float32).tobytes()
 
     def decode(self, values, meta, n, dtype, ctx):
-        top = np.finfo(dtype).max
+        top = dtypes.finfo_max(dtype)
         be = backends.of(values)
-        if be.serves(dtype):
-            return be.sign_decode(values, be.view(meta, np.float32), n, self.block, top, ctx.output(n, dtype, be.xp))
+        wide = dtypes.compute_dtype(dtype)
+        if be.serves(wide):
+            out = ctx.output(n, wide, be.xp) if wide == dtype else be.xp.empty(n, wide)
+            return be.narrow(be.sign_decode(values, be.view(meta, np.float32), n, self.block, top, out), dtype, ctx)
         scale = np.repeat(np.frombuffer(meta, dtype=np.float32), self.block)[:n]
         sign = np.unpackbits(values, bitorder="little")[:n].astype(np.float64) * 2 - 1
-        return np.clip(sign * scale, -top, top).astype(dtype)
+        return be.narrow(np.clip(sign * scale, -top, top).astype(wide), dtype, ctx)
 
 
 def select_largest(x, k: int, xp=np):
@@ -352,15 +369,19 @@ def select_largest(x, k: int, xp=np):
 @families.TopK.implements("numpy")
 class TopKTransform(Transform):
     """The ``density`` fraction of largest |x|: values, then int32 indices or a bitmap
-    (whichever is smaller), in index order. NaN and Inf rank as largest and are kept."""
+    (whichever is smaller), in index order. NaN and Inf rank as largest and are kept. A narrow
+    input is ranked by its exact float32 values; the values sent are its own (same dtype)."""
 
     def encode(self, x, ctx):
         n, k = len(x), self.family.kept(len(x))
         be = backends.of(x)
-        if be.serves(x.dtype) and 0 < k < n:
-            idx, values = be.topk(x, k, ctx.workspace(self))
+        wide = be.widen(x, ctx.workspace(self))
+        if be.serves(wide.dtype) and 0 < k < n:
+            idx, values = be.topk(wide, k, ctx.workspace(self))
+            if wide is not x:
+                values = be.gather(x, idx)
         else:
-            idx = select_largest(x, k, be.xp)
+            idx = select_largest(wide, k, be.xp)
             values = x[idx]
         return values, self._index_bytes(idx, n, be)
 

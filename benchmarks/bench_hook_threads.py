@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""The DDP compression hook on an unmodified Hugging Face GPT-2, as a new user runs it.
+
+A ``GPT2LMHeadModel`` of a small random config (no download) under torch DDP on two gloo ranks
+on loopback (``torch.multiprocessing`` spawn, bounded), with and without
+``realrun.hooks.compression_hook(SPEC)``, in fp32 and in bf16 (the whole model in
+``torch.bfloat16``, as LLMs train). No environment variable is set: the codecs' threads are
+realrun's default (the host's cores over the ranks on it, ``realrun.threads``). Each case runs
+in fresh ranks: ``--warmup`` steps, then ``--repeats`` blocks of ``--steps`` steps; a block's
+step time is the median of rank 0's steps (each step ends at a barrier), and the table gives
+the median of the blocks and their spread (min-max). The ratio is the hook's step over the
+plain DDP step of the same dtype. Target (issue 37): int8 at most 1.5x plain in fp32.
+
+Usage: python benchmarks/bench_hook_threads.py [--steps 8] [--repeats 3] [--warmup 2]
+       [--specs int8] [--dtypes fp32,bf16] [--threads N] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+CONFIG = dict(vocab_size=4096, n_positions=128, n_embd=256, n_layer=4, n_head=4, bos_token_id=0, eos_token_id=0,
+              loss_type="ForCausalLM")   # ~5 M parameters
+BATCH, SEQ = 8, 64
+
+
+def rank_main(rank: int, world: int, port: int, dtype: str, spec: str, steps: int, repeats: int, warmup: int,
+              threads: int | None, out: str) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from realrun.hooks import compression_hook
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(**CONFIG)).to(getattr(torch, DTYPES[dtype]))
+    ddp = DDP(model)
+    state = None
+    if spec != "none":
+        state, hook = compression_hook(spec, threads=threads)
+        ddp.register_comm_hook(state, hook)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(1 + rank)
+    times = []
+    for _ in range(warmup + steps * repeats):
+        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=gen)
+        dist.barrier()
+        start = time.perf_counter()
+        loss = ddp(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        dist.barrier()
+        times.append(time.perf_counter() - start)
+    probe = torch.cat([p.detach().float().reshape(-1)[:64] for p in model.parameters()])
+    gathered = [torch.zeros_like(probe) for _ in range(world)]
+    dist.all_gather(gathered, probe)
+    if rank == 0:
+        blocks = [statistics.median(times[warmup + i * steps: warmup + (i + 1) * steps]) for i in range(repeats)]
+        agree = all(torch.equal(gathered[0], g) for g in gathered[1:])
+        import numba
+
+        with open(out, "w") as handle:
+            json.dump({"blocks": blocks, "loss": float(loss.detach().float()), "ranks_agree": agree,
+                       "buckets": state.stats["buckets"] if state else 0, "numba_threads": numba.get_num_threads(),
+                       "torch_threads": torch.get_num_threads()}, handle)
+    del ddp, state, opt
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_case(dtype: str, spec: str, args, timeout_s: float) -> dict:
+    """One case in two fresh ranks, bounded by ``timeout_s`` (ranks still running are killed)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.json")
+        ctx = mp.spawn(rank_main, args=(2, _port(), dtype, spec, args.steps, args.repeats, args.warmup, args.threads,
+                                        out), nprocs=2, join=False)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{dtype} {spec}: ranks still running after {timeout_s:g} s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+        with open(out) as handle:
+            return json.load(handle)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=8, help="steps per timed block")
+    p.add_argument("--repeats", type=int, default=3, help="timed blocks per case")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument("--specs", default="int8", help="compressor specs against plain DDP, comma separated")
+    p.add_argument("--dtypes", default="fp32,bf16", help="model dtypes: fp32, bf16, fp16")
+    p.add_argument("--threads", type=int, default=None, help="codec threads per rank (default: realrun's)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per case before its ranks are killed")
+    p.add_argument("--json", help="write the rows as JSON")
+    args = p.parse_args(argv)
+    set_vars = [v for v in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "COMMPRESS_CODEC_THREADS") if v in os.environ]
+    print(f"# HF GPT2LMHeadModel {CONFIG}, batch {BATCH}x{SEQ}, DDP on 2 gloo ranks, {os.cpu_count()} cores; "
+          f"{args.repeats} blocks of {args.steps} steps after {args.warmup}; thread variables set: "
+          f"{', '.join(set_vars) or 'none'}; --threads {args.threads or 'default'}")
+    print(f"{'dtype':6} {'spec':16} {'step_ms':>9} {'spread_ms':>15} {'ratio':>6}  ranks_agree  threads  loss")
+    rows = []
+    for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
+        base = None
+        for spec in ["none"] + [s.strip() for s in args.specs.split(",") if s.strip()]:
+            res = run_case(dtype, spec, args, args.timeout)
+            blocks = [b * 1e3 for b in res["blocks"]]
+            med = statistics.median(blocks)
+            base = med if spec == "none" else base
+            row = {"dtype": dtype, "spec": spec, "step_ms": med, "min_ms": min(blocks), "max_ms": max(blocks),
+                   "ratio": med / base, "ranks_agree": res["ranks_agree"], "loss": res["loss"],
+                   "numba_threads": res["numba_threads"], "torch_threads": res["torch_threads"]}
+            rows.append(row)
+            print(f"{dtype:6} {spec:16} {med:9.1f} {min(blocks):7.1f}-{max(blocks):<7.1f} {row['ratio']:6.2f}  "
+                  f"{str(res['ranks_agree']):11}  {res['numba_threads']}/{res['torch_threads']:<5}  {res['loss']:.3f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
