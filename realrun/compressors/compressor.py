@@ -111,7 +111,8 @@ class ErrorFeedbackTransform(transforms.Transform):
         y = total if wide is x else be.narrow(total, x.dtype)
         values, meta = self.inner.encode(y, ctx)
         decoded = self.inner.decode(values, meta, len(y), y.dtype, ctx)
-        residual = ctx.state[key] = total - be.widen(decoded)
+        with np.errstate(invalid="ignore"):   # Inf input: Inf - Inf is NaN in the residual, as in the sum
+            residual = ctx.state[key] = total - be.widen(decoded)
         if ctx.ef_energy is not None:   # the contraction measured: ||C(y) - y||^2 / ||y||^2
             ctx.ef_energy[0] += _energy(residual)
             ctx.ef_energy[1] += _energy(total)

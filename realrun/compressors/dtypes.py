@@ -110,38 +110,25 @@ def uint_view(x):
 
 
 def widen(x, out=None):
-    """``x`` as float32 values, exactly: a float32 (or float64) array is returned as it is;
-    bf16 is its bits shifted left 16, fp16 and fp8 convert (numba kernels where installed);
+    """``x`` as float32 values, exactly (the numpy reference; the numba backend has kernels for
+    bf16 and fp16 that give the same bits): a float32 or float64 array is returned as it is;
     into ``out`` (a float32 array of ``x``'s length) where given."""
-    d = x.dtype
-    if not is_narrow(d):
+    if not is_narrow(x.dtype):
         return x
-    from realrun.compressors import fast
-
-    out = np.empty(x.shape, np.float32) if out is None else out
-    if fast.AVAILABLE and d == BFLOAT16:
-        return fast.bf16_decode(np.ascontiguousarray(x).view(np.uint16), out)
-    if fast.AVAILABLE and d == np.float16:
-        return fast.fp16_decode(np.ascontiguousarray(x), out)
+    if out is None:
+        return x.astype(np.float32)
     out[...] = x.astype(np.float32)
     return out
 
 
 def narrow(y, dtype, out=None):
-    """float32 values ``y`` rounded to ``dtype`` (nearest, ties to even; NaN stays NaN), into
-    ``out`` where given. ``y`` already of ``dtype`` is returned as it is."""
+    """Values ``y`` rounded to ``dtype`` (nearest, ties to even; NaN stays NaN: the numpy and
+    ml_dtypes casts), into ``out`` where given. ``y`` already of ``dtype`` is returned as it is."""
     d = np.dtype(dtype)
     if y.dtype == d:
         return y if out is None else _copy(y, out)
-    from realrun.compressors import fast
-
-    y32 = np.ascontiguousarray(y, dtype=np.float32) if y.dtype != np.float32 else np.ascontiguousarray(y)
-    if fast.AVAILABLE and d in (BFLOAT16, np.dtype(np.float16)):
-        bits = np.empty(y32.shape, np.uint16) if out is None else np.ascontiguousarray(out).view(np.uint16)
-        (fast.bf16_encode if d == BFLOAT16 else fast.fp16_encode)(y32, bits.reshape(-1))
-        return bits.view(d) if out is None else out
     with np.errstate(over="ignore", invalid="ignore"):
-        result = y32.astype(d)
+        result = y.astype(d)
     return result if out is None else _copy(result, out)
 
 

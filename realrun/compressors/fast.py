@@ -208,6 +208,26 @@ class NumbaBackend(Backend):
     def topk(self, x, k, work):
         return topk(x, k, work("idx", k, np.int64), work("values", k, x.dtype))
 
+    def widen(self, x, work=None):
+        """bf16 and fp16 to float32 by the kernels (the reference's bits), fp8 by the reference."""
+        d = x.dtype
+        if not AVAILABLE or d not in (dtypes.BFLOAT16, np.dtype(np.float16)):
+            return super().widen(x, work)
+        out = np.empty(len(x), np.float32) if work is None else work("wide", len(x), np.float32)
+        if d == np.float16:
+            return fp16_decode(np.ascontiguousarray(x), out)
+        return bf16_decode(np.ascontiguousarray(x).view(np.uint16), out)
+
+    def narrow(self, y, dtype, ctx=None):
+        """float32 to bf16 or fp16 by the kernels (nearest even, as the reference casts)."""
+        d = np.dtype(dtype)
+        if not AVAILABLE or y.dtype != np.float32 or d not in (dtypes.BFLOAT16, np.dtype(np.float16)):
+            return super().narrow(y, dtype, ctx)
+        out = np.empty(len(y), d) if ctx is None else ctx.output(len(y), d)
+        bits = out.view(np.uint16)
+        (bf16_encode if d == dtypes.BFLOAT16 else fp16_encode)(np.ascontiguousarray(y), bits)
+        return out
+
     def scatter(self, values, idx, out):
         """On the bits (unsigned integers of the values' width): one kernel for every float type."""
         _k().scatter(dtypes.uint_view(np.ascontiguousarray(values)), idx, dtypes.uint_view(out))
