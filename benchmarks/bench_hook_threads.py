@@ -136,8 +136,9 @@ def main(argv=None) -> int:
                    "ratio": med / base, "ranks_agree": res["ranks_agree"], "loss": res["loss"],
                    "numba_threads": res["numba_threads"], "torch_threads": res["torch_threads"]}
             rows.append(row)
+            threads = f"{res['numba_threads']}/{res['torch_threads']}"
             print(f"{dtype:6} {spec:16} {med:9.1f} {min(blocks):7.1f}-{max(blocks):<7.1f} {row['ratio']:6.2f}  "
-                  f"{str(res['ranks_agree']):11}  {res['numba_threads']}/{res['torch_threads']:<5}  {res['loss']:.3f}", flush=True)
+                  f"{str(res['ranks_agree']):11}  {threads:7}  {res['loss']:.3f}", flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

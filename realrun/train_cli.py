@@ -56,7 +56,8 @@ def add_parser(sub, command) -> None:
                    "the exact result every N steps")
     t.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (default): a GPU per rank "
                    "with NCCL and the CuPy compressors where CUDA is available, else the CPU with gloo")
-    t.add_argument("--threads", type=positive_int, default=1, help="CPU threads per local rank")
+    t.add_argument("--threads", type=positive_int, default=None, help="CPU threads per local rank (torch and the "
+                   "codecs; default: the host's cores over its local ranks, or COMMPRESS_CODEC_THREADS)")
     t.add_argument("--op-timeout", type=float, default=OP_TIMEOUT_S, help="seconds a collective or transfer waits "
                    f"for a peer (default {OP_TIMEOUT_S:g})")
     t.add_argument("--checkpoint", metavar="DIR", help="checkpoint folder: every rank's state, written atomically "

@@ -20,6 +20,7 @@ import subprocess
 import time
 
 from realrun import procs
+from realrun.threads import launch_env
 from topologies.errors import RunError
 
 STEP_TIMEOUT_S = 600.0   # longest a helper may take between two messages (one timed case)
@@ -36,7 +37,7 @@ def in_step(worker, args: tuple, ranks: int, threads: int = 1, place=None,
         job = os.path.join(tmp, "job.json")
         with open(job, "w") as handle:
             json.dump({"module": worker.__module__, "name": worker.__qualname__, "args": list(args)}, handle)
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "NUMBA_NUM_THREADS": str(threads)}
+        env = {**os.environ, **launch_env(threads, ranks)}
         helpers = []
         try:
             for i in range(ranks):

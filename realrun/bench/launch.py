@@ -12,7 +12,7 @@ import importlib.util
 import json
 import os
 
-from realrun import procs
+from realrun import procs, threads
 from realrun.bench.config import BenchConfig
 from realrun.bench.worker import worker
 from topologies.errors import RunError
@@ -33,8 +33,7 @@ def run_collectives(config: BenchConfig) -> list[dict]:
         with open(cfg, "w") as handle:
             handle.write(config.to_json())
         store, out = os.path.join(tmp, "store"), os.path.join(tmp, "records.jsonl")
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": str(config.threads),
-               "NUMBA_NUM_THREADS": str(config.threads)}
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **threads.launch_env(config.threads, config.world)}
         ranks = []
         try:
             for r in range(config.world):

@@ -23,14 +23,14 @@ from perfmodel.collectives.record import busbw_factor
 from perfmodel.calibration.measurements import make_record
 from realrun.bench.config import BenchConfig
 
-def _case(op, spec, alg, x, exact, iters, warmup):
+def _case(op, spec, alg, x, exact, iters, warmup, threads=None):
     import torch
     import torch.distributed as dist
 
     from perfmodel.collectives.runtime import runtime_algorithm
     from realrun.comm import Comm, CommStats
 
-    comm = Comm()
+    comm = Comm(threads=threads)
     # torch's own all-reduce runs in place on a copy made before the timer (as nccl-tests'
     # in-place mode): a new output tensor per call costs page faults, not communication
     inplace = op == "allreduce" and runtime_algorithm(op, spec, alg) == "torch"
@@ -119,6 +119,9 @@ def worker(rank: int, world: int, store: str | None, cfg: BenchConfig, out: str,
         init = "env://" if store is None else f"file://{store}"
         dist.init_process_group(cfg.backend, init_method=init, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=cfg.op_timeout_s))
+    from realrun import threads
+
+    threads.apply(cfg.threads, torch_too=True)   # realrun runs this rank: torch's threads and the codecs'
     records = []
     if cfg.backend == "nccl":   # one GPU per rank: the launcher's local rank, else the rank
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
@@ -128,7 +131,7 @@ def worker(rank: int, world: int, store: str | None, cfg: BenchConfig, out: str,
         if cfg.backend == "nccl":
             x = x.cuda()
         exact = _exact(cfg.op, x, world, rank)
-        worst, err, wrong = _case(cfg.op, spec, alg, x, exact, cfg.iters, cfg.warmup)
+        worst, err, wrong = _case(cfg.op, spec, alg, x, exact, cfg.iters, cfg.warmup, cfg.threads)
         if rank == 0:
             records.append({**_record(cfg, size, spec, alg, worst, err, world), "wrong": wrong})
             print(f"bench {cfg.op}: {i + 1}/{len(cfg.cases)} {spec} {alg} {size} B", file=sys.stderr, flush=True)

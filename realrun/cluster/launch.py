@@ -2,8 +2,9 @@
 
 Each rank runs ``ip netns exec cmp-NAME-h{i} CMD`` with ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK=0``, ``LOCAL_WORLD_SIZE=1``, ``MASTER_ADDR`` (host 0), ``MASTER_PORT`` and
-``GLOO_SOCKET_IFNAME=eth0``; ``OMP_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` are set to
-``threads`` (default 1). Each rank joins its host's cgroup (``realrun.cluster.cpu``) as it
+``GLOO_SOCKET_IFNAME=eth0``; ``OMP_NUM_THREADS``, ``NUMBA_NUM_THREADS`` and
+``COMMPRESS_CODEC_THREADS`` are set to ``threads`` (default 1: an emulated host's share of one
+core; ``realrun.threads.launch_env``). Each rank joins its host's cgroup (``realrun.cluster.cpu``) as it
 starts (right after its exec, long before its first import), so it and every thread it starts compute on the
 host's fixed CPU share. One rank failing ends the run: the others are stopped and the error
 names the rank.
@@ -15,6 +16,7 @@ import sys
 
 from realrun import procs as procs_
 from realrun.cluster import cpu, emulated
+from realrun.threads import launch_env
 from topologies.errors import InputError
 
 MASTER_PORT = 29511   # torchrun's 29500 + 11; free inside our namespaces, which have their own ports
@@ -24,7 +26,7 @@ def rank_env(spec: emulated.EmulatedSpec, rank: int, threads: int, port: int, wo
     env = dict(os.environ)
     env.update(RANK=str(rank), WORLD_SIZE=str(world or spec.hosts), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
                MASTER_ADDR=emulated.address(0), MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="eth0",
-               OMP_NUM_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads), COMMPRESS_EMULATED="1",
+               **launch_env(threads, 1), COMMPRESS_EMULATED="1",
                TORCH_CPP_LOG_LEVEL=os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"))
     return env
 

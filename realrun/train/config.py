@@ -59,7 +59,7 @@ class TrainConfig:
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     metrics: str | None = None
     op_timeout_s: float = OP_TIMEOUT_S
-    threads: int = 1
+    threads: int | None = None   # CPU threads per rank; None: the host's cores over its local ranks (realrun.threads)
     device: str = "auto"
     checkpoint: str | None = None
     checkpoint_every: int = 0
@@ -100,7 +100,8 @@ class TrainConfig:
         _int("eval_every", self.eval_every, 0, MAX_STEPS)
         _int("error_every", self.error_every, 0, MAX_STEPS)
         _int("bucket_bytes", self.bucket_bytes, 1024, 2**32)
-        _int("threads", self.threads, 1, 256)
+        if self.threads is not None:
+            _int("threads", self.threads, 1, 256)
         _int("checkpoint_every", self.checkpoint_every, 0, MAX_STEPS)
         if self.resume and not self.checkpoint:
             raise InputError("resume", self.resume, "a run with a checkpoint folder to resume from")

@@ -1,5 +1,6 @@
 """Where a training run's ranks come from: started here (``run_local``: tp x cp x pp x dp local ranks in
-their own process groups, a FileStore rendezvous, gloo on loopback, ``threads`` threads each),
+their own process groups, a FileStore rendezvous, gloo on loopback, ``threads`` threads each: by
+default the host's cores over the ranks, ``realrun.threads``),
 or a launcher's (``run_here``: torchrun, ``realrun cluster run``)."""
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 from dataclasses import replace
 
-from realrun import procs
+from realrun import procs, threads
 from realrun.train.config import TrainConfig
 
 ENTRY = "realrun.train"   # its __main__: one rank
@@ -22,8 +23,7 @@ def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
         path, store = os.path.join(tmp, "config.json"), os.path.join(tmp, "store")
         with open(path, "w") as handle:
             handle.write(run.to_json())
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": str(cfg.threads),
-               "NUMBA_NUM_THREADS": str(cfg.threads)}
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **threads.launch_env(cfg.threads, cfg.world)}
         ranks = []
         try:
             for r in range(cfg.world):

@@ -48,7 +48,7 @@ from perfmodel.plan.mesh import Mesh
 from perfmodel.workload import load_model
 from realrun.comm import Comm
 from realrun.comm.exchange import gather_tensor
-from realrun.compressors import fast
+from realrun import threads
 from realrun.train import checkpoint, rendezvous
 from realrun.train.clock import now
 from realrun.train.config import TrainConfig
@@ -228,7 +228,7 @@ class Run:
         policy = parse_policy(cfg.policy)
         wait_s = cfg.op_timeout_s   # every group's, every Comm's: a dead peer ends the run, never hangs it
         tp_group, pp_group, dp_group = (_my_group(mesh.groups[axis], rank, wait_s)[0] for axis in ("tp", "pp", "dp"))
-        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group, wait_s) if cfg.tp > 1 else None,
+        self.tp = TensorParallel(cfg.tp, coords["tp"], Comm(tp_group, wait_s, cfg.threads) if cfg.tp > 1 else None,
                                  policy.axis("tp"))
         self.ep, edp_comm = _expert_parallel(cfg, mesh, rank, policy)
         self.ep.aux_scale = 1.0 / cfg.microbatches   # as the pipeline scales each micro-batch's loss
@@ -237,12 +237,13 @@ class Run:
         model.keep_stage(sum(layers[:stage]), sum(layers[:stage + 1]), stage == 0, stage == cfg.pp - 1)
         model.shard(self.tp).shard_experts(self.ep).shard_context(self.cp).to(device)
         line = mesh.group_of("pp", rank)
-        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, wait_s), policy.axis("pp"),
+        self.pipe = Pipeline(cfg.schedule, stage, cfg.pp, Comm(pp_group, wait_s, cfg.threads), policy.axis("pp"),
                              line[stage - 1] if stage > 0 else None, line[stage + 1] if stage < cfg.pp - 1 else None,
                              device)
         self.hidden_shape = (cfg.mbs, cfg.seq_len // cfg.cp, model.spec.hidden_size)
-        embed_comm = _embedding_comm(mesh, rank, wait_s) if cfg.pp > 1 and model.spec.tied_embeddings else None
-        dp_comm, dp_axis = Comm(dp_group, wait_s), policy.axis("dp")
+        embed_comm = _embedding_comm(mesh, rank, wait_s, cfg.threads) if cfg.pp > 1 and model.spec.tied_embeddings \
+            else None
+        dp_comm, dp_axis = Comm(dp_group, wait_s, cfg.threads), policy.axis("dp")
         experts = model.expert_parameters() if cfg.ep > 1 else []   # sharded: reduced over edp, not dp
         sharded = {id(e) for e in experts}
         dense = buckets([p for p in model.parameters() if id(p) not in sharded], cfg.bucket_bytes)
@@ -270,9 +271,9 @@ def _expert_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> tuple[E
     wait_s = cfg.op_timeout_s
     ep_group = _my_group(mesh.groups["ep"], rank, wait_s)[0]
     edp_group = _my_group(mesh.groups["edp"], rank, wait_s)[0]
-    comm = Comm(ep_group, wait_s)
+    comm = Comm(ep_group, wait_s, cfg.threads)
     ep = ExpertParallel(cfg.ep, mesh.coords(rank)["ep"], comm, policy.axis("ep"), policy.axis("ep_combine"))
-    return ep, Comm(edp_group, wait_s) if cfg.dp // cfg.ep > 1 else None
+    return ep, Comm(edp_group, wait_s, cfg.threads) if cfg.dp // cfg.ep > 1 else None
 
 
 def _context_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> ContextParallel:
@@ -280,14 +281,15 @@ def _context_parallel(cfg: TrainConfig, mesh: Mesh, rank: int, policy) -> Contex
     if cfg.cp == 1:
         return ContextParallel(1, 0, None)
     group = _my_group(mesh.groups["cp"], rank, cfg.op_timeout_s)[0]
-    return ContextParallel(cfg.cp, mesh.coords(rank)["cp"], Comm(group, cfg.op_timeout_s), policy.axis("cp"))
+    return ContextParallel(cfg.cp, mesh.coords(rank)["cp"], Comm(group, cfg.op_timeout_s, cfg.threads),
+                           policy.axis("cp"))
 
 
-def _embedding_comm(mesh: Mesh, rank: int, timeout_s: float) -> Comm | None:
+def _embedding_comm(mesh: Mesh, rank: int, timeout_s: float, threads: int | None = None) -> Comm | None:
     """Collectives between the first and last stage of this rank's pipeline (tied embeddings);
     None on the stages between."""
     group, member = _my_group([(line[0], line[-1]) for line in mesh.groups["pp"]], rank, timeout_s)
-    return Comm(group, timeout_s) if member else None
+    return Comm(group, timeout_s, threads) if member else None
 
 
 def _my_group(groups, rank: int, timeout_s: float) -> tuple[object, bool]:
@@ -306,8 +308,9 @@ def _my_group(groups, rank: int, timeout_s: float) -> tuple[object, bool]:
 
 def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    fast.set_threads(cfg.threads)   # as NUMBA_NUM_THREADS in the ranks run_local starts
+    # torch's and the codecs' threads: cfg.threads, else the host's cores over its local ranks (run_local's
+    # COMMPRESS_CODEC_THREADS, or torchrun's LOCAL_WORLD_SIZE): realrun runs this process, so torch's too
+    threads.apply(cfg.threads, torch_too=True)
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
     opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
