@@ -191,7 +191,7 @@ class Comm:
         finally:
             self._settle(c, stats)
         out = _xp(x).concatenate(parts)
-        return _tensor(out, out)
+        return _tensor(out, out, tensor.dtype)
 
     def reduce_scatter(self, tensor: torch.Tensor, spec: str | Codec = "none", key: str = "",
                        stats: CommStats | None = None, local_size: int | None = None) -> torch.Tensor:
@@ -210,7 +210,7 @@ class Comm:
                 part = _reduce_scatter(x, c, self.group).astype(x.dtype)
         finally:
             self._settle(c, stats)
-        return _tensor(part, part)
+        return _tensor(part, part, tensor.dtype)
 
     def alltoall(self, tensor: torch.Tensor, spec: str | Codec = "none", splits: list[int] | None = None,
                  out_splits: list[int] | None = None, algorithm: str = "auto", key: str = "",
@@ -249,7 +249,7 @@ class Comm:
                                                 out_splits=values)
         finally:
             self._settle(c, stats)
-        return _tensor(out, out).reshape(len(out) // max(width, 1), *tensor.shape[1:])
+        return _tensor(out, out, tensor.dtype).reshape(len(out) // max(width, 1), *tensor.shape[1:])
 
     def broadcast(self, tensor: torch.Tensor, spec: str | Codec = "none", src: int = 0, key: str = "",
                   stats: CommStats | None = None) -> torch.Tensor:
@@ -354,13 +354,15 @@ def _device(tensor: torch.Tensor, group) -> str:
                      f"(this group runs {dist.get_backend(group)})")
 
 
-def _tensor(arr, like: torch.Tensor) -> torch.Tensor:
-    """A torch tensor over a result array (numpy or CuPy), shaped like ``like``, of the array's
-    dtype (bf16 and fp8 arrays: ``dtypes.to_torch``; bf16 on the GPU: ``realrun.gpu``)."""
+def _tensor(arr, like, dtype=None) -> torch.Tensor:
+    """A torch tensor over a result array (numpy or CuPy), shaped like ``like``: on the host of the
+    array's dtype (bf16 and fp8 arrays: ``dtypes.to_torch``); on the GPU, where a bf16 or fp16
+    tensor's values were widened to float32 (``realrun.gpu.from_tensor``), rounded back to
+    ``dtype`` (default ``like``'s)."""
     if on_gpu(arr):
         from realrun.gpu import to_tensor
 
-        return to_tensor(_xp(arr).ascontiguousarray(arr), like.dtype).reshape(like.shape)
+        return to_tensor(_xp(arr).ascontiguousarray(arr), dtype or like.dtype).reshape(like.shape)
     return dtypes.to_torch(arr).reshape(like.shape)
 
 

@@ -5,7 +5,9 @@ Transforms, chains, error feedback, the header, the checksum and every check bef
 ``realrun.compressors``'; only moving the input on and assembling the payload on the device are
 here. Specs run on the GPU when every family in them has a GPU path (``gpu_families()``: the
 GPU backend's declaration, ``kernels.SERVES``) and gets float32 input; anything else is a clear
-error when the compressor is built, never a silent copy to the host.
+error when the compressor is built, never a silent copy to the host. A bf16 or fp16 CUDA tensor
+is taken as its exact float32 values (``kernels.from_tensor``: the ``bf16_to_f32`` kernel), so
+its payload is a float32 one; ``kernels.to_tensor`` rounds decoded values back (``f32_to_bf16``).
 """
 from __future__ import annotations
 

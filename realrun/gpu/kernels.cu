@@ -4,6 +4,7 @@
 //   NaN if the block holds NaN/Inf),
 //   codes = rint(x / scale) clipped to +-levels; int4 packs value i into byte i/2, low nibble first;
 //   sign: bit i of byte i/8 (LSB first) is 1 for x >= 0 (or NaN), scale = mean |x| of the block.
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
 
@@ -136,3 +137,18 @@ extern "C" __global__ void from_fp8(const uint8_t* codes, float* y, long n, int 
     __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)codes[i], e5m2 ? __NV_E5M2 : __NV_E4M3);
     y[i] = __half2float(*reinterpret_cast<__half*>(&h));
 }
+
+// bf16 at the codec boundary (realrun.gpu.kernels.widen / narrow): a bf16 tensor's values widen
+// exactly to float32 for the kernels above and the decoded float32 values round back to bf16,
+// nearest even (NaN stays NaN), as the host's numba and numpy paths do (realrun.compressors.dtypes).
+
+extern "C" __global__ void bf16_to_f32(const __nv_bfloat16* x, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __bfloat162float(x[i]);
+}
+
+extern "C" __global__ void f32_to_bf16(const float* x, __nv_bfloat16* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+

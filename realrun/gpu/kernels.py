@@ -51,6 +51,10 @@ SERVES = {
 for _family in SERVES:
     _family.implements("cupy")(_family.IMPLEMENTATIONS["numpy"])   # one transform class, both backends
 
+# The dtype kernels: a bf16 tensor's values widen exactly to float32 at the codec boundary and the
+# decoded values round back to bf16 (``widen``, ``narrow``); the families' kernels take float32.
+DTYPE_KERNELS = ("bf16_to_f32", "f32_to_bf16")
+
 
 def kernel_source() -> str:
     return SOURCE.read_text()
@@ -86,8 +90,54 @@ def array_module(x):
 
 
 def from_tensor(t):
-    """A CuPy view of a CUDA tensor (DLPack, no copy)."""
+    """A CuPy view of a CUDA tensor (DLPack, no copy); a bf16 or fp16 tensor as its exact float32
+    values (a new array: ``widen``), since the kernels take float32 and CuPy has no bf16."""
+    name = str(t.dtype).removeprefix("torch.")
+    if name == "bfloat16":
+        import torch
+
+        return widen(cupy().from_dlpack(t.detach().view(torch.int16)).view(cupy().uint16), "bfloat16")
+    if name == "float16":
+        return widen(cupy().from_dlpack(t.detach()), "float16")
     return cupy().from_dlpack(t)
+
+
+def to_tensor(arr, dtype=None):
+    """A CUDA tensor over a CuPy array (DLPack), rounded to ``dtype`` where that is bf16 or fp16
+    and ``arr`` holds float32 values (``narrow``): what ``from_tensor`` widened goes back."""
+    import torch
+
+    name = str(dtype).removeprefix("torch.") if dtype is not None else None
+    if name in ("bfloat16", "float16") and arr.dtype == cupy().float32:
+        out = narrow(arr, name)
+        return torch.from_dlpack(out).view(torch.bfloat16) if name == "bfloat16" else torch.from_dlpack(out)
+    return torch.from_dlpack(arr)
+
+
+def widen(codes, name: str):
+    """float32 values of a device array of bf16 bits (uint16; the ``bf16_to_f32`` kernel) or of
+    float16 (CuPy's exact cast)."""
+    cp = cupy()
+    if name == "float16":
+        return codes.astype(cp.float32)
+    bits = cp.ascontiguousarray(codes).view(cp.uint16).reshape(-1)
+    out = cp.empty(bits.shape, cp.float32)
+    if len(bits):
+        _launch("bf16_to_f32", _grid(len(bits)), (bits, out, np.int64(len(bits))))
+    return out.reshape(codes.shape)
+
+
+def narrow(values, name: str):
+    """float32 device values rounded to bf16 (uint16 bits; the ``f32_to_bf16`` kernel: nearest
+    even) or to float16 (CuPy's cast: nearest even)."""
+    cp = cupy()
+    if name == "float16":
+        return values.astype(cp.float16)
+    flat = cp.ascontiguousarray(values, dtype=cp.float32).reshape(-1)
+    out = cp.empty(flat.shape, cp.uint16)
+    if len(flat):
+        _launch("f32_to_bf16", _grid(len(flat)), (flat, out, np.int64(len(flat))))
+    return out.reshape(values.shape)
 
 
 def synchronize() -> None:
@@ -96,11 +146,12 @@ def synchronize() -> None:
 
 
 def as_device_array(x):
+    """A CuPy array of ``x`` (a CUDA tensor: ``from_tensor``, bf16 and fp16 as float32 values)."""
     cp = cupy()
     if type(x).__module__.split(".")[0] == "torch":
         if x.device.type != "cuda":
             raise InputError("device", str(x.device), "cuda for GpuCompressor (CPU tensors: Compressor)")
-        return cp.from_dlpack(x.detach())
+        return from_tensor(x.detach())
     return cp.asarray(x)
 
 

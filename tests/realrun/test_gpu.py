@@ -12,11 +12,12 @@ from realrun.compressors.payload import checksum
 from realrun.gpu import SOURCE, GpuCompressor, gpu_families, kernels
 from topologies.errors import InputError
 
-DECLARED_KERNELS = {name for serves in kernels.SERVES.values() for name in serves.kernels}
+DECLARED_KERNELS = {name for serves in kernels.SERVES.values() for name in serves.kernels} | set(kernels.DTYPE_KERNELS)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_cuda_source_compiles_for_sm90(tmp_path):
+    """Every kernel, the bf16 ones (``__nv_bfloat16`` in and out) among them."""
     out = tmp_path / "kernels.cubin"
     proc = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Werror", "all-warnings", "-o", str(out),
                            str(SOURCE)], capture_output=True, text=True, timeout=300)
@@ -24,6 +25,8 @@ def test_cuda_source_compiles_for_sm90(tmp_path):
     assert out.stat().st_size > 0
     declared = set(re.findall(r'extern "C" __global__ void (\w+)', SOURCE.read_text()))
     assert declared == DECLARED_KERNELS
+    bf16 = re.findall(r'extern "C" __global__ void (\w+)\([^)]*__nv_bfloat16', SOURCE.read_text())
+    assert set(bf16) == set(kernels.DTYPE_KERNELS)
 
 
 def test_specs_without_a_gpu_path_are_refused():
@@ -184,3 +187,36 @@ def test_gpu_refuses_corrupted_payloads_and_reads_cpu_ones(spec):
             gpu.decompress(cp.asarray(bad))
     with pytest.raises(InputError):
         gpu.decompress(cp.asarray(good[:-3]))
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_and_fp16_cross_the_boundary_as_the_host_does(tmp_path):
+    """A bf16 CUDA tensor widens to its exact float32 values (bf16_to_f32) and decoded values
+    round back to bf16 nearest even (f32_to_bf16), bit for bit as the host's casts; collectives
+    on bf16 and fp16 CUDA tensors return their dtype (one NCCL rank)."""
+    cp = _cupy_with_gpu()
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("ml_dtypes")
+    import torch.distributed as dist
+
+    from realrun.comm import collectives as C
+    from realrun.compressors import dtypes
+    from realrun.gpu import from_tensor, to_tensor
+
+    x = torch.from_numpy(np.random.default_rng(1).standard_normal(70_001).astype(np.float32) * 100)
+    t = x.bfloat16().cuda()
+    wide = from_tensor(t)
+    assert wide.dtype == cp.float32 and np.array_equal(cp.asnumpy(wide), t.float().cpu().numpy())
+    back = to_tensor(cp.asarray(x.numpy()), torch.bfloat16)
+    host = dtypes.narrow(x.numpy(), dtypes.BFLOAT16).view(np.uint16)
+    assert back.dtype == torch.bfloat16 and np.array_equal(back.cpu().view(torch.int16).numpy().view(np.uint16), host)
+    if not dist.is_nccl_available():
+        pytest.skip("this torch build has no NCCL")
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
+    try:
+        for dtype in (torch.bfloat16, torch.float16):
+            for spec in ("int8", "topk(0.1)", "fp16"):
+                y = C.allreduce(x.to(dtype).cuda(), spec, "auto")
+                assert y.dtype == dtype and y.device.type == "cuda", (dtype, spec)
+    finally:
+        dist.destroy_process_group()
