@@ -5,7 +5,7 @@ those types, so a bf16 tensor reaches the codecs as a numpy view of its own byte
 ``to_numpy`` and ``to_torch`` cross the boundary in both directions for every floating dtype
 torch has (``float8_e4m3fn`` and ``float8_e5m2`` where the torch build has them).
 
-How the codecs serve each dtype (docs/realrun.md, Dtypes):
+How the codecs serve each dtype (docs/runtime.md, Dtypes):
 
 * **Arithmetic codecs** (int8, int4, qsgd, sign, fp8, top-k's selection) run in float32 on a
   narrower input: its values are widened exactly (``widen``: bf16 is its 16 bits shifted left,
