@@ -116,7 +116,7 @@ def predict(model: str = "gpt-neox-20b", cluster: str = "lassen", plan: PlanRequ
     _check_outputs(opts.trace, opts.timeline)
     setup = _setup(model, cluster, request, opts)
     pol = parse_policy(opts.policy)
-    _check_fits(setup, opts)
+    _check_fits(setup, opts, [pol])
     engine = engine_for(opts.engine)
     timing = engine.time_step(setup.inputs(pol))
     _draw(timing, setup.plan, pol, opts,
@@ -130,8 +130,9 @@ def step_seconds(model: str, cluster: str, plan: PlanRequest | None = None, opti
     solver over one input calls many times (``perfmodel.explore.breakeven``)."""
     request, opts = request_and_options(plan, options, **kw)
     setup = _setup(model, cluster, request, opts)
-    _check_fits(setup, opts)
-    return engine_for(opts.engine).time_step(setup.inputs(_policy(opts.policy))).breakdown.total
+    pol = _policy(opts.policy)
+    _check_fits(setup, opts, [pol])
+    return engine_for(opts.engine).time_step(setup.inputs(pol)).breakdown.total
 
 
 def predict_many(model: str, cluster: str, items: list, options: PredictOptions | None = None) -> list:
@@ -150,7 +151,7 @@ def predict_many(model: str, cluster: str, items: list, options: PredictOptions 
         pols = [_policy(p) for p in policies]
         try:
             setup = _setup(model, cluster, request, opts)
-            _check_fits(setup, opts)
+            _check_fits(setup, opts, pols)
         except InputError as err:
             out.append(err)
             continue
@@ -224,10 +225,12 @@ def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
     return _Setup(arch, built, ranks, dev, calib, slowdown, plan, memory)
 
 
-def _check_fits(setup: _Setup, opts: PredictOptions) -> None:
-    """The plan against its GPU: its precision runs there (``Recipe.check``), and it fits memory."""
-    recipe(setup.plan.precision).check(setup.dev)
-    memory = _memory(setup)
+def _check_fits(setup: _Setup, opts: PredictOptions, policies: list) -> None:
+    """The plan against its GPU: its precision runs there (``Recipe.check``), and it fits memory with
+    fp8 primary weights where one of ``policies`` gathers them (the record's ``fits`` is per policy)."""
+    rec = recipe(setup.plan.precision)
+    rec.check(setup.dev)
+    memory = _memory(setup, any(p.under(rec.eight_bit).gathers_fp8_params for p in policies))
     if memory["total"] > setup.dev.hbm_bytes and not opts.allow_oom:
         need, have = memory["total"] / 2**30, setup.dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "

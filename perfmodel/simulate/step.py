@@ -140,7 +140,8 @@ class StepSim:
 
     def _transfer(self, t) -> None:
         kind, mb, src, dst = t[:4]
-        alone = self.stages[src].work.send_fwd if kind == "act" else self.stages[src].work.send_bwd
+        work = self.stages[src].work          # a microbatch's sends, one per chunk
+        alone = (work.send_fwd if kind == "act" else work.send_bwd) / self.chunks
         start = self.core.now
 
         def arrived():

@@ -149,8 +149,8 @@ def makespans(name: str, microbatches: int, fwd, bwd, send_fwd, send_bwd, chunks
     n, p = fwd.shape
     prog = program(name, p, microbatches, chunks)
     run_f, run_b = fwd / chunks, bwd / chunks
-    coef = np.concatenate([np.zeros((1, n)), run_f.T, run_b.T, np.asarray(send_fwd, dtype=float).T,
-                           np.asarray(send_bwd, dtype=float).T])
+    coef = np.concatenate([np.zeros((1, n)), run_f.T, run_b.T, np.asarray(send_fwd, dtype=float).T / chunks,
+                           np.asarray(send_bwd, dtype=float).T / chunks])   # a microbatch's sends, one per chunk
     groups = -(-n // max(_MIN_COLUMNS, _BUFFER_BYTES // (8 * prog.nodes)))
     width = -(-n // groups)
     values = np.empty((prog.nodes, min(width, n)))     # one buffer, reused by each group of plans

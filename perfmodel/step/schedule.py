@@ -68,7 +68,8 @@ def _interleaved_ops(s: int, p: int, m: int, v: int) -> list[tuple[str, int, int
 class StageCost:
     """Per-microbatch seconds of one stage: its forward and backward operations (compute and
     whatever else blocks the stage: TP collectives, kernels) and its outgoing transfers
-    (activation to the next stage, gradient to the previous one)."""
+    (activation to the next stage, gradient to the previous one). Interleaved, a microbatch runs V
+    chunks and sends V times: each chunk's operation and transfer takes 1/V of these."""
 
     fwd: float
     bwd: float
@@ -164,7 +165,7 @@ def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, reco
     taken = [-1.0] * len(links)       # when the receiver did
     done = [-1.0] * len(links)        # when it ended
     link_free = [[0.0] * p for _ in range(p)]   # messages on one directed link go in order
-    send = [(st.send_fwd, st.send_bwd) for st in stages]
+    send = [(st.send_fwd / chunks, st.send_bwd / chunks) for st in stages]   # a microbatch's sends, one per chunk
     run = [(0.0, st.fwd / chunks, st.bwd / chunks) for st in stages]
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
     ops, moved = [], []
