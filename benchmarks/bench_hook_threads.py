@@ -5,11 +5,12 @@ A ``GPT2LMHeadModel`` of a small random config (no download) under torch DDP on 
 on loopback (``torch.multiprocessing`` spawn, bounded), with and without
 ``realrun.hooks.compression_hook(SPEC)``, in fp32 and in bf16 (the whole model in
 ``torch.bfloat16``, as LLMs train). No environment variable is set: the codecs' threads are
-realrun's default (the host's cores over the ranks on it, ``realrun.threads``). Each case runs
-in fresh ranks: ``--warmup`` steps, then ``--repeats`` blocks of ``--steps`` steps; a block's
-step time is the median of rank 0's steps (each step ends at a barrier), and the table gives
-the median of the blocks and their spread (min-max). The ratio is the hook's step over the
-plain DDP step of the same dtype. Target (issue 37): int8 at most 1.5x plain in fp32.
+realrun's default (the host's cores over the ranks on it, ``realrun.threads``). Each
+dtype runs in two fresh ranks, one DDP model per case (the same initial weights): ``--warmup``
+steps each, then ``--repeats`` rounds of one block of ``--steps`` steps per case, interleaved so
+that every case sees the same load on a shared host; a block's step time is the median of rank
+0's steps (each step ends at a barrier), and the table gives the median of the blocks and their
+spread (min-max). The ratio is the hook's step over the plain DDP step of the same dtype. Target (issue 37): int8 at most 1.5x plain in fp32.
 
 Usage: python benchmarks/bench_hook_threads.py [--steps 8] [--repeats 3] [--warmup 2]
        [--specs int8] [--dtypes fp32,bf16] [--threads N] [--json FILE]
@@ -31,8 +32,10 @@ CONFIG = dict(vocab_size=4096, n_positions=128, n_embd=256, n_layer=4, n_head=4,
 BATCH, SEQ = 8, 64
 
 
-def rank_main(rank: int, world: int, port: int, dtype: str, spec: str, steps: int, repeats: int, warmup: int,
+def rank_main(rank: int, world: int, port: int, dtype: str, specs: list, steps: int, repeats: int, warmup: int,
               threads: int | None, out: str) -> None:
+    """One rank: a DDP model per case (the same initial weights), their timed blocks interleaved
+    (case 1, case 2, ..., then again) so that every case sees the same load on a shared host."""
     from datetime import timedelta
 
     import torch
@@ -44,39 +47,56 @@ def rank_main(rank: int, world: int, port: int, dtype: str, spec: str, steps: in
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(**CONFIG)).to(getattr(torch, DTYPES[dtype]))
-    ddp = DDP(model)
-    state = None
-    if spec != "none":
-        state, hook = compression_hook(spec, threads=threads)
-        ddp.register_comm_hook(state, hook)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
-    gen = torch.Generator().manual_seed(1 + rank)
-    times = []
-    for _ in range(warmup + steps * repeats):
-        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=gen)
+    cases = []
+    for spec in specs:
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(**CONFIG)).to(getattr(torch, DTYPES[dtype]))
+        ddp = DDP(model)
+        state = None
+        if spec != "none":
+            state, hook = compression_hook(spec, threads=threads)
+            ddp.register_comm_hook(state, hook)
+        cases.append({"spec": spec, "model": model, "ddp": ddp, "state": state, "times": [],
+                      "opt": torch.optim.AdamW(ddp.parameters(), lr=1e-4),
+                      "gen": torch.Generator().manual_seed(1 + rank)})
+
+    def step(case) -> float:
+        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=case["gen"])
         dist.barrier()
         start = time.perf_counter()
-        loss = ddp(input_ids=ids, labels=ids).loss
-        opt.zero_grad(set_to_none=True)
+        case["loss"] = loss = case["ddp"](input_ids=ids, labels=ids).loss
+        case["opt"].zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        case["opt"].step()
         dist.barrier()
-        times.append(time.perf_counter() - start)
-    probe = torch.cat([p.detach().float().reshape(-1)[:64] for p in model.parameters()])
-    gathered = [torch.zeros_like(probe) for _ in range(world)]
-    dist.all_gather(gathered, probe)
-    if rank == 0:
-        blocks = [statistics.median(times[warmup + i * steps: warmup + (i + 1) * steps]) for i in range(repeats)]
-        agree = all(torch.equal(gathered[0], g) for g in gathered[1:])
-        import numba
+        return time.perf_counter() - start
 
+    for case in cases:
+        for _ in range(warmup):
+            step(case)
+        if case["state"] is not None:
+            case["mark"] = len(case["state"].per_step)
+    for _ in range(repeats):
+        for case in cases:
+            case["times"].append(statistics.median(step(case) for _ in range(steps)))
+    torch_threads = torch.get_num_threads()   # before numba's import below can touch OpenMP
+    import numba
+
+    rows = []
+    for case in cases:
+        probe = torch.cat([p.detach().float().reshape(-1)[:64] for p in case["model"].parameters()])
+        gathered = [torch.zeros_like(probe) for _ in range(world)]
+        dist.all_gather(gathered, probe)
+        timed = case["state"].per_step[case["mark"]:] if case["state"] is not None else []
+        hook = {k: statistics.mean(s[k] for s in timed) * 1e3 for k in ("compress_s", "decompress_s", "comm_s")} \
+            if timed else {}
+        rows.append({"spec": case["spec"], "blocks": case["times"], "loss": float(case["loss"].detach().float()),
+                     "ranks_agree": all(torch.equal(gathered[0], g) for g in gathered[1:]), "hook_ms": hook,
+                     "numba_threads": numba.get_num_threads(), "torch_threads": torch_threads})
+    if rank == 0:
         with open(out, "w") as handle:
-            json.dump({"blocks": blocks, "loss": float(loss.detach().float()), "ranks_agree": agree,
-                       "buckets": state.stats["buckets"] if state else 0, "numba_threads": numba.get_num_threads(),
-                       "torch_threads": torch.get_num_threads()}, handle)
-    del ddp, state, opt
+            json.dump(rows, handle)
+    del cases
     dist.barrier()
     dist.destroy_process_group()
 
@@ -87,19 +107,19 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def run_case(dtype: str, spec: str, args, timeout_s: float) -> dict:
-    """One case in two fresh ranks, bounded by ``timeout_s`` (ranks still running are killed)."""
+def run_case(dtype: str, specs: list, args, timeout_s: float) -> list:
+    """One dtype's cases in two fresh ranks, bounded by ``timeout_s`` (ranks still running are killed)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
-        ctx = mp.spawn(rank_main, args=(2, _port(), dtype, spec, args.steps, args.repeats, args.warmup, args.threads,
+        ctx = mp.spawn(rank_main, args=(2, _port(), dtype, specs, args.steps, args.repeats, args.warmup, args.threads,
                                         out), nprocs=2, join=False)
         deadline = time.monotonic() + timeout_s
         try:
             while not ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{dtype} {spec}: ranks still running after {timeout_s:g} s")
+                    raise TimeoutError(f"{dtype}: ranks still running after {timeout_s:g} s")
         finally:
             for p in ctx.processes:
                 if p.is_alive():
@@ -123,22 +143,24 @@ def main(argv=None) -> int:
     print(f"# HF GPT2LMHeadModel {CONFIG}, batch {BATCH}x{SEQ}, DDP on 2 gloo ranks, {os.cpu_count()} cores; "
           f"{args.repeats} blocks of {args.steps} steps after {args.warmup}; thread variables set: "
           f"{', '.join(set_vars) or 'none'}; --threads {args.threads or 'default'}")
-    print(f"{'dtype':6} {'spec':16} {'step_ms':>9} {'spread_ms':>15} {'ratio':>6}  ranks_agree  threads  loss")
+    print(f"{'dtype':6} {'spec':16} {'step_ms':>9} {'spread_ms':>15} {'ratio':>6}  ranks_agree  threads  loss  "
+          "hook ms/step (rank 0)")
     rows = []
+    specs = ["none"] + [s.strip() for s in args.specs.split(",") if s.strip() and s.strip() != "none"]
     for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
         base = None
-        for spec in ["none"] + [s.strip() for s in args.specs.split(",") if s.strip()]:
-            res = run_case(dtype, spec, args, args.timeout)
+        for res in run_case(dtype, specs, args, args.timeout):
             blocks = [b * 1e3 for b in res["blocks"]]
             med = statistics.median(blocks)
-            base = med if spec == "none" else base
-            row = {"dtype": dtype, "spec": spec, "step_ms": med, "min_ms": min(blocks), "max_ms": max(blocks),
-                   "ratio": med / base, "ranks_agree": res["ranks_agree"], "loss": res["loss"],
-                   "numba_threads": res["numba_threads"], "torch_threads": res["torch_threads"]}
+            base = med if res["spec"] == "none" else base
+            row = {"dtype": dtype, **{k: res[k] for k in ("spec", "ranks_agree", "loss", "numba_threads",
+                                                           "torch_threads", "hook_ms")},
+                   "step_ms": med, "min_ms": min(blocks), "max_ms": max(blocks), "ratio": med / base}
             rows.append(row)
             threads = f"{res['numba_threads']}/{res['torch_threads']}"
-            print(f"{dtype:6} {spec:16} {med:9.1f} {min(blocks):7.1f}-{max(blocks):<7.1f} {row['ratio']:6.2f}  "
-                  f"{str(res['ranks_agree']):11}  {threads:7}  {res['loss']:.3f}", flush=True)
+            print(f"{dtype:6} {res['spec']:16} {med:9.1f} {min(blocks):7.1f}-{max(blocks):<7.1f} {row['ratio']:6.2f}  "
+                  f"{str(res['ranks_agree']):11}  {threads:7}  {res['loss']:.3f}  "
+                  + " ".join(f"{k.removesuffix('_s')} {v:.0f}" for k, v in res["hook_ms"].items()), flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

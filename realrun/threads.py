@@ -18,11 +18,17 @@ Overrides, first that applies: an explicit ``threads`` argument (``compression_h
 ``NUMBA_NUM_THREADS`` where the user set it (numba's own setting is then left as it is).
 ``apply`` sets numba's count (per calling thread, as numba keeps it) and, only in processes
 realrun starts itself (``torch_too``), torch's intra-op threads; ``launch_env`` is what realrun's
-launchers put in the environment of the ranks they start.
+launchers put in the environment of the ranks they start. Where numba is not yet imported,
+``apply`` also makes its pool that size (``NUMBA_NUM_THREADS`` in the environment, as the user
+would): an idle pool of every core slowed the HF GPT-2 hook run on 2 shared cores 6x. numba's
+OpenMP layer then starts with that count, and on builds where it shares torch's OpenMP runtime
+(torch 2.13 CPU here) torch's intra-op threads read the same count afterwards, exactly as with
+a user's ``NUMBA_NUM_THREADS``.
 """
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from topologies.errors import InputError
@@ -31,6 +37,7 @@ ENV = "COMMPRESS_CODEC_THREADS"
 LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 
 _applied = threading.local()   # numba's thread count is per thread: set once per thread and count
+_own_numba_env: list = []      # the NUMBA_NUM_THREADS this module put in the environment (not the user's)
 
 
 def host_cores() -> int:
@@ -78,8 +85,10 @@ def codec_threads(threads: int | None = None, local: int | None = None, cores: i
 
 
 def user_set_numba() -> bool:
-    """Whether this process was started with ``NUMBA_NUM_THREADS`` (then numba is left as it is)."""
-    return bool(os.environ.get("NUMBA_NUM_THREADS", "").strip())
+    """Whether the user set ``NUMBA_NUM_THREADS`` (then numba is left as it is); the value ``apply``
+    put there itself does not count."""
+    value = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    return bool(value) and value not in _own_numba_env
 
 
 def apply(threads: int | None = None, torch_too: bool = False) -> int | None:
@@ -98,6 +107,12 @@ def apply(threads: int | None = None, torch_too: bool = False) -> int | None:
         _applied.torch = n
     if getattr(_applied, "numba", None) == n:
         return _applied.count
+    if "numba" not in sys.modules and not user_set_numba():
+        # numba starts its pool of NUMBA_NUM_THREADS threads (default: every core) at its import; a
+        # pool larger than the count set stays idle but measurably slows a shared host, so it is
+        # made of n threads (a later, larger count is then capped at n)
+        os.environ["NUMBA_NUM_THREADS"] = str(n)
+        _own_numba_env.append(str(n))
     from realrun.compressors import fast
 
     _applied.count = fast.set_threads(n)
