@@ -10,10 +10,14 @@ dtype runs in two fresh ranks, one DDP model per case (the same initial weights)
 steps each, then ``--repeats`` rounds of one block of ``--steps`` steps per case, interleaved so
 that every case sees the same load on a shared host; a block's step time is the median of rank
 0's steps (each step ends at a barrier), and the table gives the median of the blocks and their
-spread (min-max). The ratio is the hook's step over the plain DDP step of the same dtype. Target (issue 37): int8 at most 1.5x plain in fp32.
+spread (min-max). The ratio is the hook's step over the plain DDP step of the same dtype.
+Target (issue 37): int8 at most 1.5x plain in fp32.
+
+``--isolate`` runs every case in its own pair of ranks instead (plain DDP as a user runs it,
+in a process that never loads numba).
 
 Usage: python benchmarks/bench_hook_threads.py [--steps 8] [--repeats 3] [--warmup 2]
-       [--specs int8] [--dtypes fp32,bf16] [--threads N] [--json FILE]
+       [--specs int8] [--dtypes fp32,bf16] [--threads N] [--isolate] [--json FILE]
 """
 from __future__ import annotations
 
@@ -136,20 +140,25 @@ def main(argv=None) -> int:
     p.add_argument("--specs", default="int8", help="compressor specs against plain DDP, comma separated")
     p.add_argument("--dtypes", default="fp32,bf16", help="model dtypes: fp32, bf16, fp16")
     p.add_argument("--threads", type=int, default=None, help="codec threads per rank (default: realrun's)")
+    p.add_argument("--isolate", action="store_true", help="each case in its own pair of ranks (plain DDP then never "
+                   "loads numba, whose OpenMP start can set torch's threads too), not interleaved")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per case before its ranks are killed")
     p.add_argument("--json", help="write the rows as JSON")
     args = p.parse_args(argv)
     set_vars = [v for v in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "COMMPRESS_CODEC_THREADS") if v in os.environ]
     print(f"# HF GPT2LMHeadModel {CONFIG}, batch {BATCH}x{SEQ}, DDP on 2 gloo ranks, {os.cpu_count()} cores; "
           f"{args.repeats} blocks of {args.steps} steps after {args.warmup}; thread variables set: "
-          f"{', '.join(set_vars) or 'none'}; --threads {args.threads or 'default'}")
+          f"{', '.join(set_vars) or 'none'}; --threads {args.threads or 'default'}; "
+          f"{'isolated' if args.isolate else 'interleaved'} cases")
     print(f"{'dtype':6} {'spec':16} {'step_ms':>9} {'spread_ms':>15} {'ratio':>6}  ranks_agree  threads  loss  "
           "hook ms/step (rank 0)")
     rows = []
     specs = ["none"] + [s.strip() for s in args.specs.split(",") if s.strip() and s.strip() != "none"]
     for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
         base = None
-        for res in run_case(dtype, specs, args, args.timeout):
+        results = [r for spec in specs for r in run_case(dtype, [spec], args, args.timeout)] if args.isolate \
+            else run_case(dtype, specs, args, args.timeout)
+        for res in results:
             blocks = [b * 1e3 for b in res["blocks"]]
             med = statistics.median(blocks)
             base = med if res["spec"] == "none" else base
