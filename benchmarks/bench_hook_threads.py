@@ -58,7 +58,7 @@ def rank_main(rank: int, world: int, port: int, dtype: str, specs: list, steps: 
         ddp = DDP(model)
         state = None
         if spec != "none":
-            state, hook = compression_hook(spec, threads=threads)
+            state, hook = compression_hook(spec, **({} if threads is None else {"threads": threads}))
             ddp.register_comm_hook(state, hook)
         cases.append({"spec": spec, "model": model, "ddp": ddp, "state": state, "times": [],
                       "opt": torch.optim.AdamW(ddp.parameters(), lr=1e-4),
