@@ -41,9 +41,10 @@ def test_gpu_implementations_belong_to_registered_families():
 
 def test_the_gpu_backend_covers_exactly_the_families_it_declares():
     """Without CuPy too: the families of the GPU backend's declaration (``SERVES``) are exactly
-    those with a cupy implementation, each the same transform class as on the host (one transform, two
-    backends); the kernels they declare (and the dtype kernels at the codec boundary,
-    ``DTYPE_KERNELS``) are exactly the kernels kernels.cu defines and the backend launches, so no family claims a kernel that is missing and no kernel is dead."""
+    those with a cupy implementation, each the same transform class as on the host (one transform,
+    two backends); the kernels they declare (and the dtype kernels at the codec boundary,
+    ``DTYPE_KERNELS``) are exactly the kernels kernels.cu defines and the backend launches, so no
+    family claims a kernel that is missing and no kernel is dead."""
     assert {cls.NAME for cls in kernels.SERVES} == set(gpu_families())
     for cls in kernels.SERVES:
         assert cls.IMPLEMENTATIONS["cupy"] is cls.IMPLEMENTATIONS["numpy"], cls.NAME
