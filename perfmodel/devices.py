@@ -209,7 +209,7 @@ class Protocol:
     max_Bps: float = math.inf   # an absolute cap (NCCL's per-architecture maxima), beside the fraction
     # True where step_s is NCCL's measured per-step latency on NVLink inside an NVSwitch node (its
     # hwLat), which already covers the GPU-switch-GPU path: the topology's path latency, which
-    # otherwise takes over where longer, does not (perfmodel.collectives.transfers.link_terms)
+    # otherwise takes over where longer, does not (perfmodel.collectives.fabric.Link.terms)
     step_includes_path: bool = False
 
 

@@ -36,8 +36,11 @@ class Link:
 
     @cached_property
     def terms(self) -> dict:
-        """{protocol: (base_s, step_s, s_per_byte)}: the per-phase cost terms on this link."""
-        return {n: (p.base_s, max(self.latency_s, p.step_s), 1.0 / min(self.bandwidth_Bps * p.bw_fraction, p.max_Bps))
+        """{protocol: (base_s, step_s, s_per_byte)}: the per-phase cost terms on this link. A step takes
+        the longer of the protocol's step and the link's path latency, but for a protocol whose step
+        already covers the path (``Protocol.step_includes_path``: NCCL's hwLat inside an NVSwitch node)."""
+        return {n: (p.base_s, p.step_s if p.step_includes_path else max(self.latency_s, p.step_s),
+                    1.0 / min(self.bandwidth_Bps * p.bw_fraction, p.max_Bps))
                 for n, p in self.protocols.items()}
 
     @cached_property

@@ -78,22 +78,13 @@ def concurrent(*transfers: Transfer) -> tuple:
     return tuple(t for t in transfers if t.steps > 0)
 
 
-def link_terms(link: Link, proto: str) -> tuple[float, float, float]:
-    """(base_s, step_s, s_per_byte) of ``proto`` on ``link``: the link's terms, whose step is the
-    longer of the protocol's and the topology's path latency, except for a protocol whose step
-    already covers the path (``Protocol.step_includes_path``: NCCL's hwLat inside an NVSwitch node)."""
-    base, step, per_byte = link.terms[proto]
-    protocol = link.protocols[proto]
-    return base, protocol.step_s if protocol.step_includes_path else step, per_byte
-
-
 def _wire(cost: AlgoCost, proto: str) -> tuple[float, float, float]:
     """(base latency, step latency, bandwidth time) under one protocol."""
     base = steps = bandwidth = 0.0
     for phases in cost.rounds:
         worst_lat = worst_bw = -1.0
         for ph in phases:
-            b, step, per_byte = link_terms(ph.link, proto)
+            b, step, per_byte = ph.link.terms[proto]
             if ph.primitive in ph.link.primitives:   # measured for this primitive on this tier
                 step, per_byte = ph.link.primitive_terms[ph.primitive]
             base = b if b > base else base
