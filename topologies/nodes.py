@@ -43,6 +43,23 @@ def _add_nics(graph, host, attach_to, *, nic_Gbps, pcie_GBps, pcie_latency_us):
     return nics
 
 
+def _gpus_on_switch(graph: nx.Graph, host: int, gpus: int, switch: str, *, nvlink_GBps: float,
+                    nvlink_latency_us: float) -> list[str]:
+    """``gpus`` GPUs of ``host``, each linked to ``switch`` over NVLink at ``nvlink_GBps`` per direction."""
+    names = [_add_gpu(graph, host, i) for i in range(gpus)]
+    for name in names:
+        add_link(graph, name, switch, tier="nvlink", bandwidth_Bps=GBps_to_Bps(nvlink_GBps),
+                 latency_s=us_to_s(nvlink_latency_us))
+    return names
+
+
+def _nics_on_gpus(graph: nx.Graph, host: int, gpus: list[str], nics: int, *, nic_Gbps: float, pcie_GBps: float,
+                  pcie_latency_us: float) -> list[str]:
+    """NIC j on GPU ``j * len(gpus) // nics`` over PCIe (one NIC per GPU where they are as many)."""
+    attach = [gpus[j * len(gpus) // nics] for j in range(nics)]
+    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps, pcie_latency_us=pcie_latency_us)
+
+
 def nvswitch_node(graph: nx.Graph, host: int, *, gpus: int, nvlink_GBps: float,
                   nvlink_latency_us: float, nics: int, nic_Gbps: float,
                   pcie_GBps: float, pcie_latency_us: float = 0.5,
@@ -56,13 +73,9 @@ def nvswitch_node(graph: nx.Graph, host: int, *, gpus: int, nvlink_GBps: float,
     """
     switch = _add_part(graph, host, "nvswitch", "nvsw")
     graph.nodes[switch]["nvls"] = bool(nvls)
-    names = [_add_gpu(graph, host, i) for i in range(gpus)]
-    for name in names:
-        add_link(graph, name, switch, tier="nvlink", bandwidth_Bps=GBps_to_Bps(nvlink_GBps),
-                 latency_s=us_to_s(nvlink_latency_us))
-    attach = [names[j * gpus // nics] for j in range(nics)]
-    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
-                     pcie_latency_us=pcie_latency_us)
+    names = _gpus_on_switch(graph, host, gpus, switch, nvlink_GBps=nvlink_GBps, nvlink_latency_us=nvlink_latency_us)
+    return _nics_on_gpus(graph, host, names, nics, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                         pcie_latency_us=pcie_latency_us)
 
 
 def nvlink_tray_node(graph: nx.Graph, host: int, *, gpus: int, hosts_per_domain: int, nvlink_GBps: float,
@@ -85,19 +98,15 @@ def nvlink_tray_node(graph: nx.Graph, host: int, *, gpus: int, hosts_per_domain:
     switch = f"d{domain}.nvsw"
     if switch not in graph:
         graph.add_node(switch, **{KIND: "nvswitch", DOMAIN: domain, "nvls": bool(nvls)})
-    names = [_add_gpu(graph, host, i) for i in range(gpus)]
-    for name in names:
-        add_link(graph, name, switch, tier="nvlink", bandwidth_Bps=GBps_to_Bps(nvlink_GBps),
-                 latency_s=us_to_s(nvlink_latency_us))
+    names = _gpus_on_switch(graph, host, gpus, switch, nvlink_GBps=nvlink_GBps, nvlink_latency_us=nvlink_latency_us)
     for c in range(cpus):
         cpu = _add_part(graph, host, "cpu", f"cpu{c}")
         graph.nodes[cpu][FORWARDS] = False
         for name in names[c * gpus // cpus:(c + 1) * gpus // cpus]:
             add_link(graph, name, cpu, tier="c2c", bandwidth_Bps=GBps_to_Bps(c2c_GBps),
                      latency_s=us_to_s(c2c_latency_us))
-    attach = [names[j * gpus // nics] for j in range(nics)]
-    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
-                     pcie_latency_us=pcie_latency_us)
+    return _nics_on_gpus(graph, host, names, nics, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                         pcie_latency_us=pcie_latency_us)
 
 
 def full_mesh_node(graph: nx.Graph, host: int, *, gpus: int, gpu_gpu_GBps: float, link_latency_us: float,
@@ -112,9 +121,8 @@ def full_mesh_node(graph: nx.Graph, host: int, *, gpus: int, gpu_gpu_GBps: float
         for b in names[i + 1:]:
             add_link(graph, a, b, tier=intra_tier, bandwidth_Bps=GBps_to_Bps(gpu_gpu_GBps),
                      latency_s=us_to_s(link_latency_us))
-    attach = [names[j * gpus // nics] for j in range(nics)]
-    return _add_nics(graph, host, attach, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
-                     pcie_latency_us=pcie_latency_us)
+    return _nics_on_gpus(graph, host, names, nics, nic_Gbps=nic_Gbps, pcie_GBps=pcie_GBps,
+                         pcie_latency_us=pcie_latency_us)
 
 
 def nvlink_mesh_node(graph: nx.Graph, host: int, *, sockets: int, gpus_per_socket: int,
