@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_degrees
-from perfmodel.plan.framework import DEFAULT_FRAMEWORK, check_framework, framework_profile
+from perfmodel.plan.framework import DEFAULT_FRAMEWORK, framework_profile
 from perfmodel.plan.mesh import COMPOSITE_GROUPS
 from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
 from perfmodel.step.schedule import SCHEDULES
@@ -110,8 +110,10 @@ class PlanRequest:
     """A plan as a user asks for it, before ``make_plan`` validates it against a model and the
     job's GPUs: the same fields and defaults as ``make_plan``'s keywords, with ``degrees.dp``
     possibly ``auto``, ``compute_dtype`` None (the device's: bf16 where it has it, else fp16,
-    else fp32) and ``precision`` None (the compute dtype's), and the job's size on the cluster (``gpus`` or ``nodes``; default: the catalog's
-    nodes). ``PlanRequest.of(tp=2, zero=1, ...)`` takes the degrees as keywords among the rest."""
+    else fp32), ``precision`` None (the compute dtype's), ``dp_overlap`` and ``tp_overlap`` None
+    (the framework's defaults), and the job's size on the cluster (``gpus`` or ``nodes``; default:
+    the catalog's nodes). ``PlanRequest.of(tp=2, zero=1, ...)`` takes the degrees as keywords among
+    the rest."""
 
     gpus: int | None = None
     nodes: int | None = None
@@ -178,7 +180,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     ``request`` (a PlanRequest) or its fields as keywords (``make_plan(m, 8, tp=2, zero=1)``);
     an open ``compute_dtype`` means bf16."""
     r = PlanRequest.of(**fields) if request is None else request.with_(**fields) if fields else request
-    r = framework_profile(check_framework(r.framework)).resolve(r)
+    r = framework_profile(r.framework).resolve(r)      # refuses an unknown stack; its overlap defaults
     degrees = r.degrees.check()
     mbs = _positive("mbs", r.mbs)
     degrees = degrees.resolved(gpus)
@@ -213,7 +215,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                         schedule=name, virtual_stages=virtual, compute_dtype=dtype or "bf16",
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
-                        kernels=r.kernels, precision=precision, framework=check_framework(r.framework))
+                        kernels=r.kernels, precision=precision, framework=r.framework)
 
 
 def _chunks_even(layers: int, chunks: int) -> bool:
