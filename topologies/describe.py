@@ -23,9 +23,7 @@ def bisection_bandwidth_Bps(cluster: Cluster) -> float | None:
     for u, v, d in cluster.graph.edges(data=True):
         flow.add_edge(u, v, capacity=d[BANDWIDTH])
         flow.add_edge(v, u, capacity=d[BANDWIDTH])
-    per_domain = getattr(cluster, "hosts_per_domain", 1)
-    domains = cluster.hosts // per_domain
-    half = cluster.hosts // 2 if domains < 2 else domains // 2 * per_domain
+    half = _half_hosts(cluster)
     for n, d in cluster.graph.nodes(data=True):
         if d[KIND] == GPU:
             side = "_src" if d[HOST] < half else ("_dst" if d[HOST] < 2 * half else None)
@@ -37,14 +35,20 @@ def bisection_bandwidth_Bps(cluster: Cluster) -> float | None:
     return float(value)
 
 
+def _half_hosts(cluster: Cluster) -> int:
+    """Hosts on each side of the bisection: half the whole NVLink domains where there are two or
+    more, else half the hosts."""
+    if cluster.domains >= 2:
+        return cluster.domains // 2 * cluster.hosts_per_domain
+    return cluster.hosts // 2
+
+
 def describe(cluster: Cluster) -> dict:
     """A JSON-ready summary: GPUs, node shape, NVLink domains, tiers, bisection and
     oversubscription (measured where the bisection cuts the fabric between domains; None
     where it cuts one domain's NVLink)."""
     bisection = bisection_bandwidth_Bps(cluster)
-    across = cluster.domains >= 2
-    half = cluster.hosts // 2 if not across else cluster.domains // 2 * cluster.hosts_per_domain
-    injection = cluster.nic_rate_per_host_Bps * half
+    injection = cluster.nic_rate_per_host_Bps * _half_hosts(cluster)
     spec = cluster.spec
     return {
         "name": cluster.name,
@@ -65,8 +69,8 @@ def describe(cluster: Cluster) -> dict:
         "tiers": cluster.tiers,
         "bisection_bandwidth_Bps": bisection,
         "oversubscription_configured": spec["fabric"].get("oversubscription", 1.0),
-        "oversubscription_measured": (injection / bisection) if bisection and (across or cluster.hosts_per_domain == 1)
-        else None,
+        "oversubscription_measured": (injection / bisection)
+        if bisection and (cluster.domains >= 2 or cluster.hosts_per_domain == 1) else None,
         "graph_nodes": cluster.graph.number_of_nodes(),
         "graph_links": cluster.graph.number_of_edges(),
         "sources": spec.get("sources", {}),

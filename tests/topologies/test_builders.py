@@ -1,7 +1,7 @@
 import networkx as nx
 import pytest
 
-from topologies import GraphError, build_cluster, catalog_names, validate_graph
+from topologies import Cluster, GraphError, build_cluster, catalog_names, validate_graph
 from topologies.attrs import BANDWIDTH, GPU, KIND, LATENCY, TIER
 from topologies.describe import bisection_bandwidth_Bps
 from topologies.errors import InputError
@@ -71,12 +71,9 @@ def _fat_tree_graph(oversubscription):
 
 
 def test_oversubscribed_fat_tree_has_less_bisection():
-    class Fake:
-        pass
-
     def bisection(g):
-        c = Fake()
-        c.graph, c.hosts = validate_graph(g), 8
+        c = Cluster(name="fat-tree", origin="test", description="", gpu_model="a100", hosts=8, gpus_per_host=1,
+                    node_builder="nvswitch", fabric_builder="fat_tree", graph=validate_graph(g), spec={})
         return bisection_bandwidth_Bps.__wrapped__(c)
 
     full, over = bisection(_fat_tree_graph(1.0)), bisection(_fat_tree_graph(3.0))
