@@ -259,11 +259,9 @@ def prefetched(profile, model, plan) -> float:
     return min(1.0, profile.zero3_prefetch_params / (model.layer_params() / plan.tp))
 
 
-def time_stages(step: StepInputs, profile=None) -> tuple[list[StageTime], list[list], Tally]:
-    """Every stage's times and events; the tally counts stage 0's (the stage that ends the step).
-    Stages alike (``_alike``) are timed once and share their StageTime. ``profile``: the stack's
-    (default: the catalog's profile of the plan's framework)."""
-    profile = profile or framework_profile(step.plan.framework)
+def time_stages(step: StepInputs, profile) -> tuple[list[StageTime], list[list], Tally]:
+    """Every stage's times and events under the stack's ``profile``; the tally counts stage 0's (the
+    stage that ends the step). Stages alike (``_alike``) are timed once and share their StageTime."""
     layers, events, alike, axes = _plan_stages(step.model, step.plan, step.env.built.gpus_per_host)
     stages: list[StageTime] = []
     tally = None
@@ -383,11 +381,17 @@ def _slowdown(step: StepInputs, buckets, records, hidden: float, busy: float, hi
     return cpu * (hidden / busy if busy > 0 else 0.0) / cpu_share(step.env.built, step.plan.gpus)
 
 
-def _exposed(out: Breakdown, tally: Tally, event, rec) -> None:
+def _exposed(out: Breakdown, tally: Tally, event, rec, window: float = 0.0, slowdown: float = 0.0) -> None:
     """A collective on the critical path after backward: wire time to its axis's phase (dp's
-    exposed tail), kernels to compression."""
+    exposed tail), kernels to compression (charged in full). ``window``: the seconds of the next
+    step's first forward it may hide behind (ZeRO-1/2's parameter all-gather where the stack
+    overlaps it, Megatron's ``--overlap-param-gather``); the hidden part slows that forward by
+    ``slowdown``."""
     wire, kernel = split_kernel(rec)
-    out.add(AXES[event.axis].phase, wire * event.count)
+    seconds = wire * event.count
+    hidden = min(seconds, window)
+    out.add(AXES[event.axis].phase, seconds - hidden)
+    out.add(OVERLAP_SLOWDOWN, slowdown * hidden)
     out.add(COMPRESSION, kernel * event.count)
     tally.add(event, rec, event.count)
     tally.add_kernel(event.axis, kernel * event.count)
@@ -434,28 +438,12 @@ def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span, pr
     first = events[0]
     _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
     for event in (e for e in first if e.where == "tail"):
-        rec = cost(step.env, event, step.policy)
-        if profile.param_gather_overlap and event.axis == "zero":
-            _behind_forward(out, tally, event, rec, stages[0].fwd_op, step.env.overlap_slowdown)
-        else:
-            _exposed(out, tally, event, rec)
+        behind = profile.param_gather_overlap and event.axis == "zero"
+        _exposed(out, tally, event, cost(step.env, event, step.policy), stages[0].fwd_op if behind else 0.0,
+                 step.env.overlap_slowdown)
     params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1, 0)
     out[OPTIMIZER] = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev) + step_host_s(profile)
     return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
-
-
-def _behind_forward(out: Breakdown, tally: Tally, event, rec, window: float, slowdown: float) -> None:
-    """ZeRO-1/2's parameter all-gather overlapped with the next step's first forward (Megatron's
-    ``--overlap-param-gather``): wire time beyond that forward is exposed, the hidden part slows
-    the forward by ``overlap_slowdown``; kernels are charged in full."""
-    wire, kernel = split_kernel(rec)
-    seconds = wire * event.count
-    hidden = min(seconds, window)
-    out.add(AXES[event.axis].phase, seconds - hidden)
-    out.add(OVERLAP_SLOWDOWN, slowdown * hidden)
-    out.add(COMPRESSION, kernel * event.count)
-    tally.add(event, rec, event.count)
-    tally.add_kernel(event.axis, kernel * event.count)
 
 
 ANALYTICAL = register(AnalyticalEngine())
