@@ -184,8 +184,9 @@ def _training_row(source: Source, row: dict) -> RowResult:
         predicted = rec.tokens_per_s / gpus
     else:
         predicted = source_flops(row["flops_formula"], row) / (rec.step_time_s * gpus) / 1e12
+    fits = None if row.get("memory_unchecked") else rec.fits     # bridge.py says why a row's fit is not checked
     return RowResult(source.key, label, measured, predicted, predicted / measured - 1, unit,
-                     memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=None if row.get("memory_unchecked") else rec.fits)
+                     memory_GiB=rec.memory_per_gpu_bytes / 2**30, fits=fits)
 
 
 def _int(row: dict, key: str, default: int = 1) -> int:
@@ -214,13 +215,11 @@ def row_model(row: dict) -> str:
     return _model_toml(*(int(row[k]) for k in ("hidden_size", "num_layers", "num_heads", "vocab_size", "seq_len")))
 
 
-PRECISION_WORDS = {"bf16": "bf16", "fp16": "fp16"}   # older rows say bf16, or describe half precision (fp16)
-
-
 def row_plan(row: dict) -> dict:
-    """predict's plan keywords of a row (cp, ep, vp, precision and framework where it has them)."""
-    precision = row["precision"] if row["precision"] in PRECISION_NAMES else PRECISION_WORDS.get(row["precision"],
-                                                                                               "fp16")
+    """predict's plan keywords of a row (cp, ep, vp, precision and framework where it has them). A
+    precision that is no name of ``perfmodel.plan.precision`` is half precision described in words
+    (megatron-lm-a100-2021: 'half precision ..., run as fp16')."""
+    precision = row["precision"] if row["precision"] in PRECISION_NAMES else "fp16"
     vp = _int(row, "vp")
     plan = dict(tp=_int(row, "tp"), pp=_int(row, "pp"), dp=_int(row, "dp"), cp=_int(row, "cp"), ep=_int(row, "ep"),
                 mbs=int(row["mbs"]), gbs=int(row["gbs"]), seq=int(row["seq_len"]), recompute=row["recompute"],
