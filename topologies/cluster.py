@@ -17,7 +17,7 @@ import networkx as nx
 
 from topologies.attrs import BANDWIDTH, DOMAIN, GPU, HOST, KIND, LATENCY, LOCAL, TIER, validate_graph
 from topologies.bounds import MAX_GPUS, MAX_NODES
-from topologies.catalog import load_spec
+from topologies.catalog import COMMON_KEYS, load_spec
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
 from topologies.nodes import NODE_BUILDERS, gpu_name
@@ -131,7 +131,7 @@ def build_graph(spec: dict, hosts: int) -> tuple[nx.Graph, int]:
     """Build and validate the graph of ``hosts`` hosts; return it and GPUs per host."""
     graph = nx.Graph(name=spec["name"])
     node_args = {k: v for k, v in spec["node"].items() if k != "builder"}
-    fabric_args = {k: v for k, v in spec["fabric"].items() if k not in ("builder", "transport", "sharp")}
+    fabric_args = {k: v for k, v in spec["fabric"].items() if k != "builder" and k not in COMMON_KEYS["fabric"]}
     nics = [NODE_BUILDERS[spec["node"]["builder"]](graph, h, **node_args) for h in range(hosts)]
     per_host = sum(1 for _, d in graph.nodes(data=True) if d[KIND] == GPU and d[HOST] == 0)
     if hosts > 1 or spec["fabric"]["builder"] != "single_switch":
