@@ -66,10 +66,8 @@ def measured_step_s(row: dict) -> float:
 
 def step_inputs(row: dict, profile) -> StepInputs:
     """What the engine times for ``row`` under ``profile`` (prediction's setup, without its caches)."""
-    plan = row_plan(row)
-    plan.update({k: (row[k] == "True") if row.get(k) else None for k in ("tp_overlap", "dp_overlap")})
-    plan["framework"] = profile.name
-    request = profile.resolve(PlanRequest.of(gpus=int(row["gpus"]), **plan))
+    plan = dict(row_plan(row), framework=profile.name)     # open overlaps: make_plan takes the stack's defaults
+    request = PlanRequest.of(gpus=int(row["gpus"]), **plan)
     arch = load_model(row_model(row))
     built, ranks = cluster_for(row["cluster"], gpus=request.gpus)
     dev = profile.device(device(built.gpu_model))
