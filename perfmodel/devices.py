@@ -273,8 +273,7 @@ def nvls_protocols(arch: str) -> dict | None:
     synchronization, so the topology's path latency does not lengthen it); ``nvls_efficiency`` of
     NCCL's own NVLink bandwidth (tuning.cc multiplies the efficiency with the NVLS graph's bandwidth,
     which is NCCL's per-link rate times the links, ``nccl_link_GBps`` of ``spec_link_GBps`` per
-    link); None where the
-    architecture has no NVLS."""
+    link); None where the architecture has no NVLS."""
     consts = nccl_arch().get(arch, {})
     if not consts.get("nvls_efficiency"):
         return None
@@ -295,8 +294,10 @@ class NvlsPipeline:
     fill_loops: int
 
 
+@cache
 def nvls_pipeline(arch: str) -> NvlsPipeline | None:
-    """NVLS's pipeline shape on ``arch``, or None where the architecture has no NVLS."""
+    """NVLS's pipeline shape on ``arch``, or None where the architecture has no NVLS. Cached: every
+    NVLS all-reduce priced asks for it."""
     consts = nccl_arch().get(arch, {})
     if not consts.get("nvls_efficiency"):
         return None
