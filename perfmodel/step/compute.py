@@ -397,16 +397,13 @@ def _low_layers(rec: Recipe, layers: int, first: bool, last: bool, moe_layers: i
 def _layer_groups(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool, last: bool,
                   moe_layers: int) -> list[tuple[int, LayerTimes]]:
     """(count, LayerTimes) of a stage's kinds of layer: dense and MoE, each in the plan's precision
-    and, where the recipe keeps some in bf16, in the compute dtype."""
+    and, where the recipe keeps some in bf16 (all of them in a high precision), in the compute dtype;
+    only the kinds the stage has are timed."""
     rec, high = recipe(plan.precision), recipe(plan.compute_dtype)
     dense_low, moe_low = _low_layers(rec, layers, first, last, moe_layers)
-    dense, moe = layers - moe_layers, moe_layers
-    out = [(dense_low, _layer(model, plan, dev, rec)), (dense - dense_low, _layer(model, plan, dev, high))] \
-        if rec.is_low else [(dense, _layer(model, plan, dev, rec))]
-    if moe:
-        out += [(moe_low, _moe_layer(model, plan, dev, rec)), (moe - moe_low, _moe_layer(model, plan, dev, high))] \
-            if rec.is_low else [(moe, _moe_layer(model, plan, dev, rec))]
-    return [(n, x) for n, x in out if n]
+    kinds = ((dense_low, _layer, rec), (layers - moe_layers - dense_low, _layer, high),
+             (moe_low, _moe_layer, rec), (moe_layers - moe_low, _moe_layer, high))
+    return [(n, times(model, plan, dev, r)) for n, times, r in kinds if n]
 
 
 def _chunk_amax_s(plan: ParallelPlan, rec: Recipe, low: int) -> float:
