@@ -221,7 +221,7 @@ def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
     plan = request.build(arch, ranks, dtype)
     if not 0 <= slowdown < 1:
         raise InputError("overlap_slowdown", slowdown, "a fraction in [0, 1)")
-    memory = peak_memory(arch, plan, _hpz_ranks(plan, built))
+    memory = peak_memory(arch, plan, _hpz_ranks(plan, built), dev.arch)
     return _Setup(arch, built, ranks, dev, calib, slowdown, plan, memory)
 
 
@@ -230,7 +230,7 @@ def _check_fits(setup: _Setup, opts: PredictOptions, policies: list) -> None:
     fp8 primary weights where one of ``policies`` gathers them (the record's ``fits`` is per policy)."""
     rec = recipe(setup.plan.precision)
     rec.check(setup.dev)
-    memory = _memory(setup, any(p.under(rec.eight_bit).gathers_fp8_params for p in policies))
+    memory = _memory(setup, any(p.gathers_fp8_params for p in policies))
     if memory["total"] > setup.dev.hbm_bytes and not opts.allow_oom:
         need, have = memory["total"] / 2**30, setup.dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
@@ -246,23 +246,23 @@ def _finish(setup: _Setup, pol, timing, engine: str, plain: float | None = None)
         base = plain
     else:
         base = _uncompressed_step(s.arch, s.plan, (s.built, s.dev, s.calib, s.slowdown), engine)
-    memory = _memory(s, pol.under(recipe(s.plan.precision).eight_bit).gathers_fp8_params)
+    memory = _memory(s, pol.gathers_fp8_params)
     fits = memory["total"] <= s.dev.hbm_bytes
     return _record(s.arch, s.built, s.dev, s.plan, pol, timing, dict(memory), fits, base, engine)
 
 
-def _memory(setup: _Setup, fp8_params: bool = False) -> dict:
-    """The plan's peak memory on its GPU: a low precision's weight copies as the GPU's architecture
-    keeps them, fp8 primary weights where the parameter gathers carry fp8 (``perfmodel.plan.memory``);
-    a high precision's is the setup's."""
-    if not recipe(setup.plan.precision).is_low:
+def _memory(setup: _Setup, fp8_params: bool) -> dict:
+    """The plan's peak memory on its GPU: the setup's (a low precision's weight copies as the GPU's
+    architecture keeps them), or with fp8 primary weights where the parameter gathers carry fp8
+    (``fp8_params``) into an 8-bit recipe's GEMMs (``perfmodel.plan.memory``)."""
+    if not (fp8_params and recipe(setup.plan.precision).eight_bit):
         return setup.memory
-    return _low_memory(setup.arch, setup.plan, _hpz_ranks(setup.plan, setup.built), setup.dev.arch, fp8_params)
+    return _fp8_params_memory(setup.arch, setup.plan, _hpz_ranks(setup.plan, setup.built), setup.dev.arch)
 
 
 @lru_cache(maxsize=4096)
-def _low_memory(arch, plan, hpz_ranks: int, gpu_arch: str, fp8_params: bool) -> dict:
-    return peak_memory(arch, plan, hpz_ranks, gpu_arch, fp8_params)
+def _fp8_params_memory(arch, plan, hpz_ranks: int, gpu_arch: str) -> dict:
+    return peak_memory(arch, plan, hpz_ranks, gpu_arch, fp8_params=True)
 
 
 def _draw(timing, plan, pol, opts: PredictOptions, title: str) -> None:
