@@ -132,15 +132,15 @@ class Device:
 
 @cache
 def gpu_catalog() -> dict[str, Device]:
-    out = {}
+    out, kernels = {}, read_catalog("precisions")["gemm"]
     for key, d in read_catalog("gpus").items():
         out[key] = Device(key=key, name=d["name"],
                           peak_flops_per_s={k: v * 1e12 for k, v in d["peak_tflops"].items()},
                           hbm_bytes=d["hbm_GiB"] * 2**30, hbm_Bps=TBps_to_Bps(d["hbm_TBps"]),
                           stream_Bps=TBps_to_Bps(d["stream_TBps"]), launch_s=us_to_s(d["kernel_launch_us"]),
-                          gemm_efficiency=tuple(sorted((float(s), e) for s, e in d["gemm_efficiency"].items())),
+                          gemm_efficiency=_size_table(d["gemm_efficiency"]),
                           gemm_shape=_gemm_shape(d.get("gemm_shape")), host_op_s=us_to_s(d.get("host_op_us", 0.0)),
-                          gemm_kernels=gemm_kernels(key, d.get("arch", "")),
+                          gemm_kernels=gemm_kernels(kernels, key, d.get("arch", "")),
                           arch=d.get("arch", ""), source=d["source"], board_power_W=d.get("board_power_W"),
                           power_source=d.get("power_source", ""))
     return out
@@ -171,17 +171,22 @@ class GemmKernel:
     source: str = ""
 
 
-def gemm_kernels(key: str, arch: str) -> dict[str, GemmKernel]:
-    """The low-precision GEMM kernels of GPU ``key`` (architecture ``arch``): each kernel's entry
-    for the GPU, else for its architecture."""
+def gemm_kernels(kernels: dict, key: str, arch: str) -> dict[str, GemmKernel]:
+    """The low-precision GEMM kernels (``kernels``: precisions.toml's [gemm] table) of GPU ``key``
+    (architecture ``arch``): each kernel's entry for the GPU, else for its architecture."""
     out = {}
-    for name, body in read_catalog("precisions")["gemm"].items():
+    for name, body in kernels.items():
         entry = body.get(key) or body.get(arch) or {}
-        table = tuple(sorted((float(s), e) for s, e in entry.get("efficiency", {}).items()))
-        out[name] = GemmKernel(peak=body["peak"], element_bytes=body["element_bytes"], table=table,
+        out[name] = GemmKernel(peak=body["peak"], element_bytes=body["element_bytes"],
+                               table=_size_table(entry.get("efficiency", {})),
                                ratio=entry.get("relative_to_bf16", 1.0),
                                source=entry.get("source", "assumption: the GPU's bf16 table"))
     return out
+
+
+def _size_table(body: dict) -> tuple:
+    """A catalog's {size: fraction} efficiency table as ((size, fraction), ...) ascending."""
+    return tuple(sorted((float(s), e) for s, e in body.items()))
 
 
 def _gemm_shape(body: dict | None) -> GemmShape | None:
