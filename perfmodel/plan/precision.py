@@ -27,8 +27,6 @@ HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
 LOW_PRECISIONS = ("fp8-delayed", "fp8-tensorwise", "fp8-blockwise", "mxfp8", "nvfp4")
 PRECISION_NAMES = HIGH_PRECISIONS + LOW_PRECISIONS
 BF16_BYTES = 2.0                 # a quantize reads bf16 activations, gradients and weights
-OPERANDS = ("activation", "gradient", "weight")   # a GEMM's input X, its output gradient dY, its weight W
-GEMMS = ("fprop", "dgrad", "wgrad")
 
 
 def resolve(precision: str | None, compute_dtype: str | None) -> tuple[str, str | None]:
@@ -93,7 +91,8 @@ class Recipe:
         return 2 if self.copies == "both" or arch in self.tn_only_archs else 1
 
     def stored_bytes(self, operand: str) -> float:
-        """Bytes per element of one quantized copy, its scales included."""
+        """Bytes per element of one quantized copy of ``operand`` (``activation``: a GEMM's input,
+        ``gradient``: its output gradient, ``weight``), its scales included."""
         block = self.weight_block if operand == "weight" else self.activation_block
         return self.element_bytes + (self.scale_bytes / block if block else 0.0)
 
@@ -124,9 +123,8 @@ class Recipe:
         return min(layers, first * self.bf16_layers_start + last * self.bf16_layers_end)
 
     def allowed_on(self, dev) -> bool:
-        """Whether ``dev`` runs this recipe: its GEMM kernel's peak, and the architecture it needs."""
-        if not self.is_low:
-            return self.name in dev.peak_flops_per_s
+        """Whether ``dev`` runs this recipe: its GEMMs' peak (a high precision's own), and the
+        architecture it needs."""
         return self.peak in dev.peak_flops_per_s and (not self.archs or dev.arch in self.archs)
 
     def check(self, dev) -> None:
