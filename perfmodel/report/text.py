@@ -30,8 +30,8 @@ def _plan_line(r) -> str:
 
 def _precision_text(p: dict) -> str:
     """The plan's precision: its compute dtype, or a low recipe with the activations' dtype."""
-    precision = p.get("precision", p["compute_dtype"])
-    return precision if precision == p["compute_dtype"] else f"{precision} ({p['compute_dtype']} activations)"
+    precision, dtype = p["precision"], p["compute_dtype"]
+    return precision if precision == dtype else f"{precision} ({dtype} activations)"
 
 
 def _mfu_text(r) -> str:
