@@ -52,11 +52,6 @@ class Cluster:
     def domains(self) -> int:
         return self.hosts // self.hosts_per_domain
 
-    @cached_property
-    def domain_of(self) -> dict[str, int]:
-        """NVLink domain of every GPU (graph name -> domain index)."""
-        return {n: h // self.hosts_per_domain for n, h in self.host_of.items()}
-
     def locate(self, name: str) -> tuple[int, str]:
         """(domain, the same part's name in domain 0) of a host part or domain switch: the
         routing template every domain shares (``topologies.routing``, ``topologies.loads``)."""

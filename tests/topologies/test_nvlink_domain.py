@@ -15,10 +15,10 @@ NVL72 = ("gb200-nvl72", "gb300-nvl72")
 def test_a_rack_is_one_domain_of_72_gpus_on_18_hosts_of_4(name):
     c = build_cluster(name)
     assert (c.hosts, c.gpus_per_host, c.hosts_per_domain, c.gpus_per_domain, c.domains) == (18, 4, 18, 72, 1)
-    assert set(c.domain_of.values()) == {0} and set(c.host_of.values()) == set(range(18))
+    assert {c.locate(c.gpu(g))[0] for g in range(c.gpus)} == {0} and set(c.host_of.values()) == set(range(18))
     two = build_cluster(name, nodes=36)
     assert (two.domains, two.gpus_per_domain) == (2, 72)
-    assert two.domain_of[two.gpu(71)] == 0 and two.domain_of[two.gpu(72)] == 1
+    assert two.locate(two.gpu(71))[0] == 0 and two.locate(two.gpu(72))[0] == 1
     assert two.host_of[two.gpu(72)] == 18
 
 
