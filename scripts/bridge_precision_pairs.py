@@ -1,11 +1,11 @@
 """What a lower precision buys, measured against predicted, on the Megatron-Bridge table's identical plans.
 
 Two rows of ``validation/published/megatron_bridge_training_throughput.csv`` (read through
-``perfmodel.calibration.bridge``) form a pair when they run the same model on the same system, GPUs and
-plan (tp, pp, cp, vp, ep, micro and global batch, FSDP) in the same container and differ only in
-precision. For each pair: the published speedup of the lower precision (its tokens/s/GPU over the
-other's) and the predicted one, and their difference in points. Issue 38's target: the FP8-over-BF16
-speedup within 5 points.
+``perfmodel.calibration.bridge``, whose ``precision_pairs`` finds them) form a pair when they run the
+same model on the same system, GPUs and plan (tp, pp, cp, vp, ep, micro and global batch, FSDP) in
+the same container and differ only in precision. For each pair: the published speedup of the lower
+precision (its tokens/s/GPU over the other's) and the predicted one, and their difference in points.
+Issue 38's target: the FP8-over-BF16 speedup within 5 points.
 
     python scripts/bridge_precision_pairs.py [--json]
 """
@@ -13,40 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from itertools import combinations
 
-from perfmodel.calibration.published import load_sources, predict_source
-
-PLAN = ("model_label", "cluster", "gpus", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "zero")
-ORDER = ("bf16", "fp8-blockwise", "fp8-tensorwise", "fp8-delayed", "mxfp8", "nvfp4")
-
-
-def pairs() -> list[dict]:
-    """Every identical-plan pair of the Megatron-Bridge sources with both rows predicted."""
-    rows = []
-    for source in load_sources().values():
-        if source.format != "megatron-bridge":
-            continue
-        from perfmodel.calibration.published import source_rows
-        for row, result in zip(source_rows(source), predict_source(source)):
-            if result.predicted is not None:
-                key = tuple(str(row[k]).replace(" (alt)", "") for k in PLAN)
-                rows.append((key, row["precision"], result))
-    out = []
-    for (ka, pa, ra), (kb, pb, rb) in combinations(rows, 2):
-        if ka != kb or pa == pb:
-            continue
-        (low, lo), (high, hi) = sorted(((pa, ra), (pb, rb)), key=lambda x: -ORDER.index(x[0]))
-        measured, predicted = lo.measured / hi.measured, lo.predicted / hi.predicted
-        out.append(dict(plan=lo.label.split(" GPUs")[0] + " GPUs", low=low, high=high, measured=round(measured, 3),
-                        predicted=round(predicted, 3), points=round(100 * (predicted - measured), 1)))
-    return out
+from perfmodel.calibration.bridge import precision_pairs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="JSON instead of a table")
-    found = pairs()
+    found = precision_pairs()
     if parser.parse_args().json:
         print(json.dumps(found, indent=1))
         return

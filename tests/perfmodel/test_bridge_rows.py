@@ -1,10 +1,11 @@
 """NVIDIA's Megatron-Bridge table read as published training rows (perfmodel.calibration.bridge)."""
 import csv
 
-from perfmodel.calibration.bridge import bridge_rows
+from perfmodel.calibration.bridge import bridge_rows, precision_pairs
 from perfmodel.calibration.published import PUBLISHED_DIR, row_plan
 
-RAW = list(csv.DictReader(open(PUBLISHED_DIR / "megatron_bridge_training_throughput.csv")))
+with open(PUBLISHED_DIR / "megatron_bridge_training_throughput.csv", newline="") as _table:
+    RAW = list(csv.DictReader(_table))
 
 
 def _one(**match) -> dict:
@@ -50,13 +51,10 @@ def test_every_dense_row_is_predicted_but_lora():
 
 
 def test_identical_plans_in_two_fp8_recipes_differ_as_published():
-    """scripts/bridge_precision_pairs.py: MXFP8 against FP8 current scaling on the same plan, within 5 points
-    (today 0.1 - 6.1); NVFP4's gain is under-predicted and only guarded against growing worse."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("pairs", PUBLISHED_DIR.parents[1] / "scripts" / "bridge_precision_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found = module.pairs()
+    """precision_pairs (scripts/bridge_precision_pairs.py prints them): MXFP8 against FP8 current scaling on
+    the same plan, within 5 points on average; NVFP4's gain is under-predicted and only guarded against
+    growing worse."""
+    found = precision_pairs()
     fp8 = [p for p in found if {p["low"], p["high"]} == {"mxfp8", "fp8-tensorwise"}]
     fp4 = [p for p in found if p["low"] == "nvfp4"]
     assert len(fp8) >= 8 and sum(abs(p["points"]) for p in fp8) / len(fp8) < 5
