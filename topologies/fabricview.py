@@ -96,13 +96,13 @@ def ring_flows(cluster: Cluster, group) -> list:
     c entering each domain at its c-th rank (counted round a domain that holds fewer, so a partly
     filled last domain spreads the channels over its NICs too).
     Flows are (source GPU index, destination GPU index, weight)."""
-    per_host = by_domain(cluster, group)
-    if len(per_host) == 1:
+    per_domain = by_domain(cluster, group)
+    if len(per_domain) == 1:
         return _domain_ring(cluster, list(group))
-    channels = len(per_host[0])
+    channels = len(per_domain[0])
     flows = []
     for c in range(channels):
-        order = [g for ranks in per_host for g in ranks[c % len(ranks):] + ranks[:c % len(ranks)]]
+        order = [g for ranks in per_domain for g in ranks[c % len(ranks):] + ranks[:c % len(ranks)]]
         flows += _cycle(order, 1.0 / channels)
     return flows
 
@@ -151,9 +151,9 @@ def mesh_cycles(n: int) -> list[list[int]]:
 
 
 def inter_flows(cluster: Cluster, group) -> list:
-    per_host = by_domain(cluster, group)
-    width = min(len(r) for r in per_host)
-    return [f for j in range(width) for f in _cycle([r[j] for r in per_host], 1.0)]
+    per_domain = by_domain(cluster, group)
+    width = min(len(r) for r in per_domain)
+    return [f for j in range(width) for f in _cycle([r[j] for r in per_domain], 1.0)]
 
 
 def _cycle(order, weight) -> list:
@@ -186,13 +186,12 @@ def _regular_flows(cluster: Cluster, groups, make_flows):
         return None
     if ranks.ndim != 2 or make_flows not in _CYCLES:
         return None
-    if make_flows is not inter_flows and meshed(cluster, [g for g in ranks[0] if g // cluster.gpus_per_domain
-                                                         == ranks[0, 0] // cluster.gpus_per_domain]):
-        return None     # rings over a full mesh: the per-group form (_domain_ring)
     count, size = ranks.shape
-    hosts = ranks // cluster.gpus_per_domain
-    per = size // (1 + int((hosts[0, 1:] != hosts[0, :-1]).sum()))
-    blocks = hosts.reshape(count, size // per, per) if size % per == 0 else None
+    domains = ranks // cluster.gpus_per_domain
+    if make_flows is not inter_flows and meshed(cluster, ranks[0, domains[0] == domains[0, 0]].tolist()):
+        return None     # rings over a full mesh: the per-group form (_domain_ring)
+    per = size // (1 + int((domains[0, 1:] != domains[0, :-1]).sum()))
+    blocks = domains.reshape(count, size // per, per) if size % per == 0 else None
     if blocks is None or (blocks != blocks[:, :, :1]).any() \
             or (np.diff(np.sort(blocks[:, :, 0], axis=1), axis=1) == 0).any():
         return None
@@ -268,12 +267,12 @@ def fabric_view(cluster: Cluster, group=None, concurrent=()) -> FabricView:
 def _fabric_view(cluster: Cluster, group: tuple, others: tuple) -> FabricView:
     _check_group(cluster, group)
     groups = (group,) + others
-    per_host = by_domain(cluster, group)
-    spans = len(per_host) > 1
-    width = max(len(r) for r in per_host)
+    per_domain = by_domain(cluster, group)
+    spans = len(per_domain) > 1
+    width = max(len(r) for r in per_domain)
     machines = by_host(group, cluster.gpus_per_host)
     return FabricView(
-        ranks=len(group), domains=len(per_host), ranks_per_domain=width,
+        ranks=len(group), domains=len(per_domain), ranks_per_domain=width,
         hosts=len(machines), ranks_per_host=max(len(r) for r in machines),
         concurrent_groups=len(groups),
         ring=_pattern(cluster, groups, ring_flows),
