@@ -8,7 +8,8 @@ KINDS = ("gpus", "models", "clusters", "compressors", "libraries", "policies", "
 
 
 def add_catalog(sub) -> None:
-    ca = sub.add_parser("catalog", help="GPUs, models and clusters the model knows")
+    ca = sub.add_parser("catalog", help="what the model knows: GPUs, models, clusters, compressors, libraries, "
+                        "policy presets, precisions")
     ca.add_argument("kind", nargs="?", default="all", choices=KINDS)
 
 
