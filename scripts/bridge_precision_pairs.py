@@ -1,11 +1,11 @@
 """What a lower precision buys, measured against predicted, on the Megatron-Bridge table's identical plans.
 
 Two rows of ``validation/published/megatron_bridge_training_throughput.csv`` (read through
-``perfmodel.calibration.bridge``, whose ``precision_pairs`` finds them) form a pair when they run the
-same model on the same system, GPUs and plan (tp, pp, cp, vp, ep, micro and global batch, FSDP) in
-the same container and differ only in precision. For each pair: the published speedup of the lower
-precision (its tokens/s/GPU over the other's) and the predicted one, and their difference in points.
-Issue 38's target: the FP8-over-BF16 speedup within 5 points.
+``perfmodel.calibration.bridge``) form a pair when they run the same model on the same system, GPUs and
+plan (tp, pp, cp, vp, ep, micro and global batch, FSDP) in the same container and differ only in
+precision (``perfmodel.calibration.published.precision_pairs`` finds them). For each pair: the
+published speedup of the lower precision (its tokens/s/GPU over the other's) and the predicted one,
+and their difference in points. Issue 38's target: the FP8-over-BF16 speedup within 5 points.
 
     python scripts/bridge_precision_pairs.py [--json]
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from perfmodel.calibration.bridge import precision_pairs
+from perfmodel.calibration.published import precision_pairs
 
 
 def main() -> None:

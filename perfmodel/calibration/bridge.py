@@ -6,12 +6,9 @@
 ``perfmodel.calibration.published`` predicts: the table's names mapped to commpress's (model, system,
 precision), the plan the table states, and what it does not state taken from Megatron-Bridge's
 performance recipes (``ASSUMPTIONS``). A cell with an alternative value in parentheses (another
-quantization granularity, sometimes with another plan) becomes a second row. ``precision_pairs``: the
-table's identical plans in two precisions, what the lower one buys measured against predicted.
+quantization granularity, sometimes with another plan) becomes a second row.
 """
 from __future__ import annotations
-
-from itertools import combinations
 
 # the table's model names -> commpress catalog models (perfmodel/catalog/models.toml); a name not here is
 # kept and reported as not predicted
@@ -139,36 +136,3 @@ def _skip(row: dict) -> str:
     if name not in MODELS:
         return f"model {name} not in the catalog (its attention's head width is not hidden / heads)"
     return ""
-
-
-# the precisions from the highest to the lowest: a pair's lower precision is the later one
-PRECISION_ORDER = ("bf16", "fp8-blockwise", "fp8-tensorwise", "fp8-delayed", "mxfp8", "nvfp4")
-# what two rows share to be one plan (the model label names the container; a parenthesised row's is the same)
-PAIR_PLAN = ("model_label", "cluster", "gpus", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "zero")
-
-
-def precision_pairs() -> list[dict]:
-    """Every identical-plan pair of the Megatron-Bridge sources with both rows predicted: two rows of
-    the same model, system, GPUs and plan in the same container that differ only in precision, with
-    the lower precision's published speedup over the other (its tokens/s/GPU over the other's), the
-    predicted one, and their difference in points (``scripts/bridge_precision_pairs.py`` prints them)."""
-    # published reads the table through this module: imported here, not at the top
-    from perfmodel.calibration.published import load_sources, predict_source, source_rows
-
-    rows = []
-    for source in load_sources().values():
-        if source.format != "megatron-bridge":
-            continue
-        for row, result in zip(source_rows(source), predict_source(source)):
-            if result.predicted is not None:
-                key = tuple(str(row[k]).replace(" (alt)", "") for k in PAIR_PLAN)
-                rows.append((key, row["precision"], result))
-    out = []
-    for (ka, pa, ra), (kb, pb, rb) in combinations(rows, 2):
-        if ka != kb or pa == pb:
-            continue
-        (low, lo), (high, hi) = sorted(((pa, ra), (pb, rb)), key=lambda x: -PRECISION_ORDER.index(x[0]))
-        measured, predicted = lo.measured / hi.measured, lo.predicted / hi.predicted
-        out.append(dict(plan=lo.label.split(" GPUs")[0] + " GPUs", low=low, high=high, measured=round(measured, 3),
-                        predicted=round(predicted, 3), points=round(100 * (predicted - measured), 1)))
-    return out

@@ -22,6 +22,7 @@ import json
 import tomllib
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from itertools import combinations
 from pathlib import Path
 import tempfile
 
@@ -236,6 +237,38 @@ def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResu
     """Every row of ``source`` predicted."""
     one = _collective_row if source.kind == "collective" else _training_row
     return [one(source, row) for row in source_rows(source, folder)]
+
+
+# the precisions from the highest to the lowest: a pair's lower precision is the later one
+PRECISION_ORDER = ("bf16", "fp8-blockwise", "fp8-tensorwise", "fp8-delayed", "mxfp8", "nvfp4")
+# what two rows share to be one plan (the model label names the container; a parenthesised row's, bridge.py's
+# ' (alt)', is the same)
+PAIR_PLAN = ("model_label", "cluster", "gpus", "tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "zero")
+
+
+def precision_pairs(folder: Path = PUBLISHED_DIR) -> list[dict]:
+    """Every identical-plan pair of the Megatron-Bridge sources (``format`` megatron-bridge) with both
+    rows predicted: two rows of the same model, system, GPUs and plan in the same container that differ
+    only in precision, with the lower precision's published speedup over the other (its tokens/s/GPU
+    over the other's), the predicted one, and their difference in points
+    (``scripts/bridge_precision_pairs.py`` prints them)."""
+    rows = []
+    for source in load_sources(folder).values():
+        if source.format != "megatron-bridge":
+            continue
+        for row, result in zip(source_rows(source, folder), predict_source(source, folder)):
+            if result.predicted is not None:
+                key = tuple(str(row[k]).replace(" (alt)", "") for k in PAIR_PLAN)
+                rows.append((key, row["precision"], result))
+    out = []
+    for (ka, pa, ra), (kb, pb, rb) in combinations(rows, 2):
+        if ka != kb or pa == pb:
+            continue
+        (low, lo), (high, hi) = sorted(((pa, ra), (pb, rb)), key=lambda x: -PRECISION_ORDER.index(x[0]))
+        measured, predicted = lo.measured / hi.measured, lo.predicted / hi.predicted
+        out.append(dict(plan=lo.label.split(" GPUs")[0] + " GPUs", low=low, high=high, measured=round(measured, 3),
+                        predicted=round(predicted, 3), points=round(100 * (predicted - measured), 1)))
+    return out
 
 
 def summarize(source: Source, results: list[RowResult]) -> dict:

@@ -1,8 +1,8 @@
 """NVIDIA's Megatron-Bridge table read as published training rows (perfmodel.calibration.bridge)."""
 import csv
 
-from perfmodel.calibration.bridge import bridge_rows, precision_pairs
-from perfmodel.calibration.published import PUBLISHED_DIR, row_plan
+from perfmodel.calibration.bridge import bridge_rows
+from perfmodel.calibration.published import PUBLISHED_DIR, precision_pairs, row_plan
 
 with open(PUBLISHED_DIR / "megatron_bridge_training_throughput.csv", newline="") as _table:
     RAW = list(csv.DictReader(_table))
