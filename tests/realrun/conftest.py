@@ -1,5 +1,19 @@
 """Fixtures of realrun's tests (the repository's own are in tests/conftest.py)."""
+import socket
+
 import pytest
+
+
+def pick_port() -> int:
+    """A TCP port free on loopback now: the rendezvous of ranks a test starts (``launch_ranks``)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    return pick_port
 
 
 def assert_declared_phases(record: dict, model: str = "gpt-tiny", **plan) -> None:

@@ -1,6 +1,5 @@
 """Compressed collectives on gloo with several processes (marker: distributed)."""
 import json
-import socket
 import sys
 from pathlib import Path
 
@@ -13,16 +12,9 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 TOLERANCE = {"none": 1e-6, "lossless": 1e-6, "fp16": 2e-3, "bf16": 3e-2, "int8": 5e-2, "topk(0.5)": 0.8}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(world: int, tmp_path, run_ranks) -> list[list[dict]]:
+def _run(world: int, tmp_path, run_ranks, port: int) -> list[list[dict]]:
     if not torch.distributed.is_gloo_available():
         pytest.skip("gloo is not available in this torch build")
-    port = _free_port()
     # a hang guard, not a speed test: 8 ranks on 2 shared cores took 282 s under load 20
     run_ranks([[sys.executable, str(WORKER), str(r), str(world), str(port), str(tmp_path)] for r in range(world)],
               240 if world <= 4 else 600)
@@ -30,8 +22,8 @@ def _run(world: int, tmp_path, run_ranks) -> list[list[dict]]:
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, pytest.param(8, marks=pytest.mark.slow)])
-def test_every_rank_ends_with_the_same_result(world, tmp_path, launch_ranks):
-    ranks = _run(world, tmp_path, launch_ranks)
+def test_every_rank_ends_with_the_same_result(world, tmp_path, launch_ranks, free_port):
+    ranks = _run(world, tmp_path, launch_ranks, free_port())
     first = ranks[0]
     shared = ("allreduce", "allgather", "broadcast")
     for other in ranks[1:]:   # every rank ran the same collectives and holds the same bits

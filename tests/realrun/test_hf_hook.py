@@ -3,8 +3,6 @@ compression hook runs, its ranks agree, and every all-reduce algorithm serves bf
 distributed). No thread variable is set: realrun's defaults apply."""
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,32 +17,19 @@ WORKER = Path(__file__).with_name("hf_ddp_worker.py")
 THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "COMMPRESS_CODEC_THREADS", "LOCAL_WORLD_SIZE")
 
 
-def _run(spec: str, steps: int, tmp_path, world: int = 2) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def _run(spec: str, steps: int, tmp_path, run_ranks, port: int, world: int = 2) -> dict:
     out = tmp_path / "out.json"
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
     env.update(GLOO_SOCKET_IFNAME="lo", TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1")
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(world), str(port), spec, str(steps), str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for r in range(world)]
-    try:
-        logs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    codes = [p.returncode for p in procs]
-    tails = "\n".join(f"rank {r}: {log[-2000:]}" for r, log in enumerate(logs))
-    assert codes == [0] * world, f"{spec}: exit codes {codes}\n{tails}"
-    assert "Traceback" not in "".join(logs), tails
+    logs = run_ranks([[sys.executable, str(WORKER), str(r), str(world), str(port), spec, str(steps), str(out)]
+                      for r in range(world)], 240, env)
+    assert "Traceback" not in "".join(logs), "\n".join(f"rank {r}: {log[-2000:]}" for r, log in enumerate(logs))
     return json.loads(out.read_text())
 
 
 @pytest.mark.parametrize("spec", ["int8", "ef(topk(0.01))+int8"])
-def test_bf16_hf_gpt2_trains_under_ddp_with_the_hook(spec, tmp_path):
-    run = _run(spec, 3, tmp_path)
+def test_bf16_hf_gpt2_trains_under_ddp_with_the_hook(spec, tmp_path, launch_ranks, free_port):
+    run = _run(spec, 3, tmp_path, launch_ranks, free_port())
     assert run["param_dtype"] == "torch.bfloat16" and run["grad_dtypes"] == ["torch.bfloat16"]
     assert run["ranks_agree"]                                   # every rank applied the same averaged gradients
     assert len(run["losses"]) == 3 and all(0 < v < 20 for v in run["losses"])
