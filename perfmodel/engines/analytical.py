@@ -25,7 +25,7 @@ from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.plan.framework import framework_profile
 from perfmodel.plan.memory import shards, stage_params
 from perfmodel.plan.mesh import mesh_for
-from perfmodel.step.framework import microbatch_host_s, stack_compute, step_host_s
+from perfmodel.step.framework import microbatch_host_s, prefetched, stack_compute, stack_event, step_host_s
 from perfmodel.step.timing import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
                             pipeline_from, pipeline_spans, split_kernel, zero3_backward, zero3_forward)
 
@@ -107,15 +107,6 @@ def _host_floor(st: StageTime, sc) -> None:
     st.compute += wait_fwd + wait_bwd
     gemm, attention, memory, host = st.compute_parts
     st.compute_parts = (gemm, attention, memory, host + wait_fwd + wait_bwd)
-
-
-def stack_event(profile, plan, event):
-    """The event as the stack sends it: a pipeline transfer of the whole activation from every TP
-    rank where the stack has no scatter-gather (``FrameworkProfile.pp_full_activation``: DeepSpeed's
-    pipeline engine), tp times the scattered slice ``perfmodel.events`` sizes."""
-    if event.axis != "pp" or not profile.pp_full_activation or plan.tp == 1:
-        return event
-    return replace(event, nbytes=event.nbytes * plan.tp)
 
 
 def _host_wait(st: StageTime, seconds: float) -> None:
@@ -248,15 +239,6 @@ def _zero3_exposed(step: StepInputs, events: list, layers: int, sc, profile) -> 
     bwd = zero3_backward(layers, bwd_layer, ag_b, rs) - sc.bwd_s
     shape = (layers, fwd_layer, bwd_layer, ag_f, ag_b, rs)
     return fwd, bwd, KERNEL_SM_SHARE * layers * k_f, KERNEL_SM_SHARE * layers * (k_b + k_rs), shape, records
-
-
-def prefetched(profile, model, plan) -> float:
-    """The fraction of a layer's ZeRO-3 gather issued ahead of it: all of it (one layer of
-    prefetch, FSDP2's and the model's default), or the stack's prefetch bucket over the layer's
-    parameters on this GPU (DeepSpeed's ``stage3_prefetch_bucket_size``)."""
-    if not profile.zero3_prefetch_params:
-        return 1.0
-    return min(1.0, profile.zero3_prefetch_params / (model.layer_params() / plan.tp))
 
 
 def time_stages(step: StepInputs, profile) -> tuple[list[StageTime], list[list], Tally]:

@@ -19,7 +19,9 @@ says its stack does more, per layer and microbatch, on the GPU and on the host:
   eager work and ``selective_gemm_fraction`` of the layer's forward GEMMs (torchtitan's per-op
   policy saves every other matmul), attention only where ``selective_attention``;
 * host: the extra kernels at the device's ``host_op_s`` (already scaled by the stack,
-  ``FrameworkProfile.device``) and ``layer_host_us`` per layer and operation (module hooks).
+  ``FrameworkProfile.device``) and ``layer_host_us`` per layer and operation (module hooks);
+* communication: ``stack_event``, a pipeline transfer as the stack sends it; ``prefetched``, the
+  share of a layer's ZeRO-3 gather the stack issues ahead of it.
 
 The engine then takes the longer of each operation's GPU and host time (``engines.analytical``,
 ``_host_floor``), charges ``microbatch_host_s`` per microbatch as time the GPU waits, and
@@ -129,6 +131,24 @@ def layer_host_s(profile, plan, dev) -> tuple[float, float]:
     elif plan.recompute == "selective":
         bwd += kernels
     return fwd, bwd
+
+
+def stack_event(profile, plan, event):
+    """The event as the stack sends it: a pipeline transfer of the whole activation from every TP
+    rank where the stack has no scatter-gather (``FrameworkProfile.pp_full_activation``: DeepSpeed's
+    pipeline engine), tp times the scattered slice ``perfmodel.events`` sizes."""
+    if event.axis != "pp" or not profile.pp_full_activation or plan.tp == 1:
+        return event
+    return replace(event, nbytes=event.nbytes * plan.tp)
+
+
+def prefetched(profile, model, plan) -> float:
+    """The fraction of a layer's ZeRO-3 gather issued ahead of it: all of it (one layer of
+    prefetch, FSDP2's and the model's default), or the stack's prefetch bucket over the layer's
+    parameters on this GPU (DeepSpeed's ``stage3_prefetch_bucket_size``)."""
+    if not profile.zero3_prefetch_params:
+        return 1.0
+    return min(1.0, profile.zero3_prefetch_params / (model.layer_params() / plan.tp))
 
 
 def microbatch_host_s(profile) -> float:

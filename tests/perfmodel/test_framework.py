@@ -4,10 +4,10 @@ import pytest
 
 from perfmodel import predict
 from perfmodel.calibration import published as pub
-from perfmodel.engines.analytical import prefetched
 from perfmodel.plan.parallel import make_plan
 from perfmodel.workload import load_model
 from perfmodel.plan.framework import (CONSTANT_FIELDS, FRAMEWORK_NAMES, framework_profile, framework_profiles)
+from perfmodel.step.framework import prefetched
 from topologies import InputError
 
 # predict("gpt3-1.3b", "dgx-a100", **SMALL) before framework profiles existed (commit 9b2fb18), both engines
