@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
@@ -70,9 +70,13 @@ def load_sources(folder: Path = PUBLISHED_DIR) -> dict[str, Source]:
     """{key: Source} from ``sources.toml`` in ``folder``."""
     raw = tomllib.loads((Path(folder) / "sources.toml").read_text())
     out = {}
+    allowed = [f.name for f in fields(Source) if f.name != "key"]
     for key, spec in raw.items():
         if spec.get("kind") not in KINDS:
             raise InputError(f"sources.{key}.kind", spec.get("kind"), "one of " + ", ".join(KINDS))
+        unknown = sorted(set(spec) - set(allowed))
+        if unknown:
+            raise InputError(f"sources.{key}", ", ".join(unknown), "keys among " + ", ".join(allowed))
         out[key] = Source(key=key, **spec)
     return out
 

@@ -110,6 +110,13 @@ def test_unknown_source_is_refused():
         pub.select_sources("nope")
 
 
+def test_a_sources_unknown_key_is_refused_in_one_line(tmp_path):
+    (tmp_path / "sources.toml").write_text('[x]\nkind = "training"\nfile = "a.csv"\ntitle = "t"\nsytem = "A"\n')
+    with pytest.raises(InputError) as err:
+        pub.load_sources(tmp_path)
+    assert err.value.field == "sources.x" and "sytem" in str(err.value) and "system" in str(err.value)
+
+
 def test_cli_outputs(cli, tmp_path):
     out_csv, out_png = tmp_path / "rows.csv", tmp_path / "pv.png"
     proc = cli("perfmodel", "validate", "--published", "mleng-h200-nvlink", "--json", "--csv", str(out_csv),
