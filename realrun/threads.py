@@ -2,8 +2,9 @@
 
 Several ranks on one host each default to numba's and torch's thread count (every core), beside
 gloo's threads, and they oversubscribe: a DDP hook with ``int8`` on 2 ranks of 2 cores took 15x the
-plain step with numba's default threads and 1.4x with one thread a rank (docs/design.md, Facts
-measured). So a rank's codec threads default to
+plain step with numba's default threads and 1.4x with one thread a rank (measured when this module
+was written, recorded nowhere else; docs/runtime.md, Threads, has the hook's benchmark as it runs
+now). So a rank's codec threads default to
 
     max(1, cores available to this process (os.sched_getaffinity) // ranks on this host)
 
