@@ -31,8 +31,8 @@ import tempfile
 import time
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-CONFIG = dict(vocab_size=4096, n_positions=128, n_embd=256, n_layer=4, n_head=4, bos_token_id=0, eos_token_id=0,
-              loss_type="ForCausalLM")   # 4.2 M parameters
+CONFIG = dict(vocab_size=4096, n_positions=128, n_embd=256, n_layer=4, n_head=4, bos_token_id=0,
+              eos_token_id=0)   # 4.2 M parameters
 BATCH, SEQ = 8, 64
 
 
@@ -58,7 +58,7 @@ def rank_main(rank: int, world: int, port: int, dtype: str, specs: list, steps: 
         ddp = DDP(model)
         state = None
         if spec != "none":
-            state, hook = compression_hook(spec, **({} if threads is None else {"threads": threads}))
+            state, hook = compression_hook(spec, threads=threads)   # None: realrun's default, as a user's call
             ddp.register_comm_hook(state, hook)
         cases.append({"spec": spec, "model": model, "ddp": ddp, "state": state, "times": [],
                       "opt": torch.optim.AdamW(ddp.parameters(), lr=1e-4),
