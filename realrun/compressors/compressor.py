@@ -83,7 +83,7 @@ class ChainTransform(transforms.Transform):
 class ErrorFeedbackTransform(transforms.Transform):
     """Adds the residual of the previous call (per key and size) before compressing, and keeps
     the new residual: what compression dropped is sent later instead of lost. The residual is
-    kept in ``dtypes.residual_dtype``: float32 for bf16, fp16 and fp8 tensors (the sum is formed
+    kept in ``dtypes.compute_dtype``: float32 for bf16, fp16 and fp8 tensors (the sum is formed
     in float32 and rounded to the tensor's dtype before compression; that rounding is part of the
     residual too), the tensor's own dtype for float32 and float64."""
 

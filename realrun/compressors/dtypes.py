@@ -16,7 +16,7 @@ How the codecs serve each dtype (docs/runtime.md, Dtypes):
   lossless and MPC words, a 2-byte input under the fp16 or bf16 cast, which passes it through)
   stay in the tensor's dtype: a bf16 tensor's top-k values are 2 bytes on the wire, as
   perfmodel's wire size for a 2-byte message says.
-* **Error feedback** keeps its residual in ``residual_dtype``: float32 for the 1- and 2-byte
+* **Error feedback** keeps its residual in ``compute_dtype``: float32 for the 1- and 2-byte
   types (what compression dropped is often below their resolution), the tensor's own dtype for
   float32 and float64.
 
@@ -45,19 +45,13 @@ STANDARD = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64))
 SERVED = STANDARD + EXTENSION   # every dtype a payload may hold
 NAMES = "float32, float64, float16, bfloat16, float8_e4m3fn or float8_e5m2"
 
-# torch dtype name -> (numpy dtype, the torch integer dtype its bits are viewed as on the way over)
+# torch dtype name -> (numpy dtype, the integer dtype its bits are viewed as on the way over: one
+# name in torch and numpy)
 _TORCH = {"float32": (np.dtype(np.float32), None), "float64": (np.dtype(np.float64), None),
           "float16": (np.dtype(np.float16), None), "bfloat16": (BFLOAT16, "int16"),
           "float8_e4m3fn": (FLOAT8_E4M3, "uint8"), "float8_e5m2": (FLOAT8_E5M2, "uint8")}
+_TORCH_NAME = {d: name for name, (d, _) in _TORCH.items() if d in EXTENSION}   # an extension type's torch name
 _UINT = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
-
-
-def is_float(dtype) -> bool:
-    """Whether ``dtype`` is one of the floating dtypes realrun serves (``SERVED``)."""
-    try:
-        return np.dtype(dtype) in SERVED
-    except TypeError:
-        return False
 
 
 def is_narrow(dtype) -> bool:
@@ -87,14 +81,10 @@ def unstand(out_dtype, in_dtype):
 
 
 def compute_dtype(dtype):
-    """The float type arithmetic codecs compute in: float32 for narrow types, else the dtype."""
+    """The float type arithmetic codecs compute in, and error feedback keeps its residual in:
+    float32 for narrow types (their own resolution would drop what compression dropped), else
+    the dtype."""
     return np.dtype(np.float32) if is_narrow(dtype) else np.dtype(dtype)
-
-
-def residual_dtype(dtype):
-    """The dtype error feedback keeps its residual in: float32 for the narrow types (declared
-    wider: their own resolution would drop what compression dropped), else the tensor's own."""
-    return compute_dtype(dtype)
 
 
 def finfo_max(dtype) -> float:
@@ -177,14 +167,12 @@ def to_torch(arr):
     import torch
 
     arr = np.ascontiguousarray(arr)
-    d = arr.dtype
-    if d in EXTENSION:
-        name = next(k for k, (v, _) in _TORCH.items() if v == d)
-        if not hasattr(torch, name):
-            raise InputError("dtype", name, "a dtype this torch build has")
-        bits = _TORCH[name][1]
-        return torch.from_numpy(arr.view(np.int16 if bits == "int16" else np.uint8)).view(getattr(torch, name))
-    return torch.from_numpy(arr)
+    name = _TORCH_NAME.get(arr.dtype)
+    if name is None:
+        return torch.from_numpy(arr)
+    if not hasattr(torch, name):
+        raise InputError("dtype", name, "a dtype this torch build has")
+    return torch.from_numpy(arr.view(_TORCH[name][1])).view(getattr(torch, name))
 
 
 def torch_dtypes() -> list:
