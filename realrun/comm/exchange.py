@@ -54,9 +54,11 @@ def _tensor(arr) -> torch.Tensor:
 
 
 def _array(t: torch.Tensor):
-    """The caller's array view of a received tensor: numpy on the CPU, CuPy on the GPU."""
+    """The caller's array view of a tensor: numpy on the CPU (bf16 and fp8 as ml_dtypes arrays
+    over its bytes, ``realrun.compressors.dtypes``), CuPy on the GPU (``realrun.gpu.from_tensor``:
+    bf16 and fp16 as a new array of their float32 values)."""
     if t.device.type == "cpu":
-        return t.numpy()
+        return dtypes.to_numpy(t)
     from realrun.gpu import from_tensor
 
     return from_tensor(t)
@@ -158,13 +160,8 @@ def _global(rank: int, group) -> int:
 
 
 def to_array(t: torch.Tensor):
-    """A flat view of a tensor in its array module: numpy (CPU; bf16 and fp8 as ml_dtypes arrays
-    over the tensor's bytes, ``realrun.compressors.dtypes``) or CuPy (CUDA, via DLPack; bf16 as
-    its uint16 bits, ``realrun.gpu``)."""
-    flat = t.detach().reshape(-1)
-    if flat.device.type == "cpu":
-        return dtypes.to_numpy(flat)
-    return _array(flat)
+    """A flat array of a tensor in its array module (``_array``: a view, but for a bf16 or fp16 CUDA tensor)."""
+    return _array(t.detach().reshape(-1))
 
 
 SIZE_TAG, DATA_TAG = 1, 2   # the two messages of one payload, matched by tag (in order within a tag)
