@@ -95,10 +95,6 @@ class Backend:
             return y
         return dtypes.narrow(y, dtype, None if ctx is None else ctx.output(len(y), dtype, self.xp))
 
-    def gather(self, x, idx):
-        """``x[idx]`` (the values top-k keeps, in ``x``'s own dtype)."""
-        return x[idx]
-
 
 class Kernels(Protocol):
     """The hot-path primitives of a compiled backend (numba, CuPy), on float32 values of its

@@ -378,8 +378,8 @@ class TopKTransform(Transform):
         wide = be.widen(x, ctx.workspace(self))
         if be.serves(wide.dtype) and 0 < k < n:
             idx, values = be.topk(wide, k, ctx.workspace(self))
-            if wide is not x:
-                values = be.gather(x, idx)
+            if wide is not x:   # the values sent are the input's own (same dtype)
+                values = x[idx]
         else:
             idx = select_largest(wide, k, be.xp)
             values = x[idx]
