@@ -205,8 +205,7 @@ def _setup(model: str, cluster: str, request: PlanRequest, opts: PredictOptions)
 
 @lru_cache(maxsize=4096)
 def _setup_cached(model, cluster, request, calib, overlap_slowdown) -> _Setup:
-    stack = framework_profile(request.framework)      # the stack: its overlap defaults, its host time
-    request = stack.resolve(request)
+    stack = framework_profile(request.framework)      # the stack's host time (make_plan takes its overlap defaults)
     arch = load_model(model)
     built, ranks = cluster_for(cluster, nodes=request.nodes, gpus=request.gpus)   # a partial last node
     dev = device(built.gpu_model)
