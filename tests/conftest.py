@@ -111,3 +111,16 @@ def assert_resume_continues(train, tmp_path, args: tuple):
 @pytest.fixture
 def resume_continues():
     return assert_resume_continues
+
+
+@pytest.fixture(autouse=True)
+def _numba_threads_env_restored():
+    """``realrun.threads.apply`` puts NUMBA_NUM_THREADS in the environment of the process it runs in (numba
+    reads it at import): a test that calls it in pytest's own process must not hand it to later tests'
+    subprocesses, which would take it for a user's setting."""
+    before = os.environ.get("NUMBA_NUM_THREADS")
+    yield
+    if before is None:
+        os.environ.pop("NUMBA_NUM_THREADS", None)
+    else:
+        os.environ["NUMBA_NUM_THREADS"] = before

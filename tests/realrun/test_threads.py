@@ -14,6 +14,7 @@ VARS = (threads.ENV, "NUMBA_NUM_THREADS", *threads.LOCAL_SIZE_VARS)
 def clean_env(monkeypatch):
     for var in VARS:
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(threads, "_own_numba_env", [])   # what an earlier test's apply wrote is not this test's
     return monkeypatch
 
 
