@@ -309,8 +309,9 @@ def _my_group(groups, rank: int, timeout_s: float) -> tuple[object, bool]:
 def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     torch.manual_seed(cfg.seed)
     # torch's and the codecs' threads: cfg.threads, else the host's cores over its local ranks (run_local's
-    # COMMPRESS_CODEC_THREADS, or torchrun's LOCAL_WORLD_SIZE): realrun runs this process, so torch's too
-    threads.apply(cfg.threads, torch_too=True)
+    # COMMPRESS_CODEC_THREADS, or torchrun's LOCAL_WORLD_SIZE): realrun runs this process, so torch's too, and
+    # explicitly, as run_local's ranks are: a NUMBA_NUM_THREADS in the environment does not change the run
+    threads.apply(threads.codec_threads(cfg.threads), torch_too=True)
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
     opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
