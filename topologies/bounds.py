@@ -63,6 +63,11 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     # realrun's emulated links (tc tbf on this machine): below 1 mbit a step takes hours, above 100 gbit
     # no veth pair on one machine carries it
     "link_bits_per_s": (INT, 10**6, 10**11),
+    # realrun's launchers: threads per rank (a pool each; 256 is past any host's cores here, 1e5 exhausts the
+    # process table) and how long one waits for its ranks (a week, what realrun train waits; NaN, inf or 0 never
+    # end a run or end it at once)
+    "threads": (INT, 1, 256),
+    "timeout_s": (NUMBER, 1.0, 7 * 86400.0),
 }
 
 
