@@ -170,8 +170,9 @@ def _cluster_parser(sub) -> None:
                    help="up: each host's fixed share of one core, a cgroup per host pinned to one core (auto: "
                         "the most every core can give its hosts, 0.45 for 4 hosts on 2 cores; none: hosts "
                         "time-share the cores). Recorded in the topology (cpu_share=) and every measurement")
-    c.add_argument("--threads", type=int, default=1, help="run: OMP/numba threads per rank (default 1)")
-    c.add_argument("--timeout", type=float, default=3600.0, help="run: seconds before every rank is stopped")
+    c.add_argument("--threads", type=int, default=1, help="run: OMP/numba threads per rank, 1-256 (default 1)")
+    c.add_argument("--timeout", type=float, default=3600.0, help="run: seconds before every rank is stopped, "
+                   "1 to 604800 (a week)")
     c.add_argument("--json", action="store_true", help="status/up: print JSON")
 
 
@@ -289,7 +290,7 @@ def _cluster(args) -> None:
         return
     if args.action == "run":
         argv = args.cmd
-        cluster.run(args.name, argv, timeout_s=args.timeout, threads=_positive("threads", args.threads))
+        cluster.run(args.name, argv, timeout_s=args.timeout, threads=args.threads)
         return
     if args.action == "up":
         spec = cluster.EmulatedSpec(hosts=args.hosts, bandwidth=args.bandwidth or "1gbit", slow_host=args.slow_host,

@@ -17,6 +17,7 @@ import sys
 from realrun import procs as procs_
 from realrun.cluster import cpu, emulated
 from realrun.threads import launch_env
+from topologies import bounds
 from topologies.errors import InputError
 
 MASTER_PORT = 29511   # torchrun's 29500 + 11; free inside our namespaces, which have their own ports
@@ -54,6 +55,8 @@ def run(name: str, argv: list[str], timeout_s: float = 3600, threads: int = 1, p
     """Run ``argv`` as one rank per host of cluster ``name`` (the first ``hosts`` hosts, default
     all); raise naming the first failed rank. Rank 0's output goes to this process's; the
     others' stdout is dropped when ``quiet_ranks``."""
+    bounds.check("timeout", timeout_s, "timeout_s")
+    bounds.check("threads", threads)
     spec = emulated.load(name)
     if not argv:
         raise InputError("command", "", "a command to run on every host (after --)")
