@@ -401,7 +401,6 @@ def _validate_training(args, runner) -> None:
     if not runner.emulated:
         raise InputError("cluster", args.cluster, "an emulated cluster that is up (--training trains on its hosts)")
     steps = None if args.steps is None else _positive("steps", args.steps)
-    os.makedirs(args.out, exist_ok=True)
     result = validate_training(runner, args.calibration, args.out, args.quick, steps=steps, engine=args.engine,
                                repeats=args.repeats, plans=args.plans, policies=args.policies)
     _print_summary(args, result, summary_lines, f"# realrun validate --training on {runner.topology()}: "

@@ -27,3 +27,15 @@ def assert_one_line(code: int, err: str, *said: str) -> None:
 def test_cluster_run_bounds_its_timeout_and_threads(capsys, flag, value):
     code, err = realrun(capsys, "cluster", "run", "--name", "nosuch", flag, value, "--", "true")
     assert_one_line(code, err, f"{flag[2:]}={float(value) if flag == '--timeout' else int(value)!r}")
+
+
+class _EmulatedHosts:
+    emulated, hosts = True, 4
+
+
+def test_validate_training_refuses_bad_plans_before_creating_out(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("realrun.measure.runner_for", lambda name: _EmulatedHosts())
+    out = tmp_path / "never"
+    code, err = realrun(capsys, "validate", "--training", "--plans", "bogus", "--out", str(out))
+    assert_one_line(code, err, "plans='bogus'")
+    assert not out.exists()
