@@ -18,7 +18,8 @@ fit on every policy, and leave one out (the fit on the others: a check, not a fi
 from perfmodel's unit-Gaussian error estimates with the fitted ``B_crit``. Outputs in ``DIR``:
 ``convergence.csv`` (one row per run), ``convergence.json`` (the target, per-policy summary and
 the fitted regime that ``perfmodel search --convergence`` reads), ``report.md`` and
-``loss_curves.png``.
+``loss_curves.png``; ``DIR`` is checked before the first run (``check_out``). ``refit`` fits
+campaigns written earlier, every cell of them checked (``read_campaign``).
 """
 from __future__ import annotations
 
@@ -32,13 +33,18 @@ import statistics
 from perfmodel.axes import fed_back
 from perfmodel.explore.convergence import Regime, fit_critical_batch, policy_inflation
 from perfmodel.compression.policy import parse_policy
-from topologies.clikit import atomic_write, table
+from topologies.clikit import atomic_write, check_writable, table
 from topologies.errors import InputError
 
 CONVERGENCE_POLICIES = ("dp=fp16", "dp=int8", "dp=ef(topk(0.01))+int8", "dp=ef(powersgd(rank=4))")
 BASE = "none"
 CSV_FIELDS = ("campaign", "policy", "seed", "steps", "steps_to_target", "final_val_loss", "dp_rel_error",
               "dp_contraction", "batch_tokens")
+OUTPUTS = ("convergence.csv", "convergence.json", "report.md", "loss_curves.png")
+MAX_STEPS = 1_000_000        # a run's steps: realrun train's own limit (realrun.train.config)
+MAX_BATCH_TOKENS = 2**40     # a global batch: 65,000x the largest published (16M tokens, Llama 3)
+MAX_ERROR = 1e6              # a relative error or contraction: past any compressor's (unbiased rand-k at
+#                              1e-6 of the values is 1e3), and e^2 stays finite in the fit
 
 
 def steps_to(points: list[tuple[int, float]], target: float) -> float | None:
@@ -195,19 +201,43 @@ def regime_of(summary: dict, model: str) -> Regime | None:
                   f"{len(compressed)} compressed policies at {', '.join(map(str, batches))} tokens a batch", errors)
 
 
+def check_out(out_dir: str, campaigns=()) -> None:
+    """Refuse, before any run or read, an ``out_dir`` that cannot take the outputs: a file, a
+    folder below a file, one this user cannot create or write in, an output name taken by a
+    folder; or one of the ``campaigns`` a fit reads (the fit's files would replace theirs).
+    Nothing is created: ``write_outputs`` creates the folder."""
+    path = os.path.abspath(out_dir)
+    if any(os.path.realpath(c) == os.path.realpath(path) for c in campaigns):
+        raise InputError("out", out_dir, "a folder other than the campaigns --fit reads (the fit would replace "
+                         "their files)")
+    if os.path.isdir(path):
+        for name in OUTPUTS:
+            check_writable(os.path.join(path, name), "out")
+        return
+    top = path                      # the outermost folder write_outputs creates
+    while not os.path.lexists(os.path.dirname(top)):
+        top = os.path.dirname(top)
+    for where in (top, os.path.dirname(top)):
+        if os.path.lexists(where) and not os.path.isdir(where):
+            raise InputError("out", out_dir, f"a folder ({where} is a file)")
+    check_writable(top, "out")
+
+
 def write_outputs(out_dir: str, rows: list[dict], summary: dict, regime: Regime | None, runs: dict) -> None:
-    os.makedirs(out_dir, exist_ok=True)
+    """The files of the module doc in ``out_dir`` (created), each written whole (``atomic_write``),
+    after all of them are made (nothing written when one cannot be)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=(*CSV_FIELDS, "inflation"), extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
-    atomic_write(os.path.join(out_dir, "convergence.csv"), lambda h: h.write(buf.getvalue().encode()))
     fitted = {"critical_batch_tokens": regime.critical_batch_tokens, "source": regime.source,
               "errors": regime.errors} if regime else None
     doc = {"summary": summary, "regime": fitted}   # a regime of null: nothing reached the target
-    atomic_write(os.path.join(out_dir, "convergence.json"),
-                 lambda h: h.write(json.dumps(doc, indent=1, allow_nan=False).encode()))
-    atomic_write(os.path.join(out_dir, "report.md"), lambda h: h.write(report_md(summary).encode()))
+    texts = {"convergence.csv": buf.getvalue(), "convergence.json": json.dumps(doc, indent=1, allow_nan=False),
+             "report.md": report_md(summary)}
+    os.makedirs(out_dir, exist_ok=True)
+    for name, text in texts.items():
+        atomic_write(os.path.join(out_dir, name), lambda h, text=text: h.write(text.encode()))
     if runs:
         from realrun.train.report import plot_losses
 
@@ -286,6 +316,8 @@ def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int =
     if not 1 <= target_step <= steps:
         raise InputError("target_step", target_step, f"a step from 1 to steps ({steps})")
     configs = _configs(model, dp, mbs, steps, policies, seeds, eval_every, lr, threads)
+    if out_dir:
+        check_out(out_dir)      # before the runs: hours of training are never lost to a bad --out
     runs = {}
     for policy, seed, cfg in tqdm(configs, desc="convergence runs", unit="run", disable=not progress):
         runs[(policy, seed)] = run_local(cfg)
@@ -302,22 +334,121 @@ def convergence(model: str = "gpt-tiny", dp: int = 2, mbs: int = 8, steps: int =
 
 
 def read_campaign(path: str) -> tuple[list[dict], dict]:
-    """(rows, summary) of a campaign's folder (``convergence.csv`` and ``convergence.json``)."""
-    kinds = {"seed": int, "steps": int, "batch_tokens": int, "policy": str, "campaign": str}
+    """(rows, summary) of a campaign's folder (``convergence.csv`` and ``convergence.json``), every
+    cell checked (``_campaign_row``, ``_campaign_summary``): one line naming the file, the line
+    and the column of the first that is not what realrun convergence writes."""
+    where = table_path = os.path.join(path, "convergence.csv")
     try:
-        with open(os.path.join(path, "convergence.csv")) as handle:
-            rows = [{k: (kinds.get(k, float)(v) if v != "" else None) for k, v in r.items() if k in CSV_FIELDS}
-                    for r in csv.DictReader(handle)]
-        with open(os.path.join(path, "convergence.json")) as handle:
-            summary = json.load(handle)["summary"]
-        if not {"targets", "target_steps", "model"} <= set(summary):
-            raise KeyError("targets")
+        with open(table_path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [k for k in CAMPAIGN_COLUMNS if k not in (reader.fieldnames or ())]
+            if missing:
+                raise InputError(table_path, ",".join(reader.fieldnames or ()) or "empty",
+                                 "a convergence.csv realrun convergence wrote (no column " + ", ".join(missing) + ")")
+            rows = [_campaign_row(f"{table_path}:{reader.line_num}", r) for r in reader]
+        where = os.path.join(path, "convergence.json")
+        with open(where) as handle:
+            summary = _campaign_summary(where, json.load(handle))
+    except InputError:
+        raise
     except OSError as exc:
-        raise InputError("fit", path, f"a folder realrun convergence wrote ({exc.strerror})") from None
-    except (ValueError, KeyError, TypeError):
-        raise InputError("fit", path, "a folder realrun convergence wrote (convergence.csv, convergence.json)") \
-            from None
+        raise InputError("fit", path, f"a folder realrun convergence wrote ({where}: {exc.strerror})") from None
+    except (ValueError, csv.Error) as exc:      # not JSON, not UTF-8, a CSV field over csv's limit
+        raise InputError("fit", where, f"a file realrun convergence wrote ({exc})") from None
+    _check_campaign(where, rows, summary)
     return rows, summary
+
+
+# what a campaign's row must hold: column -> (kind, lowest, highest, may be empty); steps_to_target
+# is also at most the row's steps, and policy a gradient policy (compressed_axes)
+CAMPAIGN_COLUMNS = {
+    "policy": (str, None, None, False),
+    "seed": (int, 0, 2**63 - 1, False),
+    "steps": (int, 1, MAX_STEPS, False),
+    "steps_to_target": (float, 0.0, MAX_STEPS, True),
+    "dp_rel_error": (float, 0.0, MAX_ERROR, True),
+    "dp_contraction": (float, 0.0, MAX_ERROR, True),
+    "batch_tokens": (int, 1, MAX_BATCH_TOKENS, False),
+}
+OPTIONAL_COLUMNS = {"final_val_loss": (float, 0.0, math.inf, True), "campaign": (str, None, None, True)}
+
+
+def _campaign_row(where: str, raw: dict) -> dict:
+    """A row of a campaign's convergence.csv as ``run_row`` made it (``CAMPAIGN_COLUMNS``)."""
+    row = {}
+    for key, rule in {**CAMPAIGN_COLUMNS, **OPTIONAL_COLUMNS}.items():
+        if key in raw:
+            row[key] = _cell(f"{where}.{key}", raw[key], *rule)
+    if row["steps_to_target"] is not None and not 0 < row["steps_to_target"] <= row["steps"]:
+        raise InputError(f"{where}.steps_to_target", row["steps_to_target"],
+                         f"a step above 0 and at most the run's steps ({row['steps']}), or empty (never reached)")
+    try:
+        compressed_axes(row["policy"])
+    except InputError as err:
+        raise InputError(f"{where}.policy", row["policy"], f"a gradient policy ({err})") from None
+    return row
+
+
+def _cell(field: str, text, kind, low, high, empty: bool):
+    """One cell of a campaign's table: None where it may be empty, else a ``kind`` in [low, high]."""
+    if text is None or text == "":
+        if empty:
+            return None
+        raise InputError(field, text, "a value (it may not be empty)")
+    if kind is str:
+        return text
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or not low <= value <= high:
+        what = f"an integer from {low} to {high}" if kind is int else f"a number from {low:g} to {high:g}"
+        raise InputError(field, text, what + (", or empty" if empty else ""))
+    return value
+
+
+def _campaign_summary(path: str, doc) -> dict:
+    """The summary of a campaign's convergence.json: the model, and per batch key the target loss
+    (a finite number >= 0) and the step it was taken at (an integer >= 1)."""
+    summary = doc.get("summary") if isinstance(doc, dict) else None
+    if not isinstance(summary, dict):
+        raise InputError(f"{path}.summary", summary, "an object, as realrun convergence writes it")
+    if not isinstance(summary.get("model"), str) or not summary["model"]:
+        raise InputError(f"{path}.summary.model", summary.get("model"), "a model name")
+    for key, integer in (("targets", False), ("target_steps", True)):
+        values = summary.get(key)
+        if not isinstance(values, dict) or not values:
+            raise InputError(f"{path}.summary.{key}", values, "an object of batch: value, as realrun convergence "
+                             "writes it")
+        for batch, value in values.items():
+            ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float)) \
+                and math.isfinite(value) and value >= (1 if integer else 0)
+            if not ok:
+                raise InputError(f"{path}.summary.{key}.{batch}", value,
+                                 "an integer >= 1" if integer else "a finite number >= 0")
+    return summary
+
+
+def _check_campaign(doc_path: str, rows: list[dict], summary: dict) -> None:
+    """A campaign's rows and the summary in ``doc_path`` belong together: runs, one row per
+    (policy, seed, batch), and for every batch uncompressed runs and a target."""
+    path = os.path.dirname(doc_path)
+    if not rows:
+        raise InputError("fit", path, "a campaign with runs (its convergence.csv has none)")
+    seen = set()
+    for r in rows:
+        key = (r["policy"], r["seed"], r["batch_tokens"])
+        if key in seen:
+            raise InputError("fit", path, f"one row per policy, seed and batch (policy {key[0]} seed {key[1]} at "
+                             f"{key[2]} tokens twice)")
+        seen.add(key)
+    for batch in sorted({r["batch_tokens"] for r in rows}):
+        if not any(r["policy"] == BASE and r["batch_tokens"] == batch for r in rows):
+            raise InputError("fit", path, f"uncompressed (none) runs at every batch (none at {batch} tokens)")
+        for key in ("targets", "target_steps"):
+            if not any(k.rpartition(": ")[2] == str(batch) for k in summary[key]):
+                raise InputError(f"{doc_path}.summary.{key}", summary[key], f"a value for every batch of the runs "
+                                 f"(none for {batch})")
 
 
 def refit(paths: list[str], out_dir: str | None = None) -> dict:
@@ -327,6 +458,8 @@ def refit(paths: list[str], out_dir: str | None = None) -> dict:
     rows, targets, target_steps, models = [], {}, {}, set()
     if len(set(paths)) != len(paths):
         raise InputError("fit", ",".join(paths), "distinct campaign folders")
+    if out_dir:
+        check_out(out_dir, paths)
     for path in paths:
         got, summary = read_campaign(path)
         name = os.path.basename(os.path.normpath(path))

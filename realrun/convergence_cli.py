@@ -49,8 +49,11 @@ def add_parser(sub, command) -> None:
     c.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     c.add_argument("--threads", type=positive_int, default=1, help="CPU threads per rank (default 1)")
     c.add_argument("--fit", metavar="DIR,DIR", help="train nothing: fit one critical batch over the runs these "
-                   "campaigns' folders hold (e.g. one campaign per --mbs), each (policy, batch) held out in turn")
-    c.add_argument("--out", metavar="DIR", help="folder for the outputs (default: print only)")
+                   "campaigns' folders hold (e.g. one campaign per --mbs), each (policy, batch) held out in turn; "
+                   "every cell of their files checked first")
+    c.add_argument("--out", metavar="DIR", help="folder for the outputs, created; checked before any run (a file, "
+                   "or a folder that cannot be created or written in, is refused; with --fit not one of the "
+                   "campaigns), its files replaced once all are made (default: print only)")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
