@@ -68,6 +68,10 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     # end a run or end it at once)
     "threads": (INT, 1, 256),
     "timeout_s": (NUMBER, 1.0, 7 * 86400.0),
+    # perfmodel search's cost of a token budget: the largest published runs train on ~4e13 tokens; 1e16 tokens at
+    # 1e4 USD per GPU-hour (cloud GPUs rent for 1-100) keep every cost column a finite number
+    "tokens": (NUMBER, 1.0, 1e16),
+    "gpu_hour_price": (NUMBER, 0.0, 1e4),
 }
 
 
