@@ -72,6 +72,15 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     # 1e4 USD per GPU-hour (cloud GPUs rent for 1-100) keep every cost column a finite number
     "tokens": (NUMBER, 1.0, 1e16),
     "gpu_hour_price": (NUMBER, 0.0, 1e4),
+    # measured records and the profiles fitted from them: one timed call (1 ns is under any timer's resolution,
+    # a day past any benchmark's), one compute record's FLOPs (1e21: hours on the fastest GPU), a device's
+    # fitted fp32 peak (1e5 TFLOP/s, 1000x any GPU's), memory rate (1e3 TB/s, 100x HBM3e) and eager-attention
+    # nanoseconds per score (1e6, 1e5x a CPU's): past these a fit reads noise or a corrupt record
+    "measured_s": (NUMBER, 1e-9, 86400.0),
+    "flops": (NUMBER, 0.0, 1e21),
+    "fp32_TFLOPS": (NUMBER, 1e-6, 1e5),
+    "memory_TBps": (NUMBER, 1e-6, 1e3),
+    "eager_score_ns": (NUMBER, 0.0, 1e6),
 }
 
 
