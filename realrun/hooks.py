@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from perfmodel.compression import compile_spec
-from perfmodel.compression.policy import parse_policy
+from perfmodel.compression.policy import as_policy
 from realrun.comm import Comm, CommStats
 from realrun.threads import codec_threads
 from topologies.errors import InputError
@@ -51,13 +50,9 @@ class CompressionState:
 
 
 def _spec(spec_or_policy: str) -> str:
-    """A compressor spec, or the dp spec of a policy ('hybrid', 'naive:int8', 'dp=...').
+    """A compressor spec, or the dp spec of a policy (``perfmodel.compression.policy.as_policy``).
     (No ``from __future__ import annotations`` here: DDP checks the hook's annotation.)"""
-    text = str(spec_or_policy)
-    if text in ("hybrid", "none") or text.startswith("naive:") or "=" in text.split("(")[0]:
-        return parse_policy(text).axis("dp").spec
-    compile_spec(text)   # validates the spec (one clear error)
-    return text
+    return as_policy(spec_or_policy).axis("dp").spec
 
 
 def compression_hook(spec_or_policy: str, algorithm: str = "auto", warmup_steps: int = 0,

@@ -192,6 +192,22 @@ def parse_policy(text: str) -> CompressionPolicy:
     return CompressionPolicy(text=text, axes=axes, named=frozenset(named))
 
 
+def as_policy(text) -> CompressionPolicy:
+    """A policy string, or a bare compressor spec read as ``dp=SPEC`` (the gradient reduction):
+    what realrun's DDP hook and FSDP2 collectives take. A policy is told by its first item: a
+    preset (``none``, ``hybrid``, ``zeropp``, ``naive:SPEC`` ...) or an ``axis=SPEC`` item."""
+    if isinstance(text, CompressionPolicy):
+        return text
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("policy", text, f"a compressor spec, or a policy: none, {', '.join(PRESETS)}, naive:SPEC, "
+                         "or axis=SPEC items")
+    first = split_top_level(text)[0]
+    if first == "none" or first in PRESETS or first.startswith("naive:") or "=" in first.split("(")[0]:
+        return parse_policy(text)
+    compile_spec(text)   # validates the spec (one clear error)
+    return parse_policy(f"dp={text}")
+
+
 def split_policies(text: str) -> list[str]:
     """'none,naive:int8,hybrid,dp=int8' -> ['none', 'naive:int8', 'hybrid,dp=int8']: an
     ``axis=...`` item belongs to the policy before it (or starts one from none). With a ';'

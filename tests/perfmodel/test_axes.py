@@ -12,6 +12,7 @@ from perfmodel.plan.memory import shards
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.plan.parallel import GROUP_KINDS, make_plan
 from perfmodel.compression.policy import POLICY_AXES, parse_policy
+from topologies.errors import InputError
 from perfmodel.explore.search import DEFAULT_MAX_ERROR
 from perfmodel.step.timing import Breakdown
 from perfmodel.workload import load_model
@@ -67,3 +68,18 @@ def test_zero_axis_declares_its_memory_shards(zero, expected):
     plan = make_plan(load_model("gpt3-1.3b"), 8, tp=2, zero=zero, gbs=4)
     assert tuple(shards(plan, k) for k in ("optimizer", "gradients", "weights")) == expected
     assert shards(plan, "params") == 2                        # the tp axis splits every parameter
+
+
+def test_as_policy_reads_a_preset_an_axis_item_or_a_bare_spec_as_the_runtimes_take_them():
+    from perfmodel.compression.policy import as_policy
+
+    cases = {"int8": ("int8", "none"), "zeropp": ("int4", "int8"), "hybrid,dp=int4": ("int4", "int8"),
+             "dp=int8,zero=fp8": ("int8", "fp8"), "int8(block=64)": ("int8(block=64)", "none"),
+             "naive:fp16": ("fp16", "fp16"), "ef(topk(0.01))+int8": ("ef(topk(0.01))+int8", "none")}
+    for text, (dp, zero) in cases.items():
+        policy = as_policy(text)
+        assert (policy.axis("dp").spec, policy.axis("zero").spec) == (dp, zero), text
+    assert as_policy(policy) is policy
+    for bad in ("", "int9", "zeropp,dp=int9"):
+        with pytest.raises(InputError):
+            as_policy(bad)
