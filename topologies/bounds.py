@@ -81,6 +81,10 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     "fp32_TFLOPS": (NUMBER, 1e-6, 1e5),
     "memory_TBps": (NUMBER, 1e-6, 1e3),
     "eager_score_ns": (NUMBER, 0.0, 1e6),
+    # batch sizes in sequences: a plan's pipeline schedule holds every micro-batch (~2 KB each); the largest
+    # published global batch is 15360 (DeepSeek-V3), 2^20 of them take seconds and a few hundred MB
+    "gbs": (INT, 1, 2**20),
+    "mbs": (INT, 1, 2**16),
 }
 
 
