@@ -85,6 +85,25 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     # published global batch is 15360 (DeepSeek-V3), 2^20 of them take seconds and a few hundred MB
     "gbs": (INT, 1, 2**20),
     "mbs": (INT, 1, 2**16),
+    # DeepSpeed's micro-batches per step and GPU (gbs / (mbs x dp): bounded as gbs) and its gradient bucket in
+    # elements (default 5e8; 2^48 fp32 elements are the 1 PiB of size_bytes)
+    "gradient_accumulation_steps": (INT, 1, 2**20),
+    "reduce_bucket_size": (INT, 1, 2**48),
+    "bucket_bytes": (INT, 1, MAX_SIZE_BYTES),
+    # a pipeline schedule timed operation by operation (stages x micro-batches x chunks; ~2 KB and ~20 us each):
+    # published runs reach ~3e4 (GPT-1T: pp 64 x 512), 2^19 take ~20 s and ~1.3 GB; past it only a schedule that
+    # settles into a repeating pattern (perfmodel.step.schedule) is timed
+    "schedule_operations": (INT, 1, 2**19),
+    # mixture-of-experts model files: the catalog's largest are DeepSeek-V3's 256 routed experts (top 8, 1 shared,
+    # 2048 wide) and Mixtral's 14336-wide experts; the router is h x num_experts and every expert a GEMM
+    "num_experts": (INT, 1, 2**14),
+    "moe_top_k": (INT, 1, 2**14),
+    "moe_shared_experts": (INT, 0, 2**10),
+    "moe_ffn_hidden_size": (INT, 1, 2**20),
+    "moe_layer_freq": (INT, 1, 2**14),
+    "moe_first_dense": (INT, 0, 2**14),
+    "moe_capacity_factor": (NUMBER, 0.0, 1e4),   # published 1-2 (Switch 1.25, GShard 2)
+    "moe_load_imbalance": (NUMBER, 1.0, 1e4),    # the most loaded expert over its fair share
 }
 
 
