@@ -10,6 +10,14 @@ quantization granularity, sometimes with another plan) becomes a second row.
 """
 from __future__ import annotations
 
+from perfmodel.calibration import tables
+from topologies.errors import InputError
+
+# the table's columns this module reads (every row's cells checked as they are read: perfmodel.calibration.tables)
+COLUMNS = ("nemo_container", "task", "model", "system", "num_gpus", "precision", "global_batch_size",
+           "micro_batch_size", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep", "tokens_per_s_per_gpu",
+           "alt_values_in_parentheses", "footnote_refs", "source")
+NOT_STATED = ("", "n/a")   # a degree the table leaves empty or marks n/a: 1 (fsdp: 0)
 # the table's model names -> commpress catalog models (perfmodel/catalog/models.toml); a name not here is
 # kept and reported as not predicted
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
@@ -63,27 +71,37 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
 
 def bridge_rows(raw: list[dict]) -> list[dict]:
     """Every row of the table (and its parenthesised alternative) as a published training row."""
-    out = []
-    for row in raw:
-        out.append(_row(row))
-        alt = _alternative(row)
-        if alt is not None:
-            out.append(alt)
+    return [mapped for i, row in enumerate(raw, 2) for mapped in bridge_row(row, f"row {i}")]
+
+
+def bridge_row(row: dict, where: str) -> list[dict]:
+    """The row (a line of the table, ``where`` it stands) as a published training row, and its
+    parenthesised alternative where it has one; a cell this reads that is no such value is refused
+    naming ``where`` and the column."""
+    out = [_row(row, where)]
+    alt = _alternative(row, where)
+    if alt is not None:
+        out.append(alt)
     return out
 
 
-def _alternative(row: dict) -> dict | None:
+def _alternative(row: dict, where: str) -> dict | None:
     """The row's parenthesised values as a row of their own (None where it has none or only a FLOP count)."""
     cells = dict(kv.split("=", 1) for kv in row["alt_values_in_parentheses"].split(";") if "=" in kv)
     if "tokens_per_s_per_gpu" not in cells:
         return None
-    precision = cells.pop("precision", "")
+    inside = f"{where}.alt_values_in_parentheses"
+    precision = tables.choice(inside, cells, "precision", [p for p in PRECISIONS if p], required=False)
+    cells.pop("precision", None)
     alt = {**row, **{k: v for k, v in cells.items() if k in row}}
     if "grad_accum" in cells:     # another plan: its micro-batch from gbs = mbs x dp x accumulation
-        tp, pp, cp = (_int(alt[k]) for k in ("tp", "pp", "cp"))
-        dp = int(alt["num_gpus"]) // (tp * pp * cp)
-        alt["micro_batch_size"] = str(int(alt["global_batch_size"]) // (dp * int(cells["grad_accum"])))
-    mapped = _row(alt)
+        dp = _dp(alt, inside)
+        accum = tables.integer(inside, cells, "grad_accum", positive=True)
+        gbs = tables.integer(where, alt, "global_batch_size", "gbs")
+        if gbs % (dp * accum):
+            raise InputError(f"{inside}.grad_accum", accum, f"a divisor of global_batch_size {gbs} / dp {dp}")
+        alt["micro_batch_size"] = str(gbs // (dp * accum))
+    mapped = _row(alt, inside)
     mapped["precision"] = PRECISIONS[precision] if precision else ALTERNATIVE.get(row["system"], "mxfp8")
     mapped["policy"] = PARAM_GATHER_POLICY.get(mapped["precision"], "none")
     mapped["tp_overlap"] = str(mapped["tp"] > 1 and mapped["precision"] != "nvfp4")
@@ -91,34 +109,51 @@ def _alternative(row: dict) -> dict | None:
     return mapped
 
 
-def _int(text: str, default: int = 1) -> int:
-    return int(text) if text and text.strip().isdigit() else default
+def _int(where: str, row: dict, column: str, default: int = 1) -> int:
+    """A degree of the row: ``default`` where the table does not state it (empty, n/a), else an
+    integer (at least 1; fsdp, a size, at least 0)."""
+    if str(row[column]).strip() in NOT_STATED:
+        return default
+    return tables.integer(where, row, column, None if column == "fsdp" else "world")
 
 
-def _row(row: dict) -> dict:
-    tp, pp, cp, ep, vp = (_int(row[k]) for k in ("tp", "pp", "cp", "ep", "vp"))
-    gpus = int(row["num_gpus"])
+def _dp(row: dict, where: str) -> int:
+    """The data-parallel degree of the row's GPUs over tp x pp x cp (refused where those do not divide them)."""
+    gpus, split = tables.integer(where, row, "num_gpus", "world"), 1
+    for column in ("tp", "pp", "cp"):
+        split *= _int(where, row, column)
+    if gpus % split:
+        raise InputError(f"{where}.num_gpus", gpus, f"a multiple of tp x pp x cp = {split}")
+    return gpus // split
+
+
+def _row(row: dict, where: str) -> dict:
+    tp, pp, cp, ep, vp = (_int(where, row, k) for k in ("tp", "pp", "cp", "ep", "vp"))
+    gpus = tables.integer(where, row, "num_gpus", "world")
     name = row["model"]
     container = row["nemo_container"]
     precision = PRECISIONS.get(row["precision"], row["precision"])
     return dict(
         system=row["system"], model=MODELS.get(name, ""), model_label=f"{name} {row['task']} {container}",
         family="dense" if name in DENSE else "moe", cluster=SYSTEMS.get(row["system"], row["system"]), gpus=gpus,
-        tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, dp=gpus // (tp * pp * cp), mbs=int(row["micro_batch_size"]),
-        gbs=int(row["global_batch_size"]), seq_len=int(row["seq_len"]), zero=3 if _int(row["fsdp"], 0) else 1,
+        tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, dp=_dp(row, where),
+        mbs=tables.integer(where, row, "micro_batch_size", "mbs"),
+        gbs=tables.integer(where, row, "global_batch_size", "gbs"),
+        seq_len=tables.integer(where, row, "seq_len", "seq_len"),
+        zero=3 if _int(where, row, "fsdp", 0) else 1,
         recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
         grad_dtype="bf16" if name in DENSE else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
-        memory_unchecked=_unchecked(row),
+        memory_unchecked=_unchecked(row, where),
         measured_tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"], task=row["task"],
         skip=_skip(row), source=row["source"],
         source_date=RELEASES.get(container[:5], container) + f" (container {container})",
         assumptions=ASSUMPTIONS, notes=row["footnote_refs"])
 
 
-def _unchecked(row: dict) -> str:
+def _unchecked(row: dict, where: str) -> str:
     """Why a row's fit in memory is not checked ('' where it is)."""
-    if _int(row["fsdp"], 0) and row["system"] != "DGX-H100":
+    if _int(where, row, "fsdp", 0) and row["system"] != "DGX-H100":
         return OFFLOADED
     if (row["nemo_container"], row["system"], row["model"]) in STATED_ELSEWHERE:
         return STATED_ELSEWHERE[(row["nemo_container"], row["system"], row["model"])]

@@ -17,8 +17,8 @@ s x s attention scores, which no flash-style attention keeps, until these rows s
 """
 from __future__ import annotations
 
-import csv
 import json
+import math
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
@@ -26,15 +26,22 @@ from itertools import combinations
 from pathlib import Path
 import tempfile
 
-from perfmodel.calibration.bridge import bridge_rows
+from perfmodel.calibration import tables
+from perfmodel.calibration.bridge import COLUMNS as BRIDGE_COLUMNS
+from perfmodel.calibration.bridge import bridge_row
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK
 from perfmodel.plan.precision import PRECISION_NAMES
 from topologies.errors import InputError
 
 PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "validation" / "published"
 BOUNDS_FILE = "bounds.json"
+SOURCES_FILE = "sources.toml"
 KINDS = ("collective", "training")
+FORMATS = ("", "megatron-bridge")   # how a table's rows read: this folder's columns, or bridge.py's
+FAMILIES = ("", "dense", "moe")
+SOURCE_KEYS = ("kind", "file", "title")   # what every source names
 DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16"}   # nccl-tests' names
+TFLOPS = "TFLOP/s/GPU"
 
 
 @dataclass(frozen=True)
@@ -67,18 +74,48 @@ class RowResult:
 
 
 def load_sources(folder: Path = PUBLISHED_DIR) -> dict[str, Source]:
-    """{key: Source} from ``sources.toml`` in ``folder``."""
-    raw = tomllib.loads((Path(folder) / "sources.toml").read_text())
-    out = {}
-    allowed = [f.name for f in fields(Source) if f.name != "key"]
-    for key, spec in raw.items():
-        if spec.get("kind") not in KINDS:
-            raise InputError(f"sources.{key}.kind", spec.get("kind"), "one of " + ", ".join(KINDS))
-        unknown = sorted(set(spec) - set(allowed))
-        if unknown:
-            raise InputError(f"sources.{key}", ", ".join(unknown), "keys among " + ", ".join(allowed))
-        out[key] = Source(key=key, **spec)
-    return out
+    """{key: Source} from ``sources.toml`` in ``folder``, every entry checked: a table of the keys of
+    ``Source``, each a string, ``kind`` (and ``format``, ``family``) one of those known, ``file`` an
+    existing table inside ``folder``."""
+    folder = Path(folder)
+    raw = _read_sources(folder / SOURCES_FILE)
+    return {key: _source(folder, key, spec) for key, spec in raw.items()}
+
+
+def _read_sources(path: Path) -> dict:
+    if not path.parent.is_dir():
+        raise InputError("dir", str(path.parent), f"a folder of published tables with their {SOURCES_FILE}")
+    try:
+        return tomllib.loads(path.read_text())
+    except OSError as err:
+        raise InputError("dir", str(path.parent), f"a folder with a readable {SOURCES_FILE} ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "bytes that are not UTF-8", "a UTF-8 TOML file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(str(path), "not TOML", f"a TOML file of [source] tables ({err})") from None
+
+
+def _source(folder: Path, key: str, spec) -> Source:
+    """One entry of sources.toml as a Source, or one line naming what is wrong with it."""
+    names = [f.name for f in fields(Source) if f.name != "key"]
+    if not isinstance(spec, dict):
+        raise InputError(f"sources.{key}", spec, "a [table] with the keys " + ", ".join(SOURCE_KEYS))
+    unknown = sorted(set(spec) - set(names))
+    if unknown:
+        raise InputError(f"sources.{key}", ", ".join(unknown), "keys among " + ", ".join(names))
+    for name in SOURCE_KEYS:
+        if name not in spec:
+            raise InputError(f"sources.{key}.{name}", None, "required in every source (" + ", ".join(SOURCE_KEYS) + ")")
+    for name, value in spec.items():
+        if not isinstance(value, str):
+            raise InputError(f"sources.{key}.{name}", value, "a string")
+    for name, allowed in (("kind", KINDS), ("format", FORMATS), ("family", FAMILIES)):
+        if spec.get(name, "") not in allowed:
+            raise InputError(f"sources.{key}.{name}", spec[name], "one of " + ", ".join(a or "absent" for a in allowed))
+    table = (folder / spec["file"]).resolve()
+    if not table.is_relative_to(folder.resolve()) or not table.is_file():
+        raise InputError(f"sources.{key}.file", spec["file"], f"a CSV table in {folder} (a name inside the folder)")
+    return Source(key=key, **spec)
 
 
 def select_sources(name: str | None, folder: Path = PUBLISHED_DIR) -> list[Source]:
@@ -93,14 +130,65 @@ def select_sources(name: str | None, folder: Path = PUBLISHED_DIR) -> list[Sourc
 
 def source_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[dict]:
     """The source's rows as this module predicts them (a ``format``'s rows mapped to these columns)."""
-    with open(Path(folder) / source.file, newline="") as f:
-        rows = list(csv.DictReader(f))
+    return [row for _, row in located_rows(source, folder)]
+
+
+def located_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[tuple[str, dict]]:
+    """[(``FILE:LINE``, row)] of the source's rows (its system's, its family's), every cell this
+    module reads checked (``check_row``): a bad one is one line naming the file, line and column."""
+    path = Path(folder) / source.file
+    table = tables.read_table(path, f"sources.{source.key}.file", "a CSV table of published measurements")
     if source.format == "megatron-bridge":
-        rows = bridge_rows(rows)
-    elif source.format:
-        raise InputError(f"sources.{source.key}.format", source.format, "megatron-bridge or absent")
-    return [r for r in rows if r["system"].startswith(source.system)
-            and (not source.family or r.get("family") == source.family)]
+        tables.require(path, table, COLUMNS_OF[source.format], "a Megatron-Bridge performance table")
+        table = [(where, row) for where, raw in table for row in bridge_row(raw, where)]
+    else:
+        tables.require(path, table, COLUMNS_OF[source.kind], f"a table of {source.kind} measurements")
+    out = [(where, r) for where, r in table if r["system"].startswith(source.system)
+           and (not source.family or r.get("family") == source.family)]
+    for where, row in out:
+        check_row(source, where, row)
+    return out
+
+
+# the columns every row of a kind has (a megatron-bridge table: bridge.py's)
+COLUMNS_OF = {"collective": ("system", "total_gpus", "message_size_bytes", "busbw_GBps"),
+              "training": ("system", "model_label", "cluster", "gpus", "tp", "pp", "dp", "mbs", "gbs", "seq_len",
+                           "precision", "recompute", "sequence_parallel"),
+              "megatron-bridge": BRIDGE_COLUMNS}
+# a training row's integers and their declared bounds (topologies.bounds; zero: its stage, checked by the plan)
+TRAINING_INTEGERS = {"gpus": "world", "tp": "world", "pp": "world", "dp": "world", "mbs": "mbs", "gbs": "gbs",
+                     "seq_len": "seq_len"}
+OPTIONAL_INTEGERS = {"cp": "world", "ep": "world", "vp": "world", "zero": None}
+SHAPE = {"hidden_size": "hidden_size", "num_layers": "num_layers", "num_heads": "num_heads",
+         "vocab_size": "vocab_size"}   # a row without a catalog model, or counted with its source's FLOP formula
+FLOPS_FORMULAS = ("megatron-2021", "megatron-core-2024")
+
+
+def check_row(source: Source, where: str, row: dict) -> None:
+    """Refuse a row (``where``: ``FILE:LINE``) any cell of which this module reads as what it is not:
+    counts within their declared bounds, measurements finite and above 0, flags True or False."""
+    if source.kind == "collective":
+        tables.integer(where, row, "total_gpus", "world")
+        tables.integer(where, row, "message_size_bytes", "size_bytes", positive=True)
+        tables.number(where, row, "busbw_GBps", "busbw_GBps")
+        return
+    for column in ("model_label", "cluster", "precision", "recompute"):
+        tables.text(where, row, column)
+    for column, bound in TRAINING_INTEGERS.items():
+        tables.integer(where, row, column, bound)
+    for column, bound in OPTIONAL_INTEGERS.items():
+        tables.integer(where, row, column, bound, required=False)
+    tables.flag(where, row, "sequence_parallel")
+    for column in ("tp_overlap", "dp_overlap"):
+        tables.flag(where, row, column, required=False)
+    unit, _ = _measured(row, where)
+    if row.get("skip"):     # kept and reported, not predicted
+        return
+    if unit == TFLOPS:
+        tables.choice(where, row, "flops_formula", FLOPS_FORMULAS)
+    if unit == TFLOPS or not row.get("model"):
+        for column, bound in SHAPE.items():
+            tables.integer(where, row, column, bound)
 
 
 def _size_label(n: int) -> str:
@@ -198,13 +286,15 @@ def _int(row: dict, key: str, default: int = 1) -> int:
     return int(row.get(key) or default)
 
 
-def _measured(row: dict) -> tuple[str, float]:
-    """(unit, value) of what the row measured: tokens/s per GPU, tokens/s, or TFLOP/s per GPU."""
-    if row.get("measured_tokens_per_s_per_gpu"):
-        return "tokens/s/GPU", float(row["measured_tokens_per_s_per_gpu"])
-    if row.get("measured_tokens_per_s"):
-        return "tokens/s", float(row["measured_tokens_per_s"])
-    return "TFLOP/s/GPU", float(row["measured_tflops_per_gpu"])
+MEASURED = {"measured_tokens_per_s_per_gpu": "tokens/s/GPU", "measured_tokens_per_s": "tokens/s",
+            "measured_tflops_per_gpu": TFLOPS}   # what a training row measured, the first it has
+
+
+def _measured(row: dict, where: str = "row") -> tuple[str, float]:
+    """(unit, value) of what the row measured: tokens/s per GPU, tokens/s, or TFLOP/s per GPU (a
+    finite number above 0; a row with none of them is refused)."""
+    column = next((c for c in MEASURED if str(row.get(c) or "").strip()), "measured_tflops_per_gpu")
+    return MEASURED[column], tables.number(where, row, column)
 
 
 def _flag(row: dict, key: str) -> bool | None:
@@ -238,9 +328,15 @@ def row_plan(row: dict) -> dict:
 
 
 def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:
-    """Every row of ``source`` predicted."""
+    """Every row of ``source`` predicted (a value the model refuses named with its row's file and line)."""
     one = _collective_row if source.kind == "collective" else _training_row
-    return [one(source, row) for row in source_rows(source, folder)]
+    out = []
+    for where, row in located_rows(source, folder):
+        try:
+            out.append(one(source, row))
+        except InputError as err:
+            raise tables.located(where, err) from None
+    return out
 
 
 # the precisions from the highest to the lowest: a pair's lower precision is the later one
@@ -297,8 +393,40 @@ def validate_published(name: str | None = None, folder: Path = PUBLISHED_DIR) ->
     return out
 
 
+# the largest MAPE bound a source may declare: 1000%, past any model a guard is worth keeping for
+MAX_MAPE_BOUND = 10.0
+BOUNDS_SHAPE = 'a JSON object {"mape": {SOURCE: bound}}'
+
+
 def load_bounds(folder: Path = PUBLISHED_DIR) -> dict[str, float]:
-    return json.loads((Path(folder) / BOUNDS_FILE).read_text())["mape"]
+    """{source: the MAPE it may reach} of ``bounds.json`` in ``folder`` (``{"mape": {SOURCE: NUMBER}}``),
+    each a finite number from 0 to ``MAX_MAPE_BOUND``: a NaN, inf or text bound, which no MAPE can
+    exceed, would turn the guard off. {} where the folder has no bounds.json."""
+    path = Path(folder) / BOUNDS_FILE
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as err:
+        raise InputError(str(path), "unreadable", f"a readable JSON file ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "bytes that are not UTF-8", "a UTF-8 JSON file") from None
+    except json.JSONDecodeError as err:
+        raise InputError(str(path), "not JSON", f"{BOUNDS_SHAPE} ({err.msg} at line {err.lineno})") from None
+    except RecursionError:
+        raise InputError(str(path), "nested too deeply", BOUNDS_SHAPE) from None
+    if not isinstance(raw, dict):
+        raise InputError(str(path), f"a JSON {type(raw).__name__}", BOUNDS_SHAPE)
+    mape = raw.get("mape")
+    if not isinstance(mape, dict):
+        raise InputError(f"{path}:mape", mape if mape is None else f"a JSON {type(mape).__name__}",
+                         "an object of SOURCE: the MAPE it may reach (0.05 is 5%)")
+    for source, bound in mape.items():
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) \
+                or not 0 <= bound <= MAX_MAPE_BOUND:
+            raise InputError(f"{path}:mape.{source}", bound, f"a finite number from 0 to {MAX_MAPE_BOUND:g} "
+                             "(the MAPE the source may reach; 0.05 is 5%)")
+    return {source: float(bound) for source, bound in mape.items()}
 
 
 def check_bounds(reports: list[dict], bounds: dict[str, float]) -> list[str]:
@@ -315,6 +443,8 @@ def check_bounds(reports: list[dict], bounds: dict[str, float]) -> list[str]:
         bound = bounds.get(rep["source"])
         if bound is None:
             bad.append(f"{rep['source']}: MAPE {rep['mape']:.1%} and no bound in {BOUNDS_FILE}")
+        elif not math.isfinite(rep["mape"]):    # a prediction that is no number fails the guard, never passes it
+            bad.append(f"{rep['source']}: MAPE {rep['mape']} is not a number (a row's prediction is not finite)")
         elif rep["mape"] > bound:
             bad.append(f"{rep['source']}: MAPE {rep['mape']:.1%} above its bound {bound:.1%}")
     return bad

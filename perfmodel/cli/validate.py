@@ -13,13 +13,17 @@ def add_validate(sub) -> None:
                        "MAPE, bias, the worst row and the table of measured against predicted.")
     v.add_argument("--published", nargs="?", const="all", default="all", metavar="SOURCE",
                    help="one source key of sources.toml, or all (default)")
-    v.add_argument("--dir", help="folder of the tables (default: the repository's validation/published)")
+    v.add_argument("--dir", help="folder of the tables (default: the repository's validation/published): its "
+                   "sources.toml names each source's CSV table (a file inside the folder), bounds.json (optional) "
+                   "each source's MAPE bound; a malformed entry, cell or bound is refused in one line naming the "
+                   "file, the line or key, and the column")
     v.add_argument("--json", action="store_true", help="JSON: per source its summary and rows")
     v.add_argument("--csv", metavar="FILE", help="write every row (source, measured, predicted, error) as CSV")
     v.add_argument("--plot", metavar="FILE.png", help="draw predicted against measured (.png, .svg or .pdf)")
     v.add_argument("--check-bounds", action="store_true",
-                   help="exit 1 if a source's MAPE is above its bound in bounds.json, or a measured run's "
-                        "plan is predicted not to fit its GPUs' memory")
+                   help="exit 1 if a source's MAPE is above its bound in bounds.json (or is not a number), or a "
+                        "measured run's plan is predicted not to fit its GPUs' memory; each bound a finite number "
+                        "from 0 to 10 (0.05 is 5%%)")
 
 
 def run_validate(args) -> None:
@@ -34,8 +38,8 @@ def run_validate(args) -> None:
     if args.csv:
         check_writable(args.csv, "csv")
     check_picture(args.plot)
+    bounds = pub.load_bounds(folder)    # a malformed bound is refused before anything is predicted
     reports = pub.validate_published(args.published, folder)
-    bounds = pub.load_bounds(folder) if (folder / pub.BOUNDS_FILE).exists() else {}
     if args.csv:
         buffer = io.StringIO()
         csv.writer(buffer).writerows(pub.results_csv_rows(reports))

@@ -1,0 +1,211 @@
+"""Hostile input to the model's validation and calibration (issue 37, item 6): ``perfmodel validate
+--dir``/``--check-bounds`` (sources.toml, the tables, bounds.json), ``perfmodel calibrate``'s records
+and the profile it writes, and ``realrun validate --measured``. Each refusal is one line naming the
+file and field (or line and column), the value and what is allowed, exit code 2, no traceback;
+nothing written before the input is valid."""
+import json
+import math
+
+import pytest
+
+from perfmodel.calibration import published as pub
+from topologies.clikit import run
+from topologies.errors import InputError
+
+
+def perfmodel(capsys, *argv) -> tuple[int, str]:
+    """``perfmodel ARGV`` in this process: (exit code, its error output)."""
+    from perfmodel.cli import main
+
+    try:
+        code = run(main, list(argv))
+    except SystemExit as stop:     # --check-bounds: exit 1 above a bound
+        code = stop.code
+    return code, capsys.readouterr().err.strip()
+
+
+def assert_one_line(code: int, err: str, *said: str) -> None:
+    assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1, err
+    for text in said:
+        assert text in err, err
+
+
+# --- perfmodel validate --dir / --check-bounds -------------------------------------------------
+
+SOURCE = '[s]\nkind = "collective"\nfile = "c.csv"\ntitle = "t"\ncluster = "dgx-a100"\n'
+HEADER = "system,total_gpus,message_size_bytes,busbw_GBps"
+TABLE = f"{HEADER}\nS,8,1048576,100\n"
+
+
+def _folder(tmp_path, sources=SOURCE, table=TABLE, bounds='{"mape": {"s": 5.0}}'):
+    """A --dir folder: sources.toml, the table c.csv and bounds.json (str, or bytes as written)."""
+    for name, body in (("sources.toml", sources), ("c.csv", table), ("bounds.json", bounds)):
+        if body is not None:
+            (tmp_path / name).write_bytes(body if isinstance(body, bytes) else body.encode())
+    return str(tmp_path)
+
+
+def _row(cells: str) -> str:
+    return f"{HEADER}\n{cells}\n"
+
+
+SOURCES_CASES = [
+    ("[s\nkind =", "sources.toml='not TOML'"),
+    (b"\xff\xfe[s]", "sources.toml='bytes that are not UTF-8'"),
+    ("s = 1\n", "sources.s=1: a [table]"),
+    (SOURCE.replace('"collective"', "3"), "sources.s.kind=3: a string"),
+    (SOURCE.replace('"collective"', '"bogus"'), "sources.s.kind='bogus': one of collective, training"),
+    (SOURCE.replace('"c.csv"', "3"), "sources.s.file=3: a string"),
+    (SOURCE + "system = 3\n", "sources.s.system=3: a string"),
+    (SOURCE.replace('file = "c.csv"\n', ""), "sources.s.file=None: required"),
+    (SOURCE.replace('title = "t"\n', ""), "sources.s.title=None: required"),
+    (SOURCE + 'format = "x"\n', "sources.s.format='x': one of absent, megatron-bridge"),
+    (SOURCE + 'family = "big"\n', "sources.s.family='big'"),
+    (SOURCE.replace('"c.csv"', '"../../etc/passwd"'), "sources.s.file='../../etc/passwd': a CSV table in"),
+    (SOURCE.replace('"c.csv"', '"/etc/passwd"'), "sources.s.file='/etc/passwd'"),
+    (SOURCE.replace('"c.csv"', '"nope.csv"'), "sources.s.file='nope.csv'"),
+    (SOURCE.replace('"c.csv"', '"."'), "sources.s.file='.'"),
+]
+
+
+@pytest.mark.parametrize("sources, said", SOURCES_CASES)
+def test_a_malformed_sources_toml_is_one_line_naming_the_source_and_key(capsys, tmp_path, sources, said):
+    assert_one_line(*perfmodel(capsys, "validate", "--dir", _folder(tmp_path, sources=sources), "--check-bounds"),
+                    said)
+
+
+TABLE_CASES = [
+    ("system,total_gpus\nS,8\n", "c.csv='no column message_size_bytes'"),
+    (_row("S,eight,1048576,100"), "c.csv:2.total_gpus='eight': an integer from 1 to 131072"),
+    (_row("S,,1048576,100"), "c.csv:2.total_gpus='': a value"),
+    (_row("S,-8,1048576,100"), "c.csv:2.total_gpus='-8'"),
+    (_row("S,800000000000,1048576,100"), "c.csv:2.total_gpus='800000000000'"),
+    (_row("S,8,1" + "0" * 30 + ",100"), "c.csv:2.message_size_bytes="),
+    (_row("S,8,1048576,nan"), "c.csv:2.busbw_GBps='nan': a number from 1e-06 to 1e+06"),
+    (_row("S,8,1048576,inf"), "c.csv:2.busbw_GBps='inf'"),
+    (_row("S,8,1048576,0"), "c.csv:2.busbw_GBps='0'"),
+    (_row("S,8,1048576,-5"), "c.csv:2.busbw_GBps='-5'"),
+    (_row("S,8,1048576,fast"), "c.csv:2.busbw_GBps='fast'"),
+    ("", "c.csv"), (HEADER + "\n", "a header and at least one row"),
+    (_row("S,8"), "c.csv:2='2 cells': the 4 cells its header names"),
+    (_row("S,8,1048576,100,extra"), "c.csv:2='5 cells'"),
+    (_row("S,8,1048576," + "9" * 200_000), "c.csv:2='a malformed row'"),
+    (b"\xff\xfe" + TABLE.encode(), "in UTF-8 text"),
+    (f"{HEADER},op\nS,8,1048576,100,frob\n", "c.csv:2.op='frob': one of allreduce"),
+]
+
+
+@pytest.mark.parametrize("table, said", TABLE_CASES)
+def test_a_malformed_table_is_one_line_naming_its_file_line_and_column(capsys, tmp_path, table, said):
+    assert_one_line(*perfmodel(capsys, "validate", "--dir", _folder(tmp_path, table=table), "--check-bounds"), said)
+
+
+TRAINING = '[t]\nkind = "training"\nfile = "c.csv"\ntitle = "t"\n'
+
+
+def _training_table(published, **changes) -> str:
+    """The first row of megatron_training_throughput.csv with ``changes`` (column: cell)."""
+    import csv
+    import io
+
+    with open(published / "megatron_training_throughput.csv", newline="") as handle:
+        row = next(csv.DictReader(handle))
+    row.update(changes)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(row))
+    writer.writeheader()
+    writer.writerow(row)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"gpus": "x"}, "c.csv:2.gpus='x'"),
+    ({"tp": "0"}, "c.csv:2.tp='0'"),
+    ({"gbs": "1" + "0" * 30}, "c.csv:2.gbs="),
+    ({"mbs": "-1"}, "c.csv:2.mbs='-1'"),
+    ({"hidden_size": "99999999999"}, "c.csv:2.hidden_size='99999999999': an integer from 1 to 262144"),
+    ({"measured_tflops_per_gpu": "nan"}, "c.csv:2.measured_tflops_per_gpu='nan': a finite number above 0"),
+    ({"measured_tflops_per_gpu": "0"}, "c.csv:2.measured_tflops_per_gpu='0'"),
+    ({"measured_tflops_per_gpu": "-3"}, "c.csv:2.measured_tflops_per_gpu='-3'"),
+    ({"measured_tflops_per_gpu": ""}, "c.csv:2.measured_tflops_per_gpu=''"),
+    ({"flops_formula": "mine"}, "c.csv:2.flops_formula='mine': one of megatron-2021, megatron-core-2024"),
+    ({"sequence_parallel": "maybe"}, "c.csv:2.sequence_parallel='maybe': True or False"),
+    ({"recompute": "wat"}, "c.csv:2.recompute='wat'"),
+    ({"cluster": ""}, "c.csv:2.cluster=''"),
+])
+def test_a_malformed_training_row_is_one_line(capsys, tmp_path, published, changes, said):
+    folder = _folder(tmp_path, sources=TRAINING, table=_training_table(published, **changes), bounds=None)
+    assert_one_line(*perfmodel(capsys, "validate", "--dir", folder), said)
+
+
+@pytest.mark.parametrize("cells, said", [
+    ({"tp": "x"}, "c.csv:2.tp='x': an integer from 1 to 131072"),
+    ({"num_gpus": "7", "tp": "2"}, "c.csv:2.num_gpus=7: a multiple of tp x pp x cp"),
+    ({"micro_batch_size": "many"}, "c.csv:2.micro_batch_size='many'"),
+    ({"alt_values_in_parentheses": "tokens_per_s_per_gpu=5;grad_accum=0"},
+     "c.csv:2.alt_values_in_parentheses.grad_accum='0'"),
+    ({"alt_values_in_parentheses": "tokens_per_s_per_gpu=5;precision=FP3"},
+     "c.csv:2.alt_values_in_parentheses.precision='FP3'"),
+    ({"tokens_per_s_per_gpu": "nan"}, "c.csv:2.measured_tokens_per_s_per_gpu='nan'"),
+])
+def test_a_malformed_megatron_bridge_row_is_one_line(capsys, tmp_path, published, cells, said):
+    import csv
+    import io
+
+    with open(published / "megatron_bridge_training_throughput.csv", newline="") as handle:
+        row = next(r for r in csv.DictReader(handle) if r["model"] == "LLAMA3_8B" and r["system"] == "DGX-H100")
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(row))
+    writer.writeheader()
+    writer.writerow({**row, **cells})
+    sources = TRAINING + 'format = "megatron-bridge"\n'
+    assert_one_line(*perfmodel(capsys, "validate", "--dir", _folder(tmp_path, sources, out.getvalue(), None)), said)
+
+
+@pytest.mark.parametrize("bounds, said", [
+    ("{", "bounds.json='not JSON'"),
+    ("[]", "bounds.json='a JSON list'"),
+    ("{}", "bounds.json:mape=None"),
+    ('{"mape": []}', "bounds.json:mape='a JSON list'"),
+    ('{"mape": {"s": "0.1"}}', "bounds.json:mape.s='0.1': a finite number from 0 to 10"),
+    ('{"mape": {"s": NaN}}', "bounds.json:mape.s=nan"),
+    ('{"mape": {"s": Infinity}}', "bounds.json:mape.s=inf"),
+    ('{"mape": {"s": -0.1}}', "bounds.json:mape.s=-0.1"),
+    ('{"mape": {"s": true}}', "bounds.json:mape.s=True"),
+    ('{"mape": {"s": null}}', "bounds.json:mape.s=None"),
+    (b"\xff\xfe{", "bounds.json='bytes that are not UTF-8'"),
+])
+def test_a_malformed_bound_is_refused_before_anything_is_predicted(capsys, tmp_path, bounds, said):
+    """A NaN or infinite bound, which no MAPE exceeds, would turn the guard off: refused, as is every
+    other bound that is no finite number from 0 to 10, with or without --check-bounds."""
+    csv_out = tmp_path / "rows.csv"
+    for extra in (("--check-bounds",), ("--json",), ("--csv", str(csv_out))):
+        assert_one_line(*perfmodel(capsys, "validate", "--dir", _folder(tmp_path, bounds=bounds), *extra), said)
+    assert not csv_out.exists()
+
+
+def test_a_missing_folder_is_one_line(capsys, tmp_path):
+    assert_one_line(*perfmodel(capsys, "validate", "--dir", str(tmp_path / "nope")), "dir=")
+    assert_one_line(*perfmodel(capsys, "validate", "--dir", str(tmp_path)), "a folder with a readable sources.toml")
+
+
+def test_a_prediction_that_is_no_number_fails_the_guard():
+    row = pub.RowResult("s", "r", 100.0, math.nan, math.nan, "busbw GB/s")
+    assert pub.check_bounds([dict(source="s", mape=math.nan, results=[row])], {"s": 0.2}) == \
+        ["s: MAPE nan is not a number (a row's prediction is not finite)"]
+
+
+def test_a_valid_folder_still_validates_and_guards(capsys, tmp_path):
+    assert perfmodel(capsys, "validate", "--dir", _folder(tmp_path), "--check-bounds") == (0, "")
+    code, err = perfmodel(capsys, "validate", "--dir", _folder(tmp_path, bounds='{"mape": {"s": 0.0}}'),
+                          "--check-bounds")
+    assert code == 1 and "above its bound 0.0%" in err
+    assert pub.load_bounds(tmp_path / "elsewhere") == {}
+
+
+def test_load_sources_names_the_key_of_a_bad_entry(tmp_path):
+    (tmp_path / "sources.toml").write_text('[x]\nkind = "training"\nfile = "a.csv"\ntitle = ["t"]\n')
+    with pytest.raises(InputError) as err:
+        pub.load_sources(tmp_path)
+    assert err.value.field == "sources.x.title"
+    json.dumps(err.value.value)
