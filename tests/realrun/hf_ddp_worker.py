@@ -1,7 +1,8 @@
-"""An unmodified Hugging Face GPT2LMHeadModel (small random config, no download) in bf16 under DDP
-on gloo with realrun's compression hook, a few steps; then every all-reduce algorithm of ``Comm``
-on a bf16 tensor. Rank 0 writes a JSON summary to OUT.
-Run: python hf_ddp_worker.py RANK WORLD PORT SPEC STEPS OUT."""
+"""Unmodified Hugging Face causal LMs (``hf_models``: GPT-2, Llama) in DTYPE under DDP on gloo:
+plain DDP and DDP with realrun's compression hook (``compression_hook(SPEC)``), the same
+initial weights and batches, a few steps each; then every all-reduce algorithm of ``Comm`` on a
+DTYPE tensor. Rank 0 writes a JSON summary to OUT.
+Run: python hf_ddp_worker.py RANK WORLD PORT ARCH DTYPE SPEC STEPS OUT."""
 import gc
 import json
 import sys
@@ -9,55 +10,62 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from hf_models import DTYPES, batch, build
 from torch.nn.parallel import DistributedDataParallel as DDP
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from realrun.comm import Comm
 from realrun.hooks import compression_hook
 
-CONFIG = dict(vocab_size=512, n_positions=32, n_embd=64, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
 
-
-def main(rank: int, world: int, port: int, spec: str, steps: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=90))
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(**CONFIG)).to(torch.bfloat16)
-    ddp = DDP(model, bucket_cap_mb=0.1)   # several buckets
-    state, hook = compression_hook(spec)
-    ddp.register_comm_hook(state, hook)
+def train(ddp, rank: int, steps: int) -> list:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(1 + rank)
-    losses = []
+    torch.manual_seed(2)   # dropout's masks: the same in both runs
+    gen, losses = torch.Generator().manual_seed(1 + rank), []
     for _ in range(steps):
-        ids = torch.randint(0, CONFIG["vocab_size"], (4, 16), generator=gen)
+        ids = batch(gen)
         loss = ddp(input_ids=ids, labels=ids).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach().float()))
-    grads = [p.grad.dtype for p in model.parameters() if p.grad is not None]
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])   # bf16 parameters
-    gathered = [torch.zeros_like(flat) for _ in range(world)]
-    dist.all_gather(gathered, flat)
+    return losses
+
+
+def agree(tensor: torch.Tensor, world: int) -> bool:
+    """Every rank holds the same bits."""
+    every = [torch.zeros_like(tensor) for _ in range(world)]
+    dist.all_gather(every, tensor)
+    return all(torch.equal(every[0], t) for t in every[1:])
+
+
+def main(rank: int, world: int, port: int, arch: str, dtype: str, spec: str, steps: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=90))
+    dt = DTYPES[dtype]
+    plain = DDP(build(arch).to(dt), bucket_cap_mb=0.1)
+    model = build(arch).to(dt)
+    ddp = DDP(model, bucket_cap_mb=0.1)   # several buckets
+    state, hook = compression_hook(spec)
+    ddp.register_comm_hook(state, hook)
+    summary = {"plain": train(plain, rank, steps), "losses": train(ddp, rank, steps)}
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     comm, sums = Comm(), {}
-    x = torch.randn(5000, generator=torch.Generator().manual_seed(9 + rank)).bfloat16()
+    x = torch.randn(5000, generator=torch.Generator().manual_seed(9 + rank)).to(dt)
     for alg in ("ring", "recursive_doubling", "allgather", "two_phase"):
         y = comm.allreduce(x, spec, alg, key=alg)
-        got = [torch.zeros_like(y) for _ in range(world)]
-        dist.all_gather(got, y)
-        sums[alg] = {"dtype": str(y.dtype), "agree": all(torch.equal(got[0], g) for g in got[1:])}
+        sums[alg] = {"dtype": str(y.dtype), "agree": agree(y, world)}
+    summary.update(ranks_agree=agree(flat, world), param_dtype=str(flat.dtype), allreduce=sums,
+                   grad_dtypes=sorted({str(p.grad.dtype) for p in model.parameters() if p.grad is not None}),
+                   **{k: state.stats[k] for k in ("buckets", "bytes_in", "bytes_out")})
     if rank == 0:
         with open(out, "w") as handle:
-            json.dump({"losses": losses, "ranks_agree": all(torch.equal(gathered[0], g) for g in gathered[1:]),
-                       "param_dtype": str(flat.dtype), "grad_dtypes": sorted({str(g) for g in grads}),
-                       "buckets": state.stats["buckets"], "bytes_out": state.stats["bytes_out"],
-                       "bytes_in": state.stats["bytes_in"], "allreduce": sums}, handle)
-    del ddp, state, opt
+            json.dump(summary, handle)
+    del ddp, plain, state
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6])
+    a = sys.argv
+    main(int(a[1]), int(a[2]), int(a[3]), a[4], a[5], a[6], int(a[7]), a[8])

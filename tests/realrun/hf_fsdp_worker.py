@@ -1,8 +1,8 @@
-"""Unmodified Hugging Face causal LMs (GPT-2, Llama; small random configs, no download) under
-FSDP2 (``fully_shard`` per block, then the root) on gloo: plain FSDP2 and FSDP2 with realrun's
-compressed collectives (``realrun.fsdp.compress_fsdp(model, POLICY)``), the same initial
-weights and batches, a few steps each. Then both evaluate one batch that is the same on every
-rank. Rank 0 writes a JSON summary to OUT; every rank's evaluation losses are gathered.
+"""Unmodified Hugging Face causal LMs (``hf_models``: GPT-2, Llama) under FSDP2 (``fully_shard``
+per block, then the root) on gloo: plain FSDP2 and FSDP2 with realrun's compressed collectives
+(``realrun.fsdp.compress_fsdp(model, POLICY)``), the same initial weights and batches, a few
+steps each. Then both evaluate one batch that is the same on every rank. Rank 0 writes a JSON
+summary to OUT; every rank's evaluation losses are gathered.
 Run: python hf_fsdp_worker.py RANK WORLD PORT ARCH DTYPE POLICY STEPS OUT."""
 import json
 import sys
@@ -10,34 +10,20 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from hf_models import DTYPES, batch, blocks, build
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from realrun.fsdp import compress_fsdp
 
-VOCAB = 512
-ARCHS = {
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2, n_head=2,
-                                                   bos_token_id=0, eos_token_id=0)),
-    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-                                                      num_hidden_layers=2, num_attention_heads=4,
-                                                      num_key_value_heads=2, max_position_embeddings=32)),
-}
 
-
-def build(arch: str, dtype: torch.dtype, mesh, policy: str | None):
-    import transformers
-
-    config_cls, model_cls, config = ARCHS[arch]
-    torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**config))
-    blocks = [m for m in model.modules() if type(m).__name__.endswith(("Block", "DecoderLayer"))]
+def shard(arch: str, dtype: torch.dtype, mesh, policy: str | None):
+    model = build(arch)
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
-    for block in blocks:
+    for block in blocks(model):
         fully_shard(block, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
-    state = compress_fsdp(model, policy) if policy is not None else None
-    return model, state, len(blocks)
+    return model, compress_fsdp(model, policy) if policy is not None else None
 
 
 def train(model, rank: int, steps: int) -> list:
@@ -45,7 +31,7 @@ def train(model, rank: int, steps: int) -> list:
     torch.manual_seed(2)   # dropout's masks: the same in both runs
     gen, losses = torch.Generator().manual_seed(1 + rank), []
     for _ in range(steps):
-        ids = torch.randint(0, VOCAB, (4, 16), generator=gen)
+        ids = batch(gen)
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad()
         loss.backward()
@@ -56,7 +42,7 @@ def train(model, rank: int, steps: int) -> list:
 
 def evaluate(model, world: int) -> list:
     """The loss of one batch, the same on every rank, as each rank computes it."""
-    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(99))
+    ids = batch(torch.Generator().manual_seed(99), rows=2)
     model.eval()   # no dropout
     with torch.no_grad():
         loss = model(input_ids=ids, labels=ids).loss.detach().float().reshape(1)
@@ -69,10 +55,9 @@ def main(rank: int, world: int, port: int, arch: str, dtype: str, policy: str, s
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=90))
     mesh = init_device_mesh("cpu", (world,))
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    plain, _, blocks = build(arch, dt, mesh, None)
-    comp, state, _ = build(arch, dt, mesh, policy)
-    summary = {"blocks": blocks, "plain": train(plain, rank, steps), "compressed": train(comp, rank, steps),
+    plain, _ = shard(arch, DTYPES[dtype], mesh, None)
+    comp, state = shard(arch, DTYPES[dtype], mesh, policy)
+    summary = {"blocks": len(blocks(comp)), "plain": train(plain, rank, steps), "compressed": train(comp, rank, steps),
                "eval_plain": evaluate(plain, world), "eval_compressed": evaluate(comp, world),
                "modules": state.modules, "stats": state.stats,
                # the tensor key of every error-feedback residual kept ("ef", spec, key, shape, dtype)
