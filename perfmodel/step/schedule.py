@@ -22,12 +22,18 @@ is free (messages on one link go in order), and takes the transfer time of its d
 This is an exact evaluation of the schedule's dependency graph, not a closed form: with free
 transfers it gives the familiar ``(m + p - 1)`` stage times for uniform stages; with costly
 ones it charges a transfer where a stage waits for it, not once per microbatch and again in
-the bubble (docs/design.md, Pipeline timeline). Cost grows with stages x microbatches.
+the bubble (docs/design.md, Pipeline timeline). Cost grows with stages x microbatches, so
+a schedule is listed and timed one by one up to ``topologies.bounds``' ``schedule_operations``
+(InputError past it); a step time of a longer one comes from a shorter one where its steady
+part repeats (``settled``: each extra micro-batch then moves the end by one shift).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+from topologies import bounds
+from topologies.errors import InputError
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 BLOCKING = ("gpipe", "1f1b")   # exchanges wait for sends too (realrun's, Megatron's send_*_recv_*)
@@ -36,6 +42,7 @@ BLOCKING = ("gpipe", "1f1b")   # exchanges wait for sends too (realrun's, Megatr
 def stage_ops(name: str, stage: int, stages: int, microbatches: int, chunks: int = 1) -> list[tuple]:
     """The operations of ``stage`` in order (module doc); ``chunks``: V of ``interleaved``."""
     m = microbatches
+    check_operations(stages, m, chunks)
     if name == "interleaved":
         return _interleaved_ops(stage, stages, m, chunks)
     if name == "gpipe":
@@ -119,10 +126,135 @@ def run_schedule(name: str, stages: list[StageCost], microbatches: int, chunks: 
     """Time ``microbatches`` through ``stages`` under schedule ``name`` (module doc); ``record``:
     keep every operation and transfer (a trace needs them, a step time does not). Cached:
     policies that change only what runs after the pipeline (gradients, ZeRO-1/2 gathers) give
-    the same stage costs, and a search meets them many times."""
+    the same stage costs, and a search meets them many times. Without ``record``, a schedule of
+    more than ``EXACT_OPERATIONS`` operations is timed on fewer micro-batches and extrapolated where
+    it has settled into a repeating pattern (``settled``); every other one operation by operation,
+    at most ``topologies.bounds`` ``schedule_operations`` of them (InputError past it)."""
     if name not in SCHEDULES:
         raise ValueError(f"schedule {name!r}: one of {', '.join(SCHEDULES)}")
-    return _run_schedule(name, tuple(stages), microbatches, chunks, record)
+    stages = tuple(stages)
+    if record or len(stages) * microbatches * chunks <= EXACT_OPERATIONS:
+        return _run_schedule(name, stages, microbatches, chunks, record)
+    return _extrapolated(name, stages, microbatches, chunks)
+
+
+EXACT_OPERATIONS = 2**16     # stages x micro-batches x chunks always timed one by one (~1 s; published runs ~3e4)
+
+
+def check_operations(p: int, m: int, chunks: int) -> None:
+    """Refuse a schedule of more operations (stages x micro-batches x chunks) than ``topologies.bounds``'s
+    ``schedule_operations`` (each is listed, and timed one by one unless the schedule settles)."""
+    most = int(bounds.bound("schedule_operations")[2])
+    if p * m * chunks > most:
+        raise InputError("microbatches", m, f"at most {most // (p * chunks)} micro-batches (gbs / (mbs x dp)) on "
+                         f"{p} stages x {chunks} chunks: a schedule is listed operation by operation up to {most} "
+                         "operations (past them only the analytical engine's step time, and only of a schedule "
+                         "that settles into a repeating pattern)")
+
+
+# Extrapolation (``settled``). The schedule's values (each stage's clock after each step, each
+# transfer's end) are max-plus functions of earlier ones: the max of some plus one time. In the
+# steady part of a stage's steps (1F1B: after its warm-up forwards, one forward and one backward
+# per micro-batch; interleaved: p micro-batches of V chunks; GPipe: its forwards, then its
+# backwards, two such parts) one more micro-batch inserts one more *period* of steps, with the
+# same operations and transfers, its micro-batches numbered on. Where the values of the last
+# ``WINDOW`` periods (every stage's, every transfer's) are those of c periods earlier plus one
+# shift per part, they stay so in every later period (a max-plus map commutes with adding a
+# constant, and the steps after a window depend only on the window); a longer schedule is then
+# this one with whole cycles of c periods inserted, each moving what follows by the shift. A
+# map that is max-plus is non-expansive, so a window equal to within ``TOLERANCE`` of a shift keeps
+# every later cycle so too: the extrapolated times are those of the schedule to that tolerance.
+WINDOW = 4                   # periods compared: more than a step's reach into earlier periods
+MARGIN = 2                   # periods left out at the end of each steady part (its cool-down reaches in)
+MAX_CYCLE = 4                # periods c after which the values repeat, tried from 1
+TOLERANCE = 1e-9             # a shift's agreement, relative to the shift
+
+
+@lru_cache(maxsize=1024)
+def _extrapolated(name: str, stages: tuple, m: int, chunks: int) -> Timeline:
+    """``run_schedule`` of ``m`` micro-batches from a settled shorter one (comment above), else timed."""
+    p = len(stages)
+    period = p if name == "interleaved" else 1                 # micro-batches per period
+    periods = WINDOW + MARGIN + MAX_CYCLE + 2
+    most = bounds.bound("schedule_operations")[2] // 2
+    while True:
+        trial = _aligned(m, _warm(name, p, chunks) + periods * period, period)
+        if trial >= m or p * trial * chunks > most:
+            break
+        found = settled(name, stages, trial, chunks)
+        if found:
+            trial = _aligned(m, trial, found[0] * period)           # whole cycles to insert
+            found = settled(name, stages, trial, chunks)
+            if found and (m - trial) % (found[0] * period) == 0:
+                cycle = found[0] * period
+                return _insert(_run_schedule(name, stages, trial, chunks, False), stages, chunks,
+                               (m - trial) // cycle, cycle, sum(found[1]))
+        periods *= 2
+    return _run_schedule(name, stages, m, chunks, False)
+
+
+def _aligned(m: int, least: int, step: int) -> int:
+    """The smallest count >= ``least`` micro-batches that differs from ``m`` by whole ``step``s."""
+    return least + (m - least) % step
+
+
+def _warm(name: str, p: int, chunks: int) -> int:
+    """Micro-batches the first stage's warm-up forwards span (the longest warm-up)."""
+    if name == "interleaved":
+        return -(-(2 * (p - 1) + (chunks - 1) * p) // chunks)
+    return p - 1 if name == "1f1b" else 0
+
+
+def _insert(base: Timeline, stages: tuple, chunks: int, cycles: int, microbatches: int, shift: float) -> Timeline:
+    """``base`` with ``cycles`` cycles of ``microbatches`` micro-batches inserted, each moving the end by ``shift``."""
+    finish = tuple(f + cycles * shift for f in base.finish_s)
+    busy = tuple(b + cycles * microbatches * chunks * (st.fwd / chunks + st.bwd / chunks)
+                 for b, st in zip(base.busy_s, stages))
+    return Timeline(end_s=max(finish), busy_s=busy, finish_s=finish)
+
+
+def steady_parts(name: str, s: int, p: int, m: int, chunks: int = 1) -> list[tuple[int, int, int]]:
+    """Stage ``s``'s steady parts (comment above) as (first step, steps per period, whole periods)."""
+    if name == "gpipe":
+        return [(0, 1, m), (m, 1, m)]
+    if name == "1f1b":
+        warm = min(p - s - 1, m)
+        return [(warm, 2, m - warm)]
+    warm = min(m * chunks, 2 * (p - s - 1) + (chunks - 1) * p)
+    return [(warm, 2 * p * chunks, (m * chunks - warm) // (p * chunks))]
+
+
+def settled(name: str, stages: tuple, m: int, chunks: int = 1):
+    """(c, shift of each steady part) where the last ``WINDOW`` periods of ``m`` micro-batches' schedule
+    repeat those c periods earlier plus the part's shift (comment above); None where they do not."""
+    p = len(stages)
+    _, clocks, done = _simulate(name, stages, m, chunks, False, True)
+    plans = _compiled(name, p, m, chunks)[0]
+    parts = [steady_parts(name, s, p, m, chunks) for s in range(p)]
+    for cycle in range(1, MAX_CYCLE + 1):
+        shifts = [_shift([(plans[s], clocks[s], parts[s][k]) for s in range(p)], done, cycle)
+                  for k in range(len(parts[0]))]
+        if None not in shifts:
+            return cycle, shifts
+    return None
+
+
+def _shift(rows: list, done: list, cycle: int) -> float | None:
+    """The one shift by which every stage's values in the window repeat ``cycle`` periods later, or None."""
+    end = min(count for _, _, (_, _, count) in rows) - MARGIN
+    if end - cycle - WINDOW < 0:
+        return None
+    shift = None
+    for steps, clock, (first, width, _) in rows:
+        for k in range(first + (end - cycle - WINDOW) * width, first + (end - cycle) * width):
+            later = k + cycle * width
+            pairs = [(clock[k], clock[later])] + [(done[a], done[b]) for a, b in zip(steps[k][0], steps[later][0])]
+            for before, after in pairs:
+                if shift is None:
+                    shift = after - before
+                if abs(after - before - shift) > TOLERANCE * abs(shift):
+                    return None
+    return shift
 
 
 @lru_cache(maxsize=256)
@@ -159,6 +291,12 @@ def drive(plans, pos: list, advance, wake: set, deadlock: str) -> None:
 
 @lru_cache(maxsize=4096)
 def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, record: bool) -> Timeline:
+    return _simulate(name, stages, microbatches, chunks, record, False)[0]
+
+
+def _simulate(name: str, stages: tuple, microbatches: int, chunks: int, record: bool, keep: bool) -> tuple:
+    """(Timeline, each stage's clock after each of its steps, each transfer's end): the last two
+    only with ``keep`` (else empty)."""
     p, m = len(stages), microbatches
     plans, links, keys = _compiled(name, p, m, chunks)
     sent = [-1.0] * len(links)        # when the sender posted each transfer
@@ -168,7 +306,7 @@ def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, reco
     send = [(st.send_fwd / chunks, st.send_bwd / chunks) for st in stages]   # a microbatch's sends, one per chunk
     run = [(0.0, st.fwd / chunks, st.bwd / chunks) for st in stages]
     pos, clock, busy = [0] * p, [0.0] * p, [0.0] * p
-    ops, moved = [], []
+    ops, moved, clocks = [], [], [[] for _ in range(p)] if keep else None
     wake = set(range(p))     # stages that may advance: all at first, then those a peer posted to
 
     def advance(s: int) -> bool:
@@ -207,8 +345,11 @@ def _run_schedule(name: str, stages: tuple, microbatches: int, chunks: int, reco
             busy[s] += d
         clock[s] = now
         pos[s] += 1
+        if keep:
+            clocks[s].append(now)
         return True
 
     drive(plans, pos, advance, wake, f"schedule {name} deadlocks on {p} stages x {m} microbatches")
-    return Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock), ops=tuple(ops),
-                    transfers=tuple(moved))
+    timeline = Timeline(end_s=max(clock), busy_s=tuple(busy), finish_s=tuple(clock), ops=tuple(ops),
+                        transfers=tuple(moved))
+    return timeline, clocks or (), done if keep else ()
