@@ -15,6 +15,7 @@ from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, KERNELS, PlanRequest
 from perfmodel.plan.precision import PRECISION_NAMES
 from perfmodel.prediction import PredictOptions, request_and_options
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
+from topologies import bounds
 from topologies.errors import InputError
 from topologies.units import parse_size
 
@@ -47,6 +48,23 @@ def _size(text):
     return parse_size(text, "bucket")
 
 
+def bounded(field: str):
+    """argparse type: an integer within ``field``'s declared bound (``topologies.bounds``), else one
+    line naming the value and the bound."""
+    def parse(text: str) -> int:
+        try:
+            return bounds.check(field, int(text))
+        except ValueError:          # not an integer, or past the bound (InputError)
+            raise argparse.ArgumentTypeError(f"{text!r}: {bounds.describe(field)}") from None
+
+    parse.__name__ = field
+    return parse
+
+
+# --gbs and --mbs of every command that plans: a batch sizes the pipeline schedule (topologies.bounds)
+batch_size, microbatch_size = bounded("gbs"), bounded("mbs")
+
+
 def cluster_args(p) -> None:
     """--model, --cluster and the job's size (--gpus or --nodes)."""
     p.add_argument("--model", required=True, help="catalog model (perfmodel catalog models) or a model TOML path")
@@ -75,11 +93,12 @@ DEGREE_HELPS = {"cp": "gpus = tp x cp x pp x dp"}
 def _layout_args(p) -> None:
     add_degree_arguments(p, helps=DEGREE_HELPS)
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
-    p.add_argument("--mbs", type=int, default=1, help="microbatch size")
+    p.add_argument("--mbs", type=microbatch_size, default=1, help=f"microbatch size ({bounds.describe('mbs')})")
 
 
 def _step_args(p, sweep: bool) -> None:
-    p.add_argument("--gbs", type=int, required=sweep, help="global batch size (default mbs x dp)")
+    p.add_argument("--gbs", type=batch_size, required=sweep,
+                   help=f"global batch size in sequences ({bounds.describe('gbs')}; default mbs x dp)")
     p.add_argument("--seq", type=int, help="sequence length (default the model's)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
     p.add_argument("--recompute", default="none",

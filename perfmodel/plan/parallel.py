@@ -25,6 +25,7 @@ from perfmodel.plan.mesh import COMPOSITE_GROUPS
 from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
+from topologies import bounds
 from topologies.errors import InputError
 
 RECOMPUTE = ("none", "selective", "full")
@@ -135,6 +136,13 @@ class PlanRequest:
     precision: str | None = None
     framework: str = DEFAULT_FRAMEWORK
 
+    def __post_init__(self):
+        """Sizes within their declared bounds (``topologies.bounds``: a batch sizes the pipeline schedule)."""
+        for name, bound in (("mbs", "mbs"), ("gbs", "gbs"), ("seq", "seq_len"), ("bucket_bytes", "bucket_bytes")):
+            value = getattr(self, name)
+            if value is not None:
+                _whole(name, value, bound)
+
     def __getattr__(self, name: str):
         return read_through(self, name)
 
@@ -158,10 +166,11 @@ DEGREE_NAMES = Degrees.names()
 REQUEST_FIELDS = frozenset({f.name for f in fields(PlanRequest)} - {"degrees"} | set(DEGREE_NAMES) | {"order"})
 
 
-def _positive(field: str, value, allowed: str = "an integer >= 1") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(field, value, allowed)
-    return value
+def _whole(field: str, value, bound: str) -> int:
+    """``value``, an int within the declared bound ``bound`` (else InputError naming ``field``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(field, value, bounds.describe(bound))
+    return bounds.check(field, value, bound)
 
 
 def parse_schedule(text: str) -> tuple[str, int]:
@@ -182,7 +191,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     r = PlanRequest.of(**fields) if request is None else request.with_(**fields) if fields else request
     r = framework_profile(r.framework).resolve(r)      # refuses an unknown stack; its overlap defaults
     degrees = r.degrees.check()
-    mbs = _positive("mbs", r.mbs)
+    mbs = r.mbs                                        # sizes checked by the request (PlanRequest.__post_init__)
     degrees = degrees.resolved(gpus)
     tp, pp, dp, cp, ep = degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep
     zero = r.zero
@@ -191,7 +200,9 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                          f"{model.num_kv_heads}")
     if pp > model.num_layers:
         raise InputError("pp", pp, f"at most num_layers {model.num_layers}")
-    gbs = mbs * dp if r.gbs is None else _positive("gbs", r.gbs)
+    gbs = mbs * dp if r.gbs is None else r.gbs
+    if gbs > bounds.bound("gbs")[2]:       # the default: a given gbs is checked by the request
+        raise InputError("gbs", gbs, f"{bounds.describe('gbs')} (the default gbs, mbs {mbs} x dp {dp}, is past it)")
     if gbs % (mbs * dp):
         step = mbs * dp
         near = sorted({max(step, gbs // step * step), (gbs // step + 1) * step})
@@ -205,7 +216,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     _check_options(r, tp)
     precision, dtype = resolve_precision(r.precision, r.compute_dtype)
     _check_order(degrees.order)
-    seq = model.seq_len if r.seq is None else _positive("seq", r.seq)
+    seq = model.seq_len if r.seq is None else r.seq
     _check_ep_cp(model, ep, cp, dp, seq)
     if ep > 1 and zero == 3:
         raise InputError("zero", zero, "0, 1 or 2 with ep > 1 (ZeRO-3 of sharded experts is not modelled; "
@@ -245,7 +256,7 @@ def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
 
 
 def _check_options(r: PlanRequest, tp: int) -> None:
-    """ZeRO, hpZ, TP overlap, recompute, dtypes and bucket size of a request (one field each)."""
+    """ZeRO, hpZ, TP overlap, recompute and dtypes of a request (one field each)."""
     if r.kernels not in KERNELS:
         raise InputError("kernels", r.kernels, " or ".join(KERNELS) + " (Megatron-Core's, or realrun's eager layers)")
     if r.zero not in (0, 1, 2, 3):
@@ -260,8 +271,6 @@ def _check_options(r: PlanRequest, tp: int) -> None:
     for field, value in (("compute_dtype", r.compute_dtype or "bf16"), ("grad_dtype", r.grad_dtype)):
         if value not in ("fp32", "bf16", "fp16"):
             raise InputError(field, value, "fp32, bf16 or fp16")
-    if isinstance(r.bucket_bytes, bool) or not isinstance(r.bucket_bytes, int) or r.bucket_bytes < 1:
-        raise InputError("bucket_bytes", r.bucket_bytes, "a positive number of bytes")
 
 
 def divisors(n: int) -> list[int]:

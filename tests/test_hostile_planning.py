@@ -1,0 +1,123 @@
+"""Hostile planning input (issue 37): batch sizes that would size an endless pipeline schedule,
+DeepSpeed and mixture-of-experts numbers past their bounds, a file in another format given as a
+model, a cluster's GPU the model does not know. Each is one line naming the field, the value and
+what is allowed (exit code 2), before any work; and a long schedule costs what a short one does."""
+import importlib.util
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from perfmodel.step import schedule
+from perfmodel.step.schedule import SCHEDULES, StageCost, run_schedule, settled
+from topologies.errors import InputError
+
+CHUNKS = {"gpipe": 1, "1f1b": 1, "interleaved": 3}
+
+
+def _sibling(name: str):
+    """A test module beside this one, for its helpers (tests import in importlib mode: not by name)."""
+    spec = importlib.util.spec_from_file_location(f"_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hostile = _sibling("test_hostile_input")     # its commands' arguments and file writers
+
+
+def _stages(rng, p):
+    """Stages of different times, transfers free or costly, some sends dearer than the work."""
+    return tuple(StageCost(rng.choice([rng.random(), 1.0, 0.5]), rng.choice([rng.random(), 1.0, 2.0]),
+                           rng.choice([0.0, rng.random() * 0.5, 1.0]), rng.choice([0.0, rng.random() * 0.5]))
+                 for _ in range(p))
+
+
+def _close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9) or (a == b == 0.0)
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_extrapolated_schedule_equals_the_timed_one(name, monkeypatch):
+    """Every schedule, random stage times: past the exact threshold (lowered here to 0) the step time
+    comes from a settled shorter schedule, and equals the operation-by-operation one to 1e-9."""
+    rng = random.Random(37)
+    monkeypatch.setattr(schedule, "EXACT_OPERATIONS", 0)
+    used = 0
+    for trial in range(12):
+        p = rng.randint(1, 5) if trial else 4
+        chunks = CHUNKS[name]
+        m = (p if name == "interleaved" else 1) * rng.randint(40, 160)
+        stages = _stages(rng, p)
+        exact = schedule._run_schedule(name, stages, m, chunks, False)
+        got = run_schedule(name, stages, m, chunks, record=False)
+        used += got != exact
+        assert _close(got.end_s, exact.end_s), (name, p, m, stages)
+        assert all(map(_close, got.finish_s, exact.finish_s)) and all(map(_close, got.busy_s, exact.busy_s))
+    assert used >= 8      # most of them settled: the extrapolation was what was compared
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_a_million_microbatches_cost_what_a_few_do(name):
+    """2^20 micro-batches on 8 stages (past what is timed one by one): the textbook time of uniform
+    stages with free transfers, (m + p - 1) T, or m T + (p - 1) T / V interleaved."""
+    p, m, chunks = 8, 2**20, CHUNKS[name]
+    t = run_schedule(name, [StageCost(1.0, 2.0)] * p, m, chunks, record=False)
+    assert t.end_s == pytest.approx(m * 3.0 + (p - 1) * 3.0 / chunks, rel=1e-12)
+    assert t.busy_s == pytest.approx([m * 3.0] * p, rel=1e-12)
+    assert settled(name, tuple([StageCost(1.0, 2.0, 0.1, 0.2)] * p), 16 * p, chunks) is not None
+
+
+def test_schedules_listed_one_by_one_are_bounded():
+    """A trace (every operation kept) and a schedule that does not settle are listed operation by
+    operation: past the declared bound, one line naming the micro-batches and the most allowed."""
+    with pytest.raises(InputError, match=r"microbatches=1048576: at most 65536 micro-batches"):
+        run_schedule("1f1b", [StageCost(1.0, 2.0)] * 8, 2**20, record=True)
+    with pytest.raises(InputError, match="microbatches"):
+        schedule.stage_ops("gpipe", 0, 8, 10**20)
+
+
+def test_a_schedule_that_does_not_settle_is_timed_within_the_bound_or_refused(monkeypatch):
+    monkeypatch.setattr(schedule, "settled", lambda *args: None)
+    stages = (StageCost(1.0, 2.0, 0.3, 0.1), StageCost(0.5, 1.5))
+    m = schedule.EXACT_OPERATIONS          # 2 stages: twice the exact threshold, within the bound
+    assert run_schedule("1f1b", stages, m, record=False) == schedule._run_schedule("1f1b", stages, m, 1, False)
+    with pytest.raises(InputError, match="microbatches"):
+        run_schedule("1f1b", stages, 2**20, record=False)
+
+
+def _one_line(proc, said):
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and said in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command, flag, value, said", [
+    ("predict", "--gbs", "1048577", "--gbs: '1048577': an integer from 1 to 1048576"),
+    ("compare", "--gbs", str(16 * 10**20), "--gbs: '1600000000000000000000'"),
+    ("breakeven", "--mbs", "65537", "--mbs: '65537': an integer from 1 to 65536"),
+    ("sweep", "--gbs", "1e20", "--gbs: '1e20': an integer from 1 to 1048576"),
+])
+def test_every_planning_command_bounds_its_batch_sizes(cli, command, flag, value, said):
+    extra = ("--target", "+10%") if command == "breakeven" else ("--gbs", "64") if command == "sweep" else ()
+    _one_line(cli("perfmodel", command, *hostile.PREDICT, "--gpus", "8", *extra, flag, value), said)
+
+
+@pytest.mark.parametrize("fields, said", [
+    (dict(gbs=2**40), "gbs=1099511627776: an integer from 1 to 1048576"),
+    (dict(mbs=10**9), "mbs=1000000000"),
+    (dict(mbs=2**16, dp=32), "gbs=2097152: an integer from 1 to 1048576 (the default gbs, mbs 65536 x dp 32"),
+    (dict(gbs=64.5), "gbs=64.5"),
+    (dict(seq=2**30), "seq=1073741824"),
+    (dict(bucket_bytes=2**60), "bucket_bytes="),
+])
+def test_the_python_api_bounds_batch_sizes_before_any_work(fields, said):
+    from perfmodel import predict
+    from perfmodel.plan.parallel import PlanRequest
+
+    with pytest.raises(InputError) as err:
+        predict("gpt2-small", "dgx-a100", gpus=32, **fields)
+    assert said in str(err.value)
+    if "dp" not in fields:
+        with pytest.raises(InputError):
+            PlanRequest.of(**fields)
