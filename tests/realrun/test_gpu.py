@@ -193,7 +193,7 @@ def test_gpu_refuses_corrupted_payloads_and_reads_cpu_ones(spec):
 def test_gpu_bf16_and_fp16_cross_the_boundary_as_the_host_does(tmp_path):
     """A bf16 CUDA tensor widens to its exact float32 values (bf16_to_f32) and decoded values
     round back to bf16 nearest even (f32_to_bf16), bit for bit as the host's casts; collectives
-    on bf16 and fp16 CUDA tensors return their dtype (one NCCL rank)."""
+    on bf16 and fp16 CUDA tensors go through the GPU codecs and return their dtype (one NCCL rank)."""
     cp = _cupy_with_gpu()
     torch = pytest.importorskip("torch")
     pytest.importorskip("ml_dtypes")
@@ -215,8 +215,12 @@ def test_gpu_bf16_and_fp16_cross_the_boundary_as_the_host_does(tmp_path):
     dist.init_process_group("nccl", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
     try:
         for dtype in (torch.bfloat16, torch.float16):
-            for spec in ("int8", "topk(0.1)", "fp16"):
-                y = C.allreduce(x.to(dtype).cuda(), spec, "auto")
+            for spec, bound in (("int8", 0.02), ("topk(0.1)", 0.99), ("fp16", 0.01)):
+                t = (x / 100).to(dtype).cuda()
+                # the all-gather compresses and decodes even on one rank (an all-reduce of one is a copy)
+                y = C.allgather(t, spec)
                 assert y.dtype == dtype and y.device.type == "cuda", (dtype, spec)
+                error = float((y.float() - t.float()).norm() / t.float().norm())
+                assert 0 < error < bound or (spec == "fp16" and error < bound), (dtype, spec, error)
     finally:
         dist.destroy_process_group()
