@@ -121,3 +121,37 @@ def test_the_python_api_bounds_batch_sizes_before_any_work(fields, said):
     if "dp" not in fields:
         with pytest.raises(InputError):
             PlanRequest.of(**fields)
+
+
+@pytest.mark.parametrize("config, said", [
+    ({"zero_optimization": {"reduce_bucket_size": float("inf")}}, "reduce_bucket_size=Infinity"),
+    ({"zero_optimization": {"reduce_bucket_size": float("nan")}}, "reduce_bucket_size=NaN"),
+    ({"zero_optimization": {"reduce_bucket_size": 1e300}}, "reduce_bucket_size=1e+300"),
+    ({"zero_optimization": {"reduce_bucket_size": "auto"}}, 'reduce_bucket_size="auto"'),
+    ({"zero_optimization": {"stage": 1.5}}, "zero_optimization.stage=1.5"),
+    ({"zero_optimization": {"zero_hpz_partition_size": float("nan")}}, "zero_hpz_partition_size=NaN"),
+    ({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 10**20},
+     "gradient_accumulation_steps=100000000000000000000': an integer from 1 to 1048576"),
+    ({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1e20}, "gradient_accumulation_steps=1e+20"),
+    ({"train_batch_size": 2**21}, "train_batch_size=2097152': an integer from 1 to 1048576"),
+    ({"train_micro_batch_size_per_gpu": 2**17}, "train_micro_batch_size_per_gpu=131072': an integer from 1 to 65536"),
+    ({"train_micro_batch_size_per_gpu": 64, "gradient_accumulation_steps": 2**20},
+     "= 64 x 1048576 x 16 = 1073741824': a global batch (gbs) of at most 1048576 sequences"),
+])
+def test_deepspeed_numbers_are_whole_and_bounded(config, said):
+    from perfmodel.plan.deepspeed import map_config
+
+    with pytest.raises(InputError) as err:
+        map_config(config, 8, 16)
+    assert said in str(err.value) and err.value.field == "deepspeed"
+
+
+def test_deepspeed_keys_it_cannot_honour_are_named_with_what_it_takes(cli, tmp_path):
+    config = hostile._write(tmp_path, "ds.json", b'{"sparse_attention": {"mode": "fixed"}, '
+                            b'"zero_optimization": {"stage": 1, "offload_param": {"device": "cpu"}}}')
+    proc = cli("perfmodel", "predict", *hostile.PREDICT, "--gpus", "16", "--deepspeed", config)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert last.startswith("perfmodel: error: deepspeed='sparse_attention.mode, zero_optimization.offload_param"
+                           ".device': keys the model cannot honour") and "remove them" in last
+    assert "the keys it models are bf16.enabled, fp16.enabled, gradient_accumulation_steps" in last

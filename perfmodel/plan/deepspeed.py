@@ -14,13 +14,16 @@ Mapped (DeepSpeed's config reference, https://www.deepspeed.ai/docs/config-json/
 Keys that do not change a step's time in this model (optimizer and scheduler settings, logging,
 gradient clipping, other bucket sizes and ZeRO tuning knobs) are ignored and listed; any other
 key is refused, one line each, because a prediction that silently dropped it (CPU offload,
-sparse attention, a communication dtype) would be wrong.
+sparse attention, a communication dtype) would be wrong. The numbers it maps are whole and within
+their declared bounds (``topologies.bounds``: the batch sizes as ``gbs`` and ``mbs``, the
+accumulation steps, the bucket in elements): a batch sizes the pipeline schedule.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 
+from topologies import bounds
 from topologies.errors import InputError
 
 IGNORED = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
@@ -80,8 +83,10 @@ def map_config(config: dict, gpus_per_node: int, gpus: int, tp: int = 1, pp: int
     flat = _flatten(config)
     refused = [k for k in flat if k not in MAPPED and k not in IGNORED and k.split(".")[0] not in IGNORED]
     if refused:
-        err = InputError("deepspeed", f"{len(refused)} key(s) it cannot honour",
-                         "keys commpress models (remove them to predict without them)")
+        err = InputError("deepspeed", ", ".join(refused),
+                         "keys the model cannot honour (a step predicted without them would be wrong): remove "
+                         f"them to predict without them; the keys it models are {', '.join(sorted(MAPPED))}, "
+                         "and it ignores optimizer, scheduler, logging, clipping and ZeRO tuning keys")
         err.refused = [f"{k}={json.dumps(flat[k])}" for k in refused]
         raise err
     out = DeepSpeedPlan(ignored=sorted(k for k in flat if k not in MAPPED))
@@ -114,7 +119,7 @@ def _precision(flat: dict, out: DeepSpeedPlan) -> None:
 
 def _zero(flat: dict, out: DeepSpeedPlan, gpus_per_node: int) -> None:
     stage = flat.get("zero_optimization.stage", 0)
-    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
         raise InputError("deepspeed", f"zero_optimization.stage={json.dumps(stage)}", "0, 1, 2 or 3")
     out.plan["zero"] = stage
     _say(out, "zero_optimization.stage", stage, f"--zero {stage}")
@@ -122,13 +127,10 @@ def _zero(flat: dict, out: DeepSpeedPlan, gpus_per_node: int) -> None:
         out.plan["dp_overlap"] = _flag(flat, "zero_optimization.overlap_comm")
         _say(out, "zero_optimization.overlap_comm", out.plan["dp_overlap"],
              "gradients reduced during backward" if out.plan["dp_overlap"] else "--no-dp-overlap")
-    if "zero_optimization.reduce_bucket_size" in flat:
-        elements = flat["zero_optimization.reduce_bucket_size"]
-        if isinstance(elements, bool) or not isinstance(elements, (int, float)) or elements < 1:
-            raise InputError("deepspeed", f"zero_optimization.reduce_bucket_size={json.dumps(elements)}",
-                             "a positive number of elements")
-        out.plan["bucket_bytes"] = int(elements) * GRAD_BYTES
-        _say(out, "zero_optimization.reduce_bucket_size", elements,
+    elements = _count(flat, "zero_optimization.reduce_bucket_size")
+    if elements is not None:
+        out.plan["bucket_bytes"] = elements * GRAD_BYTES
+        _say(out, "zero_optimization.reduce_bucket_size", flat["zero_optimization.reduce_bucket_size"],
              f"--bucket {out.plan['bucket_bytes']} (fp32 gradients)")
     if _flag(flat, "zero_optimization.zero_quantized_weights"):
         out.policy_items.append("zero=int8")
@@ -137,7 +139,7 @@ def _zero(flat: dict, out: DeepSpeedPlan, gpus_per_node: int) -> None:
         out.policy_items.append("dp=int4")
         _say(out, "zero_optimization.zero_quantized_gradients", True, "policy dp=int4 (qgZ)")
     size = flat.get("zero_optimization.zero_hpz_partition_size", 1)
-    if size not in (1, gpus_per_node) or isinstance(size, bool):
+    if isinstance(size, bool) or not isinstance(size, int) or size not in (1, gpus_per_node):
         raise InputError("deepspeed", f"zero_optimization.zero_hpz_partition_size={json.dumps(size)}",
                          f"1 or the GPUs of a node ({gpus_per_node}): hpZ is modelled as a partition inside each node")
     if size == gpus_per_node and size > 1:
@@ -145,22 +147,31 @@ def _zero(flat: dict, out: DeepSpeedPlan, gpus_per_node: int) -> None:
         _say(out, "zero_optimization.zero_hpz_partition_size", size, "--hpz")
 
 
-def _positive(flat: dict, key: str):
+def _count(flat: dict, key: str, bound: str | None = None) -> int | None:
+    """The whole number at ``key`` (None where absent), within the declared bound ``bound`` (default:
+    the key's own, ``topologies.bounds``): a batch sizes the pipeline schedule, a bucket the messages."""
     value = flat.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError("deepspeed", f"{key}={json.dumps(value)}", "a positive integer")
-    return value
+    if value is None:
+        return None
+    try:
+        return bounds.check(key, value, bound)
+    except InputError:
+        raise InputError("deepspeed", f"{key}={json.dumps(value)}", bounds.describe(bound or key)) from None
 
 
 def _batch(flat: dict, out: DeepSpeedPlan, dp: int) -> None:
-    mbs = _positive(flat, "train_micro_batch_size_per_gpu")
-    gas = _positive(flat, "gradient_accumulation_steps")
-    gbs = _positive(flat, "train_batch_size")
+    mbs = _count(flat, "train_micro_batch_size_per_gpu", "mbs")
+    gas = _count(flat, "gradient_accumulation_steps")
+    gbs = _count(flat, "train_batch_size", "gbs")
     if mbs is not None:
         out.plan["mbs"] = mbs
         _say(out, "train_micro_batch_size_per_gpu", mbs, f"--mbs {mbs}")
     if gbs is None and mbs is not None:
         gbs = mbs * (gas or 1) * dp
+        if gbs > bounds.bound("gbs")[2]:
+            raise InputError("deepspeed", f"train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp = "
+                             f"{mbs} x {gas or 1} x {dp} = {gbs}",
+                             f"a global batch (gbs) of at most {int(bounds.bound('gbs')[2])} sequences")
         _say(out, "gradient_accumulation_steps", gas or 1, f"--gbs {gbs} (mbs x accumulation x dp {dp})")
     elif gbs is not None:
         if mbs is not None and gas is not None and gbs != mbs * gas * dp:
