@@ -36,6 +36,7 @@ from datetime import date
 import numpy as np
 from scipy.optimize import least_squares
 
+from perfmodel.calibration.measurements import compute_seconds, has_quota
 from perfmodel.calibration.profile import SCHEMA, from_profile
 from perfmodel.devices import PROTOCOL_NAMES, tier_class
 from perfmodel.devices import device as catalog_device
@@ -165,7 +166,7 @@ def _share_scale(r: dict) -> float:
     """Wall seconds at the declared share per measured wall second of a kernel record: the CPU
     it got over its wall time over the share on a host with a quota (``compute_seconds``), else 1."""
     wall = r["compress_s"] + r["decompress_s"]
-    return r["cpu_s"] / wall / r["cpu_share"] if _quota(r) and wall > 0 else 1.0
+    return r["cpu_s"] / wall / r["cpu_share"] if has_quota(r) and wall > 0 else 1.0
 
 
 def fit_kernels(records: list[dict]) -> tuple[dict, float | None, dict, dict]:
@@ -229,9 +230,9 @@ def fit_compute(records: list[dict], dev) -> tuple[dict, dict]:
         out["eager_score_ns"] = scores * 1e9
     report = {"records": len(rows), "catalog_fp32_TFLOPS": dev.peak("fp32") / 1e12,
               "measured_fp32_TFLOPS": max(rate.values(), default=0.0) / 1e12}
-    granted = [r["cpu_s"] / r["time_s"] for r in rows if _quota(r)]
+    granted = [r["cpu_s"] / r["time_s"] for r in rows if has_quota(r)]
     if granted:
-        report |= {"declared_share": statistics.median(r["cpu_share"] for r in rows if _quota(r)),
+        report |= {"declared_share": statistics.median(r["cpu_share"] for r in rows if has_quota(r)),
                    "granted_share": statistics.median(granted)}
     return out, report
 
@@ -252,19 +253,6 @@ def _eager_scores(rows: list[dict], rate: dict) -> float | None:
 def _size(r: dict) -> int:
     """A GEMM record's size in the efficiency table: the cube root of m x n x k."""
     return round((r["m"] * r["n"] * r["k"]) ** (1.0 / 3.0))
-
-
-def _quota(r: dict) -> bool:
-    return bool(r.get("cpu_share")) and r.get("cpu_s", 0) > 0
-
-
-def compute_seconds(r: dict) -> float:
-    """A compute record's seconds per call as the model prices them: on a host with a fixed CPU
-    share (``cpu_share``: a quota), the CPU seconds the work took over that share, which is the
-    wall time the quota gives it when the machine has the cores it promised (measured wall time
-    on a busy machine is longer: the quota is a cap, not a guarantee; ``granted_share`` in the
-    report says how much the helpers got); elsewhere the wall time."""
-    return r["cpu_s"] / r["cpu_share"] if _quota(r) else r["time_s"]
 
 
 def provenance(sources: list[str]) -> dict:
@@ -308,7 +296,23 @@ def fit_profile(records: list[dict], cluster: str, sources=()) -> dict:
         profile["runtime"] = runtime
     profile["fits"] = {"cluster": cluster, "tiers": t_report, "kernels": k_report, "compute": c_report,
                        "in_run": in_run, "runtime": r_report}
+    return checked(profile)
+
+
+def checked(profile: dict) -> dict:
+    """``profile`` if every fitted number is within its declared bound, as the profile loader
+    checks it; else one line naming the fitted field (no absurd profile is written)."""
+    _calibration(profile)
     return profile
+
+
+def _calibration(profile: dict):
+    """The Calibration of a profile fitted so far, refused as ``checked`` says."""
+    try:
+        return from_profile(profile)
+    except InputError as err:
+        raise InputError(err.field.replace("calibration.", "fitted profile.", 1), err.value,
+                         f"{err.allowed} (fitted from the records: one of them is corrupt or mislabelled)") from None
 
 
 def _terms(design, y) -> tuple[np.ndarray, np.ndarray, float]:
@@ -333,7 +337,7 @@ def _terms(design, y) -> tuple[np.ndarray, np.ndarray, float]:
 def fit_runtime(records: list[dict], cluster: str, profile: dict) -> tuple[dict, dict]:
     """(runtime section, report): the per-call terms of compressed collectives and the transport's
     CPU (module doc, fit 5); each from at least 3 records of 2 sizes or more, else left out."""
-    calib = from_profile(profile)
+    calib = _calibration(profile)
     calls, report = {}, {}
     for key, rows in _by_call(records).items():
         excess, sizes = [], []
@@ -395,7 +399,7 @@ def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
             and r["compressor"] in profile.get("kernels", {}) and r["compress_s"] + r["decompress_s"] > 0]
     if not rows:
         return {}
-    calib = from_profile(profile)
+    calib = _calibration(profile)
     ratios: dict = {}
     for r in rows:
         built = build_cluster(r.get("cluster", cluster))

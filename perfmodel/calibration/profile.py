@@ -37,7 +37,9 @@ overlapped transfer (perfmodel.engines.analytical). Both may carry ``*_sd`` (sta
 and ``records``.
 
 Every perfmodel command takes ``--calibration PROFILE.json``; a bad or foreign file is one
-clear error. Compressor ratios apply to specs that do not give their own ``ratio``.
+clear error, as is a number outside its declared bound (``topologies.bounds``: a device's rates,
+kernel throughputs, protocol costs), which ``perfmodel calibrate`` also checks before it writes
+one. Compressor ratios apply to specs that do not give their own ``ratio``.
 """
 from __future__ import annotations
 
@@ -64,7 +66,13 @@ TOP = ("schema", "provenance", "devices", "protocols", "primitives", "compressor
 CALL_KEYS = ("call_us", "ns_per_byte")
 TRANSPORT_KEYS = ("cpu_us", "cpu_ns_per_byte")
 KERNEL_KEYS = ("compress_GBps", "decompress_GBps")
-DEVICE_KEYS = ("stream_TBps", "kernel_launch_us", "hbm_TBps", "gemm_efficiency", "fp32_TFLOPS", "eager_score_ns")
+# a device's measured numbers and their declared bounds (topologies.bounds); gemm_efficiency: a table of (0, 1]
+DEVICE_BOUNDS = {"stream_TBps": "memory_TBps", "hbm_TBps": "memory_TBps", "kernel_launch_us": "kernel_launch_us",
+                 "fp32_TFLOPS": "fp32_TFLOPS", "eager_score_ns": "eager_score_ns"}
+DEVICE_KEYS = (*DEVICE_BOUNDS, "gemm_efficiency")
+# how much longer a spec's kernels may take inside a run than alone: 1000x is no contention but a
+# mislabelled record (measured: 1-3x)
+MAX_IN_RUN = 1e3
 PROTOCOL_KEYS = ("base_us", "step_us", "bw_fraction")
 
 
@@ -196,6 +204,11 @@ def _number(key, value, low=0.0, high=float("inf")):
     return float(value)
 
 
+def _declared(key: str, value, name: str) -> float:
+    """``value`` within the declared bound ``name`` (topologies.bounds), above its lowest value."""
+    return _number(key, value, *bounds.bound(name)[1:])
+
+
 def _gemm_size(key: str, size: str) -> None:
     """A key of a GEMM efficiency table: the GEMM's size (a number, within its declared bound)."""
     try:
@@ -224,7 +237,7 @@ def _check_kernel(key: str, over, optional: set) -> None:
         _fail(key, over, "{" + ", ".join(f'"{k}": GB/s' for k in KERNEL_KEYS)
               + (", \"shared\": {RANKS: {...}}" if optional else "") + "}")
     for k in KERNEL_KEYS:
-        _number(f"{key}.{k}", over[k])
+        _declared(f"{key}.{k}", over[k], k)
 
 
 def _check(raw: dict) -> None:
@@ -250,7 +263,7 @@ def _check(raw: dict) -> None:
                     _gemm_size(f"devices.{gpu}.gemm_efficiency", size)
                     _number(f"devices.{gpu}.gemm_efficiency.{size}", eff, 0.0, 1.0)
             else:
-                _number(f"devices.{gpu}.{k}", v)
+                _declared(f"devices.{gpu}.{k}", v, DEVICE_BOUNDS[k])
     for cls, protos in raw.get("protocols", {}).items():
         if cls not in protocol_table():
             _fail(f"protocols.{cls}", protos, "one of " + ", ".join(protocol_table()))
@@ -265,7 +278,7 @@ def _check(raw: dict) -> None:
     for family, over in raw.get("compressors", {}).items():
         if family not in data_dependent() or set(over) != {"ratio"}:
             _fail(f"compressors.{family}", over, "{\"ratio\": R} for one of " + ", ".join(data_dependent()))
-        _number(f"compressors.{family}.ratio", over["ratio"], 0.999999)
+        _number(f"compressors.{family}.ratio", over["ratio"], 0.999999, bounds.bound("size_bytes")[2])
     for cls, prims in raw.get("primitives", {}).items():
         if cls not in protocol_table():
             _fail(f"primitives.{cls}", prims, "one of " + ", ".join(protocol_table()))
@@ -281,7 +294,7 @@ def _check(raw: dict) -> None:
         for size, factor in _section(over, "in_run").items():
             if not size.isdigit() or int(size) < 1:
                 _fail(f"kernels.{spec}.in_run.{size}", factor, "a message size in bytes as the key")
-            _number(f"kernels.{spec}.in_run.{size}", factor, 0.0)
+            _number(f"kernels.{spec}.in_run.{size}", factor, 0.0, MAX_IN_RUN)
         for ranks, shared in _section(over, "shared").items():
             if not ranks.isdigit() or int(ranks) < 2:
                 _fail(f"kernels.{spec}.shared.{ranks}", shared, "a rank count >= 2 as the key")

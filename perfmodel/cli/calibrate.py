@@ -21,8 +21,12 @@ def add_calibrate(sub) -> None:
                          "with a robust loss. Prints residuals and R^2; writes a versioned profile that every "
                          "perfmodel command takes with --calibration.", epilog=CALIBRATE_EPILOG,
                          formatter_class=RAW)
-    cal.add_argument("records", nargs="+", help="JSON Lines files written by realrun bench --json")
-    cal.add_argument("-o", "--output", required=True, help="the profile to write (JSON, atomically)")
+    cal.add_argument("records", nargs="+", help="JSON Lines files written by realrun bench --json; every field of "
+                     "every record is checked (its type and declared bound, and no record a fit cannot use: a kernel "
+                     "record of 0 bytes or 0 wire bytes, times implying a rate past any device's), one line naming "
+                     "the file, line and field")
+    cal.add_argument("-o", "--output", required=True, help="the profile to write (JSON, atomically; only once "
+                     "every fitted value is within its declared bound, as perfmodel checks a profile it reads)")
     cal.add_argument("--cluster", help="cluster the collective records ran on, where a record does not name it "
                      "(e.g. emulated:hosts=4,bandwidth=1gbit)")
     cal.add_argument("--json", action="store_true", help="print the profile instead of the summary table")

@@ -209,3 +209,113 @@ def test_load_sources_names_the_key_of_a_bad_entry(tmp_path):
         pub.load_sources(tmp_path)
     assert err.value.field == "sources.x.title"
     json.dumps(err.value.value)
+
+
+# --- perfmodel calibrate: records and the profile it writes ------------------------------------
+
+EMULATED = "emulated:hosts=4,bandwidth=1gbit"
+KERNEL = {"schema": "commpress.record/1", "kind": "kernel", "compressor": "int8", "device": "cpu",
+          "max_rel_error": 0.01}
+COLLECTIVE = {"schema": "commpress.record/1", "kind": "collective", "op": "allreduce", "compressor": "none",
+              "algorithm": "ring", "world": 4, "backend": "gloo", "compress_s": 0, "decompress_s": 0,
+              "max_rel_error": 0.0, "cluster": EMULATED}
+COMPUTE = {"schema": "commpress.record/1", "kind": "compute", "op": "gemm", "device": "cpu", "m": 256, "n": 256,
+           "k": 256, "flops": 2 * 256**3, "bytes": 0, "time_s": 1e-3}
+
+
+def _records(tmp_path, base: dict, **changes) -> str:
+    """A JSON Lines file of four records of ``base`` at 64 KiB - 4 MiB with ``changes`` in every one."""
+    lines = []
+    for size in (2**16, 2**18, 2**20, 2**22):
+        r = dict(base)
+        if base["kind"] == "kernel":
+            seconds = 1e-5 + size / 1e9
+            r.update(size_bytes=size, wire_bytes=size // 4, compress_s=seconds, decompress_s=seconds)
+        elif base["kind"] == "collective":
+            r.update(size_bytes=size, wire_bytes=size * 1.5, time_s=1e-4 + size / 1e8)
+        lines.append(json.dumps({**r, **changes}) + "\n")
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(lines))
+    return str(path)
+
+
+CALIBRATE_CASES = [
+    (KERNEL, {"concurrent": "x"}, "records.jsonl:1.concurrent='x': an integer from 1 to 131072"),
+    (KERNEL, {"concurrent": 0}, "records.jsonl:1.concurrent=0"),
+    (KERNEL, {"concurrent": 1.5}, "records.jsonl:1.concurrent=1.5"),
+    (KERNEL, {"cpu_share": "x", "cpu_s": 1e-3}, "records.jsonl:1.cpu_share='x': a number from 0 to 1"),
+    (KERNEL, {"cpu_share": 5, "cpu_s": 1e-3}, "records.jsonl:1.cpu_share=5"),
+    (KERNEL, {"compressor": "sz3(abs=1e-3)", "wire_bytes": 0}, "records.jsonl:1.wire_bytes=0: at least 1 byte"),
+    (KERNEL, {"compressor": "zfp(tolerance=1e-3)", "wire_bytes": 0}, "records.jsonl:1.wire_bytes=0"),
+    (KERNEL, {"size_bytes": 0}, "records.jsonl:1.size_bytes=0: at least 1 byte"),
+    (KERNEL, {"compress_s": 1e-300}, "records.jsonl:1.compress_s=1e-300: 0 (not measured) or a number from 1e-09"),
+    (KERNEL, {"decompress_s": 1e-300}, "records.jsonl:1.decompress_s=1e-300"),
+    (KERNEL, {"compress_s": 1e300}, "records.jsonl:1.compress_s=1e+300"),
+    (KERNEL, {"size_bytes": 2**40, "compress_s": 1e-6},
+     "records.jsonl:1.compress_s=1e-06: at least 0.0011 s for its 1.1e+12 bytes"),
+    (KERNEL, {"compressor": 3}, "records.jsonl:1.compressor=3: a string"),
+    (KERNEL, {"compressor": "wat"}, "records.jsonl:1.compressor='wat': a compressor spec"),
+    (KERNEL, {"device": ["cpu"]}, "records.jsonl:1.device=['cpu']: a string"),
+    (KERNEL, {"iters": "x"}, "records.jsonl:1.iters='x': a whole number >= 0"),
+    (KERNEL, {"accumulate": "yes"}, "records.jsonl:1.accumulate='yes': true or false"),
+    (COLLECTIVE, {"cluster": 3}, "records.jsonl:1.cluster=3: a string"),
+    (COLLECTIVE, {"time_s": 1e-300}, "records.jsonl:1.time_s=1e-300"),
+    (COLLECTIVE, {"time_s": math.inf}, "records.jsonl:1.time_s=inf"),
+    (COLLECTIVE, {"cpu_s": 1e300}, "records.jsonl:1.cpu_s=1e+300"),
+    (COLLECTIVE, {"busbw_factor": "x"}, "records.jsonl:1.busbw_factor='x'"),
+    (COLLECTIVE, {"world": 10**9}, "records.jsonl:1.world=1000000000"),
+    (COMPUTE, {"flops": 1e300}, "records.jsonl:1.flops=1e+300: a number from 0 to 1e+21"),
+    (COMPUTE, {"flops": 0}, "records.jsonl:1.flops=0: above 0 in a gemm record"),
+    (COMPUTE, {"flops": 1e20}, "records.jsonl:1.time_s=0.001: at least 1e+03 s for its 1e+20 FLOPs"),
+    (COMPUTE, {"time_s": 1e-300}, "records.jsonl:1.time_s=1e-300"),
+    (COMPUTE, {"op": "elementwise", "bytes": 2**50}, "records.jsonl:1.time_s=0.001"),
+    (COMPUTE, {"m": 0}, "records.jsonl:1.m=0: a number from 1 to 1e+12"),
+    (COMPUTE, {"op": "scores", "scores": "x"}, "records.jsonl:1.scores='x'"),
+    (COMPUTE, {"cpu_s": 1e-12, "cpu_share": 0.5}, "records.jsonl:1.cpu_s=1e-12"),
+]
+
+
+@pytest.mark.parametrize("base, changes, said", CALIBRATE_CASES)
+def test_a_record_of_a_wrong_type_or_degenerate_is_one_line_and_writes_nothing(capsys, tmp_path, base, changes,
+                                                                              said):
+    out = tmp_path / "profile.json"
+    code, err = perfmodel(capsys, "calibrate", _records(tmp_path, base, **changes), "-o", str(out),
+                          "--cluster", EMULATED)
+    assert_one_line(code, err, said)
+    assert not out.exists()
+
+
+def test_a_fitted_value_past_its_bound_is_never_written(capsys, tmp_path, monkeypatch):
+    """The profile is checked as the loader checks it before it is written: a fit that reached an absurd
+    value (what flops 1e300 gave: 1e291 TFLOP/s) is one line naming the fitted field."""
+    monkeypatch.setattr("perfmodel.calibration.fit.fit_compute",
+                        lambda records, dev: ({"fp32_TFLOPS": 1e291, "gemm_efficiency": {"256": 1.0}}, {}))
+    out = tmp_path / "profile.json"
+    code, err = perfmodel(capsys, "calibrate", _records(tmp_path, COMPUTE), "-o", str(out), "--cluster", EMULATED)
+    assert_one_line(code, err, "fitted profile.devices.host-cpu.fp32_TFLOPS=1e+291", "corrupt or mislabelled")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("body, said", [
+    ('"devices": {"host-cpu": {"fp32_TFLOPS": 1e291}}', "calibration.devices.host-cpu.fp32_TFLOPS=1e+291"),
+    ('"devices": {"host-cpu": {"stream_TBps": 1e12}}', "calibration.devices.host-cpu.stream_TBps"),
+    ('"devices": {"host-cpu": {"eager_score_ns": 1e300}}', "calibration.devices.host-cpu.eager_score_ns"),
+    ('"kernels": {"int8": {"compress_GBps": 1e300, "decompress_GBps": 1}}', "calibration.kernels.int8.compress_GBps"),
+    ('"kernels": {"int8": {"compress_GBps": 1, "decompress_GBps": 1, "in_run": {"1024": 1e300}}}',
+     "calibration.kernels.int8.in_run.1024"),
+    ('"compressors": {"sz3": {"ratio": 1e300}}', "calibration.compressors.sz3.ratio"),
+])
+def test_the_profile_loader_refuses_a_value_past_its_bound(tmp_path, body, said):
+    from perfmodel.calibration.profile import load_calibration
+
+    path = tmp_path / "p.json"
+    path.write_text('{"schema": "commpress.calibration/1", ' + body + "}")
+    with pytest.raises(InputError) as err:
+        load_calibration(str(path))
+    assert said in str(err.value)
+
+
+def test_good_records_still_calibrate(capsys, tmp_path):
+    out = tmp_path / "profile.json"
+    code, err = perfmodel(capsys, "calibrate", _records(tmp_path, KERNEL), "-o", str(out), "--cluster", EMULATED)
+    assert (code, err) == (0, "") and json.loads(out.read_text())["kernels"]["int8"]["compress_GBps"] > 0
