@@ -40,7 +40,7 @@ def run_ranks(argvs: list, timeout_s: float, env=None) -> list[str]:
     return outs
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def launch_ranks():
     return run_ranks
 

@@ -11,7 +11,7 @@ def pick_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def free_port():
     return pick_port
 
@@ -35,3 +35,29 @@ def assert_declared_phases(record: dict, model: str = "gpt-tiny", **plan) -> Non
 @pytest.fixture
 def declared_phases():
     return assert_declared_phases
+
+
+HF_ENV = dict(GLOO_SOCKET_IFNAME="lo", TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1")
+THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "COMMPRESS_CODEC_THREADS", "LOCAL_WORLD_SIZE")
+
+
+def run_hf_cases(worker: str, cases: list, steps: int, out, run_ranks) -> list:
+    """Every case of an HF client worker (``hf_ddp_worker.py``, ``hf_fsdp_worker.py``) in one pair
+    of gloo ranks, with no thread variable set (realrun's defaults apply); their summaries."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS} | HF_ENV
+    script = str(Path(__file__).with_name(worker))
+    port = pick_port()
+    logs = run_ranks([[sys.executable, script, str(r), "2", str(port), json.dumps(cases), str(steps), str(out)]
+                      for r in range(2)], 480, env)
+    assert "Traceback" not in "".join(logs), "\n".join(f"rank {r}: {log[-2000:]}" for r, log in enumerate(logs))
+    return json.loads(Path(out).read_text())
+
+
+@pytest.fixture(scope="session")
+def hf_cases():
+    return run_hf_cases

@@ -1,8 +1,9 @@
-"""Unmodified Hugging Face causal LMs (``hf_models``: GPT-2, Llama) in DTYPE under DDP on gloo:
-plain DDP and DDP with realrun's compression hook (``compression_hook(SPEC)``), the same
-initial weights and batches, a few steps each; then every all-reduce algorithm of ``Comm`` on a
-DTYPE tensor. Rank 0 writes a JSON summary to OUT.
-Run: python hf_ddp_worker.py RANK WORLD PORT ARCH DTYPE SPEC STEPS OUT."""
+"""Unmodified Hugging Face causal LMs (``hf_models``: GPT-2, Llama) under DDP on gloo, one case
+after another in the same ranks (CASES: a JSON list of [arch, dtype, spec]): plain DDP and DDP
+with realrun's compression hook (``compression_hook(SPEC)``) in DTYPE, the same initial weights
+and batches, a few steps each; then every all-reduce algorithm of ``Comm`` on a DTYPE tensor.
+Rank 0 writes a JSON list of summaries, one a case, to OUT.
+Run: python hf_ddp_worker.py RANK WORLD PORT CASES STEPS OUT."""
 import gc
 import json
 import sys
@@ -38,9 +39,7 @@ def agree(tensor: torch.Tensor, world: int) -> bool:
     return all(torch.equal(every[0], t) for t in every[1:])
 
 
-def main(rank: int, world: int, port: int, arch: str, dtype: str, spec: str, steps: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=90))
+def case(rank: int, world: int, arch: str, dtype: str, spec: str, steps: int) -> dict:
     dt = DTYPES[dtype]
     plain = DDP(build(arch).to(dt), bucket_cap_mb=0.1)
     model = build(arch).to(dt)
@@ -57,15 +56,22 @@ def main(rank: int, world: int, port: int, arch: str, dtype: str, spec: str, ste
     summary.update(ranks_agree=agree(flat, world), param_dtype=str(flat.dtype), allreduce=sums,
                    grad_dtypes=sorted({str(p.grad.dtype) for p in model.parameters() if p.grad is not None}),
                    **{k: state.stats[k] for k in ("buckets", "bytes_in", "bytes_out")})
-    if rank == 0:
-        with open(out, "w") as handle:
-            json.dump(summary, handle)
     del ddp, plain, state
     gc.collect()
+    return summary
+
+
+def main(rank: int, world: int, port: int, cases: list, steps: int, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=90))
+    summaries = [case(rank, world, *c, steps) for c in cases]
+    if rank == 0:
+        with open(out, "w") as handle:
+            json.dump(summaries, handle)
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     a = sys.argv
-    main(int(a[1]), int(a[2]), int(a[3]), a[4], a[5], a[6], int(a[7]), a[8])
+    main(int(a[1]), int(a[2]), int(a[3]), json.loads(a[4]), int(a[5]), a[6])

@@ -1,9 +1,10 @@
 """Unmodified Hugging Face causal LMs (``hf_models``: GPT-2, Llama) under FSDP2 (``fully_shard``
-per block, then the root) on gloo: plain FSDP2 and FSDP2 with realrun's compressed collectives
+per block, then the root) on gloo, one case after another in the same ranks (CASES: a JSON list
+of [arch, dtype, policy]): plain FSDP2 and FSDP2 with realrun's compressed collectives
 (``realrun.fsdp.compress_fsdp(model, POLICY)``), the same initial weights and batches, a few
-steps each. Then both evaluate one batch that is the same on every rank. Rank 0 writes a JSON
-summary to OUT; every rank's evaluation losses are gathered.
-Run: python hf_fsdp_worker.py RANK WORLD PORT ARCH DTYPE POLICY STEPS OUT."""
+steps each. Then both evaluate one batch that is the same on every rank (every rank's loss is
+gathered). Rank 0 writes a JSON list of summaries, one a case, to OUT.
+Run: python hf_fsdp_worker.py RANK WORLD PORT CASES STEPS OUT."""
 import json
 import sys
 from datetime import timedelta
@@ -51,25 +52,29 @@ def evaluate(model, world: int) -> list:
     return [float(v) for v in every]
 
 
-def main(rank: int, world: int, port: int, arch: str, dtype: str, policy: str, steps: int, out: str) -> None:
+def case(rank: int, world: int, mesh, arch: str, dtype: str, policy: str, steps: int) -> dict:
+    plain, _ = shard(arch, DTYPES[dtype], mesh, None)
+    comp, state = shard(arch, DTYPES[dtype], mesh, policy)
+    return {"blocks": len(blocks(comp)), "plain": train(plain, rank, steps), "compressed": train(comp, rank, steps),
+            "eval_plain": evaluate(plain, world), "eval_compressed": evaluate(comp, world),
+            "modules": state.modules, "stats": state.stats,
+            # the tensor key of every error-feedback residual kept ("ef", spec, key, shape, dtype)
+            "residuals": sorted(k[2] for comm in state.state_dict()["comms"] for specs in comm.values()
+                                for saved in specs.values() for k in saved["state"] if k[0] == "ef")}
+
+
+def main(rank: int, world: int, port: int, cases: list, steps: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=90))
     mesh = init_device_mesh("cpu", (world,))
-    plain, _ = shard(arch, DTYPES[dtype], mesh, None)
-    comp, state = shard(arch, DTYPES[dtype], mesh, policy)
-    summary = {"blocks": len(blocks(comp)), "plain": train(plain, rank, steps), "compressed": train(comp, rank, steps),
-               "eval_plain": evaluate(plain, world), "eval_compressed": evaluate(comp, world),
-               "modules": state.modules, "stats": state.stats,
-               # the tensor key of every error-feedback residual kept ("ef", spec, key, shape, dtype)
-               "residuals": sorted(k[2] for comm in state.state_dict()["comms"] for specs in comm.values()
-                                   for saved in specs.values() for k in saved["state"] if k[0] == "ef")}
+    summaries = [case(rank, world, mesh, *c, steps) for c in cases]
     if rank == 0:
         with open(out, "w") as handle:
-            json.dump(summary, handle)
+            json.dump(summaries, handle)
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     a = sys.argv
-    main(int(a[1]), int(a[2]), int(a[3]), a[4], a[5], a[6], int(a[7]), a[8])
+    main(int(a[1]), int(a[2]), int(a[3]), json.loads(a[4]), int(a[5]), a[6])
