@@ -44,6 +44,7 @@ from pathlib import Path
 
 from perfmodel.devices import read_catalog
 from topologies import bounds
+from topologies.clikit import file_format
 from topologies.errors import InputError
 
 try:
@@ -247,10 +248,8 @@ def _validate(raw: dict, name: str) -> ModelSpec:
     for key in MODEL_KEYS:
         if key not in raw:
             raise InputError(f"model.{key}", None, "required in a model file")
-    for key in MODEL_KEYS[:7]:   # declared bounds (topologies.bounds): no model sizes an absurd step
-        if not isinstance(raw[key], int):
-            raise InputError(f"model.{key}", raw[key], "a positive integer")
-        bounds.check(f"model.{key}", raw[key], key)
+    for key in MODEL_KEYS[:7]:
+        _whole(key, raw[key])
     for key, allowed in CHOICES.items():
         if raw[key] not in allowed:
             raise InputError(f"model.{key}", raw[key], " or ".join(allowed))
@@ -263,26 +262,29 @@ def _validate(raw: dict, name: str) -> ModelSpec:
     return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS}, **_moe_fields(raw))
 
 
+def _whole(key: str, value, why: str = "") -> int:
+    """``value``, an int within ``key``'s declared bound (``topologies.bounds``: no model sizes an absurd
+    step), else InputError naming ``model.key``, the bound and ``why``."""
+    kind, low, high = bounds.bound(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError(f"model.{key}", value, bounds.describe(key) + why)
+    return value
+
+
 def _moe_fields(raw: dict) -> dict:
     """The MoE keys of a model file, validated (all absent: dense)."""
     moe = {k: raw.get(k, default) for k, default in MOE_KEYS.items()}
     if not any(k in raw for k in MOE_KEYS):
         return moe
-    ints = ("num_experts", "moe_top_k", "moe_ffn_hidden_size", "moe_layer_freq")
-    for key in ints + ("moe_shared_experts", "moe_first_dense"):
-        low = 1 if key in ints else 0
-        if isinstance(moe[key], bool) or not isinstance(moe[key], int) or moe[key] < low:
-            raise InputError(f"model.{key}", moe[key], f"an integer >= {low} (a MoE model needs num_experts, "
-                             "moe_top_k and moe_ffn_hidden_size)")
+    for key in ("num_experts", "moe_top_k", "moe_ffn_hidden_size", "moe_layer_freq", "moe_shared_experts",
+                "moe_first_dense"):
+        _whole(key, moe[key], " (a MoE model needs num_experts, moe_top_k and moe_ffn_hidden_size)")
     if moe["moe_top_k"] > moe["num_experts"]:
         raise InputError("model.moe_top_k", moe["moe_top_k"], f"at most num_experts {moe['num_experts']}")
     if moe["moe_first_dense"] >= raw["num_layers"]:
         raise InputError("model.moe_first_dense", moe["moe_first_dense"], f"below num_layers {raw['num_layers']}")
-    for key, low in (("moe_capacity_factor", 0.0), ("moe_load_imbalance", 1.0)):
-        value = moe[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < 1e6:
-            raise InputError(f"model.{key}", value, f"a number >= {low:g}" + (" (0: dropless)" if low == 0 else ""))
-        moe[key] = float(value)
+    for key in ("moe_capacity_factor", "moe_load_imbalance"):
+        moe[key] = float(bounds.check(f"model.{key}", moe[key]))
     if 0 < moe["moe_capacity_factor"] < 1:
         raise InputError("model.moe_capacity_factor", moe["moe_capacity_factor"], "0 (dropless) or >= 1")
     if not isinstance(moe["moe_pad_to_capacity"], bool):
@@ -303,15 +305,25 @@ def load_model(name_or_path: str) -> ModelSpec:
     if name_or_path.endswith(".toml") or path.exists():
         if not path.is_file():
             raise InputError("model", name_or_path, "a catalog name or an existing TOML file")
+        text = path.read_text()
         try:
-            raw = tomllib.loads(path.read_text())
+            raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
-            raise InputError("model", name_or_path, f"valid TOML ({err})") from None
+            raise InputError("model", name_or_path, _not_toml(text, err)) from None
         return _validate(raw, path.stem)
     catalog = model_catalog()
     if name_or_path not in catalog:
         raise InputError("model", name_or_path, "one of " + ", ".join(catalog) + ", or a TOML file path")
     return catalog[name_or_path]
+
+
+def _not_toml(text: str, err: Exception) -> str:
+    """What a model file that is not TOML should be instead, naming the format it looks like."""
+    kind = file_format(text)
+    if kind is None:
+        return f"valid TOML ({err})"
+    return (f"a model TOML file, and this looks like {kind}: pass a catalog model (perfmodel catalog models) "
+            f"or a TOML file with the keys {', '.join(MODEL_KEYS)} (docs/predict.md, Models, shows one)")
 
 
 MODEL_FIELDS = tuple(f.name for f in fields(ModelSpec))

@@ -155,3 +155,54 @@ def test_deepspeed_keys_it_cannot_honour_are_named_with_what_it_takes(cli, tmp_p
     assert last.startswith("perfmodel: error: deepspeed='sparse_attention.mode, zero_optimization.offload_param"
                            ".device': keys the model cannot honour") and "remove them" in last
     assert "the keys it models are bf16.enabled, fp16.enabled, gradient_accumulation_steps" in last
+
+
+MOE = dict(num_experts=8, moe_top_k=2, moe_ffn_hidden_size=256)
+
+
+@pytest.mark.parametrize("changes, said", [
+    (dict(num_experts=10**12), "model.num_experts=1000000000000: an integer from 1 to 16384"),
+    (dict(moe_ffn_hidden_size=2**40), "model.moe_ffn_hidden_size=1099511627776: an integer from 1 to 1048576"),
+    (dict(moe_shared_experts=10**9), "model.moe_shared_experts=1000000000: an integer from 0 to 1024"),
+    (dict(moe_top_k=2**20), "model.moe_top_k=1048576"),
+    (dict(moe_layer_freq=10**6), "model.moe_layer_freq=1000000"),
+    (dict(moe_first_dense=-1), "model.moe_first_dense=-1"),
+    (dict(moe_capacity_factor="inf"), "model.moe_capacity_factor=inf"),
+    (dict(moe_load_imbalance=1e300), "model.moe_load_imbalance=1e+300"),
+    (dict(num_experts=8.0), "model.num_experts=8.0"),
+])
+def test_moe_keys_are_bounded(tmp_path, changes, said):
+    from perfmodel.workload import load_model
+
+    with pytest.raises(InputError) as err:
+        load_model(hostile._model(tmp_path, **{**MOE, **changes}))
+    assert said in str(err.value)
+
+
+def test_the_catalog_moe_models_stay_well_inside_the_bounds():
+    from perfmodel.workload import MOE_KEYS, model_catalog
+    from topologies import bounds
+
+    moe = [m for m in model_catalog().values() if m.is_moe]
+    assert any(m.num_experts == 256 for m in moe)        # DeepSeek-V3
+    for key in MOE_KEYS:
+        if key != "moe_pad_to_capacity":
+            assert max(getattr(m, key) for m in moe) * 4 <= bounds.bound(key)[2], key
+
+
+@pytest.mark.parametrize("text, said", [
+    ('{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_layer": 12}',
+     "looks like a Hugging Face config.json (model_type 'gpt2')"),
+    ('{"hidden_size": 4096, "num_hidden_layers": 32}', "looks like a Hugging Face config.json:"),
+    ('{"zero_optimization": {"stage": 1}}', "looks like JSON:"),
+    ("hidden_size: 768\nnum_layers: 12\n", "looks like YAML:"),
+    ("---\nmodel: gpt2\n", "looks like YAML:"),
+    ("hidden_size = \n", "valid TOML (Invalid value"),
+])
+def test_a_model_file_in_another_format_says_which_and_what_to_pass(cli, tmp_path, text, said):
+    path = hostile._write(tmp_path, "config.json", text.encode())
+    proc = cli("perfmodel", "predict", "--model", path, "--cluster", "dgx-a100", "--gpus", "8")
+    _one_line(proc, said)
+    if "looks like" in said:
+        assert "a model TOML file" in proc.stderr and "perfmodel catalog models" in proc.stderr
+        assert "hidden_size, num_layers" in proc.stderr and "docs/predict.md" in proc.stderr

@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -150,6 +151,29 @@ def check_writable(path: str, field: str = "output") -> str:
     except OSError as err:
         raise InputError(field, path, f"a writable file path ({err.strerror})") from None
     return path
+
+
+# keys a Hugging Face transformers config.json has (its class, and the widths of GPT-2 and of the rest)
+HF_CONFIG_KEYS = ("architectures", "model_type", "n_embd", "n_layer", "hidden_size", "num_hidden_layers")
+
+
+def file_format(text: str) -> str | None:
+    """What a file that is not TOML looks like: ``a Hugging Face config.json (model_type 'gpt2')``,
+    ``JSON`` or ``YAML``; None where it looks like none of them (broken TOML, say)."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and any(key in data for key in HF_CONFIG_KEYS):
+            kind = data.get("model_type")
+            return "a Hugging Face config.json" + (f" (model_type {kind!r})" if isinstance(kind, str) else "")
+        if data is not None:
+            return "JSON"
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if lines and (lines[0].strip() == "---" or re.match(r"[\w.-]+:(\s|$)", lines[0])):
+        return "YAML"
+    return None
 
 
 def positive_int(text: str) -> int:
