@@ -40,11 +40,14 @@ import sys
 from dataclasses import asdict, dataclass
 
 from perfmodel.collectives.runtime import runtime_algorithm, runtime_time
+from perfmodel.calibration import tables
 from realrun.bench import BenchCase, BenchConfig
 from realrun.bench.config import RUN_TIMEOUT_S
 from realrun.report import (OWN_LINKS, REPEATS, check_repeats, csv_cells, noise, plot, rate_label, repeated,
                             report_md, restored, summary_lines)  # noqa: F401  (summary_lines: API)
+from topologies import bounds
 from topologies.clikit import atomic_write
+from topologies.errors import InputError
 
 MIB = 2**20
 MBIT, GBIT = 10**6, 10**9
@@ -222,17 +225,22 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
     against its measured times; writes the three outputs into ``out_dir``. No collective runs
     and no cluster: the stored cases name their hosts and bandwidths (the crossover's measured
     bandwidth is recomputed from the stored runs, the predicted one on the model). A file
-    written before repeats were recorded counts one repeat per case, its spread unknown."""
-    from realrun.validate_training import StoredCluster, read_stored
+    written before repeats were recorded counts one repeat per case, its spread unknown. Every
+    cell read is checked first (``stored_case``), and a prediction that is no time is refused:
+    one line naming the file, line and column; nothing is written."""
+    from realrun.validate_training import StoredCluster
 
-    stored = read_stored(results_csv, ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover",
-                                       "measured_s"), "results.csv of realrun validate")
+    stored = tables.read_table(results_csv, "measured", STORED)
+    tables.require(results_csv, stored, STORED_COLUMNS, "measured", STORED)
     runner = StoredCluster()
     rows = []
-    for m in stored:
-        case = Case(int(m["hosts"]), int(m["bandwidth"]), int(m["size_bytes"]), m["compressor"], m["algorithm"],
-                    m.get("op") or "allreduce")   # written before all-to-alls were validated: all-reduces
-        rows.append(_row(case, predict(case, runner, calibration), restored(m), crossover=m["crossover"] == "True"))
+    for where, m in stored:
+        case, measured = stored_case(where, m)
+        try:
+            predicted = predict(case, runner, calibration)
+        except InputError as err:
+            raise tables.located(where, err) from None
+        rows.append(_row(case, predicted, measured, crossover=tables.flag(where, m, "crossover"), where=where))
     hosts = max(r["hosts"] for r in rows)
     by = _crossover_times(rows, hosts)
     bws = sorted({bw for bw, _ in by if (bw, "none") in by and (bw, "int8") in by})
@@ -245,8 +253,35 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str) -> dict:
     return summary
 
 
-def _row(case: Case, predicted_s: float, measured: dict, crossover: bool) -> dict:
-    """A results row: the case, its prediction, its measurement (``repeated``) and the error."""
+STORED = "a results.csv of realrun validate"
+STORED_COLUMNS = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "measured_s")
+
+
+def stored_case(where: str, m: dict) -> tuple[Case, dict]:
+    """(the case, its measurement as ``restored``) of a stored row (``where``: FILE:LINE), every cell
+    checked: hosts and size within their declared bounds, the bandwidth an emulated link's rate (0,
+    a real cluster's own links, names no rate to predict with), each measured time a finite number
+    of seconds above 0 (``topologies.bounds`` measured_s)."""
+    if tables.text(where, m, "bandwidth").strip() == str(OWN_LINKS):
+        raise InputError(f"{where}.bandwidth", m["bandwidth"], "an emulated link rate in bits/s, "
+                         f"{bounds.describe('link_bits_per_s')} (0: a real cluster's own links, which --measured "
+                         "cannot predict without the cluster: run realrun validate there)")
+    case = Case(tables.integer(where, m, "hosts", "nodes"), tables.integer(where, m, "bandwidth", "link_bits_per_s"),
+                tables.integer(where, m, "size_bytes", "size_bytes", positive=True),
+                tables.text(where, m, "compressor"), tables.text(where, m, "algorithm"),
+                tables.text(where, m, "op", required=False) or "allreduce")  # older files: all-reduces
+    tables.number(where, m, "measured_s", "measured_s")
+    for value in filter(None, tables.text(where, m, "measured_all_s", required=False).split(";")):
+        tables.number(where, {"measured_all_s": value}, "measured_all_s", "measured_s")
+    return case, restored(m)
+
+
+def _row(case: Case, predicted_s: float, measured: dict, crossover: bool, where: str = "case") -> dict:
+    """A results row: the case, its prediction, its measurement (``repeated``) and the error; a
+    prediction that is no time above 0 (an error of -100% or not a number) is refused naming ``where``."""
+    if not (math.isfinite(predicted_s) and predicted_s > 0):
+        raise InputError(f"{where}.predicted_s", predicted_s, f"a time above 0 predicted for {case} (the model gives "
+                         "none: its error against the measurement would be no number)")
     return dict(asdict(case), crossover=crossover, predicted_s=predicted_s, **measured,
                 error=(predicted_s - measured["measured_s"]) / measured["measured_s"])
 

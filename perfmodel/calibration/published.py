@@ -136,13 +136,13 @@ def source_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[dict]:
 def located_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[tuple[str, dict]]:
     """[(``FILE:LINE``, row)] of the source's rows (its system's, its family's), every cell this
     module reads checked (``check_row``): a bad one is one line naming the file, line and column."""
-    path = Path(folder) / source.file
-    table = tables.read_table(path, f"sources.{source.key}.file", "a CSV table of published measurements")
+    path, field = Path(folder) / source.file, f"sources.{source.key}.file"
+    table = tables.read_table(path, field, "a CSV table of published measurements")
     if source.format == "megatron-bridge":
-        tables.require(path, table, COLUMNS_OF[source.format], "a Megatron-Bridge performance table")
+        tables.require(path, table, COLUMNS_OF[source.format], field, "a Megatron-Bridge performance table")
         table = [(where, row) for where, raw in table for row in bridge_row(raw, where)]
     else:
-        tables.require(path, table, COLUMNS_OF[source.kind], f"a table of {source.kind} measurements")
+        tables.require(path, table, COLUMNS_OF[source.kind], field, f"a table of {source.kind} measurements")
     out = [(where, r) for where, r in table if r["system"].startswith(source.system)
            and (not source.family or r.get("family") == source.family)]
     for where, row in out:

@@ -45,11 +45,12 @@ def read_table(path, field: str, what: str) -> list[tuple[str, dict]]:
     return out
 
 
-def require(path, rows: list[tuple[str, dict]], columns, what: str) -> None:
-    """Refuse the table at ``path`` (its ``read_table`` rows) unless its header names every one of ``columns``."""
+def require(path, rows: list[tuple[str, dict]], columns, field: str, what: str) -> None:
+    """Refuse the table at ``path`` (its ``read_table`` rows) unless its header names every one of
+    ``columns``, naming ``field`` and the first column it lacks."""
     missing = [c for c in columns if c not in rows[0][1]]
     if missing:
-        raise InputError(str(path), f"no column {missing[0]}", f"{what} with the columns " + ", ".join(columns))
+        raise InputError(field, str(path), f"{what} (no column {missing[0]}; it needs " + ", ".join(columns) + ")")
 
 
 def text(where: str, row: dict, column: str, required: bool = True) -> str:

@@ -75,7 +75,7 @@ def test_a_malformed_sources_toml_is_one_line_naming_the_source_and_key(capsys, 
 
 
 TABLE_CASES = [
-    ("system,total_gpus\nS,8\n", "c.csv='no column message_size_bytes'"),
+    ("system,total_gpus\nS,8\n", "c.csv': a table of collective measurements (no column message_size_bytes"),
     (_row("S,eight,1048576,100"), "c.csv:2.total_gpus='eight': an integer from 1 to 131072"),
     (_row("S,,1048576,100"), "c.csv:2.total_gpus='': a value"),
     (_row("S,-8,1048576,100"), "c.csv:2.total_gpus='-8'"),
@@ -319,3 +319,84 @@ def test_good_records_still_calibrate(capsys, tmp_path):
     out = tmp_path / "profile.json"
     code, err = perfmodel(capsys, "calibrate", _records(tmp_path, KERNEL), "-o", str(out), "--cluster", EMULATED)
     assert (code, err) == (0, "") and json.loads(out.read_text())["kernels"]["int8"]["compress_GBps"] > 0
+
+
+# --- realrun validate --measured ---------------------------------------------------------------
+
+RESULTS = ("hosts", "bandwidth", "size_bytes", "compressor", "algorithm", "crossover", "predicted_s", "measured_s",
+           "error", "repeats", "spread", "measured_all_s", "op")
+STORED_ROW = dict(zip(RESULTS, ("4", "1000000000", "8388608", "int8", "two_phase", "False", "0.1", "0.12", "0.2",
+                                "3", "0.1", "0.12;0.11;0.125", "allreduce")))
+
+
+def realrun(capsys, *argv) -> tuple[int, str]:
+    """``realrun ARGV`` in this process: (exit code, its error output)."""
+    from realrun.cli import main
+
+    return run(main, list(argv)), capsys.readouterr().err.strip()
+
+
+def _stored(tmp_path, text: str | None = None, **cells) -> str:
+    path = tmp_path / "results.csv"
+    path.write_text(text if text is not None else ",".join(RESULTS) + "\n"
+                    + ",".join({**STORED_ROW, **cells}[k] for k in RESULTS) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("cells, said", [
+    ({"hosts": "x"}, "results.csv:2.hosts='x': an integer from 1 to 16384"),
+    ({"hosts": "2.5"}, "results.csv:2.hosts='2.5'"),
+    ({"hosts": "0"}, "results.csv:2.hosts='0'"),
+    ({"bandwidth": "x"}, "results.csv:2.bandwidth='x': an integer from 1000000 to 100000000000"),
+    ({"bandwidth": "0"}, "results.csv:2.bandwidth='0': an emulated link rate in bits/s"),
+    ({"bandwidth": "-1"}, "results.csv:2.bandwidth='-1'"),
+    ({"size_bytes": "x"}, "results.csv:2.size_bytes='x'"),
+    ({"size_bytes": "0"}, "results.csv:2.size_bytes='0'"),
+    ({"size_bytes": "-1"}, "results.csv:2.size_bytes='-1'"),
+    ({"size_bytes": "1" + "0" * 30}, "results.csv:2.size_bytes="),
+    ({"measured_s": "x", "measured_all_s": ""}, "results.csv:2.measured_s='x': a number from 1e-09 to 86400"),
+    ({"measured_s": "0", "measured_all_s": ""}, "results.csv:2.measured_s='0'"),
+    ({"measured_s": "-1", "measured_all_s": ""}, "results.csv:2.measured_s='-1'"),
+    ({"measured_s": "nan", "measured_all_s": ""}, "results.csv:2.measured_s='nan'"),
+    ({"measured_s": "inf", "measured_all_s": ""}, "results.csv:2.measured_s='inf'"),
+    ({"measured_all_s": "nan;0.1"}, "results.csv:2.measured_all_s='nan'"),
+    ({"measured_all_s": "-1;0.1"}, "results.csv:2.measured_all_s='-1'"),
+    ({"measured_all_s": "0;0"}, "results.csv:2.measured_all_s='0'"),
+    ({"compressor": "wat"}, "results.csv:2.compressor='wat'"),
+    ({"algorithm": "wat"}, "results.csv:2.algorithm='wat'"),
+    ({"op": "wat"}, "results.csv:2.op='wat'"),
+    ({"crossover": "maybe"}, "results.csv:2.crossover='maybe': True or False"),
+    ({"compressor": "x" * 200_000}, "results.csv:2='a malformed row'"),
+])
+def test_a_stored_results_cell_is_checked_before_anything_is_written(capsys, tmp_path, cells, said):
+    out = tmp_path / "again"
+    assert_one_line(*realrun(capsys, "validate", "--measured", _stored(tmp_path, **cells), "--out", str(out)), said)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, said", [
+    ("", "(a header and at least one row)"),
+    ("hosts,bandwidth\n4,1000000000\n", "(no column size_bytes"),
+    (",".join(RESULTS) + "\n4,1000000000\n", "results.csv:2='2 cells': the 13 cells its header names"),
+])
+def test_a_stored_results_file_that_is_no_table_is_one_line(capsys, tmp_path, text, said):
+    out = tmp_path / "again"
+    assert_one_line(*realrun(capsys, "validate", "--measured", _stored(tmp_path, text), "--out", str(out)),
+                    "measured=" if "row" in said or "column" in said else "", said)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("predicted", [0.0, math.nan, math.inf])
+def test_a_prediction_that_is_no_time_is_refused_not_reported(capsys, tmp_path, monkeypatch, predicted):
+    """A predicted 0 s gave an error of -100%, a NaN one 'MAPE: nan%': refused, naming the row."""
+    monkeypatch.setattr("realrun.validate.predict", lambda case, runner, calibration: predicted)
+    out = tmp_path / "again"
+    assert_one_line(*realrun(capsys, "validate", "--measured", _stored(tmp_path), "--out", str(out)),
+                    "results.csv:2.predicted_s=", "a time above 0 predicted for Case(hosts=4")
+    assert not out.exists()
+
+
+def test_a_good_stored_file_is_still_predicted_again(capsys, tmp_path):
+    out = tmp_path / "again"
+    code, err = realrun(capsys, "validate", "--measured", _stored(tmp_path), "--out", str(out))
+    assert (code, err) == (0, "") and (out / "results.csv").exists()
