@@ -14,38 +14,44 @@ For a budget of ``tokens`` at global batch ``gbs`` and sequence length ``seq``:
   ``power_source``), so an upper bound on the GPUs' energy (training rarely holds TDP; host CPUs,
   switches and cooling are not counted); ``None`` for a device without a known board power.
 
-Without a token budget none of these columns exists (absent, not zero). A price given by cluster name
-(``dgx-a100=1.8``) applies to that cluster's variants (``dgx-a100:nic_Gbps=100``) too.
+The token budget and the prices are bounded (``topologies.bounds``: ``tokens``, ``gpu_hour_price``) so that
+every column is a finite number. Without a token budget none of these columns exists (absent, not zero).
+A price given by cluster name (``dgx-a100=1.8``) applies to that cluster's variants
+(``dgx-a100:nic_Gbps=100``) too; each cluster is priced once.
 """
 from __future__ import annotations
 
 import math
 
 from perfmodel.devices import device
-from topologies import InputError, load_spec
+from topologies import InputError, bounds, load_spec
 
 COST_KEYS = ("steps", "time_to_train_s", "gpu_hours", "cost_usd", "energy_kWh")
 
 
 def parse_tokens(value) -> float:
-    """A positive, finite number of tokens (``300e9``)."""
-    try:
-        tokens = float(value)
-    except (TypeError, ValueError):
-        tokens = math.nan
-    if isinstance(value, bool) or not 0 < tokens < math.inf:
-        raise InputError("tokens", value, "a positive number of tokens to train, e.g. 300e9")
-    return tokens
+    """A number of tokens to train (``300e9``), within its declared bound (``topologies.bounds``)."""
+    return bounds.check("tokens", _number(value))
 
 
 def _price(text, name: str) -> float:
+    """USD per GPU-hour (of the cluster ``name``, or of all where empty), within its declared bound."""
     try:
-        price = float(text)
+        return bounds.check("gpu_hour_price", _number(text))
+    except InputError as err:
+        if not name:
+            raise
+        raise InputError(err.field, f"{name}={text}", err.allowed) from None
+
+
+def _number(text):
+    """``text`` as a float where it reads as one, else as given (for the bound check to refuse)."""
+    if isinstance(text, bool):
+        return text
+    try:
+        return float(text)
     except (TypeError, ValueError):
-        price = math.nan
-    if isinstance(text, bool) or not 0 <= price < math.inf:
-        raise InputError("gpu_hour_price", f"{name}={text}" if name else text, "USD per GPU-hour, a number >= 0")
-    return price
+        return text
 
 
 def parse_prices(value, clusters: list[str]) -> dict[str, float]:
@@ -60,6 +66,8 @@ def parse_prices(value, clusters: list[str]) -> dict[str, float]:
     named = {}
     for name, text in items:
         name = name.strip()
+        if name in named:
+            raise InputError("gpu_hour_price", value, f"each cluster priced once ({name} repeats)")
         if name not in clusters and name not in {base_name(c) for c in clusters}:
             raise InputError("gpu_hour_price", f"{name}={text}", "name=price with name one of the searched "
                              "clusters: " + ", ".join(dict.fromkeys(base_name(c) for c in clusters)))
