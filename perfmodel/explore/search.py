@@ -338,7 +338,9 @@ def cluster_list(cluster: str | list, grid: str | dict | None = None) -> list[st
     names = parse_clusters(cluster) if isinstance(cluster, str) else list(dict.fromkeys(cluster))
     if not names:
         raise InputError("cluster", cluster, "one or more catalog clusters or cluster files")
-    if grid:
+    if grid is not None:        # given, it varies something
+        if not grid:
+            raise InputError("cluster_grid", grid, "at least one key=value,value,... item, e.g. 'gpus_per_node=4,8'")
         names = list(dict.fromkeys(n for base in names for n in grid_names(base, grid)))
     for name in names:
         load_spec(name)             # every cluster checked before any is searched
