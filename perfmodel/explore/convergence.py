@@ -70,9 +70,13 @@ class Regime:
     errors: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        b = self.critical_batch_tokens
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < math.inf:
-            raise InputError("critical_batch_tokens", b, "a number of tokens >= 0")
+        if not _number_in(self.critical_batch_tokens, 0.0, math.inf) or self.critical_batch_tokens == 0:
+            raise InputError("critical_batch_tokens", self.critical_batch_tokens, "a finite number of tokens > 0 (the "
+                             "gradient noise scale; realrun convergence fits it at 1 token or more)")
+        for axis, specs in self.errors.items():
+            for spec, error in specs.items():
+                if not _number_in(error, 0.0, math.inf):
+                    raise InputError(f"errors.{axis}.{spec}", error, "a relative error: a finite number >= 0")
 
     def deterministic_fraction(self, batch_tokens: float) -> float:
         """``phi = B / (B + B_crit)``: the part of the steps the batch's noise does not set."""
@@ -80,6 +84,11 @@ class Regime:
 
     def error(self, axis: str, spec: str, estimate: float) -> float:
         return self.errors.get(axis, {}).get(spec, estimate)
+
+
+def _number_in(value, low: float, high: float) -> bool:
+    """Whether ``value`` is a number (not a bool) from ``low`` to below ``high``."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and low <= value < high
 
 
 def default_regime(target_loss: float = DEFAULT_TARGET_LOSS) -> Regime:
@@ -146,6 +155,8 @@ def load_regime(path: str | None) -> Regime:
     except OSError as exc:
         raise InputError("convergence", path, f"a readable convergence.json ({exc.strerror}) or a catalog regime: "
                          + ", ".join(catalog_regimes())) from None
+    except InputError as err:
+        raise InputError(f"{path}:regime.{err.field}", err.value, err.allowed) from None
     except (ValueError, KeyError, TypeError, AttributeError):
         raise InputError("convergence", path, "a convergence.json as realrun convergence writes it") from None
 
