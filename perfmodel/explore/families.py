@@ -17,6 +17,7 @@ from functools import lru_cache
 from perfmodel.axes import active_axes, fed_back
 from perfmodel.compression import compile_spec
 from perfmodel.compression.policy import POLICY_AXES
+from perfmodel.explore.stream import Domain
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
 from perfmodel.prediction import OPTION_FIELDS, PredictOptions, predict_many
@@ -85,6 +86,15 @@ STREAM_COLUMNS = ("search", *ROW_COLUMNS)     # a stream's rows name the search 
 ROW_TYPES = {"search": str, "cluster": str, "policy": str, "recompute": str, "schedule": str, "gpus": int,
               **dict.fromkeys(Degrees.names(), int), "mbs": int, "zero": int,
               "sequence_parallel": bool, "hpz": bool, "within_budget": bool}
+
+
+# What each number of a row can be (a resumed stream's rows are checked against it: ``perfmodel.explore.stream``)
+_POSITIVE, _NON_NEGATIVE, _COUNT = Domain(0.0, above=True), Domain(0.0), Domain(1)
+ROW_DOMAINS = {"gpus": _COUNT, **dict.fromkeys(Degrees.names(), _COUNT), "mbs": _COUNT, "zero": Domain(0, 3),
+               "step_time_s": _POSITIVE, "samples_per_s": _POSITIVE, "mfu": _NON_NEGATIVE,
+               "speedup_vs_same_plan_uncompressed": _POSITIVE,
+               **dict.fromkeys((f"error_{a}" for a in POLICY_AXES), _NON_NEGATIVE), "total_error": _NON_NEGATIVE,
+               "memory_GiB": _NON_NEGATIVE}
 
 
 def _row(record, plan: dict, budget: dict, cluster: str) -> dict:

@@ -8,8 +8,8 @@ import contextlib
 import os
 
 from perfmodel.explore.executors import run_jobs
-from perfmodel.explore.families import (PLAN_KEYS, ROW_TYPES, STREAM_COLUMNS, evaluate, family_items,
-                                        option_fields, plan_policies, refused)
+from perfmodel.explore.families import (PLAN_KEYS, ROW_DOMAINS, ROW_TYPES, STREAM_COLUMNS, evaluate,
+                                        family_items, option_fields, plan_policies, refused)
 from perfmodel.explore.stream import RowStream, check_stream, read_rows
 from perfmodel.plan.degrees import Degrees
 from perfmodel.prediction import PredictOptions, predict_many
@@ -90,8 +90,8 @@ def _read_stream(path: str) -> list[dict]:
     header = _header(path)
     missing = [c for c in STREAM_COLUMNS if c not in header]
     if not missing or set(missing) - set(Degrees.names()) or set(header) - set(STREAM_COLUMNS):
-        return read_rows(path, STREAM_COLUMNS, ROW_TYPES)     # this version's stream, or refused naming its header
-    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, ROW_TYPES)]
+        return read_rows(path, STREAM_COLUMNS, ROW_TYPES, ROW_DOMAINS)   # this version's, or refused naming its header
+    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, ROW_TYPES, ROW_DOMAINS)]
 
 
 def _header(path: str) -> tuple:

@@ -5,7 +5,11 @@ at any moment leaves whole tasks' rows (a machine that loses power can leave the
 ``read_rows`` drops a last line without its newline, and the caller re-runs any task whose rows
 are not all there). The file is plain CSV with a fixed header (``columns``), readable by any CSV
 reader while the search runs; values are written with ``str`` (floats as ``repr``: they read
-back exactly) and read back with ``types`` (column -> int, bool or str; float otherwise).
+back exactly) and read back with ``types`` (column -> int, bool or str; float otherwise), each number
+checked against its ``Domain`` where the caller gives one (every number finite): a value the search
+could not have written (NaN, a negative time, a cell of another kind, a field of over 128 KiB) is
+refused in one line naming the file, line, column and value, so a damaged or edited stream is never
+ranked nor written back. Deleting such a line runs its task again.
 
 A stream is held with an exclusive ``flock`` while it is written, so two searches never append
 to one file.
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
+from dataclasses import dataclass
 
 from topologies import InputError
 from topologies.clikit import atomic_write, check_writable
@@ -29,9 +35,28 @@ def check_stream(path: str, field: str = "stream") -> str:
     return check_writable(path, field)
 
 
-def read_rows(path: str, columns: tuple, types: dict) -> list[dict]:
+@dataclass(frozen=True)
+class Domain:
+    """What a streamed number may be: finite, from ``low`` (excluded where ``above``) to ``high``."""
+
+    low: float
+    high: float = math.inf
+    above: bool = False
+
+    def __contains__(self, value) -> bool:
+        return (isinstance(value, int) or math.isfinite(value)) and self.low <= value <= self.high \
+            and not (self.above and value == self.low)
+
+    def __str__(self) -> str:
+        """Its limits (``> 0``, ``>= 0 and <= 3``; empty where only finite)."""
+        limits = [f"{'>' if self.above else '>='} {self.low:g}"] if math.isfinite(self.low) else []
+        return " and ".join(limits + ([f"<= {self.high:g}"] if math.isfinite(self.high) else []))
+
+
+def read_rows(path: str, columns: tuple, types: dict, domains: dict | None = None) -> list[dict]:
     """The rows of a stream (none when the file is missing or empty); a last line cut short is
-    dropped. A header other than ``columns`` or a value that does not read is refused."""
+    dropped. A header other than ``columns``, a value that does not read as its type or is outside
+    its domain (``domains``: column -> ``Domain``; every number finite) is refused (module doc)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -40,27 +65,44 @@ def read_rows(path: str, columns: tuple, types: dict) -> list[dict]:
     if not data:
         return []
     data = data[:data.rfind(b"\n") + 1]          # a write cut short: its tasks run again
-    reader = csv.reader(io.StringIO(data.decode()))
-    header = tuple(next(reader, ()))
-    if header != tuple(columns):
-        raise InputError("resume", path, "a stream written by this version of perfmodel search (its header "
-                         f"starts {','.join(columns[:4])},...)")
-    return [_typed(values, columns, types, path, line) for line, values in enumerate(reader, start=2)]
+    try:
+        reader = csv.reader(io.StringIO(data.decode()))
+        header = tuple(next(reader, ()))
+        if header != tuple(columns):
+            raise InputError("resume", path, "a stream written by this version of perfmodel search (its header "
+                             f"starts {','.join(columns[:4])},...)")
+        return [_typed(values, columns, types, domains or {}, f"{path}:{line}")
+                for line, values in enumerate(reader, start=2)]
+    except UnicodeDecodeError:
+        raise InputError("resume", path, "a CSV stream perfmodel search wrote (UTF-8 text)") from None
+    except csv.Error as err:
+        raise InputError("resume", f"{path}:{reader.line_num}", f"a CSV stream perfmodel search wrote ({err})") \
+            from None
 
 
-def _typed(values: list, columns: tuple, types: dict, path: str, line: int) -> dict:
+def _typed(values: list, columns: tuple, types: dict, domains: dict, where: str) -> dict:
     if len(values) != len(columns):
-        raise InputError("resume", f"{path}:{line}", f"{len(columns)} values a row ({len(values)} here)")
+        raise InputError("resume", where, f"{len(columns)} values a row ({len(values)} here)")
     row = {}
     for name, text in zip(columns, values):
         kind = types.get(name, float)
         try:
             row[name] = _BOOL[text] if kind is bool else kind(text)
         except (KeyError, ValueError):
-            raise InputError("resume", f"{path}:{line}", f"{name} as {kind.__name__} (not {text!r})") from None
+            raise InputError(f"{where}.{name}", text, _allowed(kind, domains.get(name))) from None
+        if kind in (int, float) and row[name] not in domains.get(name, _FINITE):
+            raise InputError(f"{where}.{name}", text, _allowed(kind, domains.get(name)))
     return row
 
 
+def _allowed(kind, domain: Domain | None) -> str:
+    what = " ".join(filter(None, (_KINDS.get(kind, kind.__name__), str(domain or ""))))
+    return f"{what} (the stream holds another value than perfmodel search wrote: remove the line to run its task " \
+        "again)"
+
+
+_FINITE = Domain(-math.inf)
+_KINDS = {int: "an integer", float: "a finite number", bool: "True or False", str: "text"}
 _BOOL = {"True": True, "False": False}
 
 
