@@ -79,14 +79,21 @@ def add_search(sub) -> None:
 
 def _run_args(se) -> None:
     se.add_argument("--executor", choices=EXECUTORS, default="local", help="where the families of plans "
-                    "run: local (a process pool) or dask (a Dask LocalCluster of --workers processes, or the cluster "
-                    "at --scheduler; needs the scale extra: pip install 'commpress[scale]')")
-    se.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster's scheduler (tcp://host:8786; "
-                    "with --executor dask): its workers need commpress and the files the search names")
+                    "run: local (a process pool) or dask (a Dask cluster of --workers processes on this machine, "
+                    "closed to other users: TLS with keys made for it, no HTTP server, workers that import nothing "
+                    "from the current folder; or the cluster at --scheduler; needs the scale extra: pip install "
+                    "'commpress[scale]')")
+    se.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster's scheduler, PROTOCOL://HOST:PORT "
+                    "(tcp, tls, ws or wss, e.g. tcp://host:8786; with --executor dask): its workers need commpress "
+                    "and the files the search names. That cluster is trusted: tasks and results travel pickled, so "
+                    "whoever runs its scheduler or workers can run code in this process; tcp:// is unauthenticated, "
+                    "tls:// takes the client certificate from Dask's configuration")
     se.add_argument("--stream", metavar="FILE.csv", help="append every family's rows to this new CSV as it finishes "
                     "(one synced write each), so a killed search can be resumed")
     se.add_argument("--resume", metavar="FILE.csv", help="continue the stream FILE (a missing one is started): skip "
-                    "the families whose rows are all there, append the rest (the result is an uninterrupted search's)")
+                    "the families whose rows are all there, append the rest (the result is an uninterrupted search's); "
+                    "a row with a value the search cannot have written (NaN, a time <= 0, ...) is refused naming its "
+                    "line, and a last line cut short is run again")
 
 
 def _output_args(se) -> None:
@@ -98,10 +105,11 @@ def _output_args(se) -> None:
                     "fitted critical batch and the errors it measured on real "
                     "gradients; default: Kaplan et al. 2020's critical batch at 2 nats per token, unit-Gaussian "
                     "errors)")
-    se.add_argument("--tokens", help="a token budget (e.g. 300e9): add steps = tokens / (gbs x seq), time to train, "
-                    "GPU-hours and energy (GPUs x board power at TDP x time, an upper bound) to every row")
-    se.add_argument("--gpu-hour-price", metavar="USD", help="USD per GPU-hour (with --tokens): one number for all "
-                    "clusters or per cluster, e.g. 'dgx-a100=1.8,dgx-h100=3.0'; adds cost")
+    se.add_argument("--tokens", help="a token budget (e.g. 300e9; 1 to 1e16): add steps = tokens / (gbs x seq), "
+                    "time to train, GPU-hours and energy (GPUs x board power at TDP x time, an upper bound) to every "
+                    "row")
+    se.add_argument("--gpu-hour-price", metavar="USD", help="USD per GPU-hour (with --tokens; 0 to 10000): one number "
+                    "for all clusters or one per cluster, each named once, e.g. 'dgx-a100=1.8,dgx-h100=3.0'; adds cost")
     se.add_argument("--pareto", action="store_true", help="print only the Pareto front (with --tokens: over cost, "
                     "time to train and error)")
     se.add_argument("--library", default="nccl", help=LIBRARY_HELP)

@@ -7,24 +7,27 @@ streams results and advances one progress bar whatever runs them.
 * ``local``: ``workers`` processes of a ``multiprocessing`` pool (fork where the platform has it),
   or this process alone for one worker.
 * ``dask``: ``dask.distributed`` futures, consumed with ``as_completed``. Without ``scheduler``
-  a ``LocalCluster`` of ``workers`` processes (one thread each: the model is pure Python, threads
-  would share one interpreter lock) is started and closed; with it (``tcp://host:8786``) the
+  a cluster of ``workers`` processes on this machine (one thread each: the model is pure Python,
+  threads would share one interpreter lock) is started and closed, closed to other local users
+  (``perfmodel.explore.dask_local``: TLS with keys made for it, no HTTP, workers that do not import
+  from the current folder); with it (``PROTOCOL://HOST:PORT``, checked before any connection) the
   tasks go to that cluster's workers, which need commpress installed and the cluster and
-  calibration files the search names at the same paths. A worker that dies mid-task is
+  calibration files the search names at the same paths. That cluster is trusted: the tasks and
+  their results travel pickled, so whoever runs its scheduler or workers runs code in this
+  process; its security (TLS) is Dask's configuration's (``distributed.comm.tls``). A worker that dies mid-task is
   replaced (its nanny restarts it) and the scheduler runs the task again elsewhere, up to
   Dask's ``distributed.scheduler.allowed-failures`` (3) deaths per task; a task that raises
   anything but bad input is tried ``TASK_RETRIES`` more times. A result is kept once, from the
   attempt that finished, so a retried task neither loses nor repeats rows.
 
-The LocalCluster's workers are spawned processes, which import the calling script: a script that
+The local cluster's workers are spawned processes, which import the calling script: a script that
 calls ``search(..., executor="dask")`` needs the ``if __name__ == "__main__":`` guard.
 
-Dask is an optional dependency (the ``scale`` extra): ``check_executor`` refuses ``dask`` in one
-line naming the extra where it is not installed.
+Dask is an optional dependency (the ``scale`` extra, with ``cryptography`` for the local cluster's
+keys): ``check_executor`` refuses ``dask`` in one line naming the extra where it is not installed.
 """
 from __future__ import annotations
 
-import logging
 import os
 from contextlib import ExitStack, contextmanager
 
@@ -35,6 +38,8 @@ EXECUTORS = ("local", "dask")
 SCALE_EXTRA = "pip install 'commpress[scale]'"
 TASK_RETRIES = 2            # more tries of a task that raised (a worker's death is Dask's to retry)
 CONNECT_TIMEOUT_S = 20      # waiting for an existing scheduler, and for its first worker
+SCHEDULER_PROTOCOLS = ("tcp", "tls", "ws", "wss")   # Dask's between processes (inproc is within one process)
+TLS_PROTOCOLS = ("tls", "wss")
 
 
 def check_executor(executor: str, scheduler: str | None = None) -> None:
@@ -44,10 +49,49 @@ def check_executor(executor: str, scheduler: str | None = None) -> None:
     if scheduler is not None:
         if executor != "dask":
             raise InputError("scheduler", scheduler, "only with executor dask (--executor dask)")
-        if not isinstance(scheduler, str) or not scheduler.strip():
-            raise InputError("scheduler", scheduler, "a Dask scheduler address, e.g. tcp://host:8786")
+        check_scheduler(scheduler)
     if executor == "dask":
-        _distributed()
+        distributed = _distributed()
+        if scheduler is None:
+            _tls()
+        elif scheduler.partition("://")[0] in TLS_PROTOCOLS:
+            _client_tls(distributed, scheduler)
+
+
+def check_scheduler(address) -> str:
+    """A Dask scheduler address ``PROTOCOL://HOST:PORT``, refused in one line before any connection."""
+    scheme, sep, location = address.partition("://") if isinstance(address, str) else ("", "", "")
+    host, colon, port = location.rpartition(":")
+    if not (sep and scheme in SCHEDULER_PROTOCOLS and colon and host.strip("[]") and port.isdigit()
+            and 0 < int(port) < 65536) or any(c.isspace() or c in "/?#@" for c in host):
+        raise InputError("scheduler", address, f"a Dask scheduler address PROTOCOL://HOST:PORT (protocol "
+                         f"{', '.join(SCHEDULER_PROTOCOLS)}; port 1 to 65535), e.g. tcp://host:8786")
+    return address
+
+
+def _client_tls(distributed, scheduler: str) -> None:
+    """A ``tls://`` or ``wss://`` scheduler needs this client's certificate in Dask's configuration."""
+    why = ""
+    try:
+        context = distributed.Security().get_connection_args("client")["ssl_context"]
+    except (OSError, ValueError) as err:
+        context, why = None, f" ({err})"
+    if context is None:
+        raise RunError("scheduler", scheduler, f"a {scheduler.partition(':')[0]}:// scheduler needs this client's "
+                       "certificate in Dask's configuration (distributed.comm.tls.ca-file, distributed.comm.tls."
+                       f"client.cert and .key){why}")
+
+
+def _tls() -> None:
+    """The local cluster's keys need ``cryptography`` (and its workers Python 3.11: ``dask_local``)."""
+    from perfmodel.explore.dask_local import check_python
+
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        raise RunError("executor", "dask", "a local Dask cluster needs cryptography (its TLS keys), in the scale "
+                       f"extra: {SCALE_EXTRA}") from None
+    check_python()
 
 
 def _distributed():
@@ -160,11 +204,11 @@ def _run_dask(jobs: list, task, workers: int, scheduler: str | None):
 def _client(distributed, workers: int, scheduler: str | None):
     """A client of the cluster at ``scheduler``, or of a LocalCluster started here and closed after."""
     if scheduler is None:
+        from perfmodel.explore.dask_local import local_cluster
+
         with ExitStack() as stack:
             with _sigint_ignored():
-                cluster = stack.enter_context(distributed.LocalCluster(
-                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                    silence_logs=logging.CRITICAL))
+                cluster = stack.enter_context(local_cluster(workers))
             yield stack.enter_context(distributed.Client(cluster, set_as_default=False))
         return
     try:
