@@ -206,3 +206,20 @@ def test_a_model_file_in_another_format_says_which_and_what_to_pass(cli, tmp_pat
     if "looks like" in said:
         assert "a model TOML file" in proc.stderr and "perfmodel catalog models" in proc.stderr
         assert "hidden_size, num_layers" in proc.stderr and "docs/predict.md" in proc.stderr
+
+
+def test_topologies_and_perfmodel_refuse_the_same_gpus(cli, tmp_path):
+    """One check (topologies.clikit.check_gpu): a cluster file's GPU the model does not know is refused by
+    topologies show, export and draw as by a prediction, in the same words, before any graph or file."""
+    from perfmodel.devices import gpu_catalog
+    from topologies.clikit import gpu_keys
+
+    assert gpu_keys() == tuple(gpu_catalog())
+    path = hostile._cluster(tmp_path, 'gpu = "v100-pcie-16gb"', 'gpu = "h999"')
+    said = "gpu='h999': one of " + ", ".join(gpu_catalog())
+    for args in (("topologies", "show", path), ("topologies", "export", path, "-o", str(tmp_path / "never.graphml")),
+                 ("perfmodel", "predict", "--model", "gpt2-small", "--cluster", path, "--gpus", "8")):
+        proc = cli(*args)
+        _one_line(proc, said)
+        assert proc.stderr.strip().endswith(said)
+    assert not list(tmp_path.glob("never*"))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from topologies.catalog import catalog_names, load_spec
-from topologies.clikit import Parser, check_writable, dump_json, run, table
+from topologies.clikit import Parser, check_gpu, check_writable, dump_json, run, table
 from topologies.cluster import build_cluster
 from topologies.describe import describe
 from topologies.errors import InputError
@@ -46,8 +46,14 @@ def _list(args) -> None:
         print(table(("name", "gpu", "node", "fabric", "description"), rows))
 
 
+def _cluster(args):
+    """The cluster of the arguments, its GPU one the model knows (``clikit.check_gpu``, as perfmodel checks it)."""
+    check_gpu(load_spec(args.cluster)[0]["gpu"])      # before the graph is built
+    return build_cluster(args.cluster, nodes=args.nodes)
+
+
 def _show(args) -> None:
-    info = describe(build_cluster(args.cluster, nodes=args.nodes))
+    info = describe(_cluster(args))
     if args.json:
         print(dump_json(info))
         return
@@ -87,13 +93,13 @@ def main(argv=None) -> int:
         _show(args)
     elif args.command == "export":
         check_writable(args.output)
-        print(export(build_cluster(args.cluster, nodes=args.nodes), args.output, args.format))
+        print(export(_cluster(args), args.output, args.format))
     elif args.command == "draw":
         from topologies.draw import draw  # matplotlib loads only when drawing
 
         check_writable(args.output)
         check_picture(args.output)
-        print(draw(build_cluster(args.cluster, nodes=args.nodes), args.output))
+        print(draw(_cluster(args), args.output))
     return 0
 
 

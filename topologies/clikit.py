@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -11,9 +12,15 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from topologies.attrs import GraphError
 from topologies.errors import InputError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 EXIT_USAGE = 2
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143   # 128 + signal number, as shells report them
@@ -151,6 +158,25 @@ def check_writable(path: str, field: str = "output") -> str:
     except OSError as err:
         raise InputError(field, path, f"a writable file path ({err.strerror})") from None
     return path
+
+
+def gpu_keys() -> tuple[str, ...] | None:
+    """The GPUs a cluster file may name (its ``gpu``): the keys of the model's GPU catalog,
+    ``perfmodel/catalog/gpus.toml``, read as data (topologies imports nothing of perfmodel);
+    None where perfmodel is not installed beside it."""
+    spec = importlib.util.find_spec("perfmodel")
+    if spec is None or spec.origin is None:
+        return None
+    return tuple(tomllib.loads((Path(spec.origin).parent / "catalog" / "gpus.toml").read_text()))
+
+
+def check_gpu(key: str) -> str:
+    """``key`` if the model knows the GPU (``gpu_keys``), else InputError naming the GPUs it knows:
+    the one check of ``topologies show`` and of every perfmodel prediction."""
+    known = gpu_keys()
+    if known is not None and key not in known:
+        raise InputError("gpu", key, "one of " + ", ".join(known))
+    return key
 
 
 # keys a Hugging Face transformers config.json has (its class, and the widths of GPT-2 and of the rest)
