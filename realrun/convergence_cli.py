@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from perfmodel.cli.common import microbatch_size
 from realrun.convergence import CONVERGENCE_POLICIES
 from topologies.clikit import positive_int
 
@@ -38,7 +39,7 @@ def add_parser(sub, command) -> None:
                 EPILOG)
     c.add_argument("--model", default="gpt-tiny", help="catalog name or model TOML (default gpt-tiny)")
     c.add_argument("--dp", type=positive_int, default=2, help="data-parallel replicas (default 2)")
-    c.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
+    c.add_argument("--mbs", type=microbatch_size, default=8, help="sequences per microbatch per rank (default 8)")
     c.add_argument("--steps", type=positive_int, default=400, help="steps of every run (default 400)")
     c.add_argument("--target-step", type=positive_int, help="the uncompressed step whose validation loss is the "
                    "target (default steps / 4: compressed runs may take 4x the steps)")

@@ -223,3 +223,11 @@ def test_topologies_and_perfmodel_refuse_the_same_gpus(cli, tmp_path):
         _one_line(proc, said)
         assert proc.stderr.strip().endswith(said)
     assert not list(tmp_path.glob("never*"))
+
+
+@pytest.mark.parametrize("args, said", [
+    (("realrun", "convergence", "--mbs", "100000"), "--mbs: '100000': an integer from 1 to 65536"),
+])
+def test_realrun_batch_flags_are_bounded_before_any_run(cli, tmp_path, args, said):
+    _one_line(cli(*args, "--out", str(tmp_path / "never")), said)
+    assert not (tmp_path / "never").exists()
