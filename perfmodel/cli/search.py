@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import os
 
-from perfmodel.cli.common import LIBRARY_HELP, RAW
+from perfmodel.cli.common import LIBRARY_HELP, RAW, batch_size
 from perfmodel.explore.executors import EXECUTORS
 from perfmodel.report.text import plan_text
 from topologies.clikit import Progress, atomic_write, check_writable, dump_json, positive_int
+from topologies import bounds
 from topologies.errors import InputError
 
 SEARCH_EPILOG = """examples:
@@ -61,7 +62,7 @@ def add_search(sub) -> None:
     se.add_argument("--gpus", type=int, help="GPUs in the job (every cluster); not a whole number of nodes: as few "
                     "nodes as hold them")
     se.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
-    se.add_argument("--gbs", type=int, required=True, help="global batch size")
+    se.add_argument("--gbs", type=batch_size, required=True, help=f"global batch size ({bounds.describe('gbs')})")
     se.add_argument("--seq", type=int, help="sequence length (default the model's)")
     se.add_argument("--candidates", default=DEFAULT_CANDIDATES,
                     help="per-axis candidate specs: 'dp=none|int8|...;tp=none|fp16;...' (default: %(default)s)")

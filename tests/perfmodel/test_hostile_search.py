@@ -209,6 +209,7 @@ def test_search_inputs_are_one_line(cli, tmp_path):
         ((*CLI, "--tokens", "1e300", "--gpu-hour-price", "1e300"), "tokens=1e+300: a number from 1 to 1e+16"),
         ((*CLI, "--tokens", "1e9", "--gpu-hour-price", "dgx-a100=1,dgx-a100=2"), "dgx-a100 repeats"),
         ((*CLI, "--cluster-grid", ""), "cluster_grid=''"),
+        ((*CLI, "--gbs", "100000000000000000000"), "argument --gbs: '100000000000000000000': an integer from 1 to"),
         ((*CLI, "--convergence", zero), f"{zero}:regime.critical_batch_tokens=0.0"),
         ((*CLI, "--convergence", nan), f"{nan}:regime.errors.dp.int8=nan"),
     ])
