@@ -328,14 +328,19 @@ def row_plan(row: dict) -> dict:
 
 
 def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:
-    """Every row of ``source`` predicted (a value the model refuses named with its row's file and line)."""
+    """Every row of ``source`` predicted (a value the model refuses, or a prediction that is no number
+    above 0, named with its row's file and line)."""
     one = _collective_row if source.kind == "collective" else _training_row
     out = []
     for where, row in located_rows(source, folder):
         try:
-            out.append(one(source, row))
+            result = one(source, row)
         except InputError as err:
             raise tables.located(where, err) from None
+        if result.predicted is not None and not (math.isfinite(result.predicted) and result.predicted > 0):
+            raise InputError(f"{where}.predicted", result.predicted, f"a prediction above 0 for {result.label} (the "
+                             "model gives none for this row, e.g. a collective of one GPU: its error is no number)")
+        out.append(result)
     return out
 
 

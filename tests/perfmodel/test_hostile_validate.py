@@ -93,6 +93,7 @@ TABLE_CASES = [
     (_row("S,8,1048576," + "9" * 200_000), "c.csv:2='a malformed row'"),
     (b"\xff\xfe" + TABLE.encode(), "in UTF-8 text"),
     (f"{HEADER},op\nS,8,1048576,100,frob\n", "c.csv:2.op='frob': one of allreduce"),
+    (_row("S,1,1048576,100"), "c.csv:2.predicted=inf: a prediction above 0"),   # one GPU: no bus bandwidth
 ]
 
 
