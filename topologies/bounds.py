@@ -72,6 +72,9 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     # 1e4 USD per GPU-hour (cloud GPUs rent for 1-100) keep every cost column a finite number
     "tokens": (NUMBER, 1.0, 1e16),
     "gpu_hour_price": (NUMBER, 0.0, 1e4),
+    # perfmodel search's worker processes on one machine (a pool's or a local Dask cluster's): 256 is past any
+    # host's cores here; each is an interpreter of ~100 MB, and 3000 did not start in a minute
+    "workers": (INT, 1, 256),
     # measured records and the profiles fitted from them: one timed call (1 ns is under any timer's resolution,
     # a day past any benchmark's), one compute record's FLOPs (1e21: hours on the fastest GPU), a device's
     # fitted fp32 peak (1e5 TFLOP/s, 1000x any GPU's), memory rate (1e3 TB/s, 100x HBM3e) and eager-attention
