@@ -15,7 +15,10 @@ in-step helpers):
   died never prints its consequence before the cause;
 * ``wait_all`` returns when every child exited 0 and raises, naming the child that failed
   first (by exit time: the cause, not the ranks that lost their peer) and the last line of
-  its own error output, as soon as one fails or the deadline passes;
+  its own error output, as soon as one fails or the deadline passes; a child stopped by a
+  signal (SIGSTOP, a debugger: state ``T`` in ``/proc``) is named as the one that made no
+  progress, not the peer that timed out waiting for it. The message is one line: every
+  child's error output (the tracebacks) goes to a log file it names (``write_log``);
 * a watchdog (one small process per parent, started with the first child, in its own
   session) stops every child's process group and removes the folders of
   ``temporary_directory`` when the parent dies without cleaning up (``kill -9``).
@@ -43,8 +46,10 @@ GRACE_S = 5.0         # seconds a child gets to exit after SIGTERM before SIGKIL
 POLL_S = 0.05
 DRAIN_S = 2.0         # how long a failed child's error output may take to arrive in full
 SETTLE_S = 0.05       # failures closer in time than this: a child killed by a signal is the cause
-TAIL_LINES = 40       # lines of error output kept per child
-HELD_MARK = re.compile(r"^(Traceback \(most recent call last\)|[\w.-]+: error: )")
+TAIL_LINES = 400      # lines of error output kept per child (for the log: tracebacks are 15-30 lines)
+RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")   # what torch.distributed puts before each line of a rank's errors
+# a traceback or an error line, also behind that prefix
+HELD_MARK = re.compile(r"^(\[rank\d+\]:\s*)?(Traceback \(most recent call last\)|[\w.-]+: error: )")
 _BOOTSTRAP = ("import sys; sys.path.pop(0); import runpy; sys.argv[0] = {0!r}; "
               "runpy.run_module({0!r}, run_name='__main__')")
 
@@ -100,7 +105,7 @@ class Child(subprocess.Popen):
         if not self.show:
             return
         if self.held or HELD_MARK.match(text):
-            if len(self.held) < 10 * TAIL_LINES:
+            if len(self.held) < TAIL_LINES:
                 self.held.append(text)
             return
         with contextlib.suppress(OSError, ValueError):
@@ -138,7 +143,7 @@ def tail(p: subprocess.Popen) -> str:
         return "see its output above"
     if isinstance(p, Child):
         p.drained()
-    return lines[-1].strip() if lines else "no error output"
+    return RANK_PREFIX.sub("", lines[-1]).strip() if lines else "no error output"
 
 
 def describe_exit(p: subprocess.Popen) -> str:
@@ -158,14 +163,61 @@ def _exited_at(p: subprocess.Popen, now: float) -> float:
     return now if at is None else at
 
 
-def _own_traceback(p: subprocess.Popen) -> None:
-    """Show the failed child's own last traceback, if its error output ends with one."""
-    lines = list(getattr(p, "lines", ()))
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
-    if starts:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write("\n".join(lines[starts[-1]:]) + "\n")
-            sys.stderr.flush()
+def stopped(p: subprocess.Popen) -> bool:
+    """Whether a process of ``p``'s group (the child leads its own) is stopped: by SIGSTOP or
+    SIGTSTP, or a debugger (state ``T`` or ``t`` in ``/proc/PID/stat``). False where there is
+    no ``/proc``."""
+    if p.returncode is not None or not os.path.isdir("/proc"):
+        return False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(p.pid) and fields[0] in ("T", "t"):
+            return True
+    return False
+
+
+def write_log(procs: list[subprocess.Popen], path: str | None = None, what: str = "rank") -> str | None:
+    """Every child's error output (its last ``TAIL_LINES`` lines) into ``path``, or where it
+    cannot be written there (or is None) into a new file in the system's temporary folder, kept;
+    returns the file's path (None where no child said anything or nothing could be written)."""
+    deadline = time.monotonic() + DRAIN_S   # peers failing after the cause: their last lines too
+    while time.monotonic() < deadline and any(p.poll() is None and not stopped(p) for p in procs):
+        time.sleep(POLL_S)
+    for p in procs:
+        if isinstance(p, Child) and p.returncode is not None:
+            p.drained()
+    parts = []
+    for r, p in enumerate(procs):
+        lines = list(getattr(p, "lines", ()))
+        if lines:
+            state = "running" if p.returncode is None else describe_exit(p)
+            parts.append(f"=== {what} {r} of {len(procs)} (pid {p.pid}, {state}) ===\n" + "\n".join(lines) + "\n")
+    if not parts:
+        return None
+    text = "".join(parts).encode(errors="replace")
+    if path is not None:
+        with contextlib.suppress(OSError):
+            with open(path, "wb") as handle:
+                handle.write(text)
+            return path
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"realrun-{what}s-", suffix=".log")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text)
+    except OSError:
+        return None
+    return path
+
+
+def _said(procs: list[subprocess.Popen], log: str | None, what: str) -> str:
+    where = write_log(procs, log, what)
+    return f"; every {what}'s error output is in {where}" if where else ""
 
 
 def first_failure(procs: list[subprocess.Popen]) -> int | None:
@@ -181,10 +233,14 @@ def first_failure(procs: list[subprocess.Popen]) -> int | None:
     return close[0][2]
 
 
-def wait_all(procs: list[subprocess.Popen], timeout_s: float, what: str = "rank") -> None:
+def wait_all(procs: list[subprocess.Popen], timeout_s: float, what: str = "rank", log: str | None = None) -> None:
     """Wait for every child; the first to fail (or the deadline) ends the wait with one line that
-    names it and what it said last. Output held back is shown when all of them succeeded."""
+    names it and what it said last, or the child that was stopped (``stopped``) where one was:
+    its peers fail only because it made no progress. Every child's error output goes to ``log``
+    (``write_log``: a temporary file where None), which the line names. Output held back is shown
+    when all of them succeeded."""
     deadline = time.monotonic() + timeout_s
+    n = len(procs)
     while True:
         for p in procs:
             p.poll()
@@ -193,20 +249,29 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float, what: str = "rank"
             time.sleep(SETTLE_S)   # a cause that exited a moment earlier is reaped by now
             r = first_failure(procs)
             p = procs[r]
-            message = (f"{what} {r} of {len(procs)} failed ({describe_exit(p)}): {tail(p)}; "
-                       f"the other {what}s were stopped")
-            _own_traceback(p)
-            raise RunError(what, r, message)
+            failed = f"{what} {r} of {n} failed ({describe_exit(p)}): {tail(p)}"
+            halted = [i for i, q in enumerate(procs) if stopped(q)]
+            if halted:
+                raise RunError(what, halted[0], f"{_stopped_text(halted, n, what)}; {failed}, waiting for it; "
+                               f"every {what} was stopped" + _said(procs, log, what))
+            raise RunError(what, r, f"{failed}; the other {what}s were stopped" + _said(procs, log, what))
         if all(p.returncode == 0 for p in procs):
             for p in procs:
                 if isinstance(p, Child):
                     p.release()
             return
         if time.monotonic() > deadline:
-            running = [str(i) for i, p in enumerate(procs) if p.returncode is None]
-            raise RunError("timeout_s", timeout_s, f"{what} {', '.join(running)} of {len(procs)} did not finish "
-                           f"within {timeout_s:g} s; every {what} was stopped")
+            running = [i for i, p in enumerate(procs) if p.returncode is None]
+            halted = [i for i in running if stopped(procs[i])]
+            head = f"{_stopped_text(halted, n, what)}; " if halted else ""
+            raise RunError("timeout_s", timeout_s, f"{head}{what} {', '.join(map(str, running))} of {n} did not "
+                           f"finish within {timeout_s:g} s; every {what} was stopped" + _said(procs, log, what))
         time.sleep(POLL_S)
+
+
+def _stopped_text(halted: list[int], n: int, what: str) -> str:
+    return (f"{what} {', '.join(map(str, halted))} of {n} made no progress: stopped by a signal (SIGSTOP or "
+            "SIGTSTP, or a debugger; process state T)")
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:
@@ -215,6 +280,7 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGCONT)   # a stopped child acts on the SIGTERM only once continued
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:

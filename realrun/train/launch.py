@@ -1,7 +1,7 @@
 """Where a training run's ranks come from: started here (``run_local``: tp x cp x pp x dp local ranks in
 their own process groups, a FileStore rendezvous, gloo on loopback, ``threads`` threads each: by
-default the host's cores over the ranks, ``realrun.threads``),
-or a launcher's (``run_here``: torchrun, ``realrun cluster run``)."""
+default the host's cores over the ranks, ``realrun.threads``; a failure is one line, the ranks'
+error output in ``error_log``), or a launcher's (``run_here``: torchrun, ``realrun cluster run``)."""
 from __future__ import annotations
 
 import json
@@ -29,11 +29,20 @@ def run_local(cfg: TrainConfig, timeout_s: float = 7 * 86400) -> list[dict]:
             for r in range(cfg.world):
                 ranks.append(procs.start(procs.python_argv(ENTRY, str(r), str(cfg.world), store, path),
                                          quiet=r > 0, env=env))
-            procs.wait_all(ranks, timeout_s)
+            procs.wait_all(ranks, timeout_s, log=error_log(cfg))
         finally:
             procs.stop_all(ranks)
         with open(metrics) as handle:
             return [json.loads(line) for line in handle if line.strip()]
+
+
+def error_log(cfg: TrainConfig) -> str | None:
+    """Where the ranks' error output goes when the run fails: the run's output folder (its
+    checkpoint folder where it exists, else beside its metrics file); None (a temporary file) where
+    it has none."""
+    if cfg.checkpoint and os.path.isdir(cfg.checkpoint):
+        return os.path.join(cfg.checkpoint, "errors.log")
+    return f"{cfg.metrics}.errors.log" if cfg.metrics else None
 
 
 def under_launcher() -> bool:

@@ -165,3 +165,110 @@ def test_outputs_are_written_only_when_every_one_can_be(tmp_path):
     with pytest.raises(ValueError):   # strict JSON refuses the NaN: a bug upstream, but no half of the outputs
         write_outputs(str(tmp_path / "out"), [{"policy": "none", "seed": 1}], summary, None, {})
     assert not (tmp_path / "out").exists()
+
+
+TRAIN = ("train", "--mbs", "2", "--seq", "32", "--eval-every", "0")
+
+
+# a rank's failure as torch.distributed prints it: every line behind "[rankN]: "
+PEER_FAILS = ("import sys, time; time.sleep({wait}); sys.stderr.write(''.join('[rank0]: ' + line + chr(10) for line in "
+              "['Traceback (most recent call last):', '  File \"x.py\", line 1, in <module>', "
+              "'RuntimeError: Timed out waiting 5000ms for recv operation to complete'])); sys.exit(1)")
+
+
+def _ranks(*argvs, quiet=(False, True)):
+    import sys
+
+    from realrun import procs
+
+    return [procs.start([sys.executable, "-c", code], quiet=q) for code, q in zip(argvs, quiet)]
+
+
+def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(capfd, tmp_path):
+    import os
+    import signal
+
+    from realrun import procs
+    from topologies.errors import RunError
+
+    ranks = _ranks(PEER_FAILS.format(wait=2), "import time; time.sleep(60)")
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    log = tmp_path / "errors.log"
+    try:
+        with pytest.raises(RunError) as err:
+            procs.wait_all(ranks, timeout_s=30, log=str(log))
+    finally:
+        procs.stop_all(ranks)
+    text = str(err.value)
+    assert text.startswith("rank 1 of 2 made no progress: stopped by a signal") and err.value.value == 1, text
+    assert "rank 0 of 2 failed (exit 1): RuntimeError: Timed out" in text and text.endswith(f"is in {log}")
+    assert "Traceback" not in capfd.readouterr().err
+    assert "[rank0]: Traceback (most recent call last):" in log.read_text()
+    assert all(p.poll() is not None for p in ranks)   # the stopped rank was ended too
+
+
+def test_a_killed_ranks_peer_traceback_goes_to_the_log_not_the_terminal(capfd):
+    from realrun import procs
+    from topologies.errors import RunError
+
+    ranks = _ranks(PEER_FAILS.format(wait=1), "import os, time; time.sleep(0.3); os.kill(os.getpid(), 9)")
+    try:
+        with pytest.raises(RunError) as err:
+            procs.wait_all(ranks, timeout_s=30)
+        shown = capfd.readouterr().err
+    finally:
+        procs.stop_all(ranks)
+    text = str(err.value)
+    assert text.startswith("rank 1 of 2 failed (killed by signal 9 (SIGKILL)): no error output"), text
+    assert "Traceback" not in shown and "RuntimeError" not in shown
+    import pathlib
+
+    assert "RuntimeError: Timed out" in pathlib.Path(text.rsplit(" is in ", 1)[1]).read_text()
+
+
+def _rank_pid(parent: int, rank: int, timeout_s: float = 60) -> int:
+    """The pid of local rank ``rank`` of the ``realrun train`` whose pid is ``parent``."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmd = handle.read().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            at = cmd.index(b"realrun.train") if b"realrun.train" in cmd else -1
+            if ppid == parent and at >= 0 and cmd[at + 1:at + 2] == [str(rank).encode()]:
+                return int(entry)
+        time.sleep(0.2)
+    pytest.fail("rank did not start")
+
+
+@pytest.mark.distributed
+def test_train_names_the_rank_that_was_stopped(tmp_path):
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    exe = shutil.which("realrun", path=os.path.dirname(sys.executable)) or "realrun"
+    metrics = tmp_path / "m.jsonl"
+    proc = subprocess.Popen([exe, *TRAIN, "--dp", "2", "--steps", "100000", "--op-timeout", "3",
+                             "--metrics", str(metrics)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rank = _rank_pid(proc.pid, 1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+            time.sleep(0.2)
+        os.kill(rank, signal.SIGSTOP)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_one_line(proc.returncode, err.strip(), "rank 1 of 2 made no progress", f"{metrics}.errors.log")
