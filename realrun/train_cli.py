@@ -10,6 +10,7 @@ from perfmodel.plan.degrees import Degrees
 from perfmodel.plan.degrees import add_arguments as add_degree_arguments
 from realrun.comm.names import OP_TIMEOUT_S
 from topologies.clikit import check_writable, positive_int
+from topologies.errors import InputError
 
 TRAIN_EPILOG = """examples:
   realrun train --model gpt-tiny --dp 2 --mbs 8 --steps 100 --policy "dp=ef(topk(0.01))+int8" \\
@@ -64,11 +65,28 @@ def add_parser(sub, command) -> None:
                    "at the end and every --checkpoint-every steps")
     t.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: only the last)")
     t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint from its last step "
-                   "(same model, plan, batch, policy, seed and lr; --steps is the new total); under torchrun "
-                   "--max-restarts, from step 0 while no checkpoint is written yet")
+                   "(same model, plan, batch, policy, seed and lr; --steps is the new total: a checkpoint at it "
+                   "trains nothing, past it is refused); every rank's file is checked before any rank starts; "
+                   "under torchrun --max-restarts, from step 0 while no checkpoint is written yet")
     t.add_argument("--metrics", help="JSON Lines file, one record per step (rank 0 appends)")
     t.add_argument("--plot", help="loss-curve PNG at the end")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _steps_left(cfg, done: int) -> bool:
+    """Whether a resumed run has steps left to train: a checkpoint at --steps is a finished run
+    (said on stderr, once per run; nothing trained, exit 0), one past it is refused."""
+    import sys
+
+    if done > cfg.steps:
+        raise InputError("steps", cfg.steps, f"at least the {done} steps checkpoint {cfg.checkpoint} has done "
+                         "(--steps is the run's new total)")
+    if done < cfg.steps:
+        return True
+    if os.environ.get("RANK", "0") == "0":
+        print(f"realrun train: checkpoint {cfg.checkpoint} has {done} steps done, --steps is {cfg.steps}: "
+              "nothing to train", file=sys.stderr)
+    return False
 
 
 def run_train(args) -> None:
@@ -92,8 +110,9 @@ def run_train(args) -> None:
     device_of(cfg, 0)   # cuda without a CUDA device: one line here, not a failed rank
     if cfg.resume and checkpoint.under_elastic_launcher() and not checkpoint.written(cfg.checkpoint):
         cfg = replace(cfg, resume=False)   # torchrun's first attempt: every restart passes the same --resume
-    if cfg.resume:
-        checkpoint.check(cfg.checkpoint, cfg)
+    if cfg.resume:   # the checkpoint checked here, before any rank starts
+        if not _steps_left(cfg, checkpoint.verify(cfg.checkpoint, cfg)):
+            return
     elif cfg.checkpoint:   # the folder, or its parent, takes new files (before any work)
         folder = cfg.checkpoint
         check_writable(os.path.join(folder, "latest") if os.path.isdir(folder) else folder, "checkpoint")

@@ -170,6 +170,123 @@ def test_outputs_are_written_only_when_every_one_can_be(tmp_path):
 TRAIN = ("train", "--mbs", "2", "--seq", "32", "--eval-every", "0")
 
 
+@pytest.fixture
+def saved_run(tmp_path):
+    """A checkpoint of ``TRAIN`` after 2 steps, as ``checkpoint.save`` lays it out (one rank's
+    file of the model and optimizer as they start, run.json, latest), written without training;
+    returns (its folder, a function of the step folder's rank file: its state, loaded)."""
+    import json
+
+    import torch
+
+    from perfmodel.workload import load_model
+    from realrun.train.checkpoint import IDENTITY
+    from realrun.train.config import TrainConfig
+    from realrun.train.model import GPT
+    from realrun.train.trainer import ADAM
+
+    cfg = TrainConfig.of(model="gpt-tiny", mbs=2, seq=32, steps=4, eval_every=0)
+    model = GPT(load_model(cfg.model), seed=cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
+    folder = tmp_path / "ck"
+    (folder / "step-00000002").mkdir(parents=True)
+    rank_file = folder / "step-00000002" / "rank00000.pt"
+    torch.save({"steps_done": 2, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "comms": {}},
+               rank_file)
+    (folder / "run.json").write_text(json.dumps({k: getattr(cfg, k) for k in IDENTITY}))
+    (folder / "latest").write_text("step-00000002\n")
+    return folder, rank_file
+
+
+def _changed(change):
+    """A change of a rank file's loaded state (``change(state)``), saved back."""
+    def apply(path):
+        import torch
+
+        state = torch.load(path, weights_only=True)
+        change(state)
+        torch.save(state, path)
+    return apply
+
+
+def _bytes(data_of):
+    def apply(path):
+        path.write_bytes(data_of(path.read_bytes()))
+    return apply
+
+
+def _other_model(path):
+    """The rank file holds the MoE model of the catalog (gpt-tiny-moe): another model's tensors."""
+    import torch
+
+    from perfmodel.workload import load_model
+    from realrun.train.model import GPT
+
+    state = torch.load(path, weights_only=True)
+    state["model"] = GPT(load_model("gpt-tiny-moe"), seed=0).state_dict()
+    torch.save(state, path)
+
+
+DAMAGED = {   # name: (what is done to the checkpoint: (rank file or latest, change), what the line says)
+    "truncated": (("rank", _bytes(lambda b: b[: len(b) // 2])), "no torch file"),
+    "empty": (("rank", _bytes(lambda b: b"")), "corrupt: 0 bytes"),
+    "random bytes": (("rank", _bytes(lambda b: bytes(range(256)) * 16)), "no torch file"),
+    "code, not tensors": (("rank", _bytes(lambda b: b"cos\nsystem\n(S'echo hi'\ntR.")), "no torch file"),
+    "another model": (("rank", _other_model), "another model's"),
+    "a tensor missing": (("rank", _changed(lambda s: s["model"].pop("embed.weight"))), "lacks embed.weight"),
+    "no model": (("rank", _changed(lambda s: s.pop("model"))), "model=None"),
+    "no steps_done": (("rank", _changed(lambda s: s.pop("steps_done"))), "steps_done=None"),
+    "steps_done a string": (("rank", _changed(lambda s: s.update(steps_done="2"))), "steps_done='2'"),
+    "steps_done negative": (("rank", _changed(lambda s: s.update(steps_done=-1))), "steps_done=-1"),
+    "steps_done not its folder's": (("rank", _changed(lambda s: s.update(steps_done=7))), "the step its folder"),
+    "optimizer a list": (("rank", _changed(lambda s: s.update(optimizer=[]))), "optimizer='list'"),
+    "a compressor's state a number": (("rank", _changed(lambda s: s.update(comms={"dp": 1}))), "comms.dp=1"),
+    "not a state": (("rank", lambda path: __import__("torch").save([1, 2], path)), "holds no checkpoint state"),
+    "the rank file gone": (("rank", lambda path: path.unlink()), "it is missing"),
+    "latest outside the folder": (("latest", lambda path: path.write_text("../../etc\n")), "latest='../../etc'"),
+    "latest absolute": (("latest", lambda path: path.write_text("/tmp\n")), "latest='/tmp'"),
+    "run.json a list": (("run.json", lambda path: path.write_text("[]")), "run.json='list'"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED))
+def test_resume_refuses_a_damaged_or_foreign_checkpoint_before_any_rank(capsys, saved_run, no_training, case):
+    folder, rank_file = saved_run
+    (which, change), said = DAMAGED[case]
+    change(rank_file if which == "rank" else folder / which)
+    code, err = realrun(capsys, *TRAIN, "--steps", "4", "--checkpoint", str(folder), "--resume")
+    assert_one_line(code, err, said)
+    assert "checkpoint" in err or str(folder) in err
+
+
+def test_a_sound_checkpoint_passes_the_check(saved_run):
+    from realrun.train import checkpoint
+    from realrun.train.config import TrainConfig
+
+    folder, _ = saved_run
+    cfg = TrainConfig.of(model="gpt-tiny", mbs=2, seq=32, steps=4, eval_every=0, checkpoint=str(folder), resume=True)
+    assert checkpoint.verify(str(folder), cfg) == 2
+
+
+def test_resume_at_or_past_steps_says_so(capsys, saved_run, no_training):
+    folder, _ = saved_run
+    code, err = realrun(capsys, *TRAIN, "--steps", "2", "--checkpoint", str(folder), "--resume")
+    assert code == 0 and err == f"realrun train: checkpoint {folder} has 2 steps done, --steps is 2: nothing to train"
+    code, err = realrun(capsys, *TRAIN, "--steps", "1", "--checkpoint", str(folder), "--resume")
+    assert_one_line(code, err, "steps=1", "at least the 2 steps")
+
+
+@pytest.mark.distributed
+def test_a_state_a_rank_cannot_take_is_one_line_naming_the_file(capsys, saved_run):
+    """What only the rank can find (an optimizer of another shape) fails it with one line naming
+    the file; its traceback goes to the log in the checkpoint folder."""
+    folder, rank_file = saved_run
+    _changed(lambda s: s.update(optimizer={"state": {}, "param_groups": []}))(rank_file)
+    code, err = realrun(capsys, *TRAIN, "--steps", "3", "--checkpoint", str(folder), "--resume")
+    assert_one_line(code, err, "rank 0 of 1 failed", str(rank_file), "parameter groups", str(folder / "errors.log"))
+    assert "Traceback" in (folder / "errors.log").read_text()
+
+
 # a rank's failure as torch.distributed prints it: every line behind "[rankN]: "
 PEER_FAILS = ("import sys, time; time.sleep({wait}); sys.stderr.write(''.join('[rank0]: ' + line + chr(10) for line in "
               "['Traceback (most recent call last):', '  File \"x.py\", line 1, in <module>', "
