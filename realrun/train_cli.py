@@ -6,6 +6,7 @@ import json
 import os
 from dataclasses import replace
 
+from perfmodel.cli.common import batch_size, microbatch_size
 from perfmodel.plan.degrees import Degrees
 from perfmodel.plan.degrees import add_arguments as add_degree_arguments
 from realrun.comm.names import OP_TIMEOUT_S
@@ -44,8 +45,8 @@ def add_parser(sub, command) -> None:
     t.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
                    "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
-    t.add_argument("--mbs", type=positive_int, default=8, help="sequences per microbatch per rank (default 8)")
-    t.add_argument("--gbs", type=positive_int, help="global batch (a multiple of mbs x dp; default mbs x dp)")
+    t.add_argument("--mbs", type=microbatch_size, default=8, help="sequences per microbatch per rank (default 8)")
+    t.add_argument("--gbs", type=batch_size, help="global batch (a multiple of mbs x dp; default mbs x dp)")
     t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")
     t.add_argument("--steps", type=positive_int, default=50)
     t.add_argument("--policy", default="none", help="compression policy, perfmodel's grammar (dp: gradients, "

@@ -227,7 +227,10 @@ def test_topologies_and_perfmodel_refuse_the_same_gpus(cli, tmp_path):
 
 @pytest.mark.parametrize("args, said", [
     (("realrun", "convergence", "--mbs", "100000"), "--mbs: '100000': an integer from 1 to 65536"),
+    (("realrun", "train", "--gbs", str(16 * 10**20)), "--gbs: '1600000000000000000000': an integer from 1 to 1048576"),
+    (("realrun", "train", "--mbs", "1e9"), "--mbs: '1e9': an integer from 1 to 65536"),
 ])
 def test_realrun_batch_flags_are_bounded_before_any_run(cli, tmp_path, args, said):
-    _one_line(cli(*args, "--out", str(tmp_path / "never")), said)
+    out = ("--out", str(tmp_path / "never")) if args[1] == "convergence" else ("--metrics", str(tmp_path / "never"))
+    _one_line(cli(*args, *out), said)
     assert not (tmp_path / "never").exists()
