@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import os
 
-from perfmodel.cli.common import LIBRARY_HELP, RAW, batch_size
+from perfmodel.cli.common import LIBRARY_HELP, RAW, batch_size, bounded
 from perfmodel.explore.executors import EXECUTORS
 from perfmodel.report.text import plan_text
-from topologies.clikit import Progress, atomic_write, check_writable, dump_json, positive_int
 from topologies import bounds
+from topologies.clikit import Progress, atomic_write, check_writable, dump_json, positive_int
 from topologies.errors import InputError
 
 SEARCH_EPILOG = """examples:
@@ -72,7 +72,8 @@ def add_search(sub) -> None:
                     help="pipeline schedules to try, comma-separated (default: %(default)s)")
     se.add_argument("--max-mbs", type=positive_int, default=8, help="largest microbatch size (default: %(default)s)")
     se.add_argument("--top", type=positive_int, default=10, help="rows in the table (default: %(default)s)")
-    se.add_argument("--workers", type=positive_int, help="processes (default: every core); with --executor dask "
+    se.add_argument("--workers", type=bounded("workers"), help="processes (default: every core; "
+                    f"{bounds.describe('workers')}, and no more than the families of plans); with --executor dask "
                     "the local cluster's worker processes")
     _run_args(se)
     _output_args(se)

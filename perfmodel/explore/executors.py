@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack, contextmanager
 
-from topologies import InputError
+from topologies import InputError, bounds
 from topologies.errors import RunError
 
 EXECUTORS = ("local", "dask")
@@ -42,10 +42,12 @@ SCHEDULER_PROTOCOLS = ("tcp", "tls", "ws", "wss")   # Dask's between processes (
 TLS_PROTOCOLS = ("tls", "wss")
 
 
-def check_executor(executor: str, scheduler: str | None = None) -> None:
-    """Refuse an unknown executor, a scheduler without ``dask``, and ``dask`` without Dask."""
+def check_executor(executor: str, scheduler: str | None = None, workers: int | None = None) -> None:
+    """Refuse an unknown executor, workers past their bound, a scheduler without ``dask``, and
+    ``dask`` without Dask."""
     if executor not in EXECUTORS:
         raise InputError("executor", executor, "one of " + ", ".join(EXECUTORS))
+    worker_count(workers)
     if scheduler is not None:
         if executor != "dask":
             raise InputError("scheduler", scheduler, "only with executor dask (--executor dask)")
@@ -102,21 +104,24 @@ def _distributed():
     return distributed
 
 
-def worker_count(workers: int | None) -> int:
-    """``workers`` processes; None: every core."""
-    return (os.cpu_count() or 1) if workers is None else max(1, int(workers))
+def worker_count(workers: int | None, jobs: int | None = None) -> int:
+    """``workers`` processes within their declared bound (``topologies.bounds``; None: every core, up to
+    it), and no more than ``jobs`` where given (a process more than the tasks has nothing to do)."""
+    count = min(os.cpu_count() or 1, bounds.bound("workers")[2]) if workers is None else \
+        bounds.check("workers", workers)
+    return count if jobs is None else max(1, min(count, jobs))
 
 
 def run_jobs(jobs: list, task, executor: str = "local", workers: int | None = 1, scheduler: str | None = None):
     """``(index, task(jobs[index]))`` for every job, as each finishes (module doc). Bad input
     raised in a task (``InputError``) is raised here."""
-    check_executor(executor, scheduler)
+    check_executor(executor, scheduler, workers)
     if not jobs:                # a resumed search that had finished: no cluster to start
         return
     if executor == "dask":
-        yield from _run_dask(jobs, task, worker_count(workers), scheduler)
+        yield from _run_dask(jobs, task, worker_count(workers, len(jobs)), scheduler)
     else:
-        yield from _run_local(jobs, task, worker_count(workers))
+        yield from _run_local(jobs, task, worker_count(workers, len(jobs)))
 
 
 def _guarded(task, job):

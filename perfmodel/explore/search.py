@@ -277,7 +277,7 @@ def _search(space: PlanSpace, opts: SearchOptions) -> SearchResult:
     import time
 
     start = time.perf_counter()
-    check_executor(opts.executor, opts.scheduler)
+    check_executor(opts.executor, opts.scheduler, opts.workers)
     check_stream_args(opts.stream, opts.resume)
     clusters = cluster_list(space.cluster, space.cluster_grid)
     budget = parse_max_error(opts.max_error)

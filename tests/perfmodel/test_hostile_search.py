@@ -12,7 +12,7 @@ import pytest
 
 import perfmodel
 from perfmodel.explore.cost import parse_prices, parse_tokens
-from perfmodel.explore.executors import check_scheduler
+from perfmodel.explore.executors import check_scheduler, worker_count
 from perfmodel.explore.families import STREAM_COLUMNS
 from topologies import InputError
 
@@ -210,9 +210,18 @@ def test_search_inputs_are_one_line(cli, tmp_path):
         ((*CLI, "--tokens", "1e9", "--gpu-hour-price", "dgx-a100=1,dgx-a100=2"), "dgx-a100 repeats"),
         ((*CLI, "--cluster-grid", ""), "cluster_grid=''"),
         ((*CLI, "--gbs", "100000000000000000000"), "argument --gbs: '100000000000000000000': an integer from 1 to"),
+        ((*CLI, "--workers", "3000"), "argument --workers: '3000': an integer from 1 to 256"),
         ((*CLI, "--convergence", zero), f"{zero}:regime.critical_batch_tokens=0.0"),
         ((*CLI, "--convergence", nan), f"{nan}:regime.errors.dp.int8=nan"),
     ])
+
+
+def test_worker_processes_are_bounded_and_no_more_than_the_tasks():
+    assert worker_count(8, jobs=3) == 3 and worker_count(None) <= 256 and worker_count(2) == 2
+    for workers in (0, 3000, 2.5, True):
+        with pytest.raises(InputError) as err:       # 3000 processes did not start in a minute
+            perfmodel.search("gpt2-small", "dgx-a100", **{**CASE, "workers": workers})
+        assert err.value.field == "workers"
 
 
 def test_an_empty_cluster_grid_is_refused():
