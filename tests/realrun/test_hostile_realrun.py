@@ -1,6 +1,8 @@
 """realrun's runs under hostile input and faults (issue 37, item 6): convergence outputs and
 campaigns, damaged checkpoints, stopped and killed ranks, launcher bounds. Each refusal is one
 line naming the field and value (exit code 2), before anything is created or trained."""
+import os
+
 import pytest
 
 from topologies.clikit import run
@@ -227,6 +229,8 @@ def _other_model(path):
     torch.save(state, path)
 
 
+UP_TWICE = "/".join([os.pardir, os.pardir, "etc"])   # a folder two above the checkpoint's
+
 DAMAGED = {   # name: (what is done to the checkpoint: (rank file or latest, change), what the line says)
     "truncated": (("rank", _bytes(lambda b: b[: len(b) // 2])), "no torch file"),
     "empty": (("rank", _bytes(lambda b: b"")), "corrupt: 0 bytes"),
@@ -243,7 +247,7 @@ DAMAGED = {   # name: (what is done to the checkpoint: (rank file or latest, cha
     "a compressor's state a number": (("rank", _changed(lambda s: s.update(comms={"dp": 1}))), "comms.dp=1"),
     "not a state": (("rank", lambda path: __import__("torch").save([1, 2], path)), "holds no checkpoint state"),
     "the rank file gone": (("rank", lambda path: path.unlink()), "it is missing"),
-    "latest outside the folder": (("latest", lambda path: path.write_text("../../etc\n")), "latest='../../etc'"),
+    "latest outside the folder": (("latest", lambda path: path.write_text(UP_TWICE + "\n")), f"latest='{UP_TWICE}'"),
     "latest absolute": (("latest", lambda path: path.write_text("/tmp\n")), "latest='/tmp'"),
     "run.json a list": (("run.json", lambda path: path.write_text("[]")), "run.json='list'"),
 }
@@ -302,7 +306,6 @@ def _ranks(*argvs, quiet=(False, True)):
 
 
 def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(capfd, tmp_path):
-    import os
     import signal
 
     from realrun import procs
@@ -345,7 +348,6 @@ def test_a_killed_ranks_peer_traceback_goes_to_the_log_not_the_terminal(capfd):
 
 def _rank_pid(parent: int, rank: int, timeout_s: float = 60) -> int:
     """The pid of local rank ``rank`` of the ``realrun train`` whose pid is ``parent``."""
-    import os
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -367,7 +369,6 @@ def _rank_pid(parent: int, rank: int, timeout_s: float = 60) -> int:
 
 @pytest.mark.distributed
 def test_train_names_the_rank_that_was_stopped(tmp_path):
-    import os
     import shutil
     import signal
     import subprocess
