@@ -234,3 +234,20 @@ def test_realrun_batch_flags_are_bounded_before_any_run(cli, tmp_path, args, sai
     out = ("--out", str(tmp_path / "never")) if args[1] == "convergence" else ("--metrics", str(tmp_path / "never"))
     _one_line(cli(*args, *out), said)
     assert not (tmp_path / "never").exists()
+
+
+def test_plans_batched_by_shape_take_the_extrapolated_schedule_past_the_exact_bound():
+    """A search batches plans of one shape (``pipeline_spans``); past ``EXACT_OPERATIONS`` each
+    distinct one is timed by the extrapolating loop, as the same plan alone is, not refused."""
+    from perfmodel.step.schedule import EXACT_OPERATIONS, StageCost, run_schedule
+    from perfmodel.step.timing import StageTime, pipeline_spans
+
+    microbatches = 2 * EXACT_OPERATIONS // 4
+    shapes = [[StageTime(fwd_op=f, bwd_op=2 * f, send_fwd=1e-4, send_bwd=1e-4) for f in (1e-3, 1.2e-3, 1e-3, 0.9e-3)],
+              [StageTime(fwd_op=f, bwd_op=2 * f, send_fwd=2e-4, send_bwd=2e-4) for f in (1e-3, 1e-3, 1.1e-3, 1e-3)]]
+    ends, busy = pipeline_spans(shapes + shapes[:1], microbatches, 1)
+    for stages, end in zip(shapes + shapes[:1], ends):
+        alone = run_schedule("1f1b", [StageCost(s.fwd_op, s.bwd_op, s.send_fwd, s.send_bwd) for s in stages],
+                             microbatches, 1, record=False)
+        assert end == alone.end_s
+    assert ends[0] == ends[2] and busy[0] == busy[2] and ends[0] != ends[1]

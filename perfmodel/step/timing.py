@@ -25,7 +25,7 @@ import numpy as np
 from perfmodel.axes import ISSUE_ORDER, PHASE_NAMES, PHASES
 from perfmodel.phases import Phase
 from perfmodel.step.makespan import makespans
-from perfmodel.step.schedule import StageCost, run_schedule
+from perfmodel.step.schedule import EXACT_OPERATIONS, StageCost, run_schedule
 
 DEFAULT_OVERLAP_SLOWDOWN = 0.1
 # Compression kernels run on the GPU that computes. Beside compute (a DP bucket during backward,
@@ -149,11 +149,13 @@ def pipeline_spans(batch: list, microbatches: int, virtual: int, schedule: str =
     index = [rows.setdefault(tuple(x for s in stages for x in (s.fwd_op, s.bwd_op, s.send_fwd, s.send_bwd)),
                              len(rows)) for stages in batch]
     name = "interleaved" if virtual > 1 else schedule
-    if len(rows) == 1:     # one plan: the operation loop is cheaper than deriving the graph (same numbers)
-        (row,) = rows
-        timeline = run_schedule(name, [StageCost(*row[i:i + 4]) for i in range(0, len(row), 4)], microbatches,
-                                virtual, record=False)
-        return [timeline.end_s] * len(batch), [list(timeline.busy_s)] * len(batch)
+    stages = len(batch[0])
+    if len(rows) == 1 or stages * microbatches * virtual > EXACT_OPERATIONS:
+        # one plan: the operation loop is cheaper than deriving the graph (same numbers); a long
+        # schedule: the loop extrapolates its steady state, the graph would be built per micro-batch
+        timed = [run_schedule(name, [StageCost(*row[i:i + 4]) for i in range(0, len(row), 4)], microbatches,
+                              virtual, record=False) for row in rows]
+        return [timed[i].end_s for i in index], [list(timed[i].busy_s) for i in index]
     times = np.array(list(rows), dtype=float).reshape(len(rows), -1, 4)
     end, busy, _ = makespans(name, microbatches, times[..., 0], times[..., 1], times[..., 2], times[..., 3], virtual)
     end, busy = end.tolist(), busy.tolist()
