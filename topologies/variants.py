@@ -13,6 +13,7 @@ fabric is built for its NICs). A grid (``topologies.catalog.grid_names``) is the
 from __future__ import annotations
 
 import inspect
+import math
 
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
@@ -71,6 +72,8 @@ def _value(spec: dict, dotted: str, text: str, field: str):
         number = float(text)
     except ValueError:
         raise InputError(field, text, "a number") from None
+    if not math.isfinite(number):
+        raise InputError(field, text, "a finite number")
     if kind is int or hint == "int":
         if number != int(number):
             raise InputError(field, text, "a whole number")

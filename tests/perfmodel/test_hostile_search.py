@@ -231,7 +231,6 @@ def test_an_empty_cluster_grid_is_refused():
         assert err.value.field == "cluster_grid"
 
 
-@pytest.mark.xfail(strict=True, reason="needs topologies/variants.py to refuse a NaN or infinite value (int(nan))")
 def test_a_nonfinite_variant_value_is_one_line(cli):
     _all_one_line(cli, [((*CLI, "--cluster-grid", "gpus_per_node=nan"), "gpus_per_node"),
                         ((*CLI, "--cluster-grid", "gpus_per_node=4,inf"), "gpus_per_node"),
