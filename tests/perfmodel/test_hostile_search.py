@@ -235,7 +235,7 @@ def test_a_nonfinite_variant_value_is_one_line(cli):
     _all_one_line(cli, [((*CLI, "--cluster-grid", "gpus_per_node=nan"), "gpus_per_node"),
                         ((*CLI, "--cluster-grid", "gpus_per_node=4,inf"), "gpus_per_node"),
                         (("perfmodel", "search", "--model", "gpt2-small", "--cluster", "dgx-a100:gpus_per_node=nan",
-                          *CLI[4:]), "gpus_per_node")])
+                          *CLI[6:]), "gpus_per_node")])
 
 
 def test_no_scratch_folder_is_left_behind():
