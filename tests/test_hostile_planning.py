@@ -251,3 +251,15 @@ def test_plans_batched_by_shape_take_the_extrapolated_schedule_past_the_exact_bo
                              microbatches, 1, record=False)
         assert end == alone.end_s
     assert ends[0] == ends[2] and busy[0] == busy[2] and ends[0] != ends[1]
+
+
+@pytest.mark.parametrize("text,looks", [('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}',
+                                         "a Hugging Face config.json (model_type 'llama')"),
+                                        ('{"nodes": 4}', "JSON"), ("nodes: 4\ngpu: h100\n", "YAML")])
+def test_a_cluster_file_in_another_format_says_which_and_what_to_pass(cli, tmp_path, text, looks):
+    path = hostile._write(tmp_path, "cluster.json", text.encode())
+    for args in (("topologies", "show", path), ("perfmodel", "predict", "--model", "gpt2-small", "--cluster", path,
+                                                "--gpus", "8")):
+        proc = cli(*args)
+        _one_line(proc, f"this looks like {looks}")
+        assert "topologies list" in proc.stderr and "Write a cluster file" in proc.stderr

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from topologies import bounds, variants
+from topologies.clikit import file_format
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
 from topologies.nodes import NODE_BUILDERS
@@ -130,6 +131,11 @@ def _read(name_or_path: str) -> tuple[dict, str]:
     try:
         return tomllib.loads(text), origin
     except tomllib.TOMLDecodeError as err:
+        looks = file_format(text)
+        if looks:
+            raise InputError("cluster", name_or_path, f"a cluster TOML file, and this looks like {looks}: pass a "
+                             "catalog cluster (topologies list) or a cluster TOML (docs/contributing.md, Write a "
+                             "cluster file; the catalog's files are examples)") from None
         raise InputError("cluster", name_or_path, f"valid TOML ({err})") from None
 
 
