@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from perfmodel.calibration import tables
 from topologies.errors import InputError
 from topologies.units import format_rate, format_size
 
@@ -51,15 +52,16 @@ def repeated(values, key: str = "measured_s") -> dict:
     return {key: statistics.median(values), _all_key(key): values, "repeats": len(values), "spread": spread(values)}
 
 
-def restored(stored: dict, key: str = "measured_s") -> dict:
+def restored(stored: dict, key: str = "measured_s", where: str = "row") -> dict:
     """``repeated`` of a stored results row: its median as stored; a row written before repeats
-    were recorded has one repeat, its own value, and an unknown spread."""
-    median, text = float(stored[key]), stored.get(_all_key(key)) or ""
-    try:
-        values = [float(t) for t in text.split(";")] if text else [median]
-    except ValueError:
-        raise InputError(_all_key(key), text, "seconds joined by ';' as validate writes them") from None
-    return dict(repeated(values, key), **{key: median})
+    were recorded has one repeat, its own value, and an unknown spread. Each time is checked
+    (``perfmodel.calibration.tables``: seconds within ``topologies.bounds`` measured_s), else one
+    line naming ``where`` (the row's FILE:LINE), the column and the value."""
+    all_key = _all_key(key)
+    median = tables.number(where, stored, key, "measured_s")
+    cells = filter(None, tables.text(where, stored, all_key, required=False).split(";"))
+    values = [tables.number(where, {all_key: cell}, all_key, "measured_s") for cell in cells]
+    return dict(repeated(values or [median], key), **{key: median})
 
 
 def csv_cells(row: dict, key: str = "measured_s") -> dict:

@@ -48,6 +48,7 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
+from perfmodel.calibration import tables
 from perfmodel.plan.degrees import Degrees
 from perfmodel.prediction import predict as predict_step
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
@@ -236,17 +237,16 @@ class StoredCluster:
         return f"emulated:hosts={hosts}" + (f",bandwidth={format_rate(bandwidth)}" if bandwidth else "")
 
 
-def read_stored(path: str, fields, what: str, upgrade=None) -> list[dict]:
-    """The rows of a stored results CSV (each through ``upgrade``: an older file's columns under
-    today's names), every one of ``fields`` present; one clear error else."""
-    try:
-        with open(path, newline="") as handle:
-            stored = [upgrade(r) if upgrade else r for r in csv.DictReader(handle)]
-    except OSError as exc:
-        raise InputError("measured", path, f"a readable {what} ({exc.strerror})") from None
-    missing = [f for f in fields if stored and f not in stored[0]]
-    if not stored or missing:
-        raise InputError("measured", path, f"a {what}" + (f" (missing {missing[0]})" if missing else " (no rows)"))
+STORED = "a results_training.csv of realrun validate --training"
+
+
+def read_stored(path: str) -> list[tuple[str, dict]]:
+    """[(``FILE:LINE``, row)] of a stored ``results_training.csv`` (``perfmodel.calibration.tables``),
+    an older file's columns under today's names, every column ``repredict`` needs present; a file
+    that is no such table is one line naming it (its line and column where a row is malformed)."""
+    stored = [(where, upgraded(r, SIDES)) for where, r in tables.read_table(path, "measured", STORED)]
+    required = [f for f in FIELDS if f.removeprefix("predicted_").removeprefix("measured_") not in OPTIONAL]
+    tables.require(path, stored, required, "measured", STORED)
     return stored
 
 
@@ -256,11 +256,11 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     profile) against its measured columns; writes ``report.md``, ``results_training.csv`` and
     ``step_predicted_vs_measured.png`` into ``out_dir`` (losses come from the stored run: the
     loss-curve picture needs the run itself). No training runs. A file written before repeats
-    were recorded counts one run per case, its spread unknown."""
-    required = [f for f in FIELDS if f.removeprefix("predicted_").removeprefix("measured_") not in OPTIONAL]
-    stored = read_stored(results_csv, required, "results_training.csv of realrun validate --training",
-                         upgrade=lambda r: upgraded(r, SIDES))
-    rows = [_restored_row(m, runner or StoredCluster(), calibration, engine) for m in stored]
+    were recorded counts one run per case, its spread unknown. Every cell read is checked first
+    (``stored_case``): a malformed file is one line naming its line, column and value, and
+    nothing is written."""
+    rows = [_restored_row(where, m, runner or StoredCluster(), calibration, engine)
+            for where, m in read_stored(results_csv)]
     add_speedups(rows)
     summary = summarize(rows)
     os.makedirs(out_dir, exist_ok=True)
@@ -269,20 +269,53 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     return summary
 
 
-def _restored_row(m: dict, runner, calibration: str | None, engine: str) -> dict:
-    case = TrainCase(*_plan_of(m["plan"]), m["policy"], int(m["bandwidth"]))
-    predicted = predict(case, runner, calibration, STEPS, engine)
+def _restored_row(where: str, m: dict, runner, calibration: str | None, engine: str) -> dict:
+    """A results row of the stored row ``m`` (at ``where``, FILE:LINE) predicted again: every cell
+    read is checked first (``stored_case``), and a case the model refuses (a policy it does not
+    know) is one line naming ``where`` too."""
+    case, measured = stored_case(where, m)
+    try:
+        predicted = predict(case, runner, calibration, STEPS, engine)
+    except InputError as err:
+        raise tables.located(where, err) from None
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
-           "predicted_step_s": predicted.step_time_s, **restored(m, "measured_step_s")}
+           "predicted_step_s": predicted.step_time_s, **measured}
     for phase in COMPARED_PHASES:
-        out[f"predicted_{phase}"], out[f"measured_{phase}"] = pred[phase], float(m.get(f"measured_{phase}") or 0)
+        out[f"predicted_{phase}"] = pred[phase]
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
-    out["val_loss"] = _float(m["val_loss"])
-    out["stored_time_to_target_s"] = _float(m["time_to_target_s"])
-    _errors(out, predicted, {axis: [v] for axis in COMPARED_ERRORS
-                             if (v := _float(m[f"measured_{axis}_error"])) is not None})
+    _errors(out, predicted, {axis: [v] for axis in COMPARED_ERRORS if (v := measured[f"measured_{axis}_error"])
+                             is not None})
     return out
+
+
+def stored_case(where: str, m: dict) -> tuple[TrainCase, dict]:
+    """(the case, its measurement) of a stored row (``where``: FILE:LINE), every cell read checked
+    (``perfmodel.calibration.tables``): the plan as ``TrainCase.plan`` writes it, the bandwidth an
+    emulated link's rate, the step times seconds within ``topologies.bounds`` measured_s
+    (``restored``), the phases, validation loss, time to target and relative errors finite numbers
+    of at least 0 (an empty cell: none measured; a phase's: 0). One line naming the file, line,
+    column and value else."""
+    text = tables.text(where, m, "plan").strip()
+    try:
+        degrees, zero = _plan_of(text)
+    except InputError as err:
+        raise tables.located(where, err) from None
+    case = TrainCase(degrees, zero, tables.text(where, m, "policy").strip(),
+                     tables.integer(where, m, "bandwidth", "link_bits_per_s"))
+    measured = restored(m, "measured_step_s", where)
+    for phase in COMPARED_PHASES:
+        measured[f"measured_{phase}"] = _measured(where, m, f"measured_{phase}") or 0.0
+    measured["val_loss"] = _measured(where, m, "val_loss")
+    measured["stored_time_to_target_s"] = _measured(where, m, "time_to_target_s")
+    for axis in COMPARED_ERRORS:
+        measured[f"measured_{axis}_error"] = _measured(where, m, f"measured_{axis}_error")
+    return case, measured
+
+
+def _measured(where: str, m: dict, column: str) -> float | None:
+    """A stored measurement that may be absent: a finite number of at least 0, None where empty."""
+    return tables.number(where, m, column, required=False, positive=False)
 
 
 def _plan_of(text: str) -> tuple[Degrees, int]:
@@ -292,10 +325,6 @@ def _plan_of(text: str) -> tuple[Degrees, int]:
         raise InputError("plan", text, "tpT-ppP-dpD[-epE][-cpC][-zeroZ] as validate --training writes it")
     return (Degrees(tp=int(found[1]), pp=int(found[2]), dp=int(found[3]), ep=int(found[4] or 1),
                     cp=int(found[5] or 1)), int(found[6] or 0))
-
-
-def _float(text: str) -> float | None:
-    return float(text) if text not in ("", None) else None
 
 
 def add_speedups(rows: list[dict]) -> None:

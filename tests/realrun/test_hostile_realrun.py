@@ -390,3 +390,73 @@ def test_train_names_the_rank_that_was_stopped(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert_one_line(proc.returncode, err.strip(), "rank 1 of 2 made no progress", f"{metrics}.errors.log")
+
+
+# --- realrun validate --training --measured: a stored results_training.csv, checked cell by cell ---------
+
+
+def _stored_training(tmp_path, change=None, name: str = "stored.csv") -> str:
+    """A results_training.csv of one case as ``validate --training`` writes it (``FIELDS`` and
+    ``REPEAT_FIELDS``), with ``change(header, cells)`` applied to its header and its row."""
+    from realrun.validate_training import FIELDS, REPEAT_FIELDS
+
+    header = [*FIELDS, *REPEAT_FIELDS]
+    row = {f: "0.01" for f in header if f.startswith("measured_")}
+    row.update(plan="tp1-pp1-dp2", policy="none", bandwidth="100000000", measured_step_s="0.55",
+               measured_step_all_s="0.5;0.55;0.6", val_loss="3.2", time_to_target_s="", measured_dp_error="",
+               measured_tp_error="", measured_pp_error="", repeats="3", spread="0.2")
+    cells = [row.get(f, "") for f in header]
+    if change is not None:
+        header, cells = change(header, cells)
+    path = tmp_path / name
+    path.write_text(",".join(header) + "\n" + ",".join(cells) + "\n")
+    return str(path)
+
+
+def _stored_cell(column: str, value: str):
+    def change(header, cells):
+        cells = list(cells)
+        cells[header.index(column)] = value
+        return header, cells
+    return change
+
+
+STORED_TRAINING = {   # name: (change of the header and row, what the line says)
+    "a field over 128 KiB": (_stored_cell("policy", "x" * 200_000), "stored.csv:2='a malformed row'"),
+    "a short row": (lambda h, c: (h, c[:3]), "stored.csv:2='3 cells'"),
+    "a long row": (lambda h, c: (h, [*c, "1"]), "cells its header names"),
+    "no rows": (lambda h, c: (h, []), "a header and at least one row"),
+    "a column missing": (lambda h, c: (h[1:], c[1:]), "no column plan"),
+    "step time text": (_stored_cell("measured_step_s", "x"), "stored.csv:2.measured_step_s='x'"),
+    "step time zero": (_stored_cell("measured_step_s", "0"), "stored.csv:2.measured_step_s='0'"),
+    "step time negative": (_stored_cell("measured_step_s", "-0.5"), "stored.csv:2.measured_step_s='-0.5'"),
+    "step time nan": (_stored_cell("measured_step_s", "nan"), "stored.csv:2.measured_step_s='nan'"),
+    "step time empty": (_stored_cell("measured_step_s", ""), "stored.csv:2.measured_step_s=''"),
+    "a repeat text": (_stored_cell("measured_step_all_s", "0.5;x"), "stored.csv:2.measured_step_all_s='x'"),
+    "a repeat inf": (_stored_cell("measured_step_all_s", "0.5;inf"), "stored.csv:2.measured_step_all_s='inf'"),
+    "bandwidth text": (_stored_cell("bandwidth", "fast"), "stored.csv:2.bandwidth='fast'"),
+    "bandwidth zero": (_stored_cell("bandwidth", "0"), "stored.csv:2.bandwidth='0'"),
+    "plan bogus": (_stored_cell("plan", "bogus"), "stored.csv:2.plan='bogus'"),
+    "policy bogus": (_stored_cell("policy", "bogus"), "stored.csv:2.policy='bogus'"),
+    "a phase nan": (_stored_cell("measured_compute_s", "nan"), "stored.csv:2.measured_compute_s='nan'"),
+    "a phase negative": (_stored_cell("measured_optimizer_s", "-1"), "stored.csv:2.measured_optimizer_s='-1'"),
+    "validation loss text": (_stored_cell("val_loss", "low"), "stored.csv:2.val_loss='low'"),
+    "time to target inf": (_stored_cell("time_to_target_s", "inf"), "stored.csv:2.time_to_target_s='inf'"),
+    "an error negative": (_stored_cell("measured_dp_error", "-0.1"), "stored.csv:2.measured_dp_error='-0.1'"),
+}
+
+
+@pytest.mark.parametrize("case", list(STORED_TRAINING))
+def test_a_malformed_stored_training_run_is_one_line_naming_its_line_and_column(capsys, tmp_path, case):
+    change, said = STORED_TRAINING[case]
+    out = tmp_path / "again"
+    code, err = realrun(capsys, "validate", "--training", "--measured", _stored_training(tmp_path, change),
+                        "--out", str(out))
+    assert_one_line(code, err, said)
+    assert not out.exists()
+
+
+def test_a_sound_stored_training_run_is_predicted_again(capsys, tmp_path):
+    out = tmp_path / "again"
+    code, _ = realrun(capsys, "validate", "--training", "--measured", _stored_training(tmp_path), "--out", str(out))
+    assert code == 0 and (out / "results_training.csv").exists()
