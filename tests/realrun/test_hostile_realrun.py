@@ -282,13 +282,16 @@ def test_resume_at_or_past_steps_says_so(capsys, saved_run, no_training):
 
 @pytest.mark.distributed
 def test_a_state_a_rank_cannot_take_is_one_line_naming_the_file(capsys, saved_run):
-    """What only the rank can find (an optimizer of another shape) fails it with one line naming
-    the file; its traceback goes to the log in the checkpoint folder."""
+    """What only the rank can find (an optimizer of another shape) ends it with one line naming
+    the file and exit code 2, no traceback (it is bad input, as the parent's checks say it); the
+    launcher quotes that line and keeps it in the log in the checkpoint folder."""
     folder, rank_file = saved_run
     _changed(lambda s: s.update(optimizer={"state": {}, "param_groups": []}))(rank_file)
     code, err = realrun(capsys, *TRAIN, "--steps", "3", "--checkpoint", str(folder), "--resume")
-    assert_one_line(code, err, "rank 0 of 1 failed", str(rank_file), "parameter groups", str(folder / "errors.log"))
-    assert "Traceback" in (folder / "errors.log").read_text()
+    assert_one_line(code, err, "rank 0 of 1 failed (exit 2): realrun.train: error: checkpoint=", str(rank_file),
+                    "parameter groups", str(folder / "errors.log"))
+    log = (folder / "errors.log").read_text()
+    assert "Traceback" not in log and f"realrun.train: error: checkpoint='{rank_file}'" in log
 
 
 # a rank's failure as torch.distributed prints it: every line behind "[rankN]: "
