@@ -17,6 +17,7 @@ from realrun.bench.config import RUN_TIMEOUT_S
 from realrun.bench.compute import run_compute
 from realrun.bench.launch import WORKER
 from realrun.cluster import cpu, emulated, launch
+from topologies import bounds
 from topologies.errors import InputError
 
 
@@ -35,8 +36,7 @@ class RunnerSettings:
     backend: str = "gloo"
 
     def __post_init__(self):
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 1 <= self.threads <= 256:
-            raise InputError("threads", self.threads, "an integer from 1 to 256")
+        object.__setattr__(self, "threads", bounds.check("threads", self.threads))
         if self.backend not in ("gloo", "nccl"):
             raise InputError("backend", self.backend, "gloo or nccl")
 

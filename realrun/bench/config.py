@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from perfmodel.compression import compile_spec
 from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
+from topologies import bounds
 from topologies.errors import InputError
 
 BENCH_OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall")
@@ -66,7 +67,7 @@ class BenchConfig:
         _positive("iters", self.iters)
         _positive("warmup", self.warmup, 0)
         _positive("world", self.world, 1, 64)
-        _positive("threads", self.threads, 1, 256)
+        object.__setattr__(self, "threads", bounds.check("threads", self.threads))
         _positive("op_timeout_s", self.op_timeout_s, 1, 86400)
         _positive("timeout_s", self.timeout_s, 1, 7 * 86400)
 

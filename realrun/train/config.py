@@ -12,6 +12,7 @@ from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, ParallelPlan, make_pla
 from perfmodel.compression.policy import POLICY_AXES, parse_policy
 from perfmodel.workload import load_model
 from realrun.comm.names import OP_TIMEOUT_S
+from topologies import bounds
 from topologies.errors import InputError
 
 MAX_STEPS = 1_000_000
@@ -101,7 +102,7 @@ class TrainConfig:
         _int("error_every", self.error_every, 0, MAX_STEPS)
         _int("bucket_bytes", self.bucket_bytes, 1024, 2**32)
         if self.threads is not None:
-            _int("threads", self.threads, 1, 256)
+            object.__setattr__(self, "threads", bounds.check("threads", self.threads))
         _int("checkpoint_every", self.checkpoint_every, 0, MAX_STEPS)
         if self.resume and not self.checkpoint:
             raise InputError("resume", self.resume, "a run with a checkpoint folder to resume from")

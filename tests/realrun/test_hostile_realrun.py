@@ -463,3 +463,43 @@ def test_a_sound_stored_training_run_is_predicted_again(capsys, tmp_path):
     out = tmp_path / "again"
     code, _ = realrun(capsys, "validate", "--training", "--measured", _stored_training(tmp_path), "--out", str(out))
     assert code == 0 and (out / "results_training.csv").exists()
+
+
+# --- threads per rank: one declared bound (topologies.bounds) for every launcher's settings ------------
+
+
+def _thread_settings(threads):
+    """The three settings that take threads per rank, each built with ``threads``."""
+    from realrun.bench.config import BenchCase, BenchConfig
+    from realrun.measure import RunnerSettings
+    from realrun.train.config import TrainConfig
+
+    case = BenchCase(size_bytes=1024, compressor="none", algorithm="auto")
+    return (lambda: TrainConfig.of(model="gpt-tiny", mbs=2, seq=32, steps=4, eval_every=0, threads=threads),
+            lambda: BenchConfig(op="allreduce", cases=(case,), threads=threads),
+            lambda: RunnerSettings(cluster="emu", threads=threads))
+
+
+@pytest.mark.parametrize("threads", [0, 257, 100_000, 2.5, True, "4", float("nan")])
+def test_threads_past_the_declared_bound_are_refused_by_every_setting(threads):
+    from topologies import bounds
+    from topologies.errors import InputError
+
+    for make in _thread_settings(threads):
+        with pytest.raises(InputError) as err:
+            make()
+        assert err.value.field == "threads" and err.value.allowed == bounds.describe("threads")
+
+
+def test_threads_follow_the_declared_bound(monkeypatch):
+    """The settings read the one declared bound (not a copy of it): a lower bound refuses what
+    the declared one takes; a whole float is taken as the integer."""
+    from topologies import bounds
+    from topologies.errors import InputError
+
+    for make in _thread_settings(8.0):
+        assert make().threads == 8 and isinstance(make().threads, int)
+    monkeypatch.setitem(bounds.BOUNDS, "threads", (bounds.INT, 1, 4))
+    for make in _thread_settings(8):
+        with pytest.raises(InputError, match="an integer from 1 to 4"):
+            make()
