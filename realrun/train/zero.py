@@ -17,6 +17,7 @@ from realrun.comm import Comm, CommStats
 from realrun.comm.algorithms import split
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
+from topologies.errors import InputError
 
 
 class ShardedOptimizer:
@@ -57,9 +58,22 @@ class ShardedOptimizer:
         return {"shards": [s.detach().clone() for s in self.shards], "adam": self.opt.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``'s shards and AdamW state. A checkpoint of another bucket layout
+        (more or fewer shards, a shard of another size) is refused in one line naming the
+        checkpoint's field, what it holds and what this rank expects: nothing partly loaded."""
+        saved = state["shards"]
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(self.shards):
+            raise InputError("optimizer.shards", len(saved) if isinstance(saved, (list, tuple)) else
+                             type(saved).__name__, f"{len(self.shards)} shards, one per gradient bucket of this run "
+                             "(a checkpoint of another layout or bucket size)")
+        for i, (shard, held) in enumerate(zip(self.shards, saved)):
+            if not isinstance(held, torch.Tensor) or held.shape != shard.shape:
+                raise InputError(f"optimizer.shards[{i}]", list(held.shape) if isinstance(held, torch.Tensor) else
+                                 type(held).__name__, f"a tensor of shape {list(shard.shape)}, this rank's shard of "
+                                 f"bucket {i}")
         with torch.no_grad():
-            for shard, saved in zip(self.shards, state["shards"]):
-                shard.copy_(saved)
+            for shard, held in zip(self.shards, saved):
+                shard.copy_(held)
         self.opt.load_state_dict(state["adam"])
 
 

@@ -503,3 +503,65 @@ def test_threads_follow_the_declared_bound(monkeypatch):
     for make in _thread_settings(8):
         with pytest.raises(InputError, match="an integer from 1 to 4"):
             make()
+
+
+# --- ZeRO-1's sharded optimizer: a checkpoint of another bucket layout is refused, not partly loaded --
+
+
+def _sharded(buckets: int, numel: int = 6):
+    """A ShardedOptimizer of rank 0 of 2 over ``buckets`` buckets of one ``numel`` parameter each
+    (no collective runs: loading and saving state needs none)."""
+    import torch
+
+    from realrun.train.zero import ShardedOptimizer
+
+    groups = [[torch.nn.Parameter(torch.full((numel,), float(i)))] for i in range(buckets)]
+    return ShardedOptimizer(groups, None, 0, 2, None, None, lr=1e-3)
+
+
+@pytest.mark.parametrize("saved, said", [(3, "optimizer.shards=3: 2 shards"), (1, "optimizer.shards=1: 2 shards"),
+                                         ((2, 8), "optimizer.shards[0]=[4]: a tensor of shape [3]"),
+                                         ((2, 2), "optimizer.shards[0]=[1]: a tensor of shape [3]")])
+def test_zero_state_of_another_layout_is_refused_and_nothing_loaded(saved, said):
+    """A checkpoint of more or fewer buckets, or of buckets of another size (a shard of 1 element
+    was broadcast into every element of this rank's shard), is refused before anything is loaded."""
+    import torch
+
+    from topologies.errors import InputError
+
+    state = (_sharded(saved) if isinstance(saved, int) else _sharded(*saved)).state_dict()
+    target = _sharded(2)
+    before = [s.detach().clone() for s in target.shards]
+    with pytest.raises(InputError) as err:
+        target.load_state_dict(state)
+    assert said in str(err.value) and len(str(err.value).splitlines()) == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, target.shards))
+
+
+def test_zero_state_of_the_same_layout_loads():
+    import torch
+
+    saved, target = _sharded(2), _sharded(2)
+    with torch.no_grad():
+        saved.shards[1].add_(5.0)
+    target.load_state_dict(saved.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(saved.shards, target.shards))
+
+
+def test_zero_state_of_another_layout_names_the_checkpoint_file(tmp_path, monkeypatch):
+    """Through ``checkpoint.load``, as a rank resumes: one line naming the rank's file and the field."""
+    import torch
+
+    from realrun.train import checkpoint
+    from topologies.errors import InputError
+
+    step = tmp_path / "step-00000002"
+    step.mkdir()
+    model = torch.nn.Linear(2, 2)
+    torch.save({"steps_done": 2, "model": model.state_dict(), "optimizer": _sharded(3).state_dict(), "comms": {}},
+               step / "rank00000.pt")
+    monkeypatch.setattr(checkpoint, "check", lambda folder, cfg: str(step))
+    with pytest.raises(InputError) as err:
+        checkpoint.load(str(tmp_path), None, 0, model, _sharded(2))
+    assert str(err.value).startswith(f"checkpoint='{step / 'rank00000.pt'}': a checkpoint of this rank of this run "
+                                     "(optimizer.shards=3: 2 shards, one per gradient bucket")
