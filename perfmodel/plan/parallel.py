@@ -23,6 +23,7 @@ from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_d
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK, framework_profile
 from perfmodel.plan.mesh import COMPOSITE_GROUPS
 from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
+from perfmodel.plan.routing import resolve as resolve_routing
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
 from topologies import bounds
@@ -63,6 +64,7 @@ class ParallelPlan:
     kernels: str = "fused"    # the layers' kernels: fused (Megatron-Core, TE) or eager (realrun's; KERNELS)
     precision: str = "bf16"   # the GEMMs' recipe (perfmodel.plan.precision): bf16 ... fp8-tensorwise, mxfp8, nvfp4
     framework: str = DEFAULT_FRAMEWORK   # the software stack (perfmodel.plan.framework)
+    routing: str | None = None   # MoE routing: balanced, capacity:F or a histogram file (perfmodel.plan.routing)
 
     def __getattr__(self, name: str):
         return read_through(self, name)
@@ -135,6 +137,7 @@ class PlanRequest:
     kernels: str = "fused"
     precision: str | None = None
     framework: str = DEFAULT_FRAMEWORK
+    routing: str | None = None        # None: the model file's (perfmodel.plan.routing)
 
     def __post_init__(self):
         """Sizes within their declared bounds (``topologies.bounds``: a batch sizes the pipeline schedule)."""
@@ -226,7 +229,8 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                         schedule=name, virtual_stages=virtual, compute_dtype=dtype or "bf16",
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
-                        kernels=r.kernels, precision=precision, framework=r.framework)
+                        kernels=r.kernels, precision=precision, framework=r.framework,
+                        routing=resolve_routing(r.routing, model))
 
 
 def _chunks_even(layers: int, chunks: int) -> bool:
