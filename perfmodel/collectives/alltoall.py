@@ -21,6 +21,13 @@ Two algorithms (``perfmodel.collectives.plain``, registered in ``registry``):
 Token deduplication (a token bound for several experts of one node crosses the network once)
 is not modelled: each routed copy is counted, so the hierarchical algorithm's advantage is
 the conservative one.
+
+Uneven splits (dropless routing with imbalance, ``perfmodel.plan.routing``): where rank j takes a
+share F_j of every rank's data, the all-to-all is as long as its busiest sender's or receiver's
+links take, not the mean's (``uneven_factor``): the busiest receiver takes p max F times a
+balanced rank's bytes from its peers, and a rank whose own share is smallest sends the most. The
+factor prices the whole exchange at the busiest rank's bytes, so for the hierarchical algorithm,
+whose RDMA phase a node's summed share sets (at most the busiest rank's), it is the conservative one.
 """
 from __future__ import annotations
 
@@ -97,3 +104,16 @@ def alltoall_links(cluster, group: tuple, concurrent: tuple, make_link) -> AllTo
     inter = phase_link(cluster, *pair_flows(groups, gph, False), p - width, make_link) if nodes > 1 else None
     rail = phase_link(cluster, *rail_flows(groups, gph), (nodes - 1), make_link) if nodes > 1 else None
     return AllToAllLinks(pairwise_intra=intra, pairwise_inter=inter, rail=rail)
+
+
+def uneven_factor(shares) -> float:
+    """The bytes per rank that price an all-to-all whose rank j takes the share ``shares[j]`` (fractions
+    adding up to 1) of every rank's data, over a balanced one's: the larger of what the busiest
+    receiver takes from its peers, ``p max F`` times a balanced rank's, and what the rank of the
+    smallest share sends to its peers, ``(1 - min F) p / (p - 1)`` times (links are full duplex: a
+    rank's sends and receives do not add). 1 when the shares are equal; the combine, the same
+    exchange reversed, takes the same factor."""
+    p = len(shares)
+    if p <= 1:
+        return 1.0
+    return max(1.0, p * max(shares), (1.0 - min(shares)) * p / (p - 1))
