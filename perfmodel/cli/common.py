@@ -113,6 +113,10 @@ def _step_args(p, sweep: bool) -> None:
                    "reductions; attention, the embedding and the LM head stay bf16, and so do the activations; "
                    "MFU is reported against the bf16 peak and the precision's own (perfmodel catalog precisions; "
                    "a GPU without the precision's peak refuses it)")
+    p.add_argument("--routing", help="a MoE layer's routing: balanced (every expert its fair share), capacity:F "
+                   "(token drop padded to capacity factor F) or a histogram file of measured tokens per expert "
+                   "(dropless, imbalanced: the busiest expert-parallel rank sets the step; docs: 'Routing'); "
+                   "default: the model file's (balanced where it says nothing)")
     p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                    help="the software stack whose fusion, overlap and host time the step has (default "
                    f"{DEFAULT_FRAMEWORK}; docs: 'Framework profiles')")
@@ -175,7 +179,7 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
     kw = dict(calibration=args.calibration, library=args.library, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs,
               seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
-              precision=args.precision, framework=args.framework,
+              precision=args.precision, framework=args.framework, routing=args.routing,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:
