@@ -111,6 +111,18 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     # ~4e13 tokens x top-8: 3e14), and the file (64 MiB hold 4M counts of 16 characters, 280x DeepSeek-V3's 58 x 256)
     "tokens_per_expert": (NUMBER, 0.0, 1e16),
     "routing_file_bytes": (INT, 0, 2**26),
+    # attention and multi-token prediction in model files (perfmodel.workload): published heads are 64-256 wide
+    # (DeepSeek's MLA scores over 192), latents 512-1536, windows 128-4096 tokens, one MTP module (DeepSeek-V3);
+    # each sizes a GEMM or a layer, so bounded as the dimensions beside it
+    "head_dim": (INT, 1, 2**14),
+    "sliding_window": (INT, 0, 2**24),           # tokens, as seq_len; 0: no window
+    "window_attn_skip_freq": (INT, 0, 2**14),    # every N-th layer full, as moe_layer_freq; 0: all windowed
+    "q_lora_rank": (INT, 0, 2**18),              # 0: a plain query projection (DeepSeek-V2-Lite)
+    "kv_lora_rank": (INT, 1, 2**18),
+    "qk_nope_head_dim": (INT, 1, 2**14),
+    "qk_rope_head_dim": (INT, 0, 2**14),
+    "v_head_dim": (INT, 1, 2**14),
+    "mtp_layers": (INT, 0, 2**10),               # each a layer on the last stage, bounded as num_layers
 }
 
 
