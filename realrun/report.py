@@ -7,6 +7,7 @@ spread exceeds ``SPREAD_FLAG`` is flagged (starred in the table, counted), never
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
 
@@ -107,9 +108,13 @@ SPREAD_NOTE = (f"spread = max/min - 1 of the case's repeats; * above {100 * SPRE
 def summary_lines(summary: dict) -> list[str]:
     worst = summary["worst"]
     cross = summary["crossover"]
-    lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
-             f"algorithms: {', '.join(summary['algorithms'])}",
-             f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%); {noise_text(summary)}"]
+    if math.isnan(summary["mape"]):   # summarize averaged nothing: no case of 1 MiB or more
+        lines = ["cases (>= 1 MiB): none (the summary covers cases of 1 MiB or more; each smaller case's error is "
+                 "in report.md and results.csv)", f"MAPE: no case of 1 MiB or more; {noise_text(summary)}"]
+    else:
+        lines = [f"cases (>= 1 MiB): {summary['cases']}; compressors: {', '.join(summary['compressors'])}; "
+                 f"algorithms: {', '.join(summary['algorithms'])}",
+                 f"MAPE: {100 * summary['mape']:.1f}% (target <= {100 * TARGET_MAPE:.0f}%); {noise_text(summary)}"]
     by_op = summary.get("by_op") or {}
     if len(by_op) > 1:
         lines.append("MAPE by op: " + "; ".join(f"{op} {100 * v['mape']:.1f}% ({v['cases']} cases)"
@@ -129,6 +134,24 @@ def summary_lines(summary: dict) -> list[str]:
                      f"{fmt(cross['measured'])}" + (f" (factor {summary['crossover_ratio']:.2f}, target <= 2)"
                                                     if summary["crossover_ratio"] else ""))
     return lines
+
+
+def summary_json(summary: dict) -> str:
+    """A validation's summary as strict JSON (``--json``): a number that is none (NaN: the MAPE
+    where no case was averaged, a noise floor or spread unknown; an infinity) is null, never the
+    ``NaN`` that no JSON reader takes."""
+    return json.dumps(_finite(summary), indent=1, default=str, allow_nan=False)
+
+
+def _finite(value):
+    """``value`` with every float that is not finite, at any depth, as None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _op_label(row: dict) -> str:

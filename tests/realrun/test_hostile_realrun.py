@@ -565,3 +565,42 @@ def test_zero_state_of_another_layout_names_the_checkpoint_file(tmp_path, monkey
         checkpoint.load(str(tmp_path), None, 0, model, _sharded(2))
     assert str(err.value).startswith(f"checkpoint='{step / 'rank00000.pt'}': a checkpoint of this rank of this run "
                                      "(optimizer.shards=3: 2 shards, one per gradient bucket")
+
+
+# --- realrun validate's summary where no case is 1 MiB or more: said so, and strict JSON ---------------
+
+
+def _small_grid(tmp_path) -> str:
+    """A stored results.csv of realrun validate whose one case is 64 KiB (the summary averages 1 MiB and up)."""
+    path = tmp_path / "small.csv"
+    path.write_text("hosts,bandwidth,size_bytes,compressor,algorithm,crossover,predicted_s,measured_s,error\n"
+                    "4,1000000000,65536,none,ring,False,0.001,0.002,0.1\n")
+    return str(path)
+
+
+def test_a_grid_without_a_case_of_1_mib_says_so_not_nan(capsys, tmp_path):
+    from realrun.cli import main
+
+    assert run(main, ["validate", "--measured", _small_grid(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    shown = capsys.readouterr().out
+    assert "nan" not in shown.lower() and "MAPE: no case of 1 MiB or more" in shown
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "nan%" not in report and "MAPE: no case of 1 MiB or more" in report
+
+
+def test_the_summary_json_is_strict_json_with_null_for_no_number():
+    import json
+    import math
+
+    from realrun.report import summary_json
+    from realrun.validate import summarize
+
+    rows = [{"hosts": 4, "bandwidth": 10**9, "size_bytes": 65536, "compressor": "none", "algorithm": "ring",
+             "crossover": False, "predicted_s": 0.001, "measured_s": 0.002, "measured_all_s": [0.002],
+             "repeats": 1, "spread": math.nan, "error": -0.5}]
+    summary = summarize(rows, {})
+    assert math.isnan(summary["mape"]) and math.isnan(summary["noise_floor"])
+    doc = json.loads(summary_json({**summary, "worst": rows[0], "inf": math.inf}),
+                     parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert doc["mape"] is None and doc["noise_floor"] is None and doc["worst"]["spread"] is None
+    assert doc["inf"] is None and doc["cases"] == 0
