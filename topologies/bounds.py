@@ -123,6 +123,7 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     "qk_rope_head_dim": (INT, 0, 2**14),
     "v_head_dim": (INT, 1, 2**14),
     "mtp_layers": (INT, 0, 2**10),               # each a layer on the last stage, bounded as num_layers
+    "pipeline_layout_chars": (INT, 1, 2**16),    # a Megatron layout string unrolled: num_layers (2^14) and a stage each
 }
 
 
