@@ -142,13 +142,17 @@ def _jsonable(obj):
 
 
 def check_writable(path: str, field: str = "output") -> str:
-    """Refuse, before any work is done, an output path whose folder is missing or does not take
-    a new file (tried for real: permissions alone do not tell for /proc or a read-only mount)."""
+    """Refuse, before any work is done, an output path that is empty, is a folder, or whose folder
+    is missing, is no folder or does not take a new file (tried for real: permissions alone do not
+    tell for /proc or a read-only mount). A command whose output is a folder it creates passes that
+    folder's path (or, where the folder exists, the path of a file it writes there): every message
+    says what is wrong with the path as given, true of a file and of a folder to be created."""
     if not isinstance(path, str) or not path.strip():
-        raise InputError(field, path, "a file path")
+        raise InputError(field, path, "a path (it is empty)")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise InputError(field, path, f"a file in an existing folder ({folder} does not exist)")
+        why = "is no folder" if os.path.lexists(folder) else "does not exist"
+        raise InputError(field, path, f"a path in an existing folder ({folder} {why})")
     if os.path.isdir(path):
         raise InputError(field, path, "a file path, not a folder")
     try:
@@ -156,7 +160,8 @@ def check_writable(path: str, field: str = "output") -> str:
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        raise InputError(field, path, f"a writable file path ({err.strerror})") from None
+        raise InputError(field, path, f"a path in a writable folder ({folder} takes no new file: "
+                         f"{err.strerror})") from None
     return path
 
 

@@ -604,3 +604,32 @@ def test_the_summary_json_is_strict_json_with_null_for_no_number():
                      parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
     assert doc["mape"] is None and doc["noise_floor"] is None and doc["worst"]["spread"] is None
     assert doc["inf"] is None and doc["cases"] == 0
+
+
+# --- topologies.clikit.check_writable: each refusal true of a file and of a folder to be created -------
+
+
+@pytest.mark.parametrize("path, said", [
+    ("", "a path (it is empty)"),
+    ("{tmp}", "a file path, not a folder"),
+    ("{tmp}/afile/out", "a path in an existing folder ({tmp}/afile is no folder)"),
+    ("{tmp}/no/such/out", "a path in an existing folder ({tmp}/no/such does not exist)"),
+    ("/proc/commpress-never", "a path in a writable folder (/proc takes no new file: "),
+])
+def test_check_writable_says_what_is_wrong_with_the_path(tmp_path, path, said):
+    from topologies.clikit import check_writable
+    from topologies.errors import InputError
+
+    (tmp_path / "afile").write_text("keep")
+    path, said = path.format(tmp=tmp_path), said.format(tmp=tmp_path)
+    with pytest.raises(InputError) as err:
+        check_writable(path, "out")
+    assert err.value.field == "out" and err.value.value == path and err.value.allowed.startswith(said), str(err.value)
+    assert (tmp_path / "afile").read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_convergence_out_folder_that_cannot_be_created_is_not_called_a_file(capsys, no_training):
+    code, err = realrun(capsys, "convergence", "--steps", "4", "--eval-every", "2", "--seeds", "1",
+                        "--policies", "dp=int8", "--out", "/proc/commpress-never")
+    assert_one_line(code, err, "out='/proc/commpress-never': a path in a writable folder (/proc takes no new file")
+    assert "file path" not in err
