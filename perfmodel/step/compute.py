@@ -12,10 +12,12 @@ reruns the layer forward inside backward, ``selective`` reruns attention scores 
 
 Context parallelism: a GPU holds seq / cp tokens; its attention scores its queries against
 every key of the sequence, cp blocks of (seq / cp)^2 (the load-balanced causal split gives every
-GPU the same work). A MoE layer's MLP is a router GEMM (tokens x experts x h), the shared
-experts (a dense MLP of their total width) and the routed experts as a grouped GEMM: the GPU's
-experts / ep experts, each taking its share of the tokens' top-k copies times the expert load
-(``ModelSpec.expert_load``: the most loaded expert sets the layer's time), widths split over tp.
+GPU the same work). A MoE layer's MLP is a router GEMM (tokens x experts x h) and its score and
+top-k kernels, the shared experts (a dense MLP of their total width) and the routed experts as
+grouped GEMMs (``grouped_gemm_s``: one kernel over every expert's rows), widths split over tp: the
+GPU's experts / ep experts, each with the rows the plan's routing gives it on the busiest
+expert-parallel rank (``perfmodel.plan.routing.expert_rows``: balanced, padded to capacity or a
+measured histogram; that rank sets the layer's time), and the permutation of its dispatched rows.
 
 Small work: every kernel a layer runs is counted (``layer_kernels``). On the GPU each non-GEMM
 kernel adds the fixed time per kernel of the device's GEMM shape model (``kernel_fixed_s``; a
@@ -47,6 +49,7 @@ from typing import NamedTuple
 
 from perfmodel.devices import Device, protocol_table
 from perfmodel.plan.parallel import DTYPE_BYTES, ParallelPlan
+from perfmodel.plan import routing
 from perfmodel.plan.precision import Recipe, recipe
 from perfmodel.workload import ModelSpec
 
@@ -92,6 +95,12 @@ EAGER_RING_BWD_PRODUCTS, RING_FWD_PRODUCTS = 5, 2
 # every MoE layer is charged already moves the dispatched copies once each way (2 of these, as
 # Megatron-Core's fused permute and unpermute do), so eager kernels add the rest.
 EAGER_PERMUTE_ACCESSES, EAGER_LAYOUT_ACCESSES = 10 - 2, 4
+# A MoE router's work beyond its GEMM, per (token, expert) score, forward (backward twice, as all
+# memory-bound work here): Megatron-Core's TopKRouter.routing (megatron/core/transformer/moe/router.py)
+# with the fused router kernels (--moe-router-fusion: Transformer Engine's fused top-k with score function,
+# and the aux loss's scores) reads the fp32 logits twice and writes the fp32 probabilities and scores and
+# two bool routing maps: 4 + 4 + 4 + 1 + 4 + 1 bytes, in two kernels.
+ROUTER_BYTES_PER_SCORE, ROUTER_KERNELS = 18, 2
 LOSS_KERNELS = 4               # the fused cross-entropy's passes over the logits
 
 
@@ -124,8 +133,8 @@ def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> di
     memory = MEMORY_KERNELS
     collective = (4 if plan.sequence_parallel else 2) if plan.tp > 1 else 0
     if moe:
-        gemm = 2 + sum(times for *_, times in moe_gemms(model, plan))
-        memory += 2                                   # token permute and unpermute
+        gemm = 2 + len(moe_gemms(model, plan))        # the routed experts' projections: a grouped GEMM each
+        memory += 2 + ROUTER_KERNELS                  # token permute and unpermute, the router's scores
         collective += 2 if plan.ep > 1 else 0
     return {"gemm": gemm, "attention": ATTENTION_KERNELS, "memory": memory, "collective": collective}
 
@@ -231,12 +240,51 @@ def eager_score_s(dev: Device) -> tuple[float, float]:
 def permute_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Bytes one MoE layer's forward permutation moves on a GPU beyond its activation traffic:
     with eager kernels ``EAGER_PERMUTE_ACCESSES`` (and with ep > 1 ``EAGER_LAYOUT_ACCESSES``) per
-    element of the rows it dispatches (``ModelSpec.dispatched_rows``; padded, its capacity's);
-    fused kernels none."""
+    element of the rows the busiest rank dispatches and takes back (``routing.dispatch_rows``; padded,
+    its capacity's); fused kernels none."""
     if plan.kernels != "eager":
         return 0.0
     accesses = EAGER_PERMUTE_ACCESSES + (EAGER_LAYOUT_ACCESSES if plan.ep > 1 else 0)
-    return accesses * model.dispatched_rows(plan.routed_tokens) * model.hidden_size * ACTIVATION_BYTES
+    return accesses * routing.dispatch_rows(model, plan) * model.hidden_size * ACTIVATION_BYTES
+
+
+def router_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Bytes a MoE layer's router moves beyond its GEMM in one forward on a GPU: ``ROUTER_BYTES_PER_SCORE``
+    per score of its tokens (seq / cp x mbs) and the experts."""
+    return ROUTER_BYTES_PER_SCORE * plan.local_seq * plan.mbs * model.num_experts
+
+
+def grouped_gemm_s(dev: Device, rows, n: float, k: float, dtype: str) -> float:
+    """One grouped GEMM of experts with ``rows`` rows each, sharing n and k: one kernel whose grid holds
+    every expert's tiles (CUTLASS's grouped GEMM, Transformer Engine's ``nvte_multi_tensor_gemm`` on Hopper
+    and its cuBLASLt ``nvte_grouped_gemm``, Megatron-Core's fused grouped MLP: transformer_engine/common/gemm/
+    cublaslt_gemm.cu), priced as one GEMM of the summed rows, each expert's rows rounded up to a whole tile
+    where the device has a shape model (a partial last tile per expert), and never faster than reading
+    every expert's n x k weights. Transformer Engine's fallback, a cuBLAS GEMM per expert over 4 streams,
+    is not modelled apart (4 small GEMMs at once fill the GPU as one grid does)."""
+    rows = [m for m in rows if m > 0]
+    if not rows:
+        return 0.0
+    tile = dev.gemm_shape.tile if dev.gemm_shape is not None else 1
+    summed = sum(math.ceil(m / tile) * tile for m in rows)
+    kernel = dev.gemm_kernels.get(dtype)
+    size = kernel.element_bytes if kernel is not None else DTYPE_BYTES.get(dtype, 2)
+    return max(dev.gemm_time_s(summed, n, k, dtype), len(rows) * n * k * size / dev.stream_Bps)
+
+
+def _expert_times(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> tuple[float, float]:
+    """(forward, backward) seconds of a MoE layer's routed experts on the busiest expert-parallel rank:
+    their up and down projections as grouped GEMMs (``grouped_gemm_s``) of the rows the routing gives
+    them (``routing.expert_rows``, averaged over a histogram's layers); backward the dgrad and the wgrad,
+    each of the forward's volume, each GEMM in the dtype the recipe runs it in (as ``_gemm_times``)."""
+    layers = routing.expert_rows(model, plan)
+    widths = ((model.expert_up_width / plan.tp, model.hidden_size),
+              (model.hidden_size, model.moe_ffn_hidden_size / plan.tp))
+
+    def run(gemm: str) -> float:
+        dtype = rec.gemm_dtype(gemm, plan.compute_dtype)
+        return sum(grouped_gemm_s(dev, rows, n, k, dtype) for rows in layers for n, k in widths) / len(layers)
+    return run("fprop"), run("dgrad") + run("wgrad")
 
 
 class LayerTimes(NamedTuple):
@@ -267,21 +315,23 @@ def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> La
 
 
 def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
-    """``_layer`` of a MoE layer: attention as a dense layer's, its MLP as ``moe_gemms`` (timed at
-    the expert load, FLOPs counted balanced; the router in the compute dtype), memory-bound work
-    over its activations and the permutation of its dispatched rows."""
+    """``_layer`` of a MoE layer: attention as a dense layer's, its MLP as ``moe_gemms`` (the routed
+    experts as grouped GEMMs of the busiest rank's rows, ``_expert_times``; FLOPs counted balanced; the
+    router in the compute dtype), memory-bound work over its activations (the experts' at the busiest
+    rank's load, ``routing.loaded``), the router's scores and the permutation of its dispatched rows."""
     attention = [(m, n, k, 1) for m, n, k in layer_gemms(model, plan)[:2]]
-    router, *experts = moe_gemms(model, plan, model.expert_load)
-    gemm, gemm_bwd = _gemm_times(attention + experts, plan, dev, rec)
-    gemm += dev.gemm_time_s(*router[:3], plan.compute_dtype)
-    gemm_bwd += 2 * dev.gemm_time_s(*router[:3], plan.compute_dtype)
+    router, *dense = moe_gemms(model, plan)[:-2]
+    gemm, gemm_bwd = _gemm_times(attention + dense, plan, dev, rec)
+    routed, routed_bwd = _expert_times(model, plan, dev, rec)
+    gemm += dev.gemm_time_s(*router[:3], plan.compute_dtype) + routed
+    gemm_bwd += 2 * dev.gemm_time_s(*router[:3], plan.compute_dtype) + routed_bwd
     flops = sum(2.0 * m * n * k for m, n, k, _ in attention)
     flops += sum(times * 2.0 * m * n * k for m, n, k, times in moe_gemms(model, plan))
     attn, attn_bwd, flops_attn = _attention(model, plan, dev)
-    kept = model.moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel,
-                                                "selective")
+    kept = routing.loaded(model, plan).moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp,
+                                                                      plan.sequence_parallel, "selective")
     launch_memory, launch_attn = _launch_s(model, plan, dev, moe=True)
-    memory = (2.0 * kept + permute_bytes(model, plan)) / dev.stream_Bps + launch_memory
+    memory = (2.0 * kept + permute_bytes(model, plan) + router_bytes(model, plan)) / dev.stream_Bps + launch_memory
     q = quantize_s(model, plan, dev, rec, moe=True)
     return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q)
 
@@ -311,11 +361,13 @@ def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) 
     """Elements of each quantized tensor of one layer per microbatch on one GPU, by operand:
     ``activation`` (each GEMM's input), ``gradient`` (its output gradient), ``weight`` (its weight,
     quantized once per step). A MoE layer's router stays in the compute dtype; its routed experts'
-    inputs are the dispatched rows of the most loaded GPU's experts."""
+    inputs are the rows of the busiest rank's experts (``routing.rank_load``), each grouped GEMM's input
+    and output gradient quantized as one tensor (Transformer Engine's GroupedLinear quantizes them in one
+    ``split_quantize``), its weights one per expert."""
     sp = plan.tp if plan.sequence_parallel else 1
     gemms = layer_gemms(model, plan)
     if moe:
-        _, *experts = moe_gemms(model, plan, model.expert_load)
+        _, *experts = moe_gemms(model, plan, routing.rank_load(model, plan))
         shared = experts[:-2]
         gemms = gemms[:2] + [(m, n, k) for m, n, k, _ in shared]
         routed = experts[-2:]
@@ -326,8 +378,8 @@ def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) 
            "gradient": [m * n / (1 if col else sp) for (m, n, k), col in zip(gemms, columns)],
            "weight": [n * k for m, n, k in gemms]}
     for m, n, k, times in routed:
-        out["activation"] += [m * k] * times
-        out["gradient"] += [m * n] * times
+        out["activation"].append(times * m * k)
+        out["gradient"].append(times * m * n)
         out["weight"] += [n * k] * times
     return out
 
