@@ -14,7 +14,7 @@ from realrun.bench import BENCH_OPS, BenchConfig, run_collectives, run_here, run
 from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
 from realrun import convergence_cli, train_cli
 from realrun.compressors import Compressor
-from realrun.report import MAX_REPEATS, REPEATS, check_repeats
+from realrun.report import MAX_REPEATS, REPEATS, check_repeats, summary_json
 from topologies.clikit import Parser, atomic_write, check_writable, run, table
 from topologies.errors import InputError
 from topologies.units import format_size, parse_size
@@ -410,7 +410,7 @@ def _validate_training(args, runner) -> None:
 def _print_summary(args, result: dict, lines, header: str) -> None:
     """A validation's summary: JSON with --json, else the header and its summary lines."""
     if args.json:
-        print(json.dumps(result, indent=1, default=str))
+        print(summary_json(result))
         return
     print(header)
     for line in lines(result):

@@ -633,3 +633,13 @@ def test_a_convergence_out_folder_that_cannot_be_created_is_not_called_a_file(ca
                         "--policies", "dp=int8", "--out", "/proc/commpress-never")
     assert_one_line(code, err, "out='/proc/commpress-never': a path in a writable folder (/proc takes no new file")
     assert "file path" not in err
+
+
+def test_validate_json_is_strict_json_where_no_case_was_averaged(capsys, tmp_path):
+    import json
+
+    from realrun.cli import main
+
+    assert run(main, ["validate", "--measured", _small_grid(tmp_path), "--out", str(tmp_path / "out"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert doc["mape"] is None
