@@ -16,6 +16,12 @@ tokens a MoE layer dispatches to its experts (the all-to-all towards the experts
 backward), ``ep_combine`` the experts' outputs sent back (the all-to-all towards the tokens),
 ``cp`` the keys and values context parallelism passes around its ring. ``ep`` and
 ``ep_combine`` share the ep groups; a policy compresses them apart (``perfmodel.compression.policy``).
+The expert layers lay their own groups over the same ranks (Megatron-Core's MoE parallel folding,
+``perfmodel.plan.mesh``): the ep all-to-alls run over the folded ep groups, the routed experts'
+tensor-parallel collectives (the dispatched rows gathered and reduce-scattered) are ``tp`` traffic
+over the ``etp`` groups, and the experts' gradients reduce (``dp``) and their ZeRO gathers
+(``zero``) run over the ``edp`` groups, apart from the dense ones over dp x cp; an axis's events
+name their groups, its ``mesh_axis`` is the dense layers' one.
 Axes marked ``optional`` (ep, ep_combine, cp) exist only in some plans: reports name them
 where they carry traffic or a policy compresses them.
 
@@ -46,8 +52,10 @@ if TYPE_CHECKING:   # the event generators take a stage's context; its module re
 
 def _degree(plan, name: str) -> int:
     """A plan field from a ParallelPlan, a realrun TrainConfig or a plan dict alike (a degree a
-    plan dict lacks reads its default, as ``Degrees.of`` reads older records)."""
+    plan dict lacks reads its default, as ``Degrees.of`` reads older records: etp reads tp)."""
     if isinstance(plan, dict):
+        if name in Degrees.followers() and plan.get(name) is None:
+            return _degree(plan, Degrees.followers()[name])
         return plan.get(name, 1) if name in Degrees.names() else plan.get(name)
     return getattr(plan, name)
 
@@ -55,6 +63,14 @@ def _degree(plan, name: str) -> int:
 def _replicas(plan) -> int:
     """Ranks that hold the same dense weights: dp x cp (context-parallel ranks reduce together)."""
     return _degree(plan, "dp") * _degree(plan, "cp")
+
+
+def _expert_replicas(plan, model=None) -> int:
+    """Ranks that hold the same routed experts (edp: tp x cp x dp / (etp x ep)); 1 for a dense model."""
+    if model is not None and not model.is_moe:
+        return 1
+    folded = _degree(plan, "tp") * _replicas(plan)
+    return folded // (_degree(plan, "ep") * _degree(plan, "etp"))
 
 
 def _moe(model) -> bool:
@@ -93,6 +109,15 @@ def _zero_shards(plan) -> dict:
             "weights": dp if zero >= 3 else 1}
 
 
+def _zero_expert_shards(plan) -> dict:
+    """ZeRO's sharding of the routed experts: over their expert-data-parallel group (edp), as
+    Megatron-Core's distributed optimizer shards expert parameters over the expert-dp group and
+    torchtitan's FSDP2 over the ranks that hold the same experts."""
+    edp, zero = _expert_replicas(plan), _degree(plan, "zero")
+    return {"expert_optimizer": edp if zero >= 1 else 1, "expert_gradients": edp if zero >= 2 else 1,
+            "expert_weights": edp if zero >= 3 else 1}
+
+
 # the axes' step phases (perfmodel.phases): axes that share one share the object
 DP_PHASE = Phase(name="dp_comm_exposed_s", short="dp_exposed",
                  description="gradient reductions and ZeRO gathers not hidden behind backward")
@@ -105,17 +130,20 @@ CP_PHASE = Phase(name="cp_comm_s", short="cp", optional=True,
 
 DP = Axis(name="dp", tensor="gradients", mesh_axis="dp", error="reduced", feedback=True, max_error=0.05,
           phase=DP_PHASE, events=events.gradient_events,
-          active=lambda plan, model=None: _replicas(plan) > 1 or _ties_stages(plan, model),
+          active=lambda plan, model=None: _replicas(plan) > 1 or _ties_stages(plan, model)
+          or (_moe(model) and _expert_replicas(plan, model) > 1),
           description="gradient reduction: all-reduce, or reduce-scatter under ZeRO; tied embeddings")
 ZERO = Axis(name="zero", tensor="parameters", mesh_axis="dp", error="forwarded", feedback=False, max_error=0.01,
             phase=DP_PHASE, events=events.gather_events,
-            active=lambda plan, model=None: _replicas(plan) > 1 and _degree(plan, "zero") >= 1,
-            memory=_zero_shards, description="ZeRO's parameter all-gathers (after the step, or per layer at 3)")
+            active=lambda plan, model=None: _degree(plan, "zero") >= 1 and (
+                _replicas(plan) > 1 or (_moe(model) and _expert_replicas(plan, model) > 1)),
+            memory=lambda plan: _zero_shards(plan) | _zero_expert_shards(plan),
+            description="ZeRO's parameter all-gathers (after the step, or per layer at 3)")
 TP = Axis(name="tp", tensor="activations", mesh_axis="tp", error="reduced", feedback=False, max_error=0.01,
           phase=TP_PHASE, events=events.tensor_parallel_events,
-          active=lambda plan, model=None: _degree(plan, "tp") > 1,
-          memory=lambda plan: {"params": _degree(plan, "tp"), "expert_params": _degree(plan, "tp")},
-          description="activations and their gradients inside a layer")
+          active=lambda plan, model=None: _degree(plan, "tp") > 1 or (_moe(model) and _degree(plan, "etp") > 1),
+          memory=lambda plan: {"params": _degree(plan, "tp"), "expert_params": _degree(plan, "etp")},
+          description="activations and their gradients inside a layer (a MoE layer's routed experts' over etp)")
 PP = Axis(name="pp", tensor="activations", mesh_axis="pp", error="forwarded", feedback=False, max_error=0.01,
           phase=PP_PHASE, events=events.pipeline_events,
           active=lambda plan, model=None: _degree(plan, "pp") > 1,

@@ -25,9 +25,16 @@ copies (t k h activations, t the GPU's tokens) to the experts' ranks (``ep``: th
 the experts' outputs back (``ep_combine``: the combine), forward; backward the gradients go the
 same two ways (the combine's gradient is a dispatch towards the experts, the dispatch's a
 combine towards the tokens: DeepEP's naming, and DeepSeek-V3's FP8 dispatch and BF16 combine
-in both passes); full recompute repeats the forward pair. Expert gradients are reduced over
-the expert-data-parallel group (dp x cp / ep ranks, ``edp``) in their own buckets after the
-dense ones, which reduce over dp x cp. cp's keys and values go round a ring (``context_events``).
+in both passes); full recompute repeats the forward pair. The expert layers have their own groups
+(Megatron-Core's MoE parallel folding, ``perfmodel.plan.mesh``): the all-to-alls run over the folded
+ep groups; with expert tensor parallelism (etp > 1) the dispatched rows are all-gathered over etp
+after the dispatch and reduce-scattered before the combine (Megatron-Core's all-to-all dispatcher:
+"A2A(EP) -> AG(TP)", "RS(TP) -> A2A(EP)"), etp times the a2a's rows each, on the ``tp`` axis over
+the etp groups, mirrored backward. Where the experts are laid out apart from the dense weights
+(ep > 1 or etp other than tp) their gradients reduce over the expert-data-parallel group (``edp``)
+in their own buckets after the dense ones, which reduce over dp x cp, and ZeRO gathers them over
+edp: after the step at ZeRO-1/2, per layer at ZeRO-3 (torchtitan's FSDP2 with expert parallelism:
+experts sharded over ep, then over edp). cp's keys and values go round a ring (``context_events``).
 """
 from __future__ import annotations
 
@@ -61,6 +68,7 @@ class CommEvent:
 
 
 def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> list[CommEvent]:
+    """Every layer's collectives over tp (module doc)."""
     if plan.tp == 1:
         return []
     size = plan.local_seq * plan.mbs * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
@@ -151,36 +159,61 @@ def expert_gradient_buckets(ctx: StageContext) -> list[CommEvent]:
             + _bucket_run("expert_buckets", experts, total, dense, plan, mesh.groups["edp"]))
 
 
-def parameter_gather(stage_params: float, plan: ParallelPlan, mesh: Mesh) -> list[CommEvent]:
-    """The zero axis under ZeRO 1 and 2: the updated parameters all-gathered after the step."""
-    group, concurrent = _dp_group(mesh)
-    if len(group) == 1 or plan.zero not in (1, 2):
+def parameter_gather(stage_params: float, plan: ParallelPlan, mesh: Mesh, kind: str = "dp",
+                     name: str = "params") -> list[CommEvent]:
+    """The zero axis under ZeRO 1 and 2: the updated parameters all-gathered after the step, over
+    the groups of ``kind`` (dp: the dense ones over dp x cp; edp: the experts apart)."""
+    groups = mesh.groups[kind]
+    if len(groups[0]) == 1 or plan.zero not in (1, 2) or not int(stage_params):
         return []
-    return [CommEvent(name="zero.allgather.params", axis="zero", op="allgather",
+    return [CommEvent(name=f"zero.allgather.{name}", axis="zero", op="allgather",
                       nbytes=int(stage_params) * DTYPE_BYTES[plan.compute_dtype], dtype=plan.compute_dtype,
-                      group=group, concurrent=concurrent, count=1, where="tail", phase="step")]
+                      group=groups[0], concurrent=groups, count=1, where="tail", phase="step")]
 
 
 def _zero3(ctx: StageContext, axis: str) -> list[CommEvent]:
     """ZeRO-3, every layer and microbatch: its parameters gathered before forward and backward
     (zero axis; with hpZ the backward gathers read the secondary partition inside the node, the
-    dp group's ranks on this host) and its gradients reduce-scattered (dp axis)."""
-    plan, mesh = ctx.plan, ctx.mesh
-    group, concurrent = _dp_group(mesh)
-    if len(group) == 1:
+    dp group's ranks on this host) and its gradients reduce-scattered (dp axis). With the experts
+    apart (``ParallelPlan.experts_apart``), a layer's dense parameters over dp x cp and its routed
+    experts' (a GPU's ep x etp share) over edp, each its own collective (``.experts`` in the name;
+    FSDP2 shards them as two parameter groups)."""
+    plan, model = ctx.plan, ctx.model
+    if not ctx.layers:
         return []
-    model = ctx.model
-    layer_params = int(sum(model.stage_layer_params(ctx.start, ctx.layers)) / ctx.layers / plan.tp) \
-        if model.is_moe else int(model.layer_params() / plan.tp)
+    if model.is_moe and plan.experts_apart:
+        dense, experts = (p / ctx.layers for p in _layer_split(ctx))
+        parts = (("", dense, "dp"), (".experts", experts, "edp"))
+    else:
+        layer = sum(model.stage_layer_params(ctx.start, ctx.layers)) / ctx.layers if model.is_moe \
+            else model.layer_params()
+        parts = (("", layer / plan.tp, "dp"),)
+    return [e for suffix, params, kind in parts for e in _zero3_part(ctx, axis, int(params), kind, suffix)]
+
+
+def _layer_split(ctx: StageContext) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of the stage's layers on one GPU (its ends left out)."""
+    plan, model = ctx.plan, ctx.model
+    dense, routed = model.stage_layer_params(ctx.start, ctx.layers)
+    return dense / plan.tp, routed / (plan.ep * plan.etp)
+
+
+def _zero3_part(ctx: StageContext, axis: str, layer_params: int, kind: str, suffix: str) -> list[CommEvent]:
+    """``_zero3``'s events of one part of a layer's parameters over the groups of ``kind``."""
+    plan, mesh = ctx.plan, ctx.mesh
+    concurrent = mesh.groups[kind]
+    group = concurrent[0]
+    if len(group) == 1 or not layer_params:
+        return []
     per = plan.microbatches * ctx.layers
     if axis == "dp":
-        return [CommEvent(name="dp.reduce_scatter.bwd", axis="dp", op="reduce_scatter",
+        return [CommEvent(name=f"dp.reduce_scatter.bwd{suffix}", axis="dp", op="reduce_scatter",
                           nbytes=layer_params * DTYPE_BYTES[plan.grad_dtype], dtype=plan.grad_dtype, group=group,
                           concurrent=concurrent, count=per, where="zero3", phase="bwd")]
-    bwd_groups = mesh.node_groups("dp", ctx.gpus_per_host) if plan.hpz else concurrent
+    bwd_groups = mesh.node_groups(kind, ctx.gpus_per_host) if plan.hpz else concurrent
     bwd_group = next(g for g in bwd_groups if group[0] in g)
     nbytes = layer_params * DTYPE_BYTES[plan.compute_dtype]
-    return [CommEvent(name=f"zero.allgather.{phase}", axis="zero", op="allgather", nbytes=nbytes,
+    return [CommEvent(name=f"zero.allgather.{phase}{suffix}", axis="zero", op="allgather", nbytes=nbytes,
                       dtype=plan.compute_dtype, group=g, concurrent=c, count=per, where="zero3", phase=phase)
             for phase, g, c in (("fwd", group, concurrent), ("bwd", bwd_group, bwd_groups))]
 
@@ -195,10 +228,29 @@ def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> l
                       phase="step")]
 
 
+def expert_tp_events(ctx: StageContext) -> list[CommEvent]:
+    """The routed experts' tensor parallelism over etp in every MoE layer of the stage (module
+    doc): forward the dispatched rows all-gathered after the dispatch and reduce-scattered before
+    the combine, backward the reverse; full recompute repeats the forward pair. Each moves etp x
+    the rows a rank dispatches (the gathered array, ``nbytes`` as nccl-tests count it)."""
+    plan, model = ctx.plan, ctx.model
+    if plan.etp == 1 or not ctx.moe_layers:
+        return []
+    size = plan.etp * model.dispatched_rows(plan.routed_tokens) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    group, concurrent = ctx.mesh.group_of("etp"), ctx.mesh.groups["etp"]
+    per = plan.microbatches * ctx.moe_layers
+    runs = [("fwd", "fwd", ("allgather", "reduce_scatter")), ("bwd", "bwd", ("allgather", "reduce_scatter"))]
+    if plan.recompute == "full":
+        runs.append(("recompute", "bwd", ("allgather", "reduce_scatter")))
+    return [CommEvent(name=f"tp.{op}.experts.{name}", axis="tp", op=op, nbytes=size, dtype=plan.compute_dtype,
+                      group=group, concurrent=concurrent, count=per, where="critical", phase=phase)
+            for name, phase, ops in runs for op in ops]
+
+
 def tensor_parallel_events(ctx: StageContext) -> list[CommEvent]:
-    """The tp axis: every layer's collectives, and the vocabulary-parallel ends on the first and
-    last stage."""
-    return (tp_events(ctx.model, ctx.plan, ctx.mesh, ctx.layers)
+    """The tp axis: every layer's collectives, the routed experts' over etp, and the
+    vocabulary-parallel ends on the first and last stage."""
+    return (tp_events(ctx.model, ctx.plan, ctx.mesh, ctx.layers) + expert_tp_events(ctx)
             + vocab_events(ctx.model, ctx.plan, ctx.mesh, ctx.first, ctx.last))
 
 
@@ -211,7 +263,7 @@ def gradient_events(ctx: StageContext) -> list[CommEvent]:
     """The dp axis: the stage's gradient reduction; on the first stage, the tied embedding's sum."""
     if ctx.plan.zero == 3:
         own = _zero3(ctx, "dp")
-    elif ctx.plan.ep > 1 and ctx.moe_layers:
+    elif ctx.plan.experts_apart and ctx.moe_layers:
         own = expert_gradient_buckets(ctx)
     else:
         own = gradient_buckets(ctx.stage_params, ctx.plan, ctx.mesh)
@@ -219,8 +271,15 @@ def gradient_events(ctx: StageContext) -> list[CommEvent]:
 
 
 def gather_events(ctx: StageContext) -> list[CommEvent]:
-    """The zero axis: ZeRO's parameter gathers of the stage."""
-    return _zero3(ctx, "zero") if ctx.plan.zero == 3 else parameter_gather(ctx.stage_params, ctx.plan, ctx.mesh)
+    """The zero axis: ZeRO's parameter gathers of the stage (the experts apart over edp)."""
+    plan = ctx.plan
+    if plan.zero == 3:
+        return _zero3(ctx, "zero")
+    if not (plan.experts_apart and ctx.moe_layers):
+        return parameter_gather(ctx.stage_params, plan, ctx.mesh)
+    dense, experts = ctx.param_split
+    return (parameter_gather(dense, plan, ctx.mesh)
+            + parameter_gather(experts, plan, ctx.mesh, "edp", "expert_params"))
 
 
 def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]:

@@ -23,7 +23,7 @@ from perfmodel.phases import BUBBLE, COMPRESSION, COMPUTE, OPTIMIZER, OVERLAP_SL
 from perfmodel.step.compute import optimizer_time_s, stage_compute
 from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.plan.framework import framework_profile
-from perfmodel.plan.memory import shards, stage_params
+from perfmodel.plan.memory import expert_shards, shards, stage_param_split
 from perfmodel.plan.mesh import mesh_for
 from perfmodel.step.framework import microbatch_host_s, prefetched, stack_compute, stack_event, step_host_s
 from perfmodel.step.timing import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
@@ -75,7 +75,7 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
         st.add_comm(event.axis, wire * per_mb)
         st.compression += kernel * per_mb
         _place(st, event, rec.time_s * per_mb, kernel * per_mb)
-        if event.axis == "tp":
+        if event.axis == "tp" and ".experts." not in event.name:   # the dispatcher's etp gathers: not TE's overlap
             layer_tp[event.phase] += wire * per_mb
         if event.axis in ("ep", "ep_combine"):
             _inner(st, event.phase, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_domain))
@@ -227,11 +227,18 @@ def _zero3_exposed(step: StepInputs, events: list, layers: int, sc, profile) -> 
     ``zero3_backward``); its kernels run on the GPU that computes and are charged in full
     wherever they run (``KERNEL_SM_SHARE``). A stack that prefetches less than a layer
     (``prefetched``) gathers the rest on demand: that part waits in the layer's operation, as
-    compute does (the event engine runs the same shape)."""
+    compute does (the event engine runs the same shape). A layer's dense and expert parts (the
+    experts apart over edp: ``perfmodel.events``) are collectives one after the other: their
+    seconds add."""
     env, policy = step.env, step.policy
     records = [(e, cost(env, e, policy)) for e in events]
-    t = {e.name: split_kernel(rec) for e, rec in records}
-    (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = t["zero.allgather.fwd"], t["zero.allgather.bwd"], t["dp.reduce_scatter.bwd"]
+    t: dict = {}
+    for e, rec in records:
+        wire, kernel = split_kernel(rec)
+        w0, k0 = t.get(e.name.removesuffix(".experts"), (0.0, 0.0))
+        t[e.name.removesuffix(".experts")] = (w0 + wire, k0 + kernel)
+    (ag_f, k_f), (ag_b, k_b), (rs, k_rs) = (t.get(n, (0.0, 0.0)) for n in
+                                            ("zero.allgather.fwd", "zero.allgather.bwd", "dp.reduce_scatter.bwd"))
     ahead = prefetched(profile, step.model, step.plan)
     ag_f, late_f, ag_b, late_b = ahead * ag_f, (1.0 - ahead) * ag_f, ahead * ag_b, (1.0 - ahead) * ag_b
     fwd_layer, bwd_layer = sc.fwd_s / max(layers, 1) + late_f, sc.bwd_s / max(layers, 1) + late_b
@@ -363,12 +370,12 @@ def _slowdown(step: StepInputs, buckets, records, hidden: float, busy: float, hi
     return cpu * (hidden / busy if busy > 0 else 0.0) / cpu_share(step.env.built, step.plan.gpus)
 
 
-def _exposed(out: Breakdown, tally: Tally, event, rec, window: float = 0.0, slowdown: float = 0.0) -> None:
+def _exposed(out: Breakdown, tally: Tally, event, rec, window: float = 0.0, slowdown: float = 0.0) -> float:
     """A collective on the critical path after backward: wire time to its axis's phase (dp's
     exposed tail), kernels to compression (charged in full). ``window``: the seconds of the next
     step's first forward it may hide behind (ZeRO-1/2's parameter all-gather where the stack
     overlaps it, Megatron's ``--overlap-param-gather``); the hidden part slows that forward by
-    ``slowdown``."""
+    ``slowdown``. Returns the seconds it hid (what is left of the window for the next one)."""
     wire, kernel = split_kernel(rec)
     seconds = wire * event.count
     hidden = min(seconds, window)
@@ -377,6 +384,7 @@ def _exposed(out: Breakdown, tally: Tally, event, rec, window: float = 0.0, slow
     out.add(COMPRESSION, kernel * event.count)
     tally.add(event, rec, event.count)
     tally.add_kernel(event.axis, kernel * event.count)
+    return hidden
 
 
 def bucket_window(step: StepInputs, stages: list[StageTime]) -> float:
@@ -413,19 +421,29 @@ class AnalyticalEngine:
 
 def _finish(step: StepInputs, stages: list, events: list, tally: Tally, span, profile) -> StepTiming:
     """The step from its stages: the pipeline (``span``: evaluated), DP overlap, tail (ZeRO-1/2's
-    parameter gather behind the next forward where the stack overlaps it), optimizer and the
-    stack's host time per step."""
+    parameter gathers behind the next forward where the stack overlaps them, one after another in
+    that one window: the dense one, then the experts' apart), optimizer and the stack's host time
+    per step."""
     plan = step.plan
     out = _pipeline_breakdown(stages, plan, span)
     first = events[0]
     _dp_overlap([e for e in first if e.where == "overlap"], step, bucket_window(step, stages), out, tally)
+    window = stages[0].fwd_op if profile.param_gather_overlap else 0.0
     for event in (e for e in first if e.where == "tail"):
-        behind = profile.param_gather_overlap and event.axis == "zero"
-        _exposed(out, tally, event, cost(step.env, event, step.policy), stages[0].fwd_op if behind else 0.0,
-                 step.env.overlap_slowdown)
-    params0 = stage_params(step.model, plan, plan.stage_layers(step.model.num_layers)[0], True, plan.pp == 1, 0)
-    out[OPTIMIZER] = optimizer_time_s(params0 / shards(plan, "optimizer"), step.env.dev) + step_host_s(profile)
+        behind = window if event.axis == "zero" else 0.0
+        window -= _exposed(out, tally, event, cost(step.env, event, step.policy), behind,
+                           step.env.overlap_slowdown)
+    out[OPTIMIZER] = optimizer_time_s(_optimizer_params(step.model, plan), step.env.dev) + step_host_s(profile)
     return StepTiming(breakdown=out, tally=tally, stages=stages, stage_events=events)
+
+
+def _optimizer_params(model, plan) -> float:
+    """Parameters stage 0's optimizer updates on one GPU: its dense ones over ZeRO's dp x cp shards,
+    its routed experts' over their edp shards."""
+    dense, experts = stage_param_split(model, plan, plan.stage_layers(model.num_layers)[0], True, plan.pp == 1, 0)
+    if not experts:
+        return (dense + experts) / shards(plan, "optimizer")
+    return dense / shards(plan, "optimizer") + experts / expert_shards(plan, "optimizer")
 
 
 ANALYTICAL = register(AnalyticalEngine())

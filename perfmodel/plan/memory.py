@@ -9,10 +9,12 @@ interleaving (1 + (pp - 1) / (pp V)) times 1F1B's (Narayanan et al. 2021). The l
 fp32 logits for the loss. ``RESERVE_BYTES`` covers the CUDA context, NCCL buffers and allocator
 fragmentation: an assumption of 2 GiB.
 
-Mixture of experts: a GPU holds its 1/ep share of every MoE layer's routed experts (split over
-tp too: expert tensor parallelism equal to tp, Megatron-Core's default) and all of the rest;
-ZeRO shards the expert part over its expert-data-parallel group (dp x cp / ep ranks), the
-dense part over dp x cp. Context parallelism divides the activations (seq / cp tokens a GPU).
+Mixture of experts: a GPU holds its 1/ep share of every MoE layer's routed experts, each split
+over etp (expert tensor parallelism, tp by default as Megatron-Core's), and all of the rest split
+over tp; ZeRO (every stage, ZeRO-3 as torchtitan's FSDP2 with expert parallelism) shards the expert
+part over its expert-data-parallel group (edp = tp x cp x dp / (etp x ep) ranks: Megatron-Core's
+MoE parallel folding), the dense part over dp x cp. Context parallelism divides the activations
+(seq / cp tokens a GPU).
 
 Precision (``perfmodel.plan.precision``): a low-precision recipe keeps its layers' weights
 quantized (Transformer Engine caches them across microbatches): per parameter its copies (two
@@ -121,10 +123,9 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
 
 
 def expert_shards(plan: ParallelPlan, kind: str) -> int:
-    """ZeRO's sharding of the routed experts: over the expert-data-parallel group, ep times
-    smaller than the dense parameters' (``shards``)."""
-    ways = shards(plan, kind)
-    return max(1, ways // plan.ep) if ways > 1 else ways
+    """ZeRO's sharding of the routed experts' ``kind`` (weights, gradients, optimizer): over their
+    expert-data-parallel group (``perfmodel.axes``' ``expert_`` kinds)."""
+    return shards(plan, "expert_" + kind)
 
 
 def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, held: float) -> float:

@@ -7,11 +7,18 @@ are reduced in fp32 (``grad_dtype``) as Megatron-LM's main_grad buffers and DDP 
 master weights do; compute in bf16 (fp16 on GPUs without bf16). Placement order ``tp,pp,dp``
 puts TP innermost (inside a node), then PP, then DP.
 
-Context parallelism (``cp``) splits every sequence over cp more GPUs (gpus = tp x cp x pp x dp);
-expert parallelism (``ep``) is carved from dp as Megatron-Core does: it adds no GPUs, shards a
-MoE model's routed experts over ep ranks of a dp group, and ep must divide dp. ``order`` may name
-cp and ep to place them (``perfmodel.plan.mesh``: otherwise right outside tp, as Megatron-Core).
-cp needs the sequence to split into 2 cp chunks (the load-balanced causal ring, ``perfmodel.events``).
+Context parallelism (``cp``) splits every sequence over cp more GPUs (gpus = tp x cp x pp x dp).
+Expert parallelism (``ep``) and expert tensor parallelism (``etp``, default tp) add no GPUs: as
+Megatron-Core's MoE parallel folding, the expert layers lay etp x ep x edp over each stage's
+tp x cp x dp ranks (``perfmodel.plan.degrees``, ``perfmodel.plan.mesh``), so ep x etp divides tp x cp
+x dp, ep divides the experts and etp the expert FFN width. ``order`` may name cp and ep to place
+them (``perfmodel.plan.mesh``: otherwise right outside tp, as Megatron-Core). cp needs the sequence
+to split into 2 cp chunks (the load-balanced causal ring, ``perfmodel.events``). Every ZeRO stage
+runs with ep (torchtitan trains MoE with FSDP2 over the expert-data-parallel ranks): the experts'
+states shard over edp, the dense ones over dp x cp. Pipeline stages split the layers evenly
+(earlier stages take the remainder) unless the request fixes the split as Megatron does
+(``perfmodel.plan.stages``: first and last stage layers, the embedding and loss counted as layers,
+or Megatron's layout string).
 """
 from __future__ import annotations
 
@@ -21,7 +28,8 @@ from dataclasses import dataclass, fields, replace
 from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's dtypes are its keys)
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_degrees
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK, framework_profile
-from perfmodel.plan.mesh import COMPOSITE_GROUPS
+from perfmodel.plan import stages
+from perfmodel.plan.mesh import GROUP_KINDS as MESH_GROUP_KINDS
 from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
 from perfmodel.plan.routing import resolve as resolve_routing
 from perfmodel.step.schedule import SCHEDULES
@@ -37,14 +45,16 @@ RECOMPUTE = ("none", "selective", "full")
 KERNELS = ("fused", "eager")
 MESH_AXES = DEFAULT_ORDER         # the mesh's dimensions; ``order`` permutes them, innermost first
 ORDER_OPTIONAL = tuple(Degrees.placed_after())   # dimensions ``order`` may also name (the mesh places them otherwise)
-GROUP_KINDS = tuple(dict.fromkeys((*Degrees.names(), *COMPOSITE_GROUPS)))   # the group kinds a mesh has
+GROUP_KINDS = MESH_GROUP_KINDS    # the group kinds a mesh has: the dense layers' and the expert layers' (etp, ep, edp)
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
 class ParallelPlan:
-    """A validated plan (``make_plan``): its ``degrees`` (tp, cp, ep, pp, dp and the placement
-    order, ``perfmodel.plan.degrees``; read as ``plan.tp`` ... too) and how the step runs on them."""
+    """A validated plan (``make_plan``): its ``degrees`` (tp, cp, ep, etp, pp, dp and the placement
+    order, ``perfmodel.plan.degrees``; read as ``plan.tp`` ... too) and how the step runs on them.
+    ``layout``: layers per virtual stage in model order where the split is fixed
+    (``perfmodel.plan.stages``); empty for the even split."""
 
     degrees: Degrees
     zero: int = 0
@@ -65,6 +75,7 @@ class ParallelPlan:
     precision: str = "bf16"   # the GEMMs' recipe (perfmodel.plan.precision): bf16 ... fp8-tensorwise, mxfp8, nvfp4
     framework: str = DEFAULT_FRAMEWORK   # the software stack (perfmodel.plan.framework)
     routing: str | None = None   # MoE routing: balanced, capacity:F or a histogram file (perfmodel.plan.routing)
+    layout: tuple = ()        # layers per virtual stage, model order (perfmodel.plan.stages); (): the even split
 
     def __getattr__(self, name: str):
         return read_through(self, name)
@@ -77,6 +88,17 @@ class ParallelPlan:
     @property
     def gpus(self) -> int:
         return self.degrees.gpus
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: ranks that hold the same experts (tp x cp x dp / (etp x ep))."""
+        return self.degrees.edp
+
+    @property
+    def experts_apart(self) -> bool:
+        """Whether the routed experts are laid out apart from the dense weights (ep > 1 or etp
+        other than tp): their gradients then reduce, and ZeRO shards them, over edp."""
+        return self.ep > 1 or self.etp != self.tp
 
     @property
     def local_seq(self) -> int:
@@ -92,18 +114,31 @@ class ParallelPlan:
         return tokens // self.tp if self.sequence_parallel else tokens
 
     @property
+    def expert_tokens(self) -> float:
+        """Tokens of one microbatch whose top-k copies one GPU's experts compute, per tp x cp share
+        of them (the expert model-parallel group's tokens spread over its etp x ep ranks, each
+        expert's rows gathered over etp: Megatron-Core's all-to-all dispatcher, all-to-all over ep
+        then all-gather over etp): seq / cp x mbs x etp / tp, seq / cp x mbs where etp = tp."""
+        return self.local_seq * self.mbs * self.etp / self.tp
+
+    @property
     def microbatches(self) -> int:
         """Microbatches per pipeline per step: gbs / (mbs x dp)."""
         return self.gbs // (self.mbs * self.dp)
 
     def stage_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Layers per stage (earlier stages take the remainder)."""
+        """Layers per stage: the plan's fixed split (``layout``, its chunks summed per stage), else
+        even with earlier stages taking the remainder."""
+        if self.layout:
+            return stages.stage_sums(self.layout, self.pp)
         base, extra = divmod(num_layers, self.pp)
         return tuple(base + (1 if s < extra else 0) for s in range(self.pp))
 
     def stage_first_layer(self, stage: int, num_layers: int) -> int:
         """The index of a stage's first layer (stages hold contiguous layers; with interleaving
         the MoE layers are counted as if they did)."""
+        if self.layout:
+            return sum(self.stage_layers(num_layers)[:stage])
         base, extra = divmod(num_layers, self.pp)
         return base * stage + min(stage, extra)      # the sum of stage_layers before it
 
@@ -116,7 +151,9 @@ class PlanRequest:
     else fp32), ``precision`` None (the compute dtype's), ``dp_overlap`` and ``tp_overlap`` None
     (the framework's defaults), and the job's size on the cluster (``gpus`` or ``nodes``; default:
     the catalog's nodes). ``PlanRequest.of(tp=2, zero=1, ...)`` takes the degrees as keywords among
-    the rest."""
+    the rest. The pipeline split (``perfmodel.plan.stages``): ``first_stage_layers`` and
+    ``last_stage_layers``, or ``account_for_embedding`` and ``account_for_loss``, or
+    ``pipeline_layout`` (Megatron's layout string); none set: even."""
 
     gpus: int | None = None
     nodes: int | None = None
@@ -138,6 +175,11 @@ class PlanRequest:
     precision: str | None = None
     framework: str = DEFAULT_FRAMEWORK
     routing: str | None = None        # None: the model file's (perfmodel.plan.routing)
+    first_stage_layers: int | None = None    # Megatron --decoder-first-pipeline-num-layers
+    last_stage_layers: int | None = None     # Megatron --decoder-last-pipeline-num-layers
+    account_for_embedding: bool = False      # Megatron --account-for-embedding-in-pipeline-split
+    account_for_loss: bool = False           # Megatron --account-for-loss-in-pipeline-split
+    pipeline_layout: str | None = None       # Megatron --pipeline-model-parallel-layout
 
     def __post_init__(self):
         """Sizes within their declared bounds (``topologies.bounds``: a batch sizes the pipeline schedule)."""
@@ -196,7 +238,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     degrees = r.degrees.check()
     mbs = r.mbs                                        # sizes checked by the request (PlanRequest.__post_init__)
     degrees = degrees.resolved(gpus)
-    tp, pp, dp, cp, ep = degrees.tp, degrees.pp, degrees.dp, degrees.cp, degrees.ep
+    tp, pp, dp, cp = degrees.tp, degrees.pp, degrees.dp, degrees.cp
     zero = r.zero
     if model.num_heads % tp or model.num_kv_heads % tp:
         raise InputError("tp", tp, f"a divisor of num_heads {model.num_heads} and num_kv_heads "
@@ -212,25 +254,24 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
         raise InputError("gbs", gbs, f"a multiple of mbs x dp = {step} (nearest: "
                          + " or ".join(map(str, near)) + ")")
     name, virtual = parse_schedule(r.schedule)
-    if virtual > 1 and (not _chunks_even(model.num_layers, pp * virtual) or (gbs // (mbs * dp)) % pp):
-        raise InputError("schedule", r.schedule, f"interleaving needs num_layers (or num_layers + 2, the embedding "
-                         f"and loss counted as layers) divisible by pp x V and microbatches ({gbs // (mbs * dp)}) "
-                         f"divisible by pp {pp}")
+    layout = stages.resolve(r, model.num_layers, getattr(model, "mtp_layers", 0), pp, virtual)
+    if virtual > 1 and ((not layout and not _chunks_even(model.num_layers, pp * virtual)) or (gbs // (mbs * dp)) % pp):
+        raise InputError("schedule", r.schedule, "interleaving needs num_layers (or num_layers + 2, the embedding "
+                         "and loss counted as layers) divisible by pp x V, or a fixed split (first and last stage "
+                         f"layers, a pipeline layout), and microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
     _check_options(r, tp)
     precision, dtype = resolve_precision(r.precision, r.compute_dtype)
     _check_order(degrees.order)
     seq = model.seq_len if r.seq is None else r.seq
-    _check_ep_cp(model, ep, cp, dp, seq)
-    if ep > 1 and zero == 3:
-        raise InputError("zero", zero, "0, 1 or 2 with ep > 1 (ZeRO-3 of sharded experts is not modelled; "
-                         "Megatron-Core's distributed optimizer is ZeRO-1)")
+    _check_experts(model, degrees)
+    _check_cp(cp, seq)
     return ParallelPlan(degrees=degrees, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                         sequence_parallel=bool(r.sequence_parallel) and tp > 1, recompute=r.recompute,
                         schedule=name, virtual_stages=virtual, compute_dtype=dtype or "bf16",
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
                         kernels=r.kernels, precision=precision, framework=r.framework,
-                        routing=resolve_routing(r.routing, model))
+                        routing=resolve_routing(r.routing, model), layout=layout)
 
 
 def _chunks_even(layers: int, chunks: int) -> bool:
@@ -247,14 +288,25 @@ def _check_order(order: tuple) -> None:
                          + " and ".join(ORDER_OPTIONAL) + " (innermost first)")
 
 
-def _check_ep_cp(model: ModelSpec, ep: int, cp: int, dp: int, seq: int) -> None:
-    """Expert parallelism needs a MoE model whose experts it divides and a dp it divides;
-    context parallelism a sequence of 2 cp equal chunks."""
-    if ep > 1 and not model.is_moe:
-        raise InputError("ep", ep, f"1 for the dense model {model.name} (expert parallelism needs num_experts)")
-    if ep > 1 and (model.num_experts % ep or dp % ep):
-        raise InputError("ep", ep, f"a divisor of num_experts {model.num_experts} and of dp {dp} "
-                         "(ep is carved from dp)")
+def _check_experts(model: ModelSpec, d: Degrees) -> None:
+    """Expert parallelism needs a MoE model whose experts it divides, expert tensor parallelism
+    one whose expert FFN width it divides (both fold over tp x cp x dp: ``Degrees.check``)."""
+    if not model.is_moe:
+        for name, value, one in (("ep", d.ep, 1), ("etp", d.etp, d.tp)):
+            if value != one:
+                raise InputError(name, value, f"{one} for the dense model {model.name} (expert parallelism needs "
+                                 "num_experts)")
+        return
+    if model.num_experts % d.ep:
+        raise InputError("ep", d.ep, f"a divisor of num_experts {model.num_experts} (ep x etp = {d.ep * d.etp} "
+                         f"folds over tp x cp x dp = {d.stage_ranks})")
+    if model.moe_ffn_hidden_size % d.etp:
+        raise InputError("etp", d.etp, f"a divisor of the experts' FFN width moe_ffn_hidden_size "
+                         f"{model.moe_ffn_hidden_size}")
+
+
+def _check_cp(cp: int, seq: int) -> None:
+    """Context parallelism needs a sequence of 2 cp equal chunks."""
     if cp > 1 and seq % (2 * cp):
         raise InputError("cp", cp, f"a cp with seq {seq} divisible by 2 cp (the ring's load-balanced chunks)")
 
