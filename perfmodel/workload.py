@@ -34,11 +34,52 @@ time: the expert GEMMs run at ``min(imbalance, capacity)`` times the balanced lo
 ``moe_pad_to_capacity`` (Megatron-Core's ``--moe-pad-expert-input-to-capacity``; realrun's MoE
 layer always pads) fills every expert's queue to its capacity: the dispatch and combine carry
 ``capacity x experts`` rows and every expert computes its capacity's, whatever the routing.
+
+Attention (the optional keys of ``ATTENTION_KEYS``; all absent: multi-head attention of
+``hidden_size / num_heads``-wide heads, grouped-query where ``num_kv_heads < num_heads``; docs/predict.md,
+Attention kinds). ``head_dim`` sets the heads' width apart from the hidden size (Qwen3: 32 heads of 128
+beside a 2048 hidden; GPT-OSS: 64 of 64 beside 2880), so Q is ``num_heads x head_dim`` wide, K and V
+``num_kv_heads x head_dim``, and the output projection takes ``num_heads x head_dim`` back to the hidden
+size. ``sliding_window`` (tokens a query sees, itself included; HF's ``sliding_window``, Megatron-Core's
+``window_size`` + 1) makes a layer's scores ``seq x min(seq, window)``; ``window_attn_skip_freq`` N keeps
+every N-th layer (1-based, Megatron-Core's ``window_attn_skip_freq``) at full attention (GPT-OSS: 2; 0:
+every layer windowed). ``attention = "mla"`` is DeepSeek's multi-head latent attention (DeepSeek-V2,
+arXiv 2405.04434, section 2.1), as Megatron-Core builds it
+(megatron/core/transformer/multi_latent_attention.py, ``MLASelfAttention``): the query through a
+``q_lora_rank`` latent (a down projection, an RMSNorm, an up projection to ``num_heads x (qk_nope_head_dim
++ qk_rope_head_dim)``; 0: one plain projection, as DeepSeek-V2-Lite), keys and values through a
+``kv_lora_rank`` latent (one down projection to ``kv_lora_rank + qk_rope_head_dim``, an RMSNorm on the
+latent, an up projection to ``num_heads x (qk_nope_head_dim + v_head_dim)``; the rope part of the key is
+shared by the heads), scores over ``qk_nope + qk_rope`` dims, values and output of ``v_head_dim``.
+
+Model FLOPs per token: ``6 active_params`` plus, per layer, ``6 x keys x num_heads x (qk + v)`` for its
+scores and values (keys: the sequence, or the window; qk = v = head_dim outside MLA: the ``12 L h s`` of
+multi-head attention). Activation bytes per layer keep Korthikanti's count with the attention's part
+taken from its shapes (``attention_kept_bytes``): 3 bytes a hidden element kept whole (the QKV input and the
+dropout mask) and 8 bytes a query element TP-split (Q, K, V and the output at the query's width, as
+Korthikanti counts multi-head attention: grouped-query K and V are counted as wide as Q, as before);
+MLA keeps its latents (each norm's input and the up projection's input), the rope key, and Q, K, V and the
+output at their own widths. A window does not change them: flash-style attention keeps per-token
+tensors, never the scores.
+
+``mtp_layers`` (DeepSeek-V3's multi-token prediction, arXiv 2412.19437 section 2.2; Megatron-Core's
+``mtp_num_layers``, megatron/core/transformer/multi_token_prediction.py): each module is one more
+transformer layer of the kind of the model's last layer (MoE in DeepSeek-V3:
+``get_gpt_mtp_block_spec`` takes the last layer's spec), a ``2h x h`` projection of the hidden state
+and the next token's embedding (each RMS-normed first) and a final norm, with the embedding and LM head
+shared with the model; its loss is one more pass of the LM head. Megatron-Core builds it on the last
+pipeline stage (``mtp_on_this_rank``), so ``stage_layer_params`` counts it with the layers that end the
+model; ``params`` and ``active_params`` include it (the published counts of DeepSeek-V3, 671B and 37B,
+do not: the catalog model has none, ``deepseek-v3:mtp_layers=1`` has its module).
+
+A model name may carry changed keys, ``NAME:key=value,...`` (``deepseek-v3:mtp_layers=1``,
+``qwen3-30b-a3b:moe_capacity_factor=1,moe_pad_to_capacity=true``), each value a TOML value, the
+result validated as a model file is.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache, cache
 from pathlib import Path
 
@@ -46,6 +87,7 @@ from perfmodel.devices import read_catalog
 from topologies import bounds
 from topologies.clikit import file_format
 from topologies.errors import InputError
+from topologies.variants import parse_options
 
 try:
     import tomllib
@@ -63,6 +105,12 @@ CHOICES = {"activation": ("gelu", "swiglu"), "norm": ("layernorm", "rmsnorm")}
 MOE_KEYS = {"num_experts": 0, "moe_top_k": 0, "moe_shared_experts": 0, "moe_ffn_hidden_size": 0,
             "moe_layer_freq": 1, "moe_first_dense": 0, "moe_capacity_factor": 0.0, "moe_load_imbalance": 1.0,
             "moe_pad_to_capacity": False}
+# optional keys of the attention and the multi-token-prediction modules, and their defaults (module doc)
+ATTENTION_KINDS = ("gqa", "mla")   # multi-head / grouped-query by num_kv_heads, or multi-head latent attention
+ATTENTION_KEYS = {"attention": "gqa", "head_dim": 0, "sliding_window": 0, "window_attn_skip_freq": 0,
+                  "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
+                  "mtp_layers": 0}
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,14 +136,76 @@ class ModelSpec:
     moe_load_imbalance: float = 1.0   # the most loaded expert's tokens, times its fair share
     moe_pad_to_capacity: bool = False  # every expert's input padded to its capacity (Megatron-Core's
     #                                    --moe-pad-expert-input-to-capacity; realrun's layer does)
+    attention: str = "gqa"            # gqa (multi-head, grouped-query by num_kv_heads) or mla (module doc)
+    head_dim: int = 0                 # a head's width (0 given: hidden_size // num_heads; MLA: qk_nope + qk_rope)
+    sliding_window: int = 0           # tokens a windowed layer's query sees (0: full attention everywhere)
+    window_attn_skip_freq: int = 0    # every N-th layer (1-based) keeps full attention (0: all windowed)
+    q_lora_rank: int = 0              # MLA: the query's latent width (0: a plain query projection)
+    kv_lora_rank: int = 0             # MLA: the keys' and values' latent width
+    qk_nope_head_dim: int = 0         # MLA: a head's score dims without rope
+    qk_rope_head_dim: int = 0         # MLA: a head's rope dims (the rope key shared by the heads)
+    v_head_dim: int = 0               # MLA: a head's value width
+    mtp_layers: int = 0               # multi-token-prediction modules (DeepSeek-V3: 1), on the last stage
+
+    def __post_init__(self):
+        if not self.head_dim:       # the width a head scores over, as every user of head_dim reads it
+            width = self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.hidden_size // self.num_heads
+            object.__setattr__(self, "head_dim", width)
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def score_dim(self) -> int:
+        """The dims a query and a key head score over (MLA: the no-rope and rope parts)."""
+        return self.head_dim
+
+    @property
+    def value_dim(self) -> int:
+        """A value head's (and an attention output head's) width."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def q_width(self) -> int:
+        """Width of the queries of a token (all heads)."""
+        return self.num_heads * self.score_dim
+
+    @property
+    def out_width(self) -> int:
+        """Width of a token's attention output, the output projection's input (all heads)."""
+        return self.num_heads * self.value_dim
 
     @property
     def kv_dim(self) -> int:
+        """Width of a token's keys (and of its values): num_kv_heads x head_dim; under MLA, whose keys
+        and values differ in width, their mean (2 kv_dim: what a token's K and V hold, as context
+        parallelism passes them)."""
+        if self.is_mla:
+            return self.num_heads * (self.score_dim + self.value_dim) // 2
         return self.num_kv_heads * self.head_dim
+
+    def is_window_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) attends within ``sliding_window`` (Megatron-Core's
+        ``is_layer_window_attention``: layer_number % window_attn_skip_freq != 0, 1-based)."""
+        freq = self.window_attn_skip_freq
+        return self.sliding_window > 0 and (freq == 0 or (index + 1) % freq != 0)
+
+    @property
+    def window_layers(self) -> int:
+        """Layers that attend within the window (``is_window_layer``), in closed form."""
+        if self.sliding_window == 0:
+            return 0
+        freq = self.window_attn_skip_freq
+        return self.num_layers - (self.num_layers // freq if freq else 0)
+
+    def score_keys(self, seq: int) -> float:
+        """Keys a query is scored against in a layer, the mean over the model's layers: the sequence
+        (the full s x s as Megatron counts causal attention) or, in a windowed layer, min(seq, window)."""
+        windowed = self.window_layers
+        if windowed == 0:
+            return seq
+        return ((self.num_layers - windowed) * seq + windowed * min(seq, self.sliding_window)) / self.num_layers
 
     @property
     def biased(self) -> bool:
@@ -161,12 +271,29 @@ class ModelSpec:
         cf = self.moe_capacity_factor
         return e * (min(tokens, math.ceil(cf * tokens * k / e)) if cf > 0 else tokens)
 
+    def attention_params(self) -> int:
+        """One layer's attention projections: Q, K, V and output (MLA: its down and up projections
+        and the norms on its latents), without biases."""
+        h, n, out = self.hidden_size, self.num_heads, self.out_width
+        if not self.is_mla:
+            return h * (self.q_width + 2 * self.kv_dim) + out * h
+        q_rank, kv_rank = self.q_lora_rank, self.kv_lora_rank
+        query = q_rank * (h + 1 + self.q_width) if q_rank else h * self.q_width   # down, norm, up
+        kv = h * (kv_rank + self.qk_rope_head_dim) + kv_rank + kv_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+        return query + kv + out * h
+
     def _attention_norm_params(self) -> int:
         h = self.hidden_size
-        attn = h * (h + 2 * self.kv_dim) + h * h
         norms = (2 if self.biased else 1) * h * 2
-        bias = (h + 2 * self.kv_dim + h + h) if self.biased else 0
-        return attn + norms + bias
+        bias = (self._qkv_width + h + h) if self.biased else 0
+        return self.attention_params() + norms + bias
+
+    @property
+    def _qkv_width(self) -> int:
+        """Output width of the projections that make Q, K and V from the latents or the hidden state."""
+        if self.is_mla:
+            return self.q_width + self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return self.q_width + 2 * self.kv_dim
 
     def layer_params(self) -> int:
         """A dense layer: attention, MLP, norms (and biases)."""
@@ -185,10 +312,33 @@ class ModelSpec:
         return self.num_experts * self.expert_params()
 
     def stage_layer_params(self, first: int, count: int) -> tuple[int, int]:
-        """(dense, routed-expert) parameters of layers ``first`` .. ``first + count - 1``."""
+        """(dense, routed-expert) parameters of layers ``first`` .. ``first + count - 1``, and of the
+        multi-token-prediction modules where those layers end the model (Megatron-Core builds them on
+        the last pipeline stage: ``mtp_on_this_rank``)."""
         moe = self.moe_layers_in(first, count)
         dense = (count - moe) * self.layer_params() + moe * self.moe_dense_params()
-        return dense, moe * self.moe_routed_params()
+        routed = moe * self.moe_routed_params()
+        if self.mtp_layers and count and first + count == self.num_layers:
+            mtp_dense, mtp_routed = self.mtp_params()
+            dense, routed = dense + mtp_dense, routed + mtp_routed
+        return dense, routed
+
+    @property
+    def mtp_moe_layers(self) -> int:
+        """MoE layers of the multi-token-prediction modules: one each where the model's last layer is MoE."""
+        return self.mtp_layers if self.is_moe_layer(self.num_layers - 1) else 0
+
+    def mtp_params(self) -> tuple[int, int]:
+        """(dense, routed-expert) parameters of the multi-token-prediction modules: each a layer of the
+        last layer's kind, its ``2h x h`` projection and three norms (Megatron-Core's ``enorm``, ``hnorm``,
+        ``final_layernorm``); the embedding and LM head are the model's."""
+        if not self.mtp_layers:
+            return 0, 0
+        h = self.hidden_size
+        own = 2 * h * h + 3 * (2 if self.biased else 1) * h
+        moe = self.mtp_moe_layers
+        dense = (self.mtp_layers - moe) * self.layer_params() + moe * self.moe_dense_params()
+        return dense + self.mtp_layers * own, moe * self.moe_routed_params()
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
@@ -208,23 +358,52 @@ class ModelSpec:
 
     @property
     def active_params(self) -> int:
-        """Parameters one token meets: every routed expert replaced by the top-k it visits."""
+        """Parameters one token meets: every routed expert replaced by the top-k it visits (the
+        multi-token-prediction modules' included)."""
         dense, _ = self.stage_layer_params(0, self.num_layers)
-        routed = self.num_moe_layers * self.moe_top_k * self.expert_params()
+        routed = (self.num_moe_layers + self.mtp_moe_layers) * self.moe_top_k * self.expert_params()
         return dense + routed + self._ends_params()
 
+    def attention_flops_per_token(self, keys: float) -> float:
+        """Forward FLOPs of one layer's scores and values for a token scored against ``keys`` keys:
+        ``2 keys num_heads (qk + v)`` (QK^T over the score dims, AV over the value dims)."""
+        return 2.0 * keys * self.num_heads * (self.score_dim + self.value_dim)
+
     def model_flops_per_token(self, seq: int | None = None) -> float:
+        """``6 active_params`` and three passes of every layer's attention scores and values (module
+        doc); each multi-token-prediction module adds its layer's (full attention) and a pass of the LM
+        head (6 V h: its weights are counted once in the parameters)."""
         s = seq or self.seq_len
-        return 6.0 * self.active_params + 12.0 * self.num_layers * self.hidden_size * s
+        attention = self.num_layers * self.attention_flops_per_token(self.score_keys(s))
+        extra = self.mtp_layers * (self.attention_flops_per_token(s) + 2.0 * self.vocab_size * self.hidden_size)
+        return 6.0 * self.active_params + 3.0 * (attention + extra)
+
+    def attention_kept_bytes(self) -> tuple[float, float]:
+        """Bytes per token one layer's attention keeps for backward, but the softmax statistics, as
+        (kept whole or sequence-split, TP-split): Korthikanti's 3h (the projections' input, 2 bytes a
+        hidden element, and the dropout mask, 1) and 8 bytes a query element (Q, K, V, output; module
+        doc). MLA (Megatron-Core's ``MLASelfAttention`` with Transformer Engine's fused attention): the
+        same 3h, 4 bytes a latent element (each latent norm's input and the up projection's input, on
+        the sequence shard under sequence parallelism: the down projections are duplicated
+        ``TELinear``s), 2 a rope key element, and 2 bytes each element of Q, K (both qk wide), V and
+        the output (v wide), TP-split as the heads."""
+        h = self.hidden_size
+        if not self.is_mla:
+            return 3.0 * h, 8.0 * self.q_width
+        latent = 4.0 * (self.q_lora_rank + self.kv_lora_rank) + 2.0 * self.qk_rope_head_dim
+        return 3.0 * h + latent, 2.0 * (2 * self.q_width + 2 * self.out_width)
 
     def activation_bytes_per_layer(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
-        """Bytes one layer keeps for backward, per GPU (Korthikanti et al. 2023)."""
+        """Bytes one layer keeps for backward, per GPU (Korthikanti et al. 2023): 7h kept whole and 16h
+        TP-split by the norms and the MLP, the attention's ``attention_kept_bytes``, and its softmax
+        statistics."""
         s, b, h, a = seq, mbs, self.hidden_size, self.num_heads
         if recompute == "full":
             return 2.0 * s * b * h / (tp if sp else 1)
+        whole, split = self.attention_kept_bytes()
         attention = 0.0 if recompute == "selective" else SOFTMAX_STAT_BYTES * a / h / tp
-        replicated = 10.0 / tp if sp else 10.0
-        return s * b * h * (replicated + 24.0 / tp + attention)
+        replicated = (7.0 + whole / h) / tp if sp else 7.0 + whole / h
+        return s * b * h * (replicated + (16.0 + split / h) / tp + attention)
 
     def moe_activation_bytes_per_layer(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
         """A MoE layer's bytes kept for backward: the dense layer's with its MLP (3 sbh kept
@@ -242,9 +421,10 @@ class ModelSpec:
 
 def _validate(raw: dict, name: str) -> ModelSpec:
     for key in raw:
-        if key not in MODEL_KEYS and key not in MOE_KEYS:
+        if key not in MODEL_KEYS and key not in MOE_KEYS and key not in ATTENTION_KEYS:
             raise InputError(f"model.{key}", raw[key], "not a model key; allowed: " + ", ".join(MODEL_KEYS)
-                             + " and, for mixture-of-experts models, " + ", ".join(MOE_KEYS))
+                             + "; for mixture-of-experts models " + ", ".join(MOE_KEYS)
+                             + "; for the attention and multi-token prediction " + ", ".join(ATTENTION_KEYS))
     for key in MODEL_KEYS:
         if key not in raw:
             raise InputError(f"model.{key}", None, "required in a model file")
@@ -255,11 +435,43 @@ def _validate(raw: dict, name: str) -> ModelSpec:
             raise InputError(f"model.{key}", raw[key], " or ".join(allowed))
     if not isinstance(raw["tied_embeddings"], bool):
         raise InputError("model.tied_embeddings", raw["tied_embeddings"], "true or false")
-    if raw["hidden_size"] % raw["num_heads"]:
-        raise InputError("model.num_heads", raw["num_heads"], f"a divisor of hidden_size {raw['hidden_size']}")
+    attention = _attention_fields(raw)
+    if raw["hidden_size"] % raw["num_heads"] and not attention["head_dim"] and attention["attention"] == "gqa":
+        raise InputError("model.num_heads", raw["num_heads"], f"a divisor of hidden_size {raw['hidden_size']} "
+                         "(or give the heads' width, head_dim)")
     if raw["num_heads"] % raw["num_kv_heads"]:
         raise InputError("model.num_kv_heads", raw["num_kv_heads"], f"a divisor of num_heads {raw['num_heads']}")
-    return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS}, **_moe_fields(raw))
+    return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS}, **_moe_fields(raw), **attention)
+
+
+def _attention_fields(raw: dict) -> dict:
+    """The attention and multi-token-prediction keys of a model file, validated (all absent:
+    multi-head or grouped-query attention of hidden_size / num_heads-wide heads, no window, no MTP)."""
+    out = {k: raw.get(k, default) for k, default in ATTENTION_KEYS.items()}
+    if out["attention"] not in ATTENTION_KINDS:
+        raise InputError("model.attention", out["attention"], " or ".join(f'"{k}"' for k in ATTENTION_KINDS))
+    for key in ATTENTION_KEYS:
+        if key != "attention" and key in raw:
+            _whole(key, raw[key])
+    mla = 'with attention = "mla"'
+    if out["attention"] == "mla":
+        for key in MLA_KEYS[1:]:
+            if key not in raw:
+                raise InputError(f"model.{key}", None, f"required {mla} (q_lora_rank optional: 0, a plain query)")
+        if "head_dim" in raw:
+            raise InputError("model.head_dim", raw["head_dim"], f"absent {mla}: its heads score over qk_nope_head_dim "
+                             "+ qk_rope_head_dim and their values are v_head_dim wide")
+        if raw["num_kv_heads"] != raw["num_heads"]:
+            raise InputError("model.num_kv_heads", raw["num_kv_heads"], f"num_heads {raw['num_heads']} {mla} (every "
+                             "head has its own keys and values, made from the shared latent)")
+    else:
+        for key in MLA_KEYS:
+            if key in raw:
+                raise InputError(f"model.{key}", raw[key], f'only {mla} (multi-head latent attention)')
+    if "window_attn_skip_freq" in raw and not out["sliding_window"]:
+        raise InputError("model.window_attn_skip_freq", raw["window_attn_skip_freq"],
+                         "only with a sliding_window above 0 (the layers it leaves at full attention)")
+    return out
 
 
 def _whole(key: str, value, why: str = "") -> int:
@@ -293,28 +505,68 @@ def _moe_fields(raw: dict) -> dict:
 
 
 @cache
+def _catalog_raw() -> dict[str, dict]:
+    return {name: {k: v for k, v in body.items() if k != "source"} for name, body in read_catalog("models").items()}
+
+
+@cache
 def model_catalog() -> dict[str, ModelSpec]:
-    return {name: _validate({k: v for k, v in body.items() if k != "source"}, name)
-            for name, body in read_catalog("models").items()}
+    return {name: _validate(raw, name) for name, raw in _catalog_raw().items()}
 
 
 @lru_cache(maxsize=64)
-def load_model(name_or_path: str) -> ModelSpec:
-    """A catalog model by name, or a user's model TOML file."""
+def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
+    """A catalog model by name, a user's model TOML file, either with changed keys
+    (``NAME:key=value,...``, module doc), or a ``ModelSpec`` (validated as a model file is)."""
+    if isinstance(name_or_path, ModelSpec):
+        return _validate(_spec_keys(name_or_path), name_or_path.name)
+    if not isinstance(name_or_path, str):
+        raise InputError("model", name_or_path, "a catalog name, a TOML file path or a perfmodel.workload.ModelSpec")
+    base, sep, options = name_or_path.partition(":")
+    if sep and not Path(name_or_path).exists() and (base in _catalog_raw() or Path(base).is_file()):
+        return _validate({**_raw_model(base)[0], **_options(options)}, name_or_path)
+    raw, name = _raw_model(name_or_path)
+    return model_catalog()[name] if name_or_path in _catalog_raw() else _validate(raw, name)
+
+
+def _spec_keys(spec: ModelSpec) -> dict:
+    """The keys of a model file that describe ``spec``: every required one, the optional ones it sets
+    apart from their defaults (head_dim where it is not the one its shape gives)."""
+    keys = {k: getattr(spec, k) for k in MODEL_KEYS}
+    for key, default in {**MOE_KEYS, **ATTENTION_KEYS}.items():
+        value = getattr(spec, key)
+        if value != default and (key != "head_dim" or value != replace(spec, head_dim=0).head_dim):
+            keys[key] = value
+    return keys
+
+
+def _raw_model(name_or_path: str) -> tuple[dict, str]:
+    """(keys, name) of a catalog model or a model TOML file, as read (not yet validated)."""
     path = Path(name_or_path)
     if name_or_path.endswith(".toml") or path.exists():
         if not path.is_file():
             raise InputError("model", name_or_path, "a catalog name or an existing TOML file")
         text = path.read_text()
         try:
-            raw = tomllib.loads(text)
+            return tomllib.loads(text), path.stem
         except tomllib.TOMLDecodeError as err:
             raise InputError("model", name_or_path, _not_toml(text, err)) from None
-        return _validate(raw, path.stem)
-    catalog = model_catalog()
+    catalog = _catalog_raw()
     if name_or_path not in catalog:
-        raise InputError("model", name_or_path, "one of " + ", ".join(catalog) + ", or a TOML file path")
-    return catalog[name_or_path]
+        raise InputError("model", name_or_path, "one of " + ", ".join(catalog) + ", or a TOML file path, either "
+                         "with changed keys (NAME:key=value,...)")
+    return dict(catalog[name_or_path]), name_or_path
+
+
+def _options(text: str) -> dict:
+    """``key=value,...`` of a model name: each value read as a TOML value (numbers, true/false, "text")."""
+    out = {}
+    for key, value in parse_options(text, "model").items():
+        try:
+            out[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise InputError(f"model.{key}", value, 'a TOML value (a number, true or false, or "text")') from None
+    return out
 
 
 def _not_toml(text: str, err: Exception) -> str:

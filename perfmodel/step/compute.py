@@ -104,12 +104,51 @@ ROUTER_BYTES_PER_SCORE, ROUTER_KERNELS = 18, 2
 LOSS_KERNELS = 4               # the fused cross-entropy's passes over the logits
 
 
-def layer_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
-    """(m, n, k) of one layer's forward GEMMs on one GPU: QKV, attention output, MLP up (and
-    gate), MLP down, each split over TP (what calibration times, with their backward)."""
+# How Megatron-Core splits each GEMM over tp: column-parallel (its output split; with sequence
+# parallelism its input all-gathered, so quantized on its sequence shard before the gather), row-parallel
+# (its input split, its output reduce-scattered: its output gradient quantized on the shard), or
+# duplicated (the whole weight on every rank: MLA's down projections, Transformer Engine's TELinear with
+# parallel_mode 'duplicated', run on the rank's sequence shard with sequence parallelism, on every token
+# without: megatron/core/transformer/multi_latent_attention.py, MLASelfAttention._qkv_down_projection).
+COLUMN, ROW, DUPLICATED = "column", "row", "duplicated"
+MLP_KINDS = (COLUMN, ROW)
+
+
+def attention_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
+    """(m, n, k) of one layer's attention projections on one GPU, split over tp as ``attention_kinds``
+    says: QKV (the heads' queries and the kv heads' keys and values) and the output projection. MLA
+    (Megatron-Core's MLASelfAttention, gpt_layer_specs' Transformer Engine spec: linear_q_down_proj and
+    linear_kv_down_proj ``backend.linear()``, the up projections ``column_parallel``): the query's down
+    projection to q_lora_rank and up projection to the heads' queries (or one projection where q_lora_rank
+    is 0), the keys' and values' down projection to kv_lora_rank + qk_rope_head_dim and up projection to
+    the heads' no-rope keys and values, and the output projection."""
     T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
-    return [(T, (h + 2 * model.kv_dim) / tp, h), (T, h, h / tp),
-            (T, model.mlp_up_width / tp, h), (T, h, model.ffn_hidden_size / tp)]
+    if not model.is_mla:
+        return [(T, (model.q_width + 2 * model.kv_dim) / tp, h), (T, h, model.out_width / tp)]
+    shard = T / (tp if plan.sequence_parallel else 1)          # the tokens a duplicated GEMM runs on
+    rank, heads_kv = model.q_lora_rank, model.num_heads * (model.qk_nope_head_dim + model.v_head_dim)
+    query = [(shard, rank, h), (T, model.q_width / tp, rank)] if rank else [(T, model.q_width / tp, h)]
+    kv = [(shard, model.kv_lora_rank + model.qk_rope_head_dim, h), (T, heads_kv / tp, model.kv_lora_rank)]
+    return query + kv + [(T, h, model.out_width / tp)]
+
+
+def attention_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """How each of ``attention_gemms`` is split over tp (``COLUMN``, ``ROW``, ``DUPLICATED``)."""
+    if not model.is_mla:
+        return COLUMN, ROW
+    return ((DUPLICATED, COLUMN) if model.q_lora_rank else (COLUMN,)) + (DUPLICATED, COLUMN, ROW)
+
+
+def layer_gemms(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, float, float]]:
+    """(m, n, k) of one dense layer's forward GEMMs on one GPU: the attention's (``attention_gemms``),
+    then MLP up (and gate) and MLP down, each split over TP (what calibration times, with their backward)."""
+    T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
+    return attention_gemms(model, plan) + [(T, model.mlp_up_width / tp, h), (T, h, model.ffn_hidden_size / tp)]
+
+
+def layer_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """How each of ``layer_gemms`` is split over tp."""
+    return attention_kinds(model) + MLP_KINDS
 
 
 def moe_gemms(model: ModelSpec, plan: ParallelPlan, load: float = 1.0) -> list[tuple[float, float, float, int]]:
@@ -133,7 +172,7 @@ def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> di
     memory = MEMORY_KERNELS
     collective = (4 if plan.sequence_parallel else 2) if plan.tp > 1 else 0
     if moe:
-        gemm = 2 + len(moe_gemms(model, plan))        # the routed experts' projections: a grouped GEMM each
+        gemm = len(attention_gemms(model, plan)) + len(moe_gemms(model, plan))        # the routed experts' projections: a grouped GEMM each
         memory += 2 + ROUTER_KERNELS                  # token permute and unpermute, the router's scores
         collective += 2 if plan.ep > 1 else 0
     return {"gemm": gemm, "attention": ATTENTION_KERNELS, "memory": memory, "collective": collective}
@@ -192,39 +231,65 @@ def _stage_quantize_kernels(model: ModelSpec, plan: ParallelPlan, layers: int, f
 
 
 def attention_heads(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Sequences x heads of one microbatch on one GPU: each an s x s x head_dim score GEMM and
-    a value GEMM."""
+    """Sequences x heads of one microbatch on one GPU: each a queries x keys x qk score GEMM and
+    a queries x keys x v value GEMM (qk = v = head_dim but under MLA)."""
     return plan.mbs * model.num_heads / plan.tp
 
 
 def activation_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Bytes of one layer's activations that memory-bound work moves (Korthikanti et al. 2023)."""
-    T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
-    return T * h * (10.0 / (tp if plan.sequence_parallel else 1) + 24.0 / tp)
+    """Bytes of one layer's activations that memory-bound work moves (Korthikanti et al. 2023): what
+    the layer keeps for backward but the softmax statistics (``ModelSpec.activation_bytes_per_layer``:
+    10 sbh whole or sequence-split, 24 sbh TP-split for multi-head attention; the attention's part from
+    its shapes)."""
+    return model.activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, "selective")
 
 
 def score_elements(model: ModelSpec, plan: ParallelPlan) -> float:
     """Attention scores one GPU computes per layer and microbatch: its queries against every key
-    of the sequence (cp blocks of (seq / cp)^2 under cp; a masked block is computed whole)."""
-    return attention_heads(model, plan) * plan.local_seq * plan.seq
+    of the sequence (cp blocks of (seq / cp)^2 under cp; a masked block is computed whole), or of
+    its window in a windowed layer (the mean over the model's layers, ``ModelSpec.score_keys``)."""
+    return attention_heads(model, plan) * plan.local_seq * model.score_keys(plan.seq)
+
+
+def attention_flops(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Forward FLOPs of one layer's attention scores and values on one GPU per microbatch: 2 x queries
+    x keys x (qk + v) per sequence and head (the mean over the model's layers where some are windowed)."""
+    return attention_heads(model, plan) * 2.0 * plan.local_seq * model.score_keys(plan.seq) \
+        * (model.score_dim + model.value_dim)
+
+
+def _products_s(model: ModelSpec, plan: ParallelPlan, dev: Device, keys: int) -> float:
+    """Seconds of one microbatch's QK^T and AV products in a layer whose queries see ``keys`` keys: per
+    sequence and head a queries x keys x qk and a queries x keys x v GEMM; under cp, with every key of
+    the sequence, cp blocks of (seq / cp)^2, with a window one block of its keys."""
+    heads, dt, qk, v = attention_heads(model, plan), plan.compute_dtype, model.score_dim, model.value_dim
+    if plan.cp == 1:
+        return heads * (dev.table_gemm_time_s(plan.seq, keys, qk, dt) + dev.table_gemm_time_s(plan.seq, keys, v, dt))
+    if keys < plan.seq:
+        local = plan.local_seq
+        return heads * (dev.table_gemm_time_s(local, keys, qk, dt) + dev.table_gemm_time_s(local, keys, v, dt))
+    blocks = dev.table_gemm_time_s(plan.local_seq, plan.local_seq, qk, dt) \
+        + dev.table_gemm_time_s(plan.local_seq, plan.local_seq, v, dt)
+    return heads * plan.cp * blocks
 
 
 def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float]:
     """(fwd s, bwd s, FLOPs) of one layer's attention scores and values (cp blocks under cp):
-    the batched GEMMs (backward: twice forward), and with eager kernels under cp the ring's
-    recomputed scores (``EAGER_RING_BWD_PRODUCTS``) and its elementwise work over every score
-    (``eager_score_s``)."""
-    heads, dt = attention_heads(model, plan), plan.compute_dtype
-    if plan.cp == 1:
-        attn = 2 * heads * dev.table_gemm_time_s(plan.seq, plan.seq, model.head_dim, dt)
-    else:
-        attn = 2 * heads * plan.cp * dev.table_gemm_time_s(plan.local_seq, plan.local_seq, model.head_dim, dt)
+    the batched GEMMs (backward: twice forward; where some layers attend within a window, the mean
+    over the model's layers of full and windowed ones, exact for a stage holding the model's share of
+    each), and with eager kernels under cp the ring's recomputed scores (``EAGER_RING_BWD_PRODUCTS``)
+    and its elementwise work over every score (``eager_score_s``)."""
+    attn = _products_s(model, plan, dev, plan.seq)
+    windowed = model.window_layers
+    if windowed:
+        near = _products_s(model, plan, dev, min(plan.seq, model.sliding_window))
+        attn = ((model.num_layers - windowed) * attn + windowed * near) / model.num_layers
     fwd, bwd = attn, 2 * attn
     if plan.kernels == "eager" and plan.cp > 1:   # the ring's blocks; whole-sequence attention is fused
         fwd_s, bwd_s = eager_score_s(dev)
         bwd = attn * EAGER_RING_BWD_PRODUCTS / RING_FWD_PRODUCTS
         fwd, bwd = fwd + score_elements(model, plan) * fwd_s, bwd + score_elements(model, plan) * bwd_s
-    return fwd, bwd, 2 * heads * 2.0 * plan.local_seq * plan.seq * model.head_dim
+    return fwd, bwd, attention_flops(model, plan)
 
 
 def eager_score_s(dev: Device) -> tuple[float, float]:
@@ -319,7 +384,7 @@ def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -
     experts as grouped GEMMs of the busiest rank's rows, ``_expert_times``; FLOPs counted balanced; the
     router in the compute dtype), memory-bound work over its activations (the experts' at the busiest
     rank's load, ``routing.loaded``), the router's scores and the permutation of its dispatched rows."""
-    attention = [(m, n, k, 1) for m, n, k in layer_gemms(model, plan)[:2]]
+    attention = [(m, n, k, 1) for m, n, k in attention_gemms(model, plan)]
     router, *dense = moe_gemms(model, plan)[:-2]
     gemm, gemm_bwd = _gemm_times(attention + dense, plan, dev, rec)
     routed, routed_bwd = _expert_times(model, plan, dev, rec)
@@ -350,13 +415,6 @@ def _gemm_times(shapes: list, plan: ParallelPlan, dev: Device, rec: Recipe) -> t
     return fwd, bwd
 
 
-# Which of ``layer_gemms`` (QKV, attention output, MLP up, MLP down) and of a MoE layer's shared
-# experts (up, down) are column-parallel: with sequence parallelism their input is all-gathered, so
-# it is quantized on its sequence shard before the gather (Transformer Engine gathers the quantized
-# tensor); the row-parallel ones' output gradient likewise.
-COLUMN_PARALLEL = (True, False, True, False)
-
-
 def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> dict[str, list[float]]:
     """Elements of each quantized tensor of one layer per microbatch on one GPU, by operand:
     ``activation`` (each GEMM's input), ``gradient`` (its output gradient), ``weight`` (its weight,
@@ -365,17 +423,18 @@ def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) 
     and output gradient quantized as one tensor (Transformer Engine's GroupedLinear quantizes them in one
     ``split_quantize``), its weights one per expert."""
     sp = plan.tp if plan.sequence_parallel else 1
-    gemms = layer_gemms(model, plan)
+    gemms, kinds = layer_gemms(model, plan), layer_kinds(model)
     if moe:
         _, *experts = moe_gemms(model, plan, routing.rank_load(model, plan))
         shared = experts[:-2]
-        gemms = gemms[:2] + [(m, n, k) for m, n, k, _ in shared]
+        attention = len(attention_kinds(model))
+        gemms = gemms[:attention] + [(m, n, k) for m, n, k, _ in shared]
+        kinds = kinds[:attention] + MLP_KINDS[:len(shared)]
         routed = experts[-2:]
     else:
         routed = []
-    columns = COLUMN_PARALLEL[:len(gemms)]
-    out = {"activation": [m * k / (sp if col else 1) for (m, n, k), col in zip(gemms, columns)],
-           "gradient": [m * n / (1 if col else sp) for (m, n, k), col in zip(gemms, columns)],
+    out = {"activation": [m * k / (sp if kind == COLUMN else 1) for (m, n, k), kind in zip(gemms, kinds)],
+           "gradient": [m * n / (sp if kind == ROW else 1) for (m, n, k), kind in zip(gemms, kinds)],
            "weight": [n * k for m, n, k in gemms]}
     for m, n, k, times in routed:
         out["activation"].append(times * m * k)
@@ -468,17 +527,60 @@ def _chunk_amax_s(plan: ParallelPlan, rec: Recipe, low: int) -> float:
 
 
 def _ends(model: ModelSpec, plan: ParallelPlan, dev: Device, first: bool, last: bool) -> tuple[float, float]:
-    """(fwd s, FLOPs) of the embedding (first stage) and LM head + loss (last stage)."""
-    T, h, dt = plan.local_seq * plan.mbs, model.hidden_size, plan.compute_dtype
+    """(fwd s, FLOPs) of the embedding (first stage) and LM head + loss (last stage), and on the last
+    stage the multi-token-prediction modules (``_mtp``): the stage's backward takes twice them all."""
     fwd = flops = 0.0
-    launch = kernel_fixed_s(dev)
     if first:
-        fwd += 2.0 * T * h * DTYPE_BYTES[dt] / dev.stream_Bps + EMBEDDING_KERNELS * launch
+        fwd += _embedding_s(model, plan, dev)
     if last:
-        V = model.vocab_size / plan.tp
-        fwd += dev.gemm_time_s(T, V, h, dt) + 3.0 * T * V * 4 / dev.stream_Bps + LOSS_KERNELS * launch
-        flops += 2.0 * T * V * h
+        head_s, head_flops = _head(model, plan, dev)
+        mtp_s, mtp_flops = _mtp(model, plan, dev)
+        fwd, flops = fwd + head_s + mtp_s, flops + head_flops + mtp_flops
     return fwd, flops
+
+
+def _embedding_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:
+    """Seconds of one microbatch's token embedding: its rows read and written, and its kernels."""
+    T, dt = plan.local_seq * plan.mbs, plan.compute_dtype
+    return 2.0 * T * model.hidden_size * DTYPE_BYTES[dt] / dev.stream_Bps + EMBEDDING_KERNELS * kernel_fixed_s(dev)
+
+
+def _head(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float]:
+    """(fwd s, FLOPs) of one microbatch's LM head GEMM and its loss over fp32 logits."""
+    T, h, V = plan.local_seq * plan.mbs, model.hidden_size, model.vocab_size / plan.tp
+    fwd = dev.gemm_time_s(T, V, h, plan.compute_dtype) + 3.0 * T * V * 4 / dev.stream_Bps \
+        + LOSS_KERNELS * kernel_fixed_s(dev)
+    return fwd, 2.0 * T * V * h
+
+
+# A multi-token-prediction module's memory-bound passes over a token's hidden state beside its layer, its
+# projection and its LM head (Megatron-Core's MultiTokenPredictionLayer._concat_embeddings and _postprocess):
+# the next tokens' embedding (``_embedding_s``), then the enorm, hnorm and final_layernorm (a read and a write
+# of h each) and the concatenation of the two normed halves (2h read and written): 5 passes of h, in 4 kernels.
+MTP_PASSES, MTP_KERNELS = 5, 4
+
+
+def _mtp_layer(model: ModelSpec, plan: ParallelPlan, dev: Device) -> LayerTimes:
+    """The times of a multi-token-prediction module's layer: of the kind of the model's last layer,
+    in the plan's precision."""
+    layer = _moe_layer if model.mtp_moe_layers else _layer
+    return layer(model, plan, dev, recipe(plan.precision))
+
+
+def _mtp(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float]:
+    """(fwd s, FLOPs) of one microbatch's multi-token-prediction modules (none: 0): each the next tokens'
+    embedding, its norms, the column-parallel 2h x h projection, a layer (``_mtp_layer``: its forward with
+    its quantization, the weights' once a step) and one more pass of the LM head and loss."""
+    if not model.mtp_layers:
+        return 0.0, 0.0
+    T, h, dt = plan.local_seq * plan.mbs, model.hidden_size, plan.compute_dtype
+    x = _mtp_layer(model, plan, dev)
+    head_s, head_flops = _head(model, plan, dev)
+    proj = dev.gemm_time_s(T, h / plan.tp, 2 * h, dt)
+    memory = MTP_PASSES * 2.0 * T * h * DTYPE_BYTES[dt] / dev.stream_Bps + MTP_KERNELS * kernel_fixed_s(dev)
+    layer = x.gemm_fwd + x.attention_fwd + x.memory_fwd + x.quantize_fwd + x.quantize_weights / plan.microbatches
+    fwd = _embedding_s(model, plan, dev) + memory + proj + layer + head_s
+    return model.mtp_layers * fwd, model.mtp_layers * (x.flops + 2.0 * T * h / plan.tp * 2 * h + head_flops)
 
 
 def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, first: bool,
@@ -499,7 +601,7 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
                  "full": lambda: forward}[plan.recompute]()
     bwd = total(lambda x: x.gemm_bwd + x.attention_bwd + 2 * x.memory_fwd + x.quantize_bwd) + 2 * end_fwd \
         + recompute + amax
-    attn_flops = 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * (plan.seq * plan.local_seq) * model.head_dim
+    attn_flops = attention_flops(model, plan)
     extra = {"none": lambda x: 0.0, "selective": lambda x: attn_flops, "full": lambda x: x.flops}[plan.recompute]
     hw_flops = 3 * (total(lambda x: x.flops) + end_flops) + total(extra)
     head = _head_gemm_s(model, plan, dev) if last else 0.0
@@ -515,8 +617,14 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:
-    return dev.gemm_time_s(plan.local_seq * plan.mbs, model.vocab_size / plan.tp, model.hidden_size,
-                           plan.compute_dtype)
+    """Forward GEMM seconds of the last stage's ends: the LM head, and per multi-token-prediction module
+    its projection, its layer's GEMMs and one more LM head."""
+    T, h, dt = plan.local_seq * plan.mbs, model.hidden_size, plan.compute_dtype
+    head = dev.gemm_time_s(T, model.vocab_size / plan.tp, h, dt)
+    if not model.mtp_layers:
+        return head
+    mtp = head + dev.gemm_time_s(T, h / plan.tp, 2 * h, dt) + _mtp_layer(model, plan, dev).gemm_fwd
+    return head + model.mtp_layers * mtp
 
 
 def optimizer_time_s(params_per_gpu: float, dev: Device) -> float:
