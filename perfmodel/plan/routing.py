@@ -78,7 +78,7 @@ def parse(text: str) -> Routing:
         return Routing("capacity", factor=_capacity_factor(text))
     if not os.path.isfile(text):
         raise InputError("routing", text, ALLOWED + "; no such file")
-    return _read_cached(os.path.abspath(text), *_stamp(text))
+    return _read_cached(text, os.path.abspath(text), *_stamp(text))
 
 
 def _capacity_factor(text: str) -> float:
@@ -98,8 +98,8 @@ def _stamp(path: str) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=32)
-def _read_cached(path: str, mtime_ns: int, size: int) -> Routing:
-    """``read_histogram``, once per file version (reread when the file changes)."""
+def _read_cached(path: str, absolute: str, mtime_ns: int, size: int) -> Routing:
+    """``read_histogram``, once per file version (reread when the file changes; ``path`` as given names it)."""
     return read_histogram(path)
 
 
