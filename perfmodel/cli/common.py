@@ -92,8 +92,29 @@ DEGREE_HELPS = {"cp": "gpus = tp x cp x pp x dp"}
 
 def _layout_args(p) -> None:
     add_degree_arguments(p, helps=DEGREE_HELPS)
-    p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage")
+    p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (with --ep the experts' "
+                   "states shard over their expert-data-parallel ranks, the rest over dp x cp)")
     p.add_argument("--mbs", type=microbatch_size, default=1, help=f"microbatch size ({bounds.describe('mbs')})")
+    _stage_split_args(p)
+
+
+def _stage_split_args(p) -> None:
+    """How the pipeline stages split the layers, under Megatron's names too (``perfmodel.plan.stages``)."""
+    split = "default: even, earlier stages taking the remainder; docs: 'Pipeline stages'"
+    p.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first_stage_layers",
+                   type=int, metavar="N", help="transformer layers of the first pipeline stage; the stages between "
+                   f"the first and last split the rest evenly ({split})")
+    p.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last_stage_layers",
+                   type=int, metavar="N", help="transformer layers of the last pipeline stage")
+    p.add_argument("--account-for-embedding", "--account-for-embedding-in-pipeline-split",
+                   dest="account_for_embedding", action="store_true",
+                   help="count the embedding as a layer of the first stage when splitting the layers")
+    p.add_argument("--account-for-loss", "--account-for-loss-in-pipeline-split", dest="account_for_loss",
+                   action="store_true", help="count the loss as a layer of the last stage when splitting the layers")
+    p.add_argument("--pipeline-layout", "--pipeline-model-parallel-layout", dest="pipeline_layout", metavar="LAYOUT",
+                   help="Megatron's layout string: each virtual stage's layers between '|' (E embedding, t "
+                   "transformer layer, m multi-token prediction, L loss; x*n and (...)*n repeat), pp x V of them, "
+                   "e.g. 'Et*4|(t*4|)*14tL' for 61 layers on pp 4 with interleaved:4")
 
 
 def _step_args(p, sweep: bool) -> None:
@@ -184,7 +205,9 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:
         kw.update(_degrees(args), zero=args.zero, mbs=args.mbs, recompute=args.recompute, hpz=args.hpz,
-                  tp_overlap=args.tp_overlap, kernels=args.kernels)
+                  tp_overlap=args.tp_overlap, kernels=args.kernels, first_stage_layers=args.first_stage_layers,
+                  last_stage_layers=args.last_stage_layers, account_for_embedding=args.account_for_embedding,
+                  account_for_loss=args.account_for_loss, pipeline_layout=args.pipeline_layout)
     return kw
 
 

@@ -4,10 +4,14 @@ Plans: tp over the divisors of GPUs per node that divide the heads and KV heads;
 divisors of gpus / tp up to the layer count; dp = gpus / (tp pp); mbs over powers of two up
 to ``max_mbs`` dividing gbs / dp; ZeRO 0-3 (0 only when dp = 1); recompute as given ('any'
 tries all three). Plans that do not fit in memory are counted and skipped. Expert parallelism
-enters only for MoE models: ep over the divisors of dp that divide the experts (ZeRO-3 left
-out with ep > 1); context parallelism only for sequences of at least ``LONG_SEQ`` tokens: cp
-over the divisors of gpus / (tp pp) up to ``MAX_CP`` that cut the sequence into 2 cp chunks.
-Dense models at ordinary lengths get exactly the plans they always had.
+enters only for MoE models, folded as Megatron-Core folds it (``perfmodel.plan.mesh``): expert
+tensor parallelism etp = tp, or 1 where tp > 1 (the two Megatron-Bridge's MoE recipes use; each
+dividing the experts' FFN width), and ep over the divisors of tp x cp x dp / etp that divide the
+experts (with etp 1, only multiples of tp: the expert groups fold over whole tensor-parallel groups,
+to keep the plans few), every ZeRO stage with them;
+context parallelism only for sequences of at least ``LONG_SEQ`` tokens: cp over the divisors of
+gpus / (tp pp) up to ``MAX_CP`` that cut the sequence into 2 cp chunks. Dense models at ordinary
+lengths get exactly the plans they always had.
 """
 from __future__ import annotations
 
@@ -49,25 +53,26 @@ def candidate_plans(model: str, cluster: str, gpus: int | None, nodes: int | Non
            and spec.num_kv_heads % t == 0]
     for tp in tps:
         for pp in (p for p in divisors(ranks // tp) if p <= spec.num_layers):
-            for cp, ep in _ep_cp(spec, ranks // (tp * pp), seq):
+            for cp, ep, etp in _ep_cp(spec, tp, ranks // (tp * pp), seq):
                 dp = ranks // (tp * pp * cp)
                 mbss = [m for m in (2 ** i for i in range(max_mbs.bit_length())) if m <= max_mbs
                         and gbs % (m * dp) == 0]
-                zeros = [z for z in zero if (dp * cp > 1 or z == 0) and (ep == 1 or z < 3)]
-                extra = {k: v for k, v in (("ep", ep), ("cp", cp)) if v > 1}
+                zeros = [z for z in zero if dp * cp > 1 or z == 0]
+                extra = {k: v for k, v in (("ep", ep), ("cp", cp)) if v > 1} | ({"etp": etp} if spec.is_moe else {})
                 for mbs, z, rc in itertools.product(mbss, zeros, recomputes):
                     out.append(dict(tp=tp, pp=pp, dp=dp, mbs=mbs, zero=z, recompute=rc, **extra))
     return out
 
 
-def _ep_cp(spec, rest: int, seq: int) -> list[tuple[int, int]]:
-    """(cp, ep) pairs for ``rest`` = gpus / (tp pp) GPUs (module doc); (1, 1) first."""
+def _ep_cp(spec, tp: int, rest: int, seq: int) -> list[tuple[int, int, int]]:
+    """(cp, ep, etp) for ``rest`` = gpus / (tp pp) GPUs (module doc); (1, 1, tp) first."""
     cps = [1] + ([c for c in divisors(rest) if 1 < c <= MAX_CP and seq % (2 * c) == 0] if seq >= LONG_SEQ else [])
+    etps = [e for e in dict.fromkeys((tp, 1)) if spec.moe_ffn_hidden_size % e == 0] if spec.is_moe else [tp]
     out = []
-    for cp in cps:
-        dp = rest // cp
-        eps = [1] + ([e for e in divisors(dp) if e > 1 and spec.num_experts % e == 0] if spec.is_moe else [])
-        out += [(cp, ep) for ep in eps]
+    for cp, etp in itertools.product(cps, etps):
+        folded = tp * rest // etp            # tp x cp x dp / etp: the ranks ep folds over
+        eps = [1] + ([e for e in divisors(folded) if e > 1 and spec.num_experts % e == 0] if spec.is_moe else [])
+        out += [(cp, ep, etp) for ep in eps if etp == tp or ep % tp == 0]
     return out
 
 
