@@ -7,8 +7,9 @@ takes a ``PlanSpace`` (what plans) and ``SearchOptions`` (how to choose among th
 run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as keywords:
 
 * **Candidates** (``--candidates``): ``axis=spec|spec|...`` per axis, ``;`` between axes; axes
-  left out stay uncompressed. Plans cover ep and cp degrees where they apply (MoE models, long
-  sequences: ``perfmodel.explore.sweep``), so a dense model's search is what it always was. The
+  left out stay uncompressed. Plans cover ep, etp and cp degrees where they apply (MoE models,
+  their experts folded over tp x cp x dp as Megatron-Core folds them; long sequences:
+  ``perfmodel.explore.sweep``), so a dense model's search is what it always was. The
   policies are their product, per plan only over the axes
   that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one).
 * **Error budget** (``--max-error``): the relative RMS error of one application of a spec on
