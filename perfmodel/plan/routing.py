@@ -250,9 +250,10 @@ def _busiest_block(fractions: tuple, ep: int) -> tuple:
 def expert_rows(model: ModelSpec, plan: ParallelPlan) -> tuple:
     """Per layer of the routing (one unless a per-layer histogram), the rows each expert of the busiest
     expert-parallel rank computes in one micro-batch: its share of the group's ``ep x T x top_k`` copies
-    (T = seq / cp x mbs, what ``moe_gemms`` takes); padded to capacity, ``ep`` ranks' capacity rows."""
+    (T = ``ParallelPlan.expert_tokens``, what ``moe_gemms`` takes: seq / cp x mbs, gathered over etp);
+    padded to capacity, ``ep`` ranks' capacity rows (each gathered over etp)."""
     routing = routing_of(model, plan)
-    T, ep, k = plan.local_seq * plan.mbs, plan.ep, model.moe_top_k
+    T, ep, k = plan.expert_tokens, plan.ep, model.moe_top_k
     local = model.num_experts // ep
     copies = ep * T * k
     if routing.kind == "capacity":
@@ -268,7 +269,7 @@ def rank_load(model: ModelSpec, plan: ParallelPlan) -> float:
     """The busiest rank's expert rows over a balanced rank's, averaged over the routing's layers (1 balanced;
     the capacity factor padded; ``ep x`` the busiest block's share for a histogram): what the workload's
     formulas read as ``ModelSpec.expert_load``."""
-    fair = plan.local_seq * plan.mbs * model.moe_top_k
+    fair = plan.expert_tokens * model.moe_top_k
     layers = expert_rows(model, plan)
     return math.fsum(sum(rows) for rows in layers) / (len(layers) * fair)
 

@@ -152,16 +152,19 @@ def layer_kinds(model: ModelSpec) -> tuple[str, ...]:
 
 
 def moe_gemms(model: ModelSpec, plan: ParallelPlan, load: float = 1.0) -> list[tuple[float, float, float, int]]:
-    """(m, n, k, times) of a MoE layer's MLP GEMMs on one GPU: router, shared experts, and each of
-    its experts / ep routed experts' up and down projections at ``load`` times its fair share."""
-    T, h, tp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp
+    """(m, n, k, times) of a MoE layer's MLP GEMMs on one GPU: the router on the tokens it routes (its
+    sequence shard with sequence parallelism: Megatron-Core's router weight is sequence-parallel), the
+    shared experts (a dense MLP over tp), and each of its experts / ep routed experts' up and down
+    projections at ``load`` times its fair share of the expert tokens (``ParallelPlan.expert_tokens``:
+    gathered over etp), widths split over etp."""
+    T, h, tp, etp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp, plan.etp
     local = model.num_experts // plan.ep
-    m = T * model.moe_top_k * load / local
+    m = plan.expert_tokens * model.moe_top_k * load / local
     shared = model.moe_shared_experts
-    out = [(T, model.num_experts, h, 1)]
+    out = [(plan.routed_tokens, model.num_experts, h, 1)]
     if shared:
         out += [(T, shared * model.expert_up_width / tp, h, 1), (T, h, shared * model.moe_ffn_hidden_size / tp, 1)]
-    return out + [(m, model.expert_up_width / tp, h, local), (m, h, model.moe_ffn_hidden_size / tp, local)]
+    return out + [(m, model.expert_up_width / etp, h, local), (m, h, model.moe_ffn_hidden_size / etp, local)]
 
 
 def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> dict[str, int]:
@@ -172,7 +175,7 @@ def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> di
     memory = MEMORY_KERNELS
     collective = (4 if plan.sequence_parallel else 2) if plan.tp > 1 else 0
     if moe:
-        gemm = len(attention_gemms(model, plan)) + len(moe_gemms(model, plan))        # the routed experts' projections: a grouped GEMM each
+        gemm = len(attention_gemms(model, plan)) + len(moe_gemms(model, plan))   # a grouped GEMM a routed projection
         memory += 2 + ROUTER_KERNELS                  # token permute and unpermute, the router's scores
         collective += 2 if plan.ep > 1 else 0
     return {"gemm": gemm, "attention": ATTENTION_KERNELS, "memory": memory, "collective": collective}
@@ -315,8 +318,8 @@ def permute_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
 
 def router_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Bytes a MoE layer's router moves beyond its GEMM in one forward on a GPU: ``ROUTER_BYTES_PER_SCORE``
-    per score of its tokens (seq / cp x mbs) and the experts."""
-    return ROUTER_BYTES_PER_SCORE * plan.local_seq * plan.mbs * model.num_experts
+    per score of the tokens it routes (``ParallelPlan.routed_tokens``) and the experts."""
+    return ROUTER_BYTES_PER_SCORE * plan.routed_tokens * model.num_experts
 
 
 def grouped_gemm_s(dev: Device, rows, n: float, k: float, dtype: str) -> float:
@@ -343,8 +346,7 @@ def _expert_times(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe
     them (``routing.expert_rows``, averaged over a histogram's layers); backward the dgrad and the wgrad,
     each of the forward's volume, each GEMM in the dtype the recipe runs it in (as ``_gemm_times``)."""
     layers = routing.expert_rows(model, plan)
-    widths = ((model.expert_up_width / plan.tp, model.hidden_size),
-              (model.hidden_size, model.moe_ffn_hidden_size / plan.tp))
+    widths = [(n, k) for _, n, k, _ in moe_gemms(model, plan)[-2:]]
 
     def run(gemm: str) -> float:
         dtype = rec.gemm_dtype(gemm, plan.compute_dtype)
