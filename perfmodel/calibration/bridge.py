@@ -18,19 +18,29 @@ COLUMNS = ("nemo_container", "task", "model", "system", "num_gpus", "precision",
            "micro_batch_size", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep", "tokens_per_s_per_gpu",
            "alt_values_in_parentheses", "footnote_refs", "source")
 NOT_STATED = ("", "n/a")   # a degree the table leaves empty or marks n/a: 1 (fsdp: 0)
-# the table's model names -> commpress catalog models (perfmodel/catalog/models.toml); a name not here is
-# kept and reported as not predicted
+# DeepSeek-V3 as the recipes train it: with its multi-token-prediction module (Megatron-Bridge's DeepSeek-V3
+# recipe sets mtp_num_layers = 1: src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py @ 067f987df0),
+# as the table's own FLOPs per token say: 260 GFLOP a token in every DeepSeekV3 row (model TFLOP/s over
+# tokens/s), Megatron-LM's num_floating_point_operations with one MTP layer, 250 without it, as the four
+# '(w/o MTP)' rows count (megatron/training/training.py)
+MTP = "mtp_layers=1"
+# token drop as the 25.09 performance scripts ran it (scripts/performance/run_script.py @ cac49dcd7, --use_tokendrop):
+# apply_moe_token_drop's defaults (src/megatron/bridge/training/utils/moe_token_drop.py): capacity factor 1,
+# every expert's input padded to its capacity, the router not forced to balance
+TOKENDROP = "moe_capacity_factor=1,moe_pad_to_capacity=true"
+# the table's model names -> commpress catalog models (perfmodel/catalog/models.toml), with changed keys
+# (perfmodel.workload: NAME:key=value,...); a name not here is kept and reported as not predicted
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
-          "DeepSeekV3": "deepseek-v3", "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (dropless)": "deepseek-v3",
-          "DeepSeekV3 (tokendrop)": "deepseek-v3"}
+          "DeepSeekV3": f"deepseek-v3:{MTP}", "DeepSeekV3 (w/ MTP)": f"deepseek-v3:{MTP}",
+          "DeepSeekV3 (w/o MTP)": "deepseek-v3", "DeepSeekV3 (dropless)": f"deepseek-v3:{MTP}",
+          "DeepSeekV3 (tokendrop)": f"deepseek-v3:{MTP},{TOKENDROP}",
+          "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_30B_a3B (tokendrop)": f"qwen3-30b-a3b:{TOKENDROP}",
+          "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": f"qwen3-235b-a22b:{TOKENDROP}",
+          "GPT OSS 120B": "gpt-oss-120b", "Kimi_K2": "kimi-k2"}
 DENSE = ("LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B")
 # why a model of the table is not predicted
-UNMODELLED = {"GPT OSS": "its attention (64-wide heads beside a 2880 hidden, sliding windows) is not modelled",
-              "Qwen3": "its attention (128-wide heads beside a narrower hidden) is not modelled",
-              "Kimi": "multi-head latent attention with 384 experts is not in the catalog",
-              "Nemotron": "hybrid Mamba-Transformer layers are not modelled",
-              "DeepSeekV4": "DeepSeek-V4's architecture is not published in a form the catalog can hold",
-              "DeepSeekV3 (w/ MTP)": "the multi-token-prediction module is not modelled"}
+UNMODELLED = {"Nemotron": "hybrid Mamba-Transformer layers are not modelled",
+              "DeepSeekV4": "DeepSeek-V4's architecture is not published in a form the catalog can hold"}
 SYSTEMS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300", "DGX-GB200": "gb200-nvl72",
            "DGX-GB300": "gb300-nvl72"}
 # the table's precision names -> perfmodel.plan.precision's. 'FP8' (containers 26.02 on) is the same
@@ -66,7 +76,10 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "grad_reduce_in_fp32 False), other models' in fp32; tp > 1 -> sequence parallel and TP communication "
                "overlap (not under NVFP4: the recipes turn it off); no recompute (the recipes "
                "recompute a few layers or offload activations to the CPU on some GB200/GB300 FSDP and H100 "
-               "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages")
+               "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages; DeepSeek-V3 but the '(w/o MTP)' "
+               "rows with its multi-token-prediction module (the recipe's mtp_num_layers 1, and the table's 260 GFLOP "
+               "a token); '(tokendrop)' rows capacity factor 1 padded to capacity (apply_moe_token_drop's defaults), "
+               "the others balanced (the table's note: forced balance, dropless)")
 
 
 def bridge_rows(raw: list[dict]) -> list[dict]:
@@ -169,5 +182,5 @@ def _skip(row: dict) -> str:
     if row["task"] == "LoRA":
         return "LoRA fine-tuning (frozen weights, adapters trained) is not modelled"
     if name not in MODELS:
-        return f"model {name} not in the catalog (its attention's head width is not hidden / heads)"
+        return f"model {name} not in the catalog"
     return ""
