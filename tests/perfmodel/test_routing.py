@@ -266,3 +266,20 @@ def test_a_changed_file_is_read_again(tmp_path):
     with pytest.raises(InputError, match="experts=10"):
         make_plan(mixtral, 64, ep=8, gbs=256, routing=path)
     assert first == pytest.approx(1.0)
+
+
+def test_folded_experts_take_the_expert_tokens_over_etp():
+    """MoE parallel folding: an expert's rows are gathered over etp (ParallelPlan.expert_tokens) and its
+    widths split over etp; the router runs on the sequence shard it routes."""
+    from perfmodel.step.compute import moe_gemms
+    v3 = load_model("deepseek-v3")
+    base = dict(pp=4, tp=2, sequence_parallel=True, gbs=256)
+    same = make_plan(v3, 256, ep=8, **base)                 # etp = tp = 2
+    apart = make_plan(v3, 256, ep=8, etp=1, **base)                # rows over ep x etp = 8 ranks, not 16
+    (router, *_, up_same, _), (_, *_, up_apart, _) = moe_gemms(v3, same), moe_gemms(v3, apart)
+    assert router[0] == same.routed_tokens == same.local_seq * same.mbs / 2
+    assert up_same[1] == v3.expert_up_width / 2 and up_apart[1] == v3.expert_up_width
+    rows = same.local_seq * same.mbs * v3.moe_top_k / (256 / 8)         # ep x (T / tp) x etp x k / E
+    assert up_same[0] == pytest.approx(rows) and up_apart[0] == pytest.approx(rows / 2)
+    assert routing.expert_rows(v3, apart)[0][0] == pytest.approx(rows / 2)
+    assert routing.rank_load(v3, apart) == pytest.approx(1.0)
