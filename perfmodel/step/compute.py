@@ -14,8 +14,8 @@ Context parallelism: a GPU holds seq / cp tokens; its attention scores its queri
 every key of the sequence, cp blocks of (seq / cp)^2 (the load-balanced causal split gives every
 GPU the same work). A MoE layer's MLP is a router GEMM (tokens x experts x h) and its score and
 top-k kernels, the shared experts (a dense MLP of their total width) and the routed experts as
-grouped GEMMs (``grouped_gemm_s``: one kernel over every expert's rows), widths split over tp: the
-GPU's experts / ep experts, each with the rows the plan's routing gives it on the busiest
+grouped GEMMs (``grouped_gemm_s``: a GEMM per expert, as Transformer Engine runs them), widths
+split over etp: the GPU's experts / ep experts, each with the rows the plan's routing gives it on the busiest
 expert-parallel rank (``perfmodel.plan.routing.expert_rows``: balanced, padded to capacity or a
 measured histogram; that rank sets the layer's time), and the permutation of its dispatched rows.
 
@@ -323,21 +323,18 @@ def router_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
 
 
 def grouped_gemm_s(dev: Device, rows, n: float, k: float, dtype: str) -> float:
-    """One grouped GEMM of experts with ``rows`` rows each, sharing n and k: one kernel whose grid holds
-    every expert's tiles (CUTLASS's grouped GEMM, Transformer Engine's ``nvte_multi_tensor_gemm`` on Hopper
-    and its cuBLASLt ``nvte_grouped_gemm``, Megatron-Core's fused grouped MLP: transformer_engine/common/gemm/
-    cublaslt_gemm.cu), priced as one GEMM of the summed rows, each expert's rows rounded up to a whole tile
-    where the device has a shape model (a partial last tile per expert), and never faster than reading
-    every expert's n x k weights. Transformer Engine's fallback, a cuBLAS GEMM per expert over 4 streams,
-    is not modelled apart (4 small GEMMs at once fill the GPU as one grid does)."""
-    rows = [m for m in rows if m > 0]
-    if not rows:
-        return 0.0
-    tile = dev.gemm_shape.tile if dev.gemm_shape is not None else 1
-    summed = sum(math.ceil(m / tile) * tile for m in rows)
+    """One grouped GEMM of experts with ``rows`` rows each, sharing n and k, as Transformer Engine's
+    GroupedLinear runs it (``general_grouped_gemm``, ``nvte_multi_tensor_gemm``: transformer_engine/common/
+    gemm/cublaslt_gemm.cu): a cuBLAS GEMM per expert (``multi_stream_cublas_gemm``; CUTLASS's grouped GEMM
+    only on Hopper with ``NVTE_USE_CUTLASS_GROUPED_GEMM``, which Megatron-Bridge's recipes do not set),
+    each at its own shape's efficiency (``Device.gemm_time_s``) and never faster than reading its n x k
+    weights; an expert without rows runs none. The 4 compute streams the GEMMs are spread over are not
+    modelled (they overlap one GEMM's launch and tail with the next one's: small experts run a little
+    faster than this sum), nor Megatron-Core's fused grouped MLP of the Transformer Engine op fuser (one
+    grid over every expert's tiles), which some recent Blackwell recipes turn on."""
     kernel = dev.gemm_kernels.get(dtype)
-    size = kernel.element_bytes if kernel is not None else DTYPE_BYTES.get(dtype, 2)
-    return max(dev.gemm_time_s(summed, n, k, dtype), len(rows) * n * k * size / dev.stream_Bps)
+    weights = n * k * (kernel.element_bytes if kernel is not None else DTYPE_BYTES.get(dtype, 2)) / dev.stream_Bps
+    return sum(max(dev.gemm_time_s(m, n, k, dtype), weights) for m in rows if m > 0)
 
 
 def _expert_times(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> tuple[float, float]:
