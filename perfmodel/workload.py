@@ -110,6 +110,10 @@ ATTENTION_KINDS = ("gqa", "mla")   # multi-head / grouped-query by num_kv_heads,
 ATTENTION_KEYS = {"attention": "gqa", "head_dim": 0, "sliding_window": 0, "window_attn_skip_freq": 0,
                   "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
                   "mtp_layers": 0}
+# bytes a multi-token-prediction module keeps beside its layer per token and hidden element (2-byte activations):
+# the inputs of its enorm and hnorm (2 each), of its 2h x h projection (the two normed halves, 4) and of its final
+# norm (2); under full recompute the hidden state and the next tokens' embedding it starts from (2 each)
+MTP_KEPT_BYTES, MTP_RECOMPUTE_KEPT_BYTES = 2 + 2 + 4 + 2, 2 + 2
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
@@ -184,6 +188,12 @@ class ModelSpec:
         if self.is_mla:
             return self.num_heads * (self.score_dim + self.value_dim) // 2
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def plain_attention(self) -> bool:
+        """Multi-head or grouped-query attention of hidden_size / num_heads-wide heads, every layer at full
+        attention, no multi-token prediction: the attention realrun.train.model builds."""
+        return not self.is_mla and self.q_width == self.hidden_size and not self.sliding_window and not self.mtp_layers
 
     def is_window_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) attends within ``sliding_window`` (Megatron-Core's
@@ -405,6 +415,19 @@ class ModelSpec:
         replicated = (7.0 + whole / h) / tp if sp else 7.0 + whole / h
         return s * b * h * (replicated + (16.0 + split / h) / tp + attention)
 
+    def mtp_activation_bytes(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
+        """Bytes the multi-token-prediction modules keep for backward on the last stage, per GPU and
+        microbatch (0 without them): each its layer's (of the last layer's kind) and its norms' and
+        projection's inputs (``MTP_KEPT_BYTES``, whole or sequence-split); with full recompute what it
+        starts from (Megatron-Core checkpoints the module whole: ``MTP_RECOMPUTE_KEPT_BYTES``)."""
+        if not self.mtp_layers:
+            return 0.0
+        elements = seq * mbs * self.hidden_size / (tp if sp else 1)
+        if recompute == "full":
+            return self.mtp_layers * MTP_RECOMPUTE_KEPT_BYTES * elements
+        kept = self.moe_activation_bytes_per_layer if self.mtp_moe_layers else self.activation_bytes_per_layer
+        return self.mtp_layers * (kept(mbs, seq, tp, sp, recompute) + MTP_KEPT_BYTES * elements)
+
     def moe_activation_bytes_per_layer(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
         """A MoE layer's bytes kept for backward: the dense layer's with its MLP (3 sbh kept
         whole, 16 sbh TP-split in Korthikanti's count) replaced by the router's input and the
@@ -561,7 +584,13 @@ def _raw_model(name_or_path: str) -> tuple[dict, str]:
 def _options(text: str) -> dict:
     """``key=value,...`` of a model name: each value read as a TOML value (numbers, true/false, "text")."""
     out = {}
-    for key, value in parse_options(text, "model").items():
+    try:
+        options = parse_options(text, "model")
+    except InputError as err:      # its wording of a repeated key, the model's example of the syntax
+        raise InputError("model", err.value, err.allowed if err.allowed.startswith("each key once") else
+                         "key=value items separated by commas after the model's name, e.g. deepseek-v3:mtp_layers=1") \
+            from None
+    for key, value in options.items():
         try:
             out[key] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
