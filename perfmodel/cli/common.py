@@ -218,8 +218,9 @@ def request(args, policy: str = "none") -> tuple[PlanRequest, PredictOptions]:
 
 
 def _degrees(args) -> dict:
-    """{degree: value} of the arguments (dp an integer or auto)."""
-    out = Degrees.of(args).as_dict()
+    """{degree: value} of the arguments (dp an integer or auto; a follower not given, etp, None:
+    it follows its leader wherever the plan goes)."""
+    out = Degrees.of(args).as_dict() | {n: None for n in Degrees.followers() if getattr(args, n, None) is None}
     if out["dp"] != "auto":
         out["dp"] = _int("dp", out["dp"])
     return out
