@@ -38,6 +38,10 @@ MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B":
           "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": f"qwen3-235b-a22b:{TOKENDROP}",
           "GPT OSS 120B": "gpt-oss-120b", "Kimi_K2": "kimi-k2"}
 DENSE = ("LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B")
+# the experts' tensor parallelism the table does not state: 1 in every MoE recipe (expert_tensor_parallel_size = 1:
+# src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py, recipes/deepseek/h100/deepseek_v3.py, perf_recipes/*/ @ 067f987df0),
+# where Megatron-Core's default would be tp
+EXPERT_TP = 1
 # why a model of the table is not predicted
 UNMODELLED = {"Nemotron": "hybrid Mamba-Transformer layers are not modelled",
               "DeepSeekV4": "DeepSeek-V4's architecture is not published in a form the catalog can hold"}
@@ -79,7 +83,8 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages; DeepSeek-V3 but the '(w/o MTP)' "
                "rows with its multi-token-prediction module (the recipe's mtp_num_layers 1, and the table's 260 GFLOP "
                "a token); '(tokendrop)' rows capacity factor 1 padded to capacity (apply_moe_token_drop's defaults), "
-               "the others balanced (the table's note: forced balance, dropless)")
+               "the others balanced (the table's note: forced balance, dropless); MoE rows' experts without tensor "
+               "parallelism (etp 1, the recipes' expert_tensor_parallel_size)")
 
 
 def bridge_rows(raw: list[dict]) -> list[dict]:
@@ -153,7 +158,7 @@ def _row(row: dict, where: str) -> dict:
         mbs=tables.integer(where, row, "micro_batch_size", "mbs"),
         gbs=tables.integer(where, row, "global_batch_size", "gbs"),
         seq_len=tables.integer(where, row, "seq_len", "seq_len"),
-        zero=3 if _int(where, row, "fsdp", 0) else 1,
+        zero=3 if _int(where, row, "fsdp", 0) else 1, etp=None if name in DENSE else EXPERT_TP,
         recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
         grad_dtype="bf16" if name in DENSE else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
