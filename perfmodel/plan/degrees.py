@@ -78,7 +78,7 @@ class Degrees:
     @classmethod
     def followers(cls) -> dict:
         """{degree: the degree whose value it takes by default} (etp: tp)."""
-        return {n: cls._meta(n)["follows"] for n in cls.names() if cls._meta(n)["follows"]}
+        return _followers(cls)
 
     def default(self, name: str):
         """The value ``name`` takes when not given: its leader's (etp: tp), else 1."""
@@ -236,6 +236,12 @@ class Degrees:
 def _declared(cls) -> dict:
     """{degree: its field's metadata}, read once: ``plan.tp`` asks for the names on every read."""
     return {f.name: f.metadata for f in fields(cls) if "adds_gpus" in f.metadata}
+
+
+@cache
+def _followers(cls) -> dict:
+    """``Degrees.followers``, read once (every record made asks)."""
+    return {n: meta["follows"] for n, meta in _declared(cls).items() if meta["follows"]}
 
 
 def read_through(record, name: str):
