@@ -111,16 +111,21 @@ def unroll(text: str) -> str:
     """Megatron's layout string with its repeats unrolled (``parse_str_to_list``), refused once
     it would pass the declared bound on its length."""
     out = str(text).replace(",", "")
-    limit = bounds.bound("pipeline_layout_chars")[2]
+    _, low, high = bounds.bound("pipeline_layout_chars")
+
+    def refuse(chars: int):
+        raise InputError("pipeline_layout", text, f"{bounds.describe('pipeline_layout_chars')} layer characters "
+                         f"once unrolled (it has {chars})")
+
     for pattern in _REPEATS:
         def expand(match):
             body, times = match.group(1), int(match.group(2))
-            if len(body) * times > limit:
-                raise InputError("pipeline_layout", text, bounds.describe("pipeline_layout_chars")
-                                 + " layer characters once unrolled")
+            if len(body) * times > high:
+                refuse(len(body) * times)
             return body * times
         out = pattern.sub(expand, out)
-    bounds.check("pipeline_layout", len(out), "pipeline_layout_chars")
+    if not low <= len(out) <= high:
+        refuse(len(out))
     return out
 
 

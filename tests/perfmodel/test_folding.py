@@ -274,11 +274,14 @@ def test_embedding_and_loss_counted_as_layers(layers, pp, v, emb, loss, expect):
     (dict(pipeline_layout="Et*61" + "|" * 15 + "mL"), "pipeline_layout"),
     (dict(pipeline_layout="E(t*4|)*15t*9999999999L"), "pipeline_layout"),
     (dict(pipeline_layout="Ex*4"), "pipeline_layout"),
+    (dict(pipeline_layout=""), "pipeline_layout"),
     (dict(pipeline_layout="Et*61" + "|" * 15 + "L", first_stage_layers=4), "first_stage_layers")])
 def test_a_bad_split_is_one_line_naming_its_field(kw, field):
     with pytest.raises(InputError) as e:
         make_plan(V3, 256, pp=16, ep=8, gbs=4096, **kw)
     assert e.value.field == field and "\n" not in str(e.value)
+    if "pipeline_layout" in kw and field == "pipeline_layout":
+        assert repr(kw["pipeline_layout"]) in str(e.value)            # the text as given, not a count
 
 
 def test_stages_keep_their_own_memory_and_time():
