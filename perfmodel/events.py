@@ -21,7 +21,8 @@ partition the forward gather fills. Tied embeddings all-reduce their gradient be
 
 Context parallelism (cp) shortens every per-GPU activation to seq / cp tokens. Mixture of experts
 with expert parallelism (ep): every MoE layer of every microbatch all-to-alls its tokens' top-k
-copies (t k h activations, t the GPU's tokens) to the experts' ranks (``ep``: the dispatch) and
+copies (t k h activations, t the GPU's tokens; under the plan's routing the busiest rank's rows of
+an uneven all-to-all, ``perfmodel.plan.routing.dispatch_rows``) to the experts' ranks (``ep``: the dispatch) and
 the experts' outputs back (``ep_combine``: the combine), forward; backward the gradients go the
 same two ways (the combine's gradient is a dispatch towards the experts, the dispatch's a
 combine towards the tokens: DeepEP's naming, and DeepSeek-V3's FP8 dispatch and BF16 combine
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.mesh import Groups, Mesh
 from perfmodel.plan.parallel import ParallelPlan
+from perfmodel.plan.routing import dispatch_rows
 from perfmodel.workload import ModelSpec
 
 if TYPE_CHECKING:   # the generators read a stage through it; it reads memory, which reads the axes
@@ -236,7 +238,7 @@ def expert_tp_events(ctx: StageContext) -> list[CommEvent]:
     plan, model = ctx.plan, ctx.model
     if plan.etp == 1 or not ctx.moe_layers:
         return []
-    size = plan.etp * model.dispatched_rows(plan.routed_tokens) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    size = plan.etp * _dispatch_bytes(model, plan)
     group, concurrent = ctx.mesh.group_of("etp"), ctx.mesh.groups["etp"]
     per = plan.microbatches * ctx.moe_layers
     runs = [("fwd", "fwd", ("allgather", "reduce_scatter")), ("bwd", "bwd", ("allgather", "reduce_scatter"))]
@@ -287,13 +289,20 @@ def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]
     plan, model = ctx.plan, ctx.model
     if plan.ep == 1 or not ctx.moe_layers:
         return []
-    size = model.dispatched_rows(plan.routed_tokens) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    size = _dispatch_bytes(model, plan)
     group, concurrent = ctx.mesh.group_of("ep"), ctx.mesh.groups["ep"]
     per = plan.microbatches * ctx.moe_layers
     repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if plan.recompute == "full" else ())
     return [CommEvent(name=f"{axis}.alltoall.{kind}.{name}", axis=axis, op="alltoall", nbytes=size,
                       dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per * n, where="critical",
                       phase=phase) for name, phase, n in repeats]
+
+
+def _dispatch_bytes(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Bytes one MoE layer's dispatch (and its combine) moves on a rank per microbatch: the rows of the
+    busiest rank of the all-to-all under the plan's routing (``perfmodel.plan.routing.dispatch_rows``:
+    every token copy balanced, capacity rows padded, a histogram's uneven splits) of h activations."""
+    return int(dispatch_rows(model, plan)) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
 
 
 def dispatch_events(ctx: StageContext) -> list[CommEvent]:
