@@ -35,6 +35,7 @@ from perfmodel.axes import AXES
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.parallel import ParallelPlan
 from perfmodel.plan.precision import recipe
+from perfmodel.plan.routing import loaded
 from perfmodel.workload import ModelSpec
 
 OPTIMIZER_BYTES = 12
@@ -129,8 +130,11 @@ def expert_shards(plan: ParallelPlan, kind: str) -> int:
 
 
 def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, held: float) -> float:
-    """Bytes the ``held`` microbatches of a stage's layers keep for backward (MoE layers their own;
-    a low precision's layers ``low_precision_activation_delta`` more, a negative number)."""
+    """Bytes the ``held`` microbatches of a stage's layers keep for backward (MoE layers their own,
+    at the busiest expert-parallel rank's rows under the plan's routing: ``perfmodel.plan.routing.
+    loaded``; a low precision's layers ``low_precision_activation_delta`` more, a negative number)."""
+    if model.is_moe:
+        model = loaded(model, plan)
     args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
     moe = model.moe_layers_in(start, layers) if model.is_moe else 0
     kept = (layers - moe) * model.activation_bytes_per_layer(*args)
