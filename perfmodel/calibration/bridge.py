@@ -38,9 +38,9 @@ MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B":
           "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": f"qwen3-235b-a22b:{TOKENDROP}",
           "GPT OSS 120B": "gpt-oss-120b", "Kimi_K2": "kimi-k2"}
 DENSE = ("LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B")
-# the experts' tensor parallelism the table does not state: 1 in every MoE recipe (expert_tensor_parallel_size = 1:
-# src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py, recipes/deepseek/h100/deepseek_v3.py, perf_recipes/*/ @ 067f987df0),
-# where Megatron-Core's default would be tp
+# the experts' tensor parallelism the table does not state: 1 in every MoE recipe (expert_tensor_parallel_size
+# = 1: src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py, recipes/deepseek/h100/deepseek_v3.py, perf_recipes/*/
+# @ 067f987df0), where Megatron-Core's default would be tp
 EXPERT_TP = 1
 # why a model of the table is not predicted
 UNMODELLED = {"Nemotron": "hybrid Mamba-Transformer layers are not modelled",
@@ -80,9 +80,10 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "grad_reduce_in_fp32 False), other models' in fp32; tp > 1 -> sequence parallel and TP communication "
                "overlap (not under NVFP4: the recipes turn it off); no recompute (the recipes "
                "recompute a few layers or offload activations to the CPU on some GB200/GB300 FSDP and H100 "
-               "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages; DeepSeek-V3 but the '(w/o MTP)' "
-               "rows with its multi-token-prediction module (the recipe's mtp_num_layers 1, and the table's 260 GFLOP "
-               "a token); '(tokendrop)' rows capacity factor 1 padded to capacity (apply_moe_token_drop's defaults), "
+               "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages; DeepSeek-V3 but the "
+               "'(w/o MTP)' rows with its multi-token-prediction module (the recipe's mtp_num_layers 1, and the "
+               "table's 260 GFLOP a token); '(tokendrop)' rows capacity factor 1 padded to capacity "
+               "(apply_moe_token_drop's defaults), "
                "the others balanced (the table's note: forced balance, dropless); MoE rows' experts without tensor "
                "parallelism (etp 1, the recipes' expert_tensor_parallel_size)")
 

@@ -139,7 +139,7 @@ def test_sliding_windows_alternate_as_megatron_core_and_shrink_the_scores():
     assert full.model_flops_per_token(4096) - g.model_flops_per_token(4096) == pytest.approx(flops)
     plan = make_plan(g, 8, ep=8, mbs=1, gbs=8, seq=4096)
     dev = device("h100-sxm")
-    windowed, whole = stage_compute(g, plan, dev, 36, True, True, 36), stage_compute(full, plan, dev, 36, True, True, 36)
+    windowed, whole = (stage_compute(m, plan, dev, 36, True, True, 36) for m in (g, full))
     assert windowed.attention_s < 0.6 * whole.attention_s and windowed.hardware_flops < whole.hardware_flops
     every = replace(g, window_attn_skip_freq=0)
     assert every.window_layers == 36 and every.score_keys(4096) == 128
