@@ -64,6 +64,13 @@ PARAM_GATHER_POLICY = {"fp8-delayed": "fp8-param-gather", "fp8-tensorwise": "fp8
 # cpu_offloading_num_layers, 5 - 92 layers): the memory model does not hold that, so their fit is not checked
 OFFLOADED = ("the recipe offloads some layers' activations to the CPU (cpu_offloading_num_layers), which "
              "perfmodel.plan.memory does not model: memory not checked")
+# recipes that recompute modules perfmodel.plan.memory does not hold (Megatron-Core's recompute_modules, their
+# activations dropped in forward): GPT-OSS 120B's on B200, GB200 and H100 recompute the layernorms and the experts'
+# activation function (src/megatron/bridge/perf_recipes/gpt_oss/{b200,gb200,h100}/gpt_oss.py @ 067f987df0,
+# recompute_modules ["layernorm", "moe_act"], every precision); its GB300 and B300 recipes recompute nothing
+RECOMPUTED = {("GPT OSS 120B", system) for system in ("DGX-B200", "DGX-GB200", "DGX-H100")}
+RECOMPUTED_WHY = ("the recipe recomputes modules (recompute_modules layernorm, moe_act), which perfmodel.plan.memory "
+                  "does not model: memory not checked")
 # rows whose stated plan differs from the recipe of its container in the way memory depends on: container
 # 26.02.01's GB300 Llama 3 70B rows state micro-batch 2 with no FSDP, virtual stages or offloading, where every
 # GB300 70B recipe (llama3_workload_base_configs.py, V1 and V2) runs MXFP8 and NVFP4 at micro-batch 1 with
@@ -176,6 +183,8 @@ def _unchecked(row: dict, where: str) -> str:
         return OFFLOADED
     if (row["nemo_container"], row["system"], row["model"]) in STATED_ELSEWHERE:
         return STATED_ELSEWHERE[(row["nemo_container"], row["system"], row["model"])]
+    if (row["model"], row["system"]) in RECOMPUTED:
+        return RECOMPUTED_WHY
     return ""
 
 
