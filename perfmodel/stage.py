@@ -41,7 +41,10 @@ class StageContext:
 
     @cached_property
     def moe_layers(self) -> int:
-        return self.model.moe_layers_in(self.start, self.layers) if self.model.is_moe else 0
+        """The stage's MoE layers (their all-to-alls), the MTP modules' on the last stage
+        (Megatron-Core builds them there: multi_token_prediction.py, mtp_on_this_rank)."""
+        own = self.model.moe_layers_in(self.start, self.layers) if self.model.is_moe else 0
+        return own + (self.model.mtp_moe_layers if self.last else 0)
 
     @cached_property
     def param_split(self) -> tuple[float, float]:

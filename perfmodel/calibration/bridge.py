@@ -71,6 +71,14 @@ OFFLOADED = ("the recipe offloads some layers' activations to the CPU (cpu_offlo
 RECOMPUTED = {("GPT OSS 120B", system) for system in ("DGX-B200", "DGX-GB200", "DGX-H100")}
 RECOMPUTED_WHY = ("the recipe recomputes modules (recompute_modules layernorm, moe_act), which perfmodel.plan.memory "
                   "does not model: memory not checked")
+# DeepSeek-V3's and Kimi-K2's perf recipes hold memory the model does not: recompute_modules (layernorm, mla_up_proj,
+# moe_act), the experts' paged stash, fine-grained activation offloading and a precision-aware optimizer with bf16
+# moments (src/megatron/bridge/perf_recipes/deepseek/common.py @ 267f756: _deepseek_v3_common sets selective
+# recompute; _enable_deepseek_full_iteration_mxfp8 moe_paged_stash; _enable_deepseek_precision_aware_optimizer)
+STASHED = ("DeepSeekV3", "Kimi_K2")
+STASHED_WHY = ("the recipe recomputes modules (layernorm, mla_up_proj, moe_act), stashes the experts' activations "
+               "in paged buffers and keeps bf16 optimizer moments, which perfmodel.plan.memory does not model: memory "
+               "not checked")
 # rows whose stated plan differs from the recipe of its container in the way memory depends on: container
 # 26.02.01's GB300 Llama 3 70B rows state micro-batch 2 with no FSDP, virtual stages or offloading, where every
 # GB300 70B recipe (llama3_workload_base_configs.py, V1 and V2) runs MXFP8 and NVFP4 at micro-batch 1 with
@@ -92,7 +100,33 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "table's 260 GFLOP a token); '(tokendrop)' rows capacity factor 1 padded to capacity "
                "(apply_moe_token_drop's defaults), "
                "the others balanced (the table's note: forced balance, dropless); MoE rows' experts without tensor "
-               "parallelism (etp 1, the recipes' expert_tensor_parallel_size)")
+               "parallelism (etp 1, the recipes' expert_tensor_parallel_size); DeepSeek-V3 and Kimi-K2 on pp > 1 "
+               "with their recipes' pipeline layout for pp x vp virtual stages (PIPELINE_LAYOUTS)")
+
+# DeepSeek-V3's and Kimi-K2's 61 layers over the pipeline as Megatron-Bridge's recipes lay them (Megatron's
+# pipeline_model_parallel_layout), by the number of virtual stages pp x vp: the layout map of
+# src/megatron/bridge/recipes/deepseek/deepseek_v3.py @ cac49dcd7 (lines 121-131: (4, 1); (8, 1) = (4, 2);
+# (16, 1) = (8, 2) = (4, 4)) and _get_deepseek_v3_pipeline_layout in recipes/deepseek/h100/deepseek_v3.py
+# @ 067f987df0; 16 stages also the pp_layout 'Et*4|(t*4|)*14tmL' of the GB300 and B200 configs
+# (scripts/performance/configs/deepseek/deepseek_workload_base_configs.py @ c8327cfc2^) and of
+# perf_recipes/deepseek/gb300/deepseek_v3.py @ 067f987df0; 32 stages H100's 'Et|(tt|)*30mL'
+# (scripts/performance/run_script.py @ cac49dcd7 line 72, the H100 pp_layout @ c8327cfc2^,
+# perf_recipes/deepseek/h100/deepseek_v3.py). 'm': DeepSeek-V3's MTP layer where the row has it (the recipes'
+# last_layer = ['mtp'] * mtp_num_layers + ['loss']); the account-for flags off, the first/last stage counts
+# unset (recipes/deepseek/deepseek_v3.py @ cac49dcd7 lines 102-106). Kimi-K2 the same without MTP
+# (_get_kimi_k2_pipeline_layout, src/megatron/bridge/recipes/kimi/h100/kimi_k2.py @ 067f987df0: (4, 1);
+# (8, 1) = (4, 2); (16, 1) = (8, 2) = (4, 4) = (2, 8))
+PIPELINE_LAYOUTS = {4: "Et*16|t*16|t*16|t*13{m}L", 8: "Et*8|(t*8|)*6t*5{m}L", 16: "Et*4|(t*4|)*14t{m}L",
+                    32: "Et|(tt|)*30{m}L"}
+
+
+def _layout(name: str, pp: int, vp: int) -> str | None:
+    """A DeepSeek-V3 or Kimi-K2 row's pipeline layout (``PIPELINE_LAYOUTS``); None for other models, pp 1,
+    or a pp x vp no recipe lays out (the plan then refuses it, naming why)."""
+    if pp == 1 or not name.startswith(("DeepSeekV3", "Kimi_K2")) or pp * vp not in PIPELINE_LAYOUTS:
+        return None
+    mtp = "m" if name.startswith("DeepSeekV3") and "w/o MTP" not in name else ""
+    return PIPELINE_LAYOUTS[pp * vp].format(m=mtp)
 
 
 def bridge_rows(raw: list[dict]) -> list[dict]:
@@ -167,6 +201,7 @@ def _row(row: dict, where: str) -> dict:
         gbs=tables.integer(where, row, "global_batch_size", "gbs"),
         seq_len=tables.integer(where, row, "seq_len", "seq_len"),
         zero=3 if _int(where, row, "fsdp", 0) else 1, etp=None if name in DENSE else EXPERT_TP,
+        pipeline_layout=_layout(name, pp, vp),
         recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
         grad_dtype="bf16" if name in DENSE else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
@@ -185,6 +220,8 @@ def _unchecked(row: dict, where: str) -> str:
         return STATED_ELSEWHERE[(row["nemo_container"], row["system"], row["model"])]
     if (row["model"], row["system"]) in RECOMPUTED:
         return RECOMPUTED_WHY
+    if row["model"].startswith(STASHED):
+        return STASHED_WHY
     return ""
 
 

@@ -324,6 +324,10 @@ def row_plan(row: dict) -> dict:
                 framework=row.get("framework") or DEFAULT_FRAMEWORK)
     if vp > 1:
         plan["schedule"] = f"interleaved:{vp}"
+    if row.get("etp"):                   # bridge.py's MoE rows: the recipes' expert tensor parallelism
+        plan["etp"] = _int(row, "etp")
+    if row.get("pipeline_layout"):       # bridge.py's DeepSeek-V3 and Kimi-K2 rows: the recipes' stage split
+        plan["pipeline_layout"] = row["pipeline_layout"]
     return plan
 
 

@@ -62,9 +62,9 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool,
 def stage_param_split(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
                       start: int = 0) -> tuple[float, float]:
     """(dense, routed-expert) parameters one GPU of a stage holds (``stage_params``'s two parts)."""
-    if not model.is_moe:
+    if not model.is_moe and not model.mtp_layers:
         return _dense_stage_params(model, plan, layers, first, last), 0.0
-    dense, routed = model.stage_layer_params(start, layers)
+    dense, routed = model.stage_layer_params(start, layers)     # the MTP modules with the layers that end the model
     ends = _dense_stage_params(model, plan, 0, first, last)
     return dense / shards(plan, "params") + ends, routed / shards(plan, "expert_params")
 
@@ -75,7 +75,9 @@ def _dense_stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first
         params += model.embedding_params()
     if last:
         params += model.head_params() + model.hidden_size * (2 if model.biased else 1)
-        if model.tied_embeddings and not first:
+        # a copy of the embedding: tied to the head, or for the MTP modules' next-token embedding (Megatron-Core's
+        # GPTModel builds it where pre_process or mtp_process: megatron/core/models/gpt/gpt_model.py)
+        if (model.tied_embeddings or model.mtp_layers) and not first:
             params += model.embedding_params()
     return params / shards(plan, "params")
 
@@ -115,12 +117,19 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
         "gradients": sharded("gradients", DTYPE_BYTES[plan.grad_dtype]),
         "optimizer": sharded("optimizer", OPTIMIZER_BYTES),
-        "activations": _activations(model, plan, layers, start, in_flight(plan, stage)),
-        "logits": (plan.mbs * plan.local_seq * model.vocab_size * 4 / plan.tp) if last else 0.0,
+        "activations": _activations(model, plan, layers, start, in_flight(plan, stage))
+        + (in_flight(plan, stage) * _mtp_activations(model, plan) if last else 0.0),
+        # fp32 logits of the loss, and of each MTP module's loss
+        "logits": plan.mbs * plan.local_seq * model.vocab_size * 4 / plan.tp * (1 + model.mtp_layers) if last else 0.0,
         "reserve": float(RESERVE_BYTES),
     }
     out["total"] = sum(out.values())
     return out
+
+
+def _mtp_activations(model: ModelSpec, plan: ParallelPlan) -> float:
+    """What the multi-token-prediction modules keep for backward per microbatch (the last stage's)."""
+    return model.mtp_activation_bytes(plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
 
 
 def expert_shards(plan: ParallelPlan, kind: str) -> int:

@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from perfmodel.plan.memory import stage_params
 from perfmodel.step.compute import (ACTIVATION_BYTES, BACKWARD_KERNELS_PER_FORWARD, StageCompute, activation_bytes,
-                                    kernel_fixed_s, layer_gemms, score_elements)
+                                    kernel_fixed_s, layer_gemms, score_elements, attention_flops)
 
 
 def stack_compute(profile, sc: StageCompute, model, plan, dev, layers: int, first: bool = False,
@@ -115,7 +115,7 @@ def _rerun_gemm(profile, model, plan, dev) -> tuple[float, float]:
 
 def _attention_flops(model, plan) -> float:
     """One layer's forward attention FLOPs (scores and values), as ``compute`` counts them."""
-    return 2 * 2.0 * plan.mbs * model.num_heads / plan.tp * (plan.seq * plan.local_seq) * model.head_dim
+    return attention_flops(model, plan)
 
 
 def layer_host_s(profile, plan, dev) -> tuple[float, float]:

@@ -119,6 +119,13 @@ class TrainConfig:
             raise InputError("model.moe_pad_to_capacity", False, "true for a mixture-of-experts model here: realrun's "
                              "MoE layer pads every expert's queue to its capacity (realrun.train.moe), and perfmodel "
                              "prices the run as the model file says")
+        if self.degrees.etp != self.degrees.tp:
+            raise InputError("etp", self.degrees.etp, f"{self.degrees.tp}, as tp (perfmodel models other expert "
+                             "tensor parallelism; realrun trains its experts at etp = tp)")
+        if not arch.plain_attention:
+            raise InputError("model", self.model, "multi-head or grouped-query attention of hidden_size / num_heads-"
+                             "wide heads, no sliding window and no multi-token prediction (what realrun.train.model "
+                             "builds); perfmodel predicts the others")
         if arch.vocab_size < 256:
             raise InputError("model.vocab_size", arch.vocab_size, "at least 256 (the corpus is bytes)")
         parse_policy(self.policy)

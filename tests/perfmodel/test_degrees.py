@@ -12,14 +12,15 @@ from topologies.errors import InputError
 
 
 def test_names_are_the_fields_that_are_degrees_in_label_order():
-    assert Degrees.names() == ("tp", "cp", "ep", "pp", "dp")
+    assert Degrees.names() == ("tp", "cp", "ep", "etp", "pp", "dp")
     assert set(Degrees.names()) | {"order"} == {f.name for f in fields(Degrees)}
 
 
 def test_gpus_take_every_degree_but_a_carved_one():
     d = Degrees(tp=2, cp=2, ep=4, pp=3, dp=8)
     assert d.gpus == 2 * 2 * 3 * 8 and Degrees.carved() == {"ep": "dp"}
-    assert d.placement() == {"tp": 2, "cp": 2, "ep": 4, "pp": 3, "dp": 2}
+    # the dp block placed inside pp: lcm(tp x cp, etp x ep) / (tp x cp) = lcm(4, 8) / 4 (perfmodel.plan.mesh)
+    assert d.placement() == {"tp": 2, "cp": 2, "ep": 2, "pp": 3, "dp": 4}
 
 
 @pytest.mark.parametrize("field, value", [("tp", 0), ("cp", -1), ("pp", 1.5), ("dp", "many"), ("ep", True)])

@@ -156,8 +156,10 @@ BF16_BEFORE = [
       0.0048465, 0.014445, 68724619264.0)),
     ("mixtral-8x7b", "h100-sxm", 64, dict(tp=2, ep=8, pp=4, mbs=1, gbs=256, sequence_parallel=True, zero=1,
                                             recompute="selective"), 8, False, True, 8,
-     (0.02537510001492777, 0.05441527951221423, 0.05556921794529342, 0.009560843652413805, 44772886577152.0,
-      0.0022275, 0.003915, 33493532672.0)),
+     # issue 39 changed the MoE layer's compute on purpose (the router's work on its sequence shard, its score
+     # kernels, grouped GEMMs per expert: perfmodel.step.compute); memory unchanged
+     (0.025365932296511382, 0.05439694407538146, 0.055539274139009775, 0.009563284303448287, 44769665351680.0,
+      0.0024435, 0.004347, 33493532672.0)),
 ]
 
 

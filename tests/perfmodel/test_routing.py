@@ -231,8 +231,6 @@ def test_the_event_engine_reads_the_same_compute(tmp_path):
     assert fast.breakdown["compute_s"] > 1.3 * predict(**MIXTRAL).breakdown["compute_s"]
 
 
-@pytest.mark.xfail(strict=True, reason="until perfmodel/events.py sizes the dispatch and combine by "
-                   "perfmodel.plan.routing.dispatch_rows (the busiest rank's rows; issue 39, item 3)")
 def test_imbalance_lengthens_the_dispatch_and_combine(tmp_path):
     mixtral = load_model("mixtral-8x7b")
     hot = _histogram(tmp_path, _hot(8, 300.0))
@@ -244,8 +242,6 @@ def test_imbalance_lengthens_the_dispatch_and_combine(tmp_path):
     assert sizes["hot"] == pytest.approx(sizes["balanced"] * uneven_factor([3 / 10] + [1 / 10] * 7), rel=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="until perfmodel/plan/memory.py keeps the experts' activations at "
-                   "perfmodel.plan.routing.rank_load (the busiest rank's; issue 39, item 3)")
 def test_imbalance_raises_the_busiest_ranks_memory(tmp_path):
     hot = _histogram(tmp_path, _hot(8, 300.0))
     assert predict(**MIXTRAL, routing=hot).memory_per_gpu_bytes > predict(**MIXTRAL).memory_per_gpu_bytes
