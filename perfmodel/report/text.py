@@ -23,9 +23,10 @@ def _plan_line(r) -> str:
     layers = sorted(set(r.stage_layers))
     split = f"{layers[0]} layers per stage" if len(layers) == 1 else \
         "uneven stages: " + "/".join(map(str, r.stage_layers)) + " layers"
+    routing = f" routing={p['routing']}" if p.get("routing") else ""   # a MoE plan's, where it names one
     return (f"plan: {Degrees.of(p).describe()} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
             f"({p['microbatches']} microbatches) seq={p['seq']} sp={str(p['sequence_parallel']).lower()} "
-            f"recompute={p['recompute']} schedule={sched} {_precision_text(p)}; {split}")
+            f"recompute={p['recompute']} schedule={sched} {_precision_text(p)}{routing}; {split}")
 
 
 def _precision_text(p: dict) -> str:

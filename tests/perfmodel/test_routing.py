@@ -288,3 +288,10 @@ def test_folded_experts_take_the_expert_tokens_over_etp():
     assert up_same[0] == pytest.approx(rows) and up_apart[0] == pytest.approx(rows / 2)
     assert routing.expert_rows(v3, apart)[0][0] == pytest.approx(rows / 2)
     assert routing.rank_load(v3, apart) == pytest.approx(1.0)
+
+
+def test_the_plan_line_names_a_routing_the_plan_sets(cli):
+    args = ("perfmodel", "predict", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--ep", "8",
+            "--pp", "2", "--gbs", "256", "--allow-oom")
+    assert "routing=capacity:1.25;" in cli(*args, "--routing", "capacity:1.25", check_rc=0).stdout
+    assert "routing=" not in cli(*args, check_rc=0).stdout
