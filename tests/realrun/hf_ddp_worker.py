@@ -11,25 +11,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from hf_models import DTYPES, batch, build
+from hf_models import DTYPES, build, train
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from realrun.comm import Comm
 from realrun.hooks import compression_hook
-
-
-def train(ddp, rank: int, steps: int) -> list:
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    torch.manual_seed(2)   # dropout's masks: the same in both runs
-    gen, losses = torch.Generator().manual_seed(1 + rank), []
-    for _ in range(steps):
-        ids = batch(gen)
-        loss = ddp(input_ids=ids, labels=ids).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach().float()))
-    return losses
 
 
 def agree(tensor: torch.Tensor, world: int) -> bool:
@@ -46,7 +32,7 @@ def case(rank: int, world: int, arch: str, dtype: str, spec: str, steps: int) ->
     ddp = DDP(model, bucket_cap_mb=0.1)   # several buckets
     state, hook = compression_hook(spec)
     ddp.register_comm_hook(state, hook)
-    summary = {"plain": train(plain, rank, steps), "losses": train(ddp, rank, steps)}
+    summary = {"plain": train(plain, rank, steps, 0.1), "losses": train(ddp, rank, steps, 0.1)}
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     comm, sums = Comm(), {}
     x = torch.randn(5000, generator=torch.Generator().manual_seed(9 + rank)).to(dt)

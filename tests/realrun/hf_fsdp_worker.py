@@ -11,11 +11,13 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from hf_models import DTYPES, batch, blocks, build
+from hf_models import DTYPES, batch, blocks, build, train
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from realrun.fsdp import compress_fsdp
+
+LR = 0.05
 
 
 def shard(arch: str, dtype: torch.dtype, mesh, policy: str | None):
@@ -25,20 +27,6 @@ def shard(arch: str, dtype: torch.dtype, mesh, policy: str | None):
         fully_shard(block, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     return model, compress_fsdp(model, policy) if policy is not None else None
-
-
-def train(model, rank: int, steps: int) -> list:
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    torch.manual_seed(2)   # dropout's masks: the same in both runs
-    gen, losses = torch.Generator().manual_seed(1 + rank), []
-    for _ in range(steps):
-        ids = batch(gen)
-        loss = model(input_ids=ids, labels=ids).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach().float()))
-    return losses
 
 
 def evaluate(model, world: int) -> list:
@@ -55,7 +43,8 @@ def evaluate(model, world: int) -> list:
 def case(rank: int, world: int, mesh, arch: str, dtype: str, policy: str, steps: int) -> dict:
     plain, _ = shard(arch, DTYPES[dtype], mesh, None)
     comp, state = shard(arch, DTYPES[dtype], mesh, policy)
-    return {"blocks": len(blocks(comp)), "plain": train(plain, rank, steps), "compressed": train(comp, rank, steps),
+    return {"blocks": len(blocks(comp)), "plain": train(plain, rank, steps, LR),
+            "compressed": train(comp, rank, steps, LR),
             "eval_plain": evaluate(plain, world), "eval_compressed": evaluate(comp, world),
             "modules": state.modules, "stats": state.stats,
             # the tensor key of every error-feedback residual kept ("ef", spec, key, shape, dtype)

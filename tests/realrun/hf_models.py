@@ -1,5 +1,6 @@
 """The Hugging Face causal LMs the realrun client tests train: small random configs, no download.
-``build(arch, seed)`` gives a fresh model; ``batch`` the token batches (labels are the inputs)."""
+``build(arch, seed)`` gives a fresh model; ``batch`` the token batches (labels are the inputs);
+``train`` a few SGD steps of a (wrapped) model, its losses."""
 import torch
 
 VOCAB = 512
@@ -28,3 +29,18 @@ def blocks(model: torch.nn.Module) -> list:
 
 def batch(gen: torch.Generator, rows: int = 4) -> torch.Tensor:
     return torch.randint(0, VOCAB, (rows, 16), generator=gen)
+
+
+def train(model: torch.nn.Module, rank: int, steps: int, lr: float) -> list:
+    """``steps`` SGD steps on this rank's batches (the same in every run of a rank), their losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    torch.manual_seed(2)   # dropout's masks: the same in both runs
+    gen, losses = torch.Generator().manual_seed(1 + rank), []
+    for _ in range(steps):
+        ids = batch(gen)
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach().float()))
+    return losses
