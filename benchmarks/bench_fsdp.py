@@ -21,10 +21,8 @@ import json
 import os
 import statistics
 import sys
-import tempfile
-import time
 
-from bench_hook_threads import BATCH, CONFIG, SEQ, _port
+from bench_hook_threads import BATCH, CONFIG, SEQ, spawn_ranks, timed_step
 
 from perfmodel.compression import split_top_level
 
@@ -57,15 +55,7 @@ def rank_main(rank: int, world: int, port: int, policies: list, steps: int, repe
                       "gen": torch.Generator().manual_seed(1 + rank)})
 
     def step(case) -> float:
-        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=case["gen"])
-        dist.barrier()
-        start = time.perf_counter()
-        case["loss"] = loss = case["model"](input_ids=ids, labels=ids).loss
-        case["opt"].zero_grad(set_to_none=True)
-        loss.backward()
-        case["opt"].step()
-        dist.barrier()
-        return time.perf_counter() - start
+        return timed_step(case["model"], case)
 
     for case in cases:
         for _ in range(warmup):
@@ -90,24 +80,8 @@ def rank_main(rank: int, world: int, port: int, policies: list, steps: int, repe
 
 
 def run(policies: list, args) -> list:
-    """Every policy in one pair of fresh ranks, bounded by ``--timeout`` (ranks still running are killed)."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "out.json")
-        ctx = mp.spawn(rank_main, args=(2, _port(), policies, args.steps, args.repeats, args.warmup, out),
-                       nprocs=2, join=False)
-        deadline = time.monotonic() + args.timeout
-        try:
-            while not ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"ranks still running after {args.timeout:g} s")
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-        with open(out) as handle:
-            return json.load(handle)
+    """Every policy in one pair of fresh ranks, bounded by ``--timeout``."""
+    return spawn_ranks(rank_main, (policies, args.steps, args.repeats, args.warmup), args.timeout, "FSDP2")
 
 
 def _wire(w: dict) -> str:

@@ -65,15 +65,7 @@ def rank_main(rank: int, world: int, port: int, dtype: str, specs: list, steps: 
                       "gen": torch.Generator().manual_seed(1 + rank)})
 
     def step(case) -> float:
-        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=case["gen"])
-        dist.barrier()
-        start = time.perf_counter()
-        case["loss"] = loss = case["ddp"](input_ids=ids, labels=ids).loss
-        case["opt"].zero_grad(set_to_none=True)
-        loss.backward()
-        case["opt"].step()
-        dist.barrier()
-        return time.perf_counter() - start
+        return timed_step(case["ddp"], case)
 
     for case in cases:
         for _ in range(warmup):
@@ -111,25 +103,48 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def run_case(dtype: str, specs: list, args, timeout_s: float) -> list:
-    """One dtype's cases in two fresh ranks, bounded by ``timeout_s`` (ranks still running are killed)."""
+def timed_step(model, case: dict) -> float:
+    """One optimizer step of ``model`` on the case's next batch (``case["gen"]``, ``case["opt"]``)
+    between barriers: its seconds; the loss is kept as ``case["loss"]``."""
+    import torch
+    import torch.distributed as dist
+
+    ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=case["gen"])
+    dist.barrier()
+    start = time.perf_counter()
+    case["loss"] = loss = model(input_ids=ids, labels=ids).loss
+    case["opt"].zero_grad(set_to_none=True)
+    loss.backward()
+    case["opt"].step()
+    dist.barrier()
+    return time.perf_counter() - start
+
+
+def spawn_ranks(target, args: tuple, timeout_s: float, what: str) -> list:
+    """``target(rank, 2, port, *args, out)`` in two fresh ranks, bounded by ``timeout_s`` (ranks
+    still running are killed); the JSON rank 0 wrote to ``out``."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
-        ctx = mp.spawn(rank_main, args=(2, _port(), dtype, specs, args.steps, args.repeats, args.warmup, args.threads,
-                                        out), nprocs=2, join=False)
+        ctx = mp.spawn(target, args=(2, _port(), *args, out), nprocs=2, join=False)
         deadline = time.monotonic() + timeout_s
         try:
             while not ctx.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{dtype}: ranks still running after {timeout_s:g} s")
+                    raise TimeoutError(f"{what}: ranks still running after {timeout_s:g} s")
         finally:
             for p in ctx.processes:
                 if p.is_alive():
                     p.kill()
         with open(out) as handle:
             return json.load(handle)
+
+
+def run_case(dtype: str, specs: list, args, timeout_s: float) -> list:
+    """One dtype's cases in two fresh ranks, bounded by ``timeout_s``."""
+    return spawn_ranks(rank_main, (dtype, specs, args.steps, args.repeats, args.warmup, args.threads), timeout_s,
+                       dtype)
 
 
 def main(argv=None) -> int:
