@@ -74,31 +74,26 @@ def integer(where: str, row: dict, column: str, bound: str | None = None, requir
             positive: bool = False) -> int | None:
     """The cell as an integer within the declared bound ``bound`` (else at least 0), above 0 where
     ``positive``; None where it is empty and not ``required``."""
-    cell = text(where, row, column, required).strip()
-    if not cell:
-        return None
-    allowed = _allowed(bound, "an integer", positive)
-    try:
-        value = int(cell)
-        if bound is not None:
-            bounds.check(column, value, bound)
-    except (ValueError, InputError):
-        raise InputError(f"{where}.{column}", cell, allowed) from None
-    if value < 0 or (positive and value == 0):
-        raise InputError(f"{where}.{column}", cell, allowed)
-    return value
+    return _parsed(where, row, column, bound, required, positive, int, "an integer")
 
 
 def number(where: str, row: dict, column: str, bound: str | None = None, required: bool = True,
            positive: bool = True) -> float | None:
     """The cell as a finite number within the declared bound ``bound`` (else at least 0), above 0
     where ``positive`` (the default); None where it is empty and not ``required``."""
+    return _parsed(where, row, column, bound, required, positive, float, "a finite number")
+
+
+def _parsed(where: str, row: dict, column: str, bound: str | None, required: bool, positive: bool, convert,
+            kind: str):
+    """The cell converted (``int`` or ``float``), finite, within ``bound`` (else at least 0), above 0
+    where ``positive``; None where it is empty and not ``required``."""
     cell = text(where, row, column, required).strip()
     if not cell:
         return None
-    allowed = _allowed(bound, "a finite number", positive)
+    allowed = _allowed(bound, kind, positive)
     try:
-        value = float(cell)
+        value = convert(cell)
         if bound is not None:
             bounds.check(column, value, bound)
     except (ValueError, InputError):
