@@ -115,10 +115,6 @@ class TrainConfig:
             raise InputError("lr", self.lr, "a learning rate in (0, 10)")
         if not 1 <= self.op_timeout_s <= 86400:
             raise InputError("op_timeout_s", self.op_timeout_s, "seconds from 1 to 86400")
-        if arch.is_moe and not arch.moe_pad_to_capacity:
-            raise InputError("model.moe_pad_to_capacity", False, "true for a mixture-of-experts model here: realrun's "
-                             "MoE layer pads every expert's queue to its capacity (realrun.train.moe), and perfmodel "
-                             "prices the run as the model file says")
         if self.degrees.etp != self.degrees.tp:
             raise InputError("etp", self.degrees.etp, f"{self.degrees.tp}, as tp (perfmodel models other expert "
                              "tensor parallelism; realrun trains its experts at etp = tp)")

@@ -25,15 +25,31 @@ as the pipeline scales each micro-batch's loss) backward, so the reported loss i
 model's alone.
 
 Expert parallelism (``ep`` ranks, carved from dp as Megatron-Core does): a rank holds
-``experts / ep`` consecutive experts. The dispatch packs each expert's queue into a fixed
-``capacity``-row slot (zero rows where it is short: the model's ``moe_pad_to_capacity``, which
-``realrun train`` requires, so perfmodel prices the padded rows), so every rank sends ``experts / ep x
-capacity`` rows to every rank of its ep group in one ``Comm.alltoall``; each rank runs its
-experts on the rows from every source, and the combine all-to-all sends the outputs back the
-same way. Both are autograd operators: the backward of the dispatch is the reverse all-to-all
-of the gradients (shaped as a combine) and vice versa. As perfmodel's axes say, the dispatch
-runs under the policy's ``ep`` spec forward and backward, the combine under ``ep_combine``
-(which follows ``ep`` unless the policy sets it).
+``experts / ep`` consecutive experts. Two dispatches, as the model file says:
+
+* padded (``moe_pad_to_capacity``): each expert's queue is packed into a fixed ``capacity``-row
+  slot (zero rows where it is short, as perfmodel prices the padded rows), so every rank sends
+  ``experts / ep x capacity`` rows to every rank of its ep group in one ``Comm.alltoall`` of equal
+  blocks;
+* unpadded (dropless with no capacity factor, or token drop without padding): each rank sends each
+  expert its kept rows only. The rows are sorted by expert (so by the rank that holds it); one
+  uncompressed all-to-all of the counts (rows for each expert of each rank, as Megatron-Core's
+  dispatcher exchanges them before a dropless dispatch) tells every rank what arrives, then
+  ``Comm.alltoall`` with uneven ``splits`` / ``out_splits`` moves the rows, each chunk compressed
+  at its source (the spec chosen for the dropless size, ``tokens x top_k`` rows, which every rank
+  of the group agrees on). A rank regroups what arrives by expert and runs each of its experts on
+  its rows.
+
+Each rank runs its experts on the rows from every source, and the combine all-to-all sends the
+outputs back the same way (uneven: the splits swapped). Both are autograd operators: the backward
+of the dispatch is the reverse all-to-all of the gradients (shaped as a combine) and vice versa.
+As perfmodel's axes say, the dispatch runs under the policy's ``ep`` spec forward and backward,
+the combine under ``ep_combine`` (which follows ``ep`` unless the policy sets it).
+
+Routing histogram: every training pass adds the router's assignments per expert (before
+capacity: what the router asked for, which dropless routing delivers) to the layer's ``load``;
+``realrun train`` sums them over its ranks and steps and writes them in perfmodel's histogram
+format (``realrun.train.trainer.routing_histogram``; ``perfmodel.plan.routing.read_histogram``).
 """
 from __future__ import annotations
 
@@ -80,20 +96,34 @@ class ExpertParallel:
         self.seconds = {"fwd": 0.0, "bwd": 0.0}
         self.routed = self.dropped = 0
 
-    def alltoall(self, x: torch.Tensor, axis: str, key: str, phase: str) -> torch.Tensor:
-        """Equal row blocks of ``x`` to every rank of the group under ``axis``'s spec."""
+    def alltoall(self, x: torch.Tensor, axis: str, key: str, phase: str, splits: list[int] | None = None,
+                 out_splits: list[int] | None = None, nominal_bytes: int | None = None) -> torch.Tensor:
+        """Row blocks of ``x`` to every rank of the group under ``axis``'s spec: equal blocks, or
+        ``splits[j]`` rows to rank j and ``out_splits[j]`` from it (dropless). The spec is chosen
+        for ``nominal_bytes`` (default: ``x``'s), a size every rank of the group agrees on."""
         x = x.contiguous()
         exact = None
         if self.error is not None:   # uncounted, before the clock starts
-            exact = torch.empty_like(x)
-            dist.all_to_all_single(exact, x.detach(), group=self.comm.group)
+            exact = x.new_empty((sum(out_splits), *x.shape[1:])) if splits is not None else torch.empty_like(x)
+            dist.all_to_all_single(exact, x.detach(), out_splits, splits, group=self.comm.group)
         start = time.perf_counter()
-        codec = self.axes[axis].codec_for(x.numel() * x.element_size())
-        out = self.comm.alltoall(x, codec, key=key, stats=self.stats[axis]).view_as(x)
+        codec = self.axes[axis].codec_for(nominal_bytes if nominal_bytes is not None else x.numel() * x.element_size())
+        out = self.comm.alltoall(x, codec, splits=splits, out_splits=out_splits, key=key, stats=self.stats[axis])
         self.seconds[phase] += time.perf_counter() - start
         if exact is not None:
             self.error[axis].add(out, exact)
-        return out
+        return out.view(-1, *x.shape[1:])
+
+    def counts(self, sent: torch.Tensor) -> torch.Tensor:
+        """The row counts every rank of the group sends this one: ``sent`` (ep, n) is what this
+        rank sends each rank (n counts each), the answer (ep, n) what each rank sends here
+        (one uncompressed all-to-all of the counts, as Megatron-Core's dispatcher exchanges them
+        before a dropless dispatch; its seconds are the ep phase's)."""
+        got = torch.empty_like(sent)
+        start = time.perf_counter()
+        dist.all_to_all_single(got, sent.contiguous(), group=self.comm.group)
+        self.seconds["fwd"] += time.perf_counter() - start
+        return got
 
     def start_step(self, measure: bool) -> None:
         self.error = {axis: meter(measure, self.size) for axis in self.axis_names} if measure and self.size > 1 \
@@ -112,17 +142,18 @@ class ExpertParallel:
 
 
 class _AllToAll(torch.autograd.Function):
-    """The all-to-all of ``axis`` forward; the same exchange of the gradients backward (equal
-    blocks: the reverse of an all-to-all is an all-to-all), under the same axis's spec."""
+    """The all-to-all of ``axis`` forward; the reverse exchange of the gradients backward (equal
+    blocks: an all-to-all again; uneven: the splits swapped), under the same axis's spec."""
 
     @staticmethod
-    def forward(ctx, x, ep, axis, key):
-        ctx.ep, ctx.axis, ctx.key = ep, axis, key
-        return ep.alltoall(x, axis, f"{key}.fwd", "fwd")
+    def forward(ctx, x, ep, axis, key, splits, out_splits, nominal):
+        ctx.ep, ctx.axis, ctx.key, ctx.splits, ctx.out_splits, ctx.nominal = ep, axis, key, splits, out_splits, nominal
+        return ep.alltoall(x, axis, f"{key}.fwd", "fwd", splits, out_splits, nominal)
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.ep.alltoall(grad, ctx.axis, f"{ctx.key}.bwd", "bwd"), None, None, None
+        back = ctx.ep.alltoall(grad, ctx.axis, f"{ctx.key}.bwd", "bwd", ctx.out_splits, ctx.splits, ctx.nominal)
+        return back, None, None, None, None, None, None
 
 
 class _AuxLoss(torch.autograd.Function):
@@ -147,8 +178,8 @@ def balance_loss(logits: torch.Tensor, chosen: torch.Tensor, experts: int) -> to
     return AUX_LOSS_COEF * experts * (share * logits.softmax(dim=-1).mean(0)).sum()
 
 
-def _exchange(x, ep: ExpertParallel, axis: str, key: str):
-    return x if ep.size == 1 else _AllToAll.apply(x, ep, axis, key)
+def _exchange(x, ep: ExpertParallel, axis: str, key: str, splits=None, out_splits=None, nominal=None):
+    return x if ep.size == 1 else _AllToAll.apply(x, ep, axis, key, splits, out_splits, nominal)
 
 
 def _activation(spec: ModelSpec, up: torch.Tensor) -> torch.Tensor:
@@ -173,6 +204,7 @@ class MoE(nn.Module):
         self.shared_up = nn.Parameter(torch.empty(shared, spec.expert_up_width, h)) if shared else None
         self.shared_down = nn.Parameter(torch.empty(shared, h, spec.moe_ffn_hidden_size)) if shared else None
         self.bias = nn.Parameter(torch.zeros(h)) if spec.biased else None
+        self.load: torch.Tensor | None = None   # the router's assignments per expert, training passes (route)
 
     def shard(self, ep: ExpertParallel) -> None:
         """Keep this rank's consecutive ``experts / ep`` routed experts."""
@@ -190,9 +222,15 @@ class MoE(nn.Module):
         """Expert i's MLP on rows ``x[i]`` (experts, rows, h) -> (experts, rows, h)."""
         return torch.bmm(_activation(self.spec, torch.bmm(x, up.transpose(1, 2))), down.transpose(1, 2))
 
+    def _expert(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """This rank's routed expert ``i``'s MLP on the rows ``x`` (rows, h) -> (rows, h)."""
+        return _activation(self.spec, x @ self.w_up[i].t()) @ self.w_down[i].t()
+
     def route(self, x: torch.Tensor):
-        """(token, slot, weight) of every kept assignment of the rows ``x`` (tokens, h), the
-        capacity (rows per expert) and the auxiliary loss (None without gradients)."""
+        """(token, expert, position in the expert's queue, weight) of every kept assignment of the
+        rows ``x`` (tokens, h), the capacity (rows per expert) and the auxiliary loss (None without
+        gradients). Training passes add the router's assignments per expert, before capacity, to
+        ``load`` (the measured routing histogram)."""
         s, n = self.spec, x.shape[0]
         k, e = s.moe_top_k, s.num_experts
         logits = self.router(x)
@@ -205,14 +243,33 @@ class MoE(nn.Module):
         self.ep.routed += n * k
         self.ep.dropped += int((~keep).sum())
         token = torch.arange(n, device=x.device).repeat(k)[keep]
-        aux = balance_loss(logits, chosen, e) if torch.is_grad_enabled() else None
-        return token, (expert * cap + position)[keep], weights.t().reshape(-1)[keep], cap, aux
+        aux = None
+        if torch.is_grad_enabled():
+            aux = balance_loss(logits, chosen, e)
+            counts = torch.bincount(expert.detach(), minlength=e).double()
+            self.load = counts if self.load is None else self.load + counts
+        return token, expert[keep], position[keep], weights.t().reshape(-1)[keep], cap, aux
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, h = x.shape, self.spec.hidden_size
         x = x.reshape(-1, h)
-        token, slot, weight, cap, aux = self.route(x)
-        e, ep = self.spec.num_experts, self.ep
+        token, expert, position, weight, cap, aux = self.route(x)
+        if self.spec.moe_pad_to_capacity:
+            y = self._padded(x, token, expert * cap + position, weight, cap)
+        else:
+            y = self._dropless(x, token, expert, weight)
+        if self.shared_up is not None:
+            y = y + self._experts(x.expand(self.shared_up.shape[0], *x.shape), self.shared_up,
+                                  self.shared_down).sum(0)
+        if self.bias is not None:
+            y = y + self.bias
+        if aux is not None:
+            y = _AuxLoss.apply(y, aux, self.ep.aux_scale)
+        return y.view(shape)
+
+    def _padded(self, x, token, slot, weight, cap: int) -> torch.Tensor:
+        """Every expert's queue padded to ``cap`` rows, equal all-to-all blocks (module doc)."""
+        e, ep, h = self.spec.num_experts, self.ep, self.spec.hidden_size
         mine = e // ep.size
         queues = x.new_zeros(e * cap, h).index_copy(0, slot, x[token])          # (experts x capacity, h)
         got = _exchange(queues, ep, "ep", f"l{self.index}.dispatch")             # rows from every source
@@ -220,12 +277,28 @@ class MoE(nn.Module):
         out = self._experts(rows, self.w_up, self.w_down)
         out = out.view(mine, ep.size, cap, h).transpose(0, 1).reshape(e * cap, h)
         back = _exchange(out, ep, "ep_combine", f"l{self.index}.combine")
-        y = x.new_zeros(x.shape).index_add(0, token, back[slot] * weight[:, None])
-        if self.shared_up is not None:
-            y = y + self._experts(x.expand(self.shared_up.shape[0], *x.shape), self.shared_up,
-                                  self.shared_down).sum(0)
-        if self.bias is not None:
-            y = y + self.bias
-        if aux is not None:
-            y = _AuxLoss.apply(y, aux, ep.aux_scale)
-        return y.view(shape)
+        return x.new_zeros(x.shape).index_add(0, token, back[slot] * weight[:, None])
+
+    def _dropless(self, x, token, expert, weight) -> torch.Tensor:
+        """Each expert's kept rows only, uneven all-to-all blocks after the counts (module doc)."""
+        e, ep = self.spec.num_experts, self.ep
+        mine = e // ep.size
+        order = torch.argsort(expert, stable=True)             # by expert, so by the rank that holds it
+        token, expert, weight = token[order], expert[order], weight[order]
+        sent = torch.bincount(expert, minlength=e).view(ep.size, mine)   # rows to each rank's each expert
+        rows = x[token]
+        if ep.size == 1:
+            got_counts, got, splits, out_splits = sent, rows, None, None
+        else:
+            got_counts = ep.counts(sent)                       # (source, local expert) rows arriving here
+            splits, out_splits = sent.sum(1).tolist(), got_counts.sum(1).tolist()
+            nominal = x.shape[0] * self.spec.moe_top_k * x.shape[1] * x.element_size()   # the same on every rank
+            got = _exchange(rows, ep, "ep", f"l{self.index}.dispatch", splits, out_splits, nominal)
+        local = torch.repeat_interleave(torch.arange(mine, device=x.device).repeat(ep.size), got_counts.reshape(-1))
+        by_expert = torch.argsort(local, stable=True)          # source-major rows regrouped expert-major
+        sizes = got_counts.sum(0).tolist()
+        done = torch.cat([self._expert(chunk, i) for i, chunk in enumerate(got[by_expert].split(sizes))])
+        out = torch.empty_like(done).index_copy(0, by_expert, done)   # back in source-major order
+        if ep.size > 1:
+            out = _exchange(out, ep, "ep_combine", f"l{self.index}.combine", out_splits, splits, nominal)
+        return x.new_zeros(x.shape).index_add(0, token, out * weight[:, None])

@@ -201,12 +201,9 @@ def test_resume_with_expert_parallelism_continues_the_same_loss_curve(tmp_path, 
     assert proc.returncode == 2 and "ep" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_an_unpadded_moe_model_is_refused_in_one_line(tmp_path):
-    """realrun's layer pads every expert to its capacity; a model file that says otherwise would
-    be priced for rows the run never sends."""
-    from topologies.errors import InputError
-
+def test_an_unpadded_moe_model_is_accepted(tmp_path):
+    """Unpadded (dropless, or token drop without padding): the layer sends each expert its kept
+    rows only, as perfmodel prices the model file (tests/realrun/test_dropless.py)."""
     toml = tmp_path / "m.toml"
     toml.write_text(MOE_TOML.replace("moe_pad_to_capacity = true\n", ""))
-    with pytest.raises(InputError, match="moe_pad_to_capacity"):
-        TrainConfig(model=str(toml), steps=1)
+    assert TrainConfig.of(model=str(toml), steps=1, dp=2, ep=2).ep == 2
