@@ -101,7 +101,10 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "(apply_moe_token_drop's defaults), "
                "the others balanced (the table's note: forced balance, dropless); MoE rows' experts without tensor "
                "parallelism (etp 1, the recipes' expert_tensor_parallel_size); DeepSeek-V3 and Kimi-K2 on pp > 1 "
-               "with their recipes' pipeline layout for pp x vp virtual stages (PIPELINE_LAYOUTS)")
+               "with their recipes' pipeline layout for pp x vp virtual stages (PIPELINE_LAYOUTS); "
+               "the expert all-to-alls overlapped with another micro-batch's compute (ep_overlap batch) and the "
+               "dispatcher's kernels where the row's recipe sets overlap_moe_expert_parallel_comm "
+               "(EP_OVERLAP_RECIPES), else not")
 
 # DeepSeek-V3's and Kimi-K2's 61 layers over the pipeline as Megatron-Bridge's recipes lay them (Megatron's
 # pipeline_model_parallel_layout), by the number of virtual stages pp x vp: the layout map of
@@ -118,6 +121,38 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
 # (8, 1) = (4, 2); (16, 1) = (8, 2) = (4, 4) = (2, 8))
 PIPELINE_LAYOUTS = {4: "Et*16|t*16|t*16|t*13{m}L", 8: "Et*8|(t*8|)*6t*5{m}L", 16: "Et*4|(t*4|)*14t{m}L",
                     32: "Et|(tt|)*30{m}L"}
+
+
+# The recipes' expert overlap (Megatron-Core's overlap_moe_expert_parallel_comm with delay_wgrad_compute: the plan's
+# ep_overlap 'batch', perfmodel.step.expert_overlap) and the dispatcher's kernels behind it (the plan's ep_kernels,
+# their SMs a tax on the compute they hide behind), per (model prefix, systems, precisions, containers):
+# - DeepSeek-V3 on H100, containers 25.09 and 25.11: the 25.09 performance script sets A2A_1F1B for H100 only
+#   (scripts/performance/run_script.py @ f37f883a8: A2A_1F1B = gpu in ["h100"], then overlap_moe_expert_parallel_comm)
+#   and 25.11's deepseek_v3_h100_1024gpus_config calls set_moe_a2a_overlap_overrides with enable_deepep=True
+#   (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py @ bf75c658c): DeepEP's normal kernels;
+# - DeepSeek-V3 MXFP8 on GB200 and GB300 from container 26.06: the full-iteration recipes (#3983 @ 8af195c0a,
+#   2026-06-06; #4226 @ afb5dd47c, 2026-06-10) set moe_a2a_overlap=True with the hybridep flex dispatcher
+#   (deepseek_workload_base_configs.py @ c8327cfc2^ lines 70-74, 100-104; today's
+#   perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8 @ 067f987df0, moe_hybridep_num_sms 32);
+#   before them (7c06ec0c0, 5acef9309: containers 26.02-26.04.01) every DeepSeek-V3 config had it False;
+# - GPT-OSS 120B MXFP8 on GB200 and GB300 in container 26.08 (the snapshot's recipes): _apply_gpt_oss_120b_full_iter_
+#   fp8mx_configs (perf_recipes/gpt_oss/common.py lines 23-49 @ 067f987df0), hybridep.
+# Qwen3's and Kimi-K2's recipes for the table's systems do not set it (perf_recipes/qwen/{gb200,gb300,h100},
+# kimi/* @ 067f987df0; Qwen3-30B's B200 MXFP8 recipe does, and the table has no B200 row of it in 26.08).
+EP_OVERLAP_RECIPES = (
+    ("DeepSeekV3", ("DGX-H100",), None, ("25.09", "25.11"), "deepep"),
+    ("DeepSeekV3", ("DGX-GB200", "DGX-GB300"), ("mxfp8",), ("26.06", "26.08"), "hybridep"),
+    ("GPT OSS 120B", ("DGX-GB200", "DGX-GB300"), ("mxfp8",), ("26.08",), "hybridep"),
+)
+
+
+def _ep_overlap(name: str, system: str, precision: str, container: str) -> tuple[str, str]:
+    """(ep_overlap, ep_kernels) of a row as its recipe ran (``EP_OVERLAP_RECIPES``); ('none', 'nccl') else."""
+    for prefix, systems, precisions, containers, kernels in EP_OVERLAP_RECIPES:
+        if (name.startswith(prefix) and system in systems and (precisions is None or precision in precisions)
+                and container[:5] in containers):
+            return "batch", kernels
+    return "none", "nccl"
 
 
 def _layout(name: str, pp: int, vp: int) -> str | None:
@@ -165,6 +200,8 @@ def _alternative(row: dict, where: str) -> dict | None:
     mapped["precision"] = PRECISIONS[precision] if precision else ALTERNATIVE.get(row["system"], "mxfp8")
     mapped["policy"] = PARAM_GATHER_POLICY.get(mapped["precision"], "none")
     mapped["tp_overlap"] = str(mapped["tp"] > 1 and mapped["precision"] != "nvfp4")
+    mapped["ep_overlap"], mapped["ep_kernels"] = _ep_overlap(row["model"], row["system"], mapped["precision"],
+                                                             row["nemo_container"])
     mapped["model_label"] += " (alt)"
     return mapped
 
@@ -202,6 +239,7 @@ def _row(row: dict, where: str) -> dict:
         seq_len=tables.integer(where, row, "seq_len", "seq_len"),
         zero=3 if _int(where, row, "fsdp", 0) else 1, etp=None if name in DENSE else EXPERT_TP,
         pipeline_layout=_layout(name, pp, vp),
+        **dict(zip(("ep_overlap", "ep_kernels"), _ep_overlap(name, row["system"], precision, container))),
         recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
         grad_dtype="bf16" if name in DENSE else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),

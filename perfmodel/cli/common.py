@@ -11,7 +11,7 @@ from perfmodel.engines import engine_names
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.degrees import add_arguments as add_degree_arguments
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
-from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, KERNELS, PlanRequest
+from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, EP_KERNELS, EP_OVERLAPS, KERNELS, PlanRequest
 from perfmodel.plan.precision import PRECISION_NAMES
 from perfmodel.prediction import PredictOptions, request_and_options
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
@@ -138,6 +138,16 @@ def _step_args(p, sweep: bool) -> None:
                    "(token drop padded to capacity factor F) or a histogram file of measured tokens per expert "
                    "(dropless, imbalanced: the busiest expert-parallel rank sets the step; docs: 'Routing'); "
                    "default: the model file's (balanced where it says nothing)")
+    p.add_argument("--ep-overlap", choices=EP_OVERLAPS, default="none",
+                   help="a MoE model's all-to-alls hidden behind another micro-batch's compute: none (default: on "
+                   "the critical path of their own operation), batch (Megatron-Core's "
+                   "--overlap-moe-expert-parallel-comm: each steady 1F1B forward-backward pair hides each side's "
+                   "all-to-alls behind the other side's compute; warm-up and cool-down do not), dualpipe "
+                   "(DeepSeek-V3's DualPipe: every pair, the report's bubble and two parameter copies; even pp and "
+                   "micro-batches; docs: 'Overlapped expert communication')")
+    p.add_argument("--ep-kernels", choices=EP_KERNELS, default="nccl",
+                   help="the all-to-alls' kernels, whose SMs slow the compute they hide behind: nccl (default: the "
+                   "overlap slowdown), deepep (24 SMs), hybridep (32 SMs), deepep-ll (none)")
     p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                    help="the software stack whose fusion, overlap and host time the step has (default "
                    f"{DEFAULT_FRAMEWORK}; docs: 'Framework profiles')")
@@ -201,6 +211,7 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
               seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               precision=args.precision, framework=args.framework, routing=args.routing,
+              ep_overlap=args.ep_overlap, ep_kernels=args.ep_kernels,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:

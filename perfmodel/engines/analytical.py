@@ -25,6 +25,7 @@ from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.plan.framework import framework_profile
 from perfmodel.plan.memory import expert_shards, shards, stage_param_split
 from perfmodel.plan.mesh import mesh_for
+from perfmodel.step import expert_overlap
 from perfmodel.step.framework import microbatch_host_s, prefetched, stack_compute, stack_event, step_host_s
 from perfmodel.step.timing import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
                             pipeline_from, pipeline_spans, split_kernel, zero3_backward, zero3_forward)
@@ -79,6 +80,7 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
             layer_tp[event.phase] += wire * per_mb
         if event.axis in ("ep", "ep_combine"):
             _inner(st, event.phase, rec.time_s * per_mb, _spans_nodes(event.group, env.built.gpus_per_domain))
+            _ep(st, event, rec.time_s * per_mb, kernel * per_mb, env.built.gpus_per_domain)
         if s == 0:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, kernel * event.count)
@@ -87,9 +89,20 @@ def _critical(step: StepInputs, s: int, layers: int, events: list, tally: Tally 
     ring = [e for e in events if e.where == "attention"]
     if ring:
         _overlap_ring(step, st, ring, sc, tally)
+    st = expert_overlap.apply(st, sc, plan, s, env.dev, env.overlap_slowdown)
     _host_floor(st, sc)
     _host_wait(st, microbatch_host_s(profile))
     return st, sc
+
+
+def _ep(st: StageTime, event, seconds: float, kernel: float, gpus_per_domain: int) -> None:
+    """Count an all-to-all's per-microbatch seconds for the expert overlap (``expert_overlap.apply``)."""
+    if event.phase == "fwd":
+        st.ep_fwd += seconds
+    else:
+        st.ep_bwd += seconds
+    st.ep_kernel += kernel
+    st.ep_pair_nic = st.ep_pair_nic or _spans_nodes(event.group, gpus_per_domain)
 
 
 def _host_floor(st: StageTime, sc) -> None:
@@ -325,7 +338,7 @@ def _pipeline_breakdown(stages: list[StageTime], plan, span: tuple) -> Breakdown
         pp, compression = exposed - kernel, m * (b.compression - b.pp_kernel) + kernel
     out = Breakdown()
     for phase, seconds in ((COMPUTE, m * b.compute), (AXES["pp"].phase, pp), (COMPRESSION, compression),
-                           (AXES["zero"].phase, m * b.zero3), (BUBBLE, bubble)):
+                           (AXES["zero"].phase, m * b.zero3), (BUBBLE, bubble), (OVERLAP_SLOWDOWN, m * b.ep_tax)):
         out[phase] = seconds
     for name in ISSUE_ORDER:        # the axes inside the operations, each to its phase (pp's: where the stage waited)
         if name != "pp" and b.comm(name):
@@ -410,10 +423,14 @@ class AnalyticalEngine:
         shapes: dict = {}
         for i, step in enumerate(steps):
             plan = step.plan
-            shapes.setdefault((plan.pp, plan.microbatches, plan.virtual_stages, plan.schedule), []).append(i)
+            shapes.setdefault((plan.pp, plan.microbatches, plan.virtual_stages, plan.schedule,
+                               plan.ep_overlap == "dualpipe"), []).append(i)
         spans: list = [None] * len(steps)
-        for (_, m, v, schedule), index in shapes.items():
-            ends, busy = pipeline_spans([timed[i][0] for i in index], m, v, schedule)
+        for (_, m, v, schedule, dualpipe), index in shapes.items():
+            if dualpipe:        # DeepSeek-V3's Table 2 (perfmodel.step.expert_overlap.dualpipe_span)
+                ends, busy = zip(*(expert_overlap.dualpipe_span(timed[i][0], m) for i in index))
+            else:
+                ends, busy = pipeline_spans([timed[i][0] for i in index], m, v, schedule)
             for i, end, b in zip(index, ends, busy):
                 spans[i] = (end, b)
         return [_finish(step, *t, span, profile) for step, t, span, profile in zip(steps, timed, spans, profiles)]

@@ -5,6 +5,12 @@ per-rank streams, NIC links shared fairly between concurrent flows. Where the cl
 assume a transfer has its link to itself, the simulation lets it share; the difference of the
 two spans is the breakdown's ``contention_s`` (0 where nothing contends, tested). A MoE
 all-to-all across nodes is a flow on its rank's NIC there, beside that rank's gradient buckets.
+With an expert overlap (``perfmodel.step.expert_overlap``) the stage costs are the analytical
+engine's, their hidden all-to-alls taken out; the simulation runs each steady forward-backward pair's
+hidden all-to-alls as their own flow (``SimResult.hidden_comm``, drawn in the trace) that the pair's
+backward waits for, so where they share the NIC with gradient buckets the step is slower by it.
+DualPipe's stages run in 1F1B's order here (its bidirectional schedule is the analytical engine's
+closed form, the report's Table 2 bubble): its ``contention_s`` is the link sharing of that order.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ def _simulate(step: StepInputs, stages, events):
     plan = step.plan
     work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
                       buckets=_bucket_runs(step, events[s]), zero3=st.zero3_layers, nic_fwd=st.nic_fwd,
-                      nic_bwd=st.nic_bwd)
+                      nic_bwd=st.nic_bwd, pair=st.ep_pair_s, pair_nic=st.ep_pair_nic, pairs=st.ep_pair_s > 0)
             for s, st in enumerate(stages)]
     return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap, chunks=plan.virtual_stages)
 
@@ -37,7 +43,7 @@ def _simulate(step: StepInputs, stages, events):
 def _analytical_span(step: StepInputs, stages, events) -> float:
     """What the closed forms say the simulated part takes: the pipeline, then stage 0's buckets'
     exposed tail."""
-    plan = step.plan
+    plan = step.plan       # DualPipe: its stages run in 1F1B's order (the simulated schedule)
     total = pipeline_time(stages, plan.microbatches, plan.virtual_stages, plan.schedule)[0]
     window = bucket_window(step, stages)
     runs = _bucket_runs(step, events[0])

@@ -82,10 +82,17 @@ def _dense_stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first
     return params / shards(plan, "params")
 
 
+# DualPipe keeps two copies of the model parameters (DeepSeek-V3 report, arXiv 2412.19437, section 3.2.1 and
+# Table 2, 'Parameter 2x'): the weights (and their quantized copies) twice; gradients and optimizer states once
+DUALPIPE_COPIES = 2
+
+
 def in_flight(plan: ParallelPlan, stage: int) -> float:
     m = plan.microbatches
     if plan.schedule == "gpipe":
         return m
+    if plan.ep_overlap == "dualpipe":   # DeepSeek-V3 report Table 2: PP + 1 micro-batches' activations
+        return min(plan.pp + 1, m)
     held = min(plan.pp - stage, m)
     if plan.schedule == "interleaved":
         held *= 1 + (plan.pp - 1) / (plan.pp * plan.virtual_stages)
@@ -109,11 +116,12 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
         return per_param * (dense / shards(plan, kind) + experts / expert_shards(plan, kind))
     low = low_precision_params(model, plan, layers, first, last, start)
     quantized = low_precision_weights(plan, low, arch)
+    copies = DUALPIPE_COPIES if plan.ep_overlap == "dualpipe" else 1
     out = {
-        "weights": sharded("weights", DTYPE_BYTES[plan.compute_dtype])
-        - (fp8_params and recipe(plan.precision).eight_bit) * low * DTYPE_BYTES[plan.compute_dtype]
-        / shards(plan, "weights"),
-        "low_precision_weights": quantized,
+        "weights": copies * (sharded("weights", DTYPE_BYTES[plan.compute_dtype])
+                             - (fp8_params and recipe(plan.precision).eight_bit) * low * DTYPE_BYTES[plan.compute_dtype]
+                             / shards(plan, "weights")),
+        "low_precision_weights": copies * quantized,
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
         "gradients": sharded("gradients", DTYPE_BYTES[plan.grad_dtype]),
         "optimizer": sharded("optimizer", OPTIMIZER_BYTES),

@@ -75,6 +75,8 @@ class ParallelPlan:
     precision: str = "bf16"   # the GEMMs' recipe (perfmodel.plan.precision): bf16 ... fp8-tensorwise, mxfp8, nvfp4
     framework: str = DEFAULT_FRAMEWORK   # the software stack (perfmodel.plan.framework)
     routing: str | None = None   # MoE routing: balanced, capacity:F or a histogram file (perfmodel.plan.routing)
+    ep_overlap: str = "none"     # MoE all-to-alls behind another micro-batch: none, batch, dualpipe (EP_OVERLAPS)
+    ep_kernels: str = "nccl"     # the all-to-alls' kernels (their SMs a tax on compute): EP_KERNELS
     layout: tuple = ()        # layers per virtual stage, model order (perfmodel.plan.stages); (): the even split
 
     def __getattr__(self, name: str):
@@ -175,6 +177,8 @@ class PlanRequest:
     precision: str | None = None
     framework: str = DEFAULT_FRAMEWORK
     routing: str | None = None        # None: the model file's (perfmodel.plan.routing)
+    ep_overlap: str = "none"          # perfmodel.step.expert_overlap: none, batch (Megatron-Core), dualpipe (DeepSeek)
+    ep_kernels: str = "nccl"          # nccl, deepep (24 SMs), deepep-ll (none), hybridep (32 SMs)
     first_stage_layers: int | None = None    # Megatron --decoder-first-pipeline-num-layers
     last_stage_layers: int | None = None     # Megatron --decoder-last-pipeline-num-layers
     account_for_embedding: bool = False      # Megatron --account-for-embedding-in-pipeline-split
@@ -260,6 +264,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                          "and loss counted as layers) divisible by pp x V, or a fixed split (first and last stage "
                          f"layers, a pipeline layout), and microbatches ({gbs // (mbs * dp)}) divisible by pp {pp}")
     _check_options(r, tp)
+    _check_ep_overlap(r, model, name, pp, gbs // (mbs * dp))
     precision, dtype = resolve_precision(r.precision, r.compute_dtype)
     _check_order(degrees.order)
     seq = model.seq_len if r.seq is None else r.seq
@@ -271,7 +276,8 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
                         kernels=r.kernels, precision=precision, framework=r.framework,
-                        routing=resolve_routing(r.routing, model), layout=layout)
+                        routing=resolve_routing(r.routing, model), ep_overlap=r.ep_overlap,
+                        ep_kernels=r.ep_kernels, layout=layout)
 
 
 def _chunks_even(layers: int, chunks: int) -> bool:
@@ -303,6 +309,27 @@ def _check_experts(model: ModelSpec, d: Degrees) -> None:
     if model.moe_ffn_hidden_size % d.etp:
         raise InputError("etp", d.etp, f"a divisor of the experts' FFN width moe_ffn_hidden_size "
                          f"{model.moe_ffn_hidden_size}")
+
+
+# perfmodel.step.expert_overlap prices them (sources there)
+EP_OVERLAPS = ("none", "batch", "dualpipe")
+EP_KERNELS = ("nccl", "deepep", "deepep-ll", "hybridep")
+
+
+def _check_ep_overlap(r: PlanRequest, model: ModelSpec, schedule: str, pp: int, microbatches: int) -> None:
+    """The expert overlap and kernels of a request: names of EP_OVERLAPS and EP_KERNELS; an overlap only
+    for a MoE model; DualPipe on 1F1B's order with an even pp >= 2 and an even number of micro-batches
+    (DeepSeek-V3 report, section 3.2.1)."""
+    if r.ep_overlap not in EP_OVERLAPS:
+        raise InputError("ep_overlap", r.ep_overlap, ", ".join(EP_OVERLAPS))
+    if r.ep_kernels not in EP_KERNELS:
+        raise InputError("ep_kernels", r.ep_kernels, ", ".join(EP_KERNELS))
+    if r.ep_overlap != "none" and not model.is_moe:
+        raise InputError("ep_overlap", r.ep_overlap,
+                         f"none for the dense model {model.name} (it hides MoE all-to-alls)")
+    if r.ep_overlap == "dualpipe" and (schedule != "1f1b" or pp < 2 or pp % 2 or microbatches % 2):
+        raise InputError("ep_overlap", r.ep_overlap, f"dualpipe needs schedule 1f1b (not {schedule}), an even pp >= 2 "
+                         f"(not {pp}) and an even number of micro-batches (not {microbatches})")
 
 
 def _check_cp(cp: int, seq: int) -> None:

@@ -49,6 +49,9 @@ class StageWork:
     zero3: tuple = ()     # (layers, fwd and bwd compute per layer, gather fwd, gather bwd, reduce-scatter)
     nic_fwd: float = 0.0  # of fwd: cross-node all-to-all seconds, run as a NIC flow
     nic_bwd: float = 0.0  # of bwd, likewise
+    pair: float = 0.0     # all-to-all seconds a paired forward and backward hide (perfmodel.step.expert_overlap)
+    pair_nic: bool = False  # whether they cross nodes (a flow on the rank's NIC; else its NVLink, not shared here)
+    pairs: bool = False   # whether 1F1B's steady forward-backward pairs hide ``pair`` seconds
 
 
 @dataclass
@@ -60,6 +63,7 @@ class SimResult:
     buckets: list = field(default_factory=list)    # (stage, index, ready, start, end)
     layer_comm: list = field(default_factory=list)  # ZeRO-3: (stage, "gather"/"reduce-scatter", layer, mb, start, end)
     op_comm: list = field(default_factory=list)     # cross-node all-to-alls: (stage, kind, mb, start, end)
+    hidden_comm: list = field(default_factory=list)  # hidden all-to-alls of a pair: (stage, mb, start, end)
     events: int = 0                                # callbacks the event core ran
     link_flows: dict = field(default_factory=dict)  # busiest links: [(time, active flows), ...]
 
@@ -69,6 +73,8 @@ class _Stage:
         self.sim, self.s, self.work, self.items = sim, s, work, plan_items
         self.pos, self.end, self.waiting = 0, 0.0, False
         self.queue: list = []        # ready buckets (index, seconds, ready time)
+        self.paired = _paired(plan_items, work.pairs)   # positions of paired forwards (their pair's flow starts)
+        self.pair_end = None         # when the running pair's hidden all-to-alls end (None: none running)
         self.comm_busy = False
         self.comm_end = 0.0
 
@@ -127,8 +133,17 @@ class StepSim:
             self._buckets_ready(st, start, d)
         st.pos += 1
 
+        if st.pos - 1 in st.paired and st.work.pair > 0:
+            self._hidden(st, mb, st.work.pair / self.chunks)
+        closes = kind == "B" and st.pair_end is not None
+
         def finished():
             self.result.ops.append((st.s, kind, mb, start, self.core.now) + tuple(op[2:]))
+            if closes and st.pair_end is not True:     # the pair's hidden all-to-alls still running: wait for them
+                st.pair_end = lambda: self._advance(st)
+                return
+            if closes:
+                st.pair_end = None
             self._advance(st)
         nic = (st.work.nic_fwd if kind == "F" else st.work.nic_bwd) / self.chunks
         if st.work.zero3:
@@ -161,6 +176,24 @@ class StepSim:
             finished()
         self.net.start((("out", st.s), ("in", st.s)), seconds, ended)
 
+    def _hidden(self, st: _Stage, mb: int, seconds: float) -> None:
+        """A forward-backward pair's hidden all-to-alls (``expert_overlap``): started with the forward on
+        the communication stream, a flow on the rank's NIC where they cross nodes; the pair's backward
+        ends no earlier than they do (alone they fit inside the pair's compute: nothing waits)."""
+        start = self.core.now
+        st.pair_end = False
+
+        def ended():
+            self.result.hidden_comm.append((st.s, mb, start, self.core.now))
+            waiting, st.pair_end = st.pair_end, True
+            if callable(waiting):
+                st.pair_end = None
+                waiting()
+        if st.work.pair_nic:
+            self.net.start((("out", st.s), ("in", st.s)), seconds, ended)
+        else:
+            self.core.after(seconds, ended)
+
     # --- the communication stream ---------------------------------------------------------------
     def _buckets_ready(self, st: _Stage, start: float, window: float) -> None:
         index = 0
@@ -185,6 +218,19 @@ class StepSim:
             self.result.buckets.append((st.s, index, ready, start, self.core.now))
             self._next_bucket(st)
         self.net.start((("out", st.s), ("in", st.s)), seconds, finished)
+
+
+def _paired(items, pairs: bool) -> frozenset:
+    """Positions (in a stage's exchange list) of forwards paired with the backward right after them
+    (``expert_overlap.paired_fraction``): 1F1B's steady forwards, the first dropped where it is the same
+    micro-batch as its backward (no warm-up: Megatron pairs a forward with the previous backward)."""
+    if not pairs:
+        return frozenset()
+    ops = [(i, op) for i, (_, op) in enumerate(items) if op]
+    out = [(i, a[1:] == b[1:]) for (i, a), (_, b) in zip(ops, ops[1:]) if a[0] == "F" and b[0] == "B"]
+    if out and out[0][1]:
+        out = out[1:]
+    return frozenset(i for i, _ in out)
 
 
 class _Layers:

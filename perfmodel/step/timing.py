@@ -57,6 +57,13 @@ class StageTime:
     inner_bwd: float = 0.0    # of bwd_op, likewise
     nic_fwd: float = 0.0      # of inner_fwd: all-to-alls whose ep group spans nodes (the des engine's NIC flows)
     nic_bwd: float = 0.0      # of inner_bwd, likewise
+    ep_fwd: float = 0.0       # of fwd_op: the MoE all-to-alls' seconds, kernels included (before any overlap)
+    ep_bwd: float = 0.0       # of bwd_op, likewise
+    ep_kernel: float = 0.0    # of compression: the all-to-alls' kernels (both operations)
+    ep_tax: float = 0.0       # compute slowed by the SMs of hidden all-to-alls (perfmodel.step.expert_overlap)
+    ep_hidden: float = 0.0    # all-to-all seconds hidden behind another micro-batch's compute, per micro-batch
+    ep_pair_s: float = 0.0    # of them, what one paired forward and backward hide together (the des engine's flow)
+    ep_pair_nic: bool = False  # whether the all-to-alls cross nodes (their hidden flow on the NIC)
 
     def comm(self, axis: str) -> float:
         return self.comm_s.get(axis, 0.0)
@@ -69,7 +76,7 @@ class StageTime:
         seconds = self.compute
         for axis in ISSUE_ORDER:           # the same sum, in the same order, whatever axes exist
             seconds += self.comm(axis)
-        return seconds + self.compression + self.zero3
+        return seconds + self.compression + self.zero3 + self.ep_tax
 
 
 class _Seconds:

@@ -1,0 +1,152 @@
+"""Overlapped expert communication (perfmodel.step.expert_overlap): batch-level overlap, DualPipe and the
+all-to-all kernels' SM tax, in the plan, both engines, memory and the published Megatron-Bridge rows."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from perfmodel import predict
+from perfmodel.calibration.bridge import _ep_overlap
+from perfmodel.calibration.published import row_plan
+from perfmodel.step import expert_overlap
+from perfmodel.step.timing import StageTime
+from topologies.errors import InputError
+
+# a MoE plan small enough to be quick: Mixtral on 64 H100, ep 8 across nodes, pp 2
+MIXTRAL = dict(model="mixtral-8x7b", cluster="dgx-h100", gpus=64, pp=2, ep=8, zero=1, recompute="full",
+               gbs=256, order="tp,pp,dp,ep")
+
+
+def _run(**kw):
+    return predict(**{**MIXTRAL, **kw})
+
+
+def _phase(rec, name: str) -> float:
+    return rec.breakdown.get(name, 0.0)
+
+
+def test_paired_fraction_follows_the_1f1b_warmup():
+    plan = SimpleNamespace(ep_overlap="batch", schedule="1f1b", microbatches=8, virtual_stages=1, pp=4)
+    # stage 0: 3 warm-up forwards, 5 of 8 forwards paired; the last stage: none, the first cannot pair: 7
+    assert expert_overlap.paired_fraction(plan, 0) == pytest.approx(5 / 8)
+    assert expert_overlap.paired_fraction(plan, 3) == pytest.approx(7 / 8)
+    assert expert_overlap.paired_fraction(SimpleNamespace(**{**vars(plan), "schedule": "gpipe"}), 0) == 0.0
+    assert expert_overlap.paired_fraction(SimpleNamespace(**{**vars(plan), "ep_overlap": "dualpipe"}), 0) == 1.0
+    assert expert_overlap.paired_fraction(SimpleNamespace(**{**vars(plan), "ep_overlap": "none"}), 0) == 0.0
+
+
+def test_a_pair_hides_at_most_its_compute():
+    assert expert_overlap.hidden_per_pair(1.0, 1.0, 3.0, 5.0) == (1.0, 1.0)          # all hidden
+    f, b = expert_overlap.hidden_per_pair(4.0, 4.0, 1.0, 2.0)                       # compute-bound: 3 of 8
+    assert f + b == pytest.approx(3.0) and f == pytest.approx(b)
+
+
+def test_sm_tax_by_kernels():
+    dev = SimpleNamespace(key="h100-sxm", gemm_shape=None)
+    assert expert_overlap.sm_tax("deepep", dev, 0.1) == pytest.approx(24 / 132)
+    assert expert_overlap.sm_tax("hybridep", SimpleNamespace(key="gb200", gemm_shape=None), 0.1) == pytest.approx(32 / 148)
+    assert expert_overlap.sm_tax("deepep-ll", dev, 0.1) == 0.0
+    assert expert_overlap.sm_tax("nccl", dev, 0.1) == 0.1
+
+
+def test_batch_overlap_hides_ep_and_charges_its_tax():
+    base, batch = _run(), _run(ep_overlap="batch")
+    assert batch.step_time_s < base.step_time_s
+    assert _phase(batch, "ep_comm_s") < _phase(base, "ep_comm_s")
+    assert _phase(batch, "overlap_slowdown_s") > _phase(base, "overlap_slowdown_s")
+    assert _phase(batch, "compute_s") == pytest.approx(_phase(base, "compute_s"))
+    # the SM-free kernels hide the same seconds for less; DeepEP's 24 SMs cost more than NCCL's 0.1
+    ll, deepep = _run(ep_overlap="batch", ep_kernels="deepep-ll"), _run(ep_overlap="batch", ep_kernels="deepep")
+    assert ll.step_time_s < batch.step_time_s < deepep.step_time_s
+
+
+def test_kernels_cost_nothing_without_overlap():
+    assert _run(ep_kernels="deepep").step_time_s == _run().step_time_s
+
+
+def test_gpipe_hides_nothing():
+    assert _run(schedule="gpipe", ep_overlap="batch").step_time_s == pytest.approx(_run(schedule="gpipe").step_time_s)
+
+
+def test_dualpipe_hides_more_and_doubles_the_weights():
+    base, batch, dual = _run(), _run(ep_overlap="batch"), _run(ep_overlap="dualpipe")
+    assert dual.step_time_s < batch.step_time_s < base.step_time_s
+    assert dual.memory_breakdown["weights"] == pytest.approx(2 * base.memory_breakdown["weights"], rel=1e-4)
+
+
+def test_des_engine_runs_the_hidden_all_to_alls():
+    alone = _run(ep_overlap="batch", engine="des")
+    analytical = _run(ep_overlap="batch")
+    # the hidden all-to-alls cross nodes: flows on the NIC beside the gradient buckets, never faster
+    assert alone.step_time_s >= analytical.step_time_s - 1e-9
+    assert _phase(alone, "contention_s") >= -1e-9
+
+
+def test_des_equals_analytical_without_shared_links():
+    """ep inside the node (NVLink, not shared in the simulation) and no DP overlap: nothing contends."""
+    kw = dict(order="tp,ep,pp,dp", ep_overlap="batch", dp_overlap=False)
+    des, analytical = _run(engine="des", **kw), _run(**kw)
+    assert des.step_time_s == pytest.approx(analytical.step_time_s, rel=1e-9)
+
+
+def test_des_trace_holds_the_hidden_flows():
+    from perfmodel.engines.des import EVENTS
+    from perfmodel.prediction import _policy, _setup, request_and_options
+    kw = {k: v for k, v in MIXTRAL.items() if k not in ("model", "cluster")}
+    request, options = request_and_options(**kw, ep_overlap="batch")
+    step = _setup("mixtral-8x7b", "dgx-h100", request, options).inputs(_policy("none"))
+    timing = EVENTS.time_step(step)
+    hidden = timing.simulation.hidden_comm
+    # stage 0 of 2 (1 warm-up forward) pairs m - 1 forwards with backwards, the last stage m - 1 too
+    m = step.plan.microbatches
+    assert len([h for h in hidden if h[0] == 0]) == m - 1
+    assert len([h for h in hidden if h[0] == 1]) == m - 1
+    assert all(end > start for _, _, start, end in hidden)
+
+
+@pytest.mark.parametrize("field, value", [("ep_overlap", "both"), ("ep_kernels", "nvshmem")])
+def test_unknown_names_are_refused(field, value):
+    with pytest.raises(InputError, match=field):
+        _run(**{field: value})
+
+
+def test_dense_models_and_odd_dualpipe_are_refused():
+    with pytest.raises(InputError, match="ep_overlap"):
+        predict(model="llama3-8b", cluster="dgx-h100", gpus=8, ep_overlap="batch")
+    with pytest.raises(InputError, match="dualpipe"):
+        _run(pp=1, ep_overlap="dualpipe")
+    with pytest.raises(InputError, match="dualpipe"):
+        _run(schedule="interleaved:2", ep_overlap="dualpipe")
+
+
+def test_cli_flags(capsys):
+    from perfmodel.cli import main
+    args = ["predict", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--pp", "2", "--ep", "8",
+            "--zero", "1", "--recompute", "full", "--gbs", "256", "--json"]
+    assert main(args) in (0, None)
+    base = capsys.readouterr().out
+    assert main(args + ["--ep-overlap", "batch", "--ep-kernels", "deepep"]) in (0, None)
+    overlapped = capsys.readouterr().out
+    assert '"ep_overlap": "batch"' in overlapped and base != overlapped
+    with pytest.raises(SystemExit) as err:
+        main(args + ["--ep-overlap", "nope"])
+    assert err.value.code == 2
+
+
+def test_bridge_rows_take_their_recipes_overlap():
+    assert _ep_overlap("DeepSeekV3", "DGX-GB200", "mxfp8", "26.08") == ("batch", "hybridep")
+    assert _ep_overlap("DeepSeekV3", "DGX-GB200", "mxfp8", "26.04.01") == ("none", "nccl")
+    assert _ep_overlap("DeepSeekV3 (dropless)", "DGX-H100", "fp8-tensorwise", "25.09") == ("batch", "deepep")
+    assert _ep_overlap("Qwen3_30B_a3B", "DGX-GB200", "mxfp8", "26.08") == ("none", "nccl")
+    row = dict(precision="mxfp8", tp="1", pp="4", dp="64", cp="1", ep="64", mbs="1", gbs="4096", seq_len="4096",
+               recompute="none", sequence_parallel="False", tp_overlap="False", dp_overlap="", ep_overlap="batch",
+               ep_kernels="hybridep")
+    plan = row_plan(row)
+    assert plan["ep_overlap"] == "batch" and plan["ep_kernels"] == "hybridep"
+    assert "ep_overlap" not in row_plan({**row, "ep_overlap": "none"})
+
+
+def test_stage_time_total_counts_the_tax():
+    st = StageTime(compute=1.0, ep_tax=0.25)
+    assert st.total == pytest.approx(1.25)
