@@ -70,6 +70,10 @@ def add_parser(sub, command) -> None:
                    "trains nothing, past it is refused); every rank's file is checked before any rank starts; "
                    "under torchrun --max-restarts, from step 0 while no checkpoint is written yet")
     t.add_argument("--metrics", help="JSON Lines file, one record per step (rank 0 appends)")
+    t.add_argument("--routing-out", metavar="FILE.json", help="a mixture-of-experts model's measured routing "
+                   "histogram, written at the end: the router's assignments per expert of each MoE layer summed over "
+                   "the run's steps and ranks, in the JSON format perfmodel predict --routing FILE reads (default: "
+                   "next to --metrics, its name with .routing.json for .jsonl; none without --metrics)")
     t.add_argument("--plot", help="loss-curve PNG at the end")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -90,6 +94,17 @@ def _steps_left(cfg, done: int) -> bool:
     return False
 
 
+def _default_routing_out(metrics: str | None, model: str) -> str | None:
+    """The histogram's default path: beside ``metrics`` (``train.jsonl`` -> ``train.routing.json``) for a
+    mixture-of-experts model; None for a dense one or without metrics."""
+    from perfmodel.workload import load_model
+
+    if not metrics or not load_model(model).is_moe:
+        return None
+    stem = metrics[:-len(".jsonl")] if metrics.endswith(".jsonl") else metrics
+    return stem + ".routing.json"
+
+
 def run_train(args) -> None:
     import sys
 
@@ -99,10 +114,11 @@ def run_train(args) -> None:
     from realrun.train.trainer import device_of
     from realrun.train.report import plot_losses, summary, summary_table
 
-    for path, field in ((args.metrics, "metrics"), (args.plot, "plot")):
+    routing_out = args.routing_out or _default_routing_out(args.metrics, args.model)
+    for path, field in ((args.metrics, "metrics"), (args.plot, "plot"), (routing_out, "routing_out")):
         if path:
             check_writable(path, field)
-    cfg = TrainConfig(model=args.model, degrees=Degrees.of(args),
+    cfg = TrainConfig(model=args.model, degrees=Degrees.of(args), routing_out=routing_out,
                       schedule=args.schedule, zero=args.zero, mbs=args.mbs, gbs=args.gbs,
                       seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
@@ -134,3 +150,5 @@ def run_train(args) -> None:
     print(f"# realrun train {cfg.model}: tp={cfg.tp} pp={cfg.pp} ({cfg.schedule}) dp={cfg.dp}{ep} zero={cfg.zero} "
           f"mbs={cfg.mbs} gbs={cfg.global_batch} seq={cfg.seq_len} steps={cfg.steps} policy={cfg.policy}")
     print(summary_table(s))
+    if cfg.routing_out:
+        print(f"routing histogram: {cfg.routing_out} (perfmodel predict --routing {cfg.routing_out})")

@@ -39,6 +39,7 @@ class TrainConfig:
     models it, see ``realrun.train.context_parallel``) splits every sequence over cp ranks, its
     K/V ring under the cp spec; dense gradients reduce over dp x cp. ``checkpoint``: a
     folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it.
+    ``routing_out``: a MoE model's measured routing histogram, written at the end (perfmodel's format).
 
     The degrees are one record (``perfmodel.plan.degrees.Degrees``, in perfmodel's default order),
     read as ``cfg.tp`` ... too; ``TrainConfig.of(model=..., dp=2, tp=2)`` takes them as keywords,
@@ -59,6 +60,7 @@ class TrainConfig:
     error_every: int = 10
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     metrics: str | None = None
+    routing_out: str | None = None   # a MoE model's measured routing histogram (JSON, perfmodel's --routing FILE)
     op_timeout_s: float = OP_TIMEOUT_S
     threads: int | None = None   # CPU threads per rank; None: the host's cores over its local ranks (realrun.threads)
     device: str = "auto"
@@ -115,6 +117,10 @@ class TrainConfig:
             raise InputError("lr", self.lr, "a learning rate in (0, 10)")
         if not 1 <= self.op_timeout_s <= 86400:
             raise InputError("op_timeout_s", self.op_timeout_s, "seconds from 1 to 86400")
+        if self.routing_out is not None and (not arch.is_moe or not str(self.routing_out).endswith(".json")):
+            raise InputError("routing_out", self.routing_out, "a .json file (perfmodel's --routing reads a JSON "
+                             "histogram by its name) for a mixture-of-experts model" +
+                             ("" if arch.is_moe else f"; {arch.name} is dense: it routes nothing"))
         if self.degrees.etp != self.degrees.tp:
             raise InputError("etp", self.degrees.etp, f"{self.degrees.tp}, as tp (perfmodel models other expert "
                              "tensor parallelism; realrun trains its experts at etp = tp)")

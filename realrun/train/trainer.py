@@ -25,7 +25,8 @@ all-to-alls; cp, the ring's blocks (exact copies travel uncounted on those steps
 phases).
 
 A mixture-of-experts model (``realrun.train.moe``) adds ``moe_dropped``, the fraction of
-token-to-expert assignments its capacity dropped; with expert parallelism (``ep`` ranks carved
+token-to-expert assignments its capacity dropped, and with ``routing_out`` writes the measured
+routing histogram at the end (``routing_histogram``); with expert parallelism (``ep`` ranks carved
 from dp) the routed experts' gradients reduce over the expert-data-parallel group (dp / ep
 ranks) instead of dp.
 
@@ -337,7 +338,36 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
         metrics.close()
         if bar is not None:
             bar.close()
+    if cfg.routing_out:
+        histogram = routing_histogram(model, run)
+        if rank == 0:
+            write_histogram(cfg, histogram, first)
     return metrics.records
+
+
+def routing_histogram(model: GPT, run: Run) -> list[list[int]]:
+    """The router's assignments per expert of every MoE layer of the model (its rows in layer
+    order), summed over this run's training passes and every rank's tokens: each stage adds its
+    layers' counts, a TP group's first rank alone (its ranks route the same tokens alike). Every
+    rank calls it (one all-reduce); every rank gets the sum."""
+    spec = model.spec
+    layers = [i for i in range(spec.num_layers) if spec.is_moe_layer(i)]
+    counts = torch.zeros(len(layers), spec.num_experts, dtype=torch.float64, device=run.device)
+    if run.tp.rank == 0:
+        for block in model.blocks:
+            if block.moe is not None and block.moe.load is not None:
+                counts[layers.index(block.moe.index)] += block.moe.load.to(counts.device)
+    dist.all_reduce(counts)
+    return [[int(round(c)) for c in row] for row in counts.tolist()]
+
+
+def write_histogram(cfg: TrainConfig, counts: list[list[int]], first: int) -> None:
+    """``counts`` as the JSON histogram ``perfmodel predict --routing FILE`` reads
+    (``perfmodel.plan.routing.read_histogram``), atomically, at ``cfg.routing_out``."""
+    note = (f"realrun train: router assignments per expert (top-k copies, before capacity), summed over steps "
+            f"{first}-{cfg.steps - 1} and all {cfg.global_batch * cfg.seq_len} tokens of each, one row per MoE layer")
+    body = {"tokens_per_expert": counts, "model": cfg.model, "note": note}
+    atomic_write(cfg.routing_out, lambda h: h.write((json.dumps(body) + "\n").encode()))
 
 
 def _progress(total: int, done: int):

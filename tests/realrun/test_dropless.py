@@ -71,3 +71,41 @@ def test_dropless_expert_parallel_reproduces_one_rank(tmp_path, same_losses):
     for r in two:   # the rows this rank's router sent the other rank's experts, there and back
         assert 0 < r["ep_wire_bytes"] == r["ep_combine_wire_bytes"] <= 2 * nominal
     assert abs(sum(r["ep_wire_bytes"] for r in two) / len(two) / nominal - 1) < 0.25
+    check_histograms(tmp_path, model, steps=6, tokens=8 * 64)
+
+
+def check_histograms(tmp_path, model: str, steps: int, tokens: int) -> None:
+    """Train small, predict big: the histogram each run wrote beside its metrics (ep2, ep1) has every
+    token's top-k copies of every step per MoE layer, the ep run's the one-rank run's, and it loads
+    in perfmodel as the routing of a prediction of the same model."""
+    import json
+
+    from perfmodel import predict
+    from perfmodel.plan.routing import parse, rank_shares
+
+    spec = _moe.load_model(model)
+    got = {name: json.loads((tmp_path / f"{name}.routing.json").read_text()) for name in ("ep2", "ep1")}
+    counts = got["ep2"]["tokens_per_expert"]
+    assert len(counts) == spec.num_moe_layers and all(len(row) == spec.num_experts for row in counts)
+    assert all(sum(row) == steps * tokens * spec.moe_top_k for row in counts)
+    for mine, one in zip(counts, got["ep1"]["tokens_per_expert"]):   # the same routing, up to a near tie
+        assert all(abs(a - b) <= 0.01 * b for a, b in zip(mine, one))
+    path = str(tmp_path / "ep2.routing.json")
+    routing = parse(path)
+    assert routing.kind == "histogram" and [list(map(int, r)) for r in routing.counts] == counts
+    r = predict(model, "dgx-a100", gpus=2, ep=2, mbs=4, gbs=8, seq=64, compute_dtype="bf16", routing=path)
+    balanced = predict(model, "dgx-a100", gpus=2, ep=2, mbs=4, gbs=8, seq=64, compute_dtype="bf16",
+                       routing="balanced")
+    busiest = sum(max(rank_shares(tuple(c / sum(row) for c in row), 2)) for row in counts) / len(counts)
+    assert busiest > 0.5 and r.breakdown["ep_comm_s"] > balanced.breakdown["ep_comm_s"] > 0
+
+
+def test_a_bad_routing_out_is_one_line_and_writes_nothing(cli, tmp_path):
+    model = dropless_model(tmp_path)
+    for args in (("--model", "gpt-tiny", "--routing-out", str(tmp_path / "h.json")),   # dense: routes nothing
+                 ("--model", model, "--routing-out", str(tmp_path / "h.csv")),         # perfmodel reads JSON by name
+                 ("--model", model, "--routing-out", str(tmp_path / "missing" / "h.json"))):
+        proc = cli("realrun", "train", "--steps", "1", *args)
+        assert proc.returncode == 2 and "routing_out" in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dropless.toml"]
