@@ -318,7 +318,8 @@ EP_KERNELS = ("nccl", "deepep", "deepep-ll", "hybridep")
 
 def _check_ep_overlap(r: PlanRequest, model: ModelSpec, schedule: str, pp: int, microbatches: int) -> None:
     """The expert overlap and kernels of a request: names of EP_OVERLAPS and EP_KERNELS; an overlap only
-    for a MoE model; DualPipe on 1F1B's order with an even pp >= 2 and an even number of micro-batches
+    for a MoE model; batch on pp 1 or interleaved 1F1B (Megatron-Core's combined_1f1b schedules); DualPipe on
+    1F1B's order with an even pp >= 2 and an even number of micro-batches
     (DeepSeek-V3 report, section 3.2.1)."""
     if r.ep_overlap not in EP_OVERLAPS:
         raise InputError("ep_overlap", r.ep_overlap, ", ".join(EP_OVERLAPS))
@@ -327,6 +328,10 @@ def _check_ep_overlap(r: PlanRequest, model: ModelSpec, schedule: str, pp: int, 
     if r.ep_overlap != "none" and not model.is_moe:
         raise InputError("ep_overlap", r.ep_overlap,
                          f"none for the dense model {model.name} (it hides MoE all-to-alls)")
+    if r.ep_overlap == "batch" and (schedule == "gpipe" or (pp > 1 and schedule != "interleaved")):
+        raise InputError("ep_overlap", r.ep_overlap, f"batch needs 1F1B's order with pp 1 or interleaved:V (not "
+                         f"{schedule} on pp {pp}: Megatron-Core asserts virtual pipeline stages where pp > 1, "
+                         "megatron/core/transformer/transformer_config.py)")
     if r.ep_overlap == "dualpipe" and (schedule != "1f1b" or pp < 2 or pp % 2 or microbatches % 2):
         raise InputError("ep_overlap", r.ep_overlap, f"dualpipe needs schedule 1f1b (not {schedule}), an even pp >= 2 "
                          f"(not {pp}) and an even number of micro-batches (not {microbatches})")

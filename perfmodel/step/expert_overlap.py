@@ -10,9 +10,16 @@ Three schedules (``ParallelPlan.ep_overlap``):
   the all-to-alls of each on a communication stream while the other computes. Per such pair it hides
   ``min(ep_fwd + ep_bwd, compute_fwd + compute_bwd)`` (``hidden_per_pair``). The warm-up
   forwards and cool-down backwards have no partner: of a stage's ``n`` operations of each kind
-  (``m`` micro-batches x ``V`` chunks) ``n - max(warm, 1)`` are paired (``warm``: the stage's warm-up
-  forwards, ``perfmodel.step.schedule.stage_ops``; with none, the first forward and the last
-  backward, of one micro-batch, cannot pair). GPipe has no such pairs (nothing hidden).
+  (``m`` micro-batches x ``V`` chunks) ``n - warm`` are paired (``warm``: the stage's warm-up
+  forwards, ``perfmodel.step.schedule.stage_ops``), one fewer on the last stage, whose first steady
+  forward is the very micro-batch and chunk of the backward after it (Megatron-Core pairs a forward
+  with the previous backward). Megatron-Core runs it on pp 1
+  (``combined_1f1b_schedule_for_no_pipelining``, ``pipeline_parallel/schedules.py``) or interleaved 1F1B
+  (``transformer/transformer_config.py`` asserts virtual stages where pp > 1); the plan refuses the rest.
+  Per layer the pair is three segments on two streams (``models/common/model_chunk_schedule_plan.py``:
+  comm ``combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd`` against compute ``attention_fwd |
+  mlp_bwd, mlp_bwd_dw, mlp_fwd | attention_bwd``); ``hidden_per_pair`` bounds it by the pair's totals
+  (each segment's own balance is not modelled: an upper bound on what hides). Megatron-LM @ d98e8a64dd.
 * ``dualpipe``: DeepSeek's DualPipe (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.1):
   micro-batches fed from both ends of the pipeline, every forward chunk paired with a backward
   chunk (all of them: the pairing above with fraction 1), the pipeline's bubble the report's Table 2
@@ -82,7 +89,8 @@ def paired_fraction(plan, stage: int) -> float:
         return 1.0
     n = plan.microbatches * plan.virtual_stages
     warm = warmup(plan.schedule, stage, plan.pp, plan.microbatches, plan.virtual_stages)
-    return max(0, n - max(warm, 1)) / n
+    last = stage == plan.pp - 1         # its first steady forward is the backward's own micro-batch and chunk
+    return max(0, n - warm - last) / n
 
 
 def hidden_per_pair(ep_fwd: float, ep_bwd: float, compute_fwd: float, compute_bwd: float) -> tuple[float, float]:
