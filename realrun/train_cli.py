@@ -25,7 +25,9 @@ DEGREE_HELPS = {
     "tp": "ranks per stage; tp x cp x pp x dp ranks in all",
     "cp": "every sequence cut into 2 cp chunks, rank i keeps chunks i and 2cp-1-i; K/V (backward also their "
           "gradients) pass round the ring under the policy's cp spec; here with tp = pp = ep = 1 and zero 0",
-    "ep": "tokens dispatched and combined by all-to-alls under the policy's ep and ep_combine specs",
+    "ep": "tokens dispatched and combined by all-to-alls under the policy's ep and ep_combine specs (each expert "
+          "padded to capacity where the model says moe_pad_to_capacity, else its rows only: uneven splits); with tp "
+          "the experts stay whole on each tp rank",
     "pp": "layers split as perfmodel splits them, activations between stages under the policy's pp spec",
 }
 
@@ -44,7 +46,8 @@ def add_parser(sub, command) -> None:
     add_degree_arguments(t, helps=DEGREE_HELPS, dp_auto=False, int_type=positive_int)
     t.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
-                   "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec)")
+                   "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec; with --ep the "
+                   "routed experts' state stays whole on their ranks)")
     t.add_argument("--mbs", type=microbatch_size, default=8, help="sequences per microbatch per rank (default 8)")
     t.add_argument("--gbs", type=batch_size, help="global batch (a multiple of mbs x dp; default mbs x dp)")
     t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")

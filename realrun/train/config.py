@@ -84,11 +84,6 @@ class TrainConfig:
         for name in Degrees.names():
             _int(name, getattr(self.degrees, name), 1, 64)
         _int("zero", self.zero, 0, 1)
-        if self.ep > 1 and self.tp > 1:
-            raise InputError("ep", self.ep, "1 with tp > 1 (realrun runs expert parallelism without tensor "
-                             "parallelism)")
-        if self.ep > 1 and self.zero:
-            raise InputError("ep", self.ep, "1 with zero=1 (ZeRO-1 here shards replicated parameters only)")
         self._check_cp()
         if self.device not in DEVICES:
             raise InputError("device", self.device, " or ".join(DEVICES))

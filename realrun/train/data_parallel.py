@@ -6,7 +6,8 @@ gradients are reduced over the replicas (dp x cp ranks) bucket by bucket (``DEFA
 in reverse parameter order as DDP builds them) through ``realrun.comm`` with the spec the policy's
 ``dp`` axis gives the bucket's size (``ef(...)`` keeps one residual per bucket), averaged, and
 AdamW steps; with ZeRO-1, a reduce-scatter, a sharded step and an all-gather under the ``zero``
-spec (``realrun.train.zero``). Under expert parallelism the routed experts' gradients reduce over
+spec (``realrun.train.zero``; the routed experts, reduced over their group, step unsharded beside
+it). Under expert parallelism the routed experts' gradients reduce over
 the expert-data-parallel group (dp / ep ranks) instead. The reduction runs after the backward
 pass, not overlapped with it (DDP's overlap needs its reducer; a prediction of these runs must
 assume the same). Its seconds, the optimizer's apart, are the dp phase's, the dp and zero kernels
@@ -86,7 +87,8 @@ class DataParallel:
         returns the optimizer's seconds (the reductions' are this runtime's)."""
         t = now(self.device)
         self.sync_embedding(model)
-        if self.zero is not None:   # reduce-scatter, sharded update, all-gather
+        if self.zero is not None:   # the experts' reduction; reduce-scatter, sharded update, all-gather
+            self.sync_expert_gradients()
             optim = self.zero.step(self.stats, self.gather_stats, self.error)
             self.seconds += now(self.device) - t - optim
             return optim

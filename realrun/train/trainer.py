@@ -250,8 +250,8 @@ class Run:
         dense = buckets([p for p in model.parameters() if id(p) not in sharded], cfg.bucket_bytes)
         self.zero = None
         if cfg.zero and cfg.dp > 1:
-            self.zero = ShardedOptimizer(dense, dp_comm, self.dp_rank, cfg.dp, dp_axis, policy.axis("zero"), **ADAM,
-                                         lr=cfg.lr)
+            self.zero = ShardedOptimizer(dense, dp_comm, self.dp_rank, cfg.dp, dp_axis, policy.axis("zero"),
+                                         whole=experts, **ADAM, lr=cfg.lr)
         self.dp = DataParallel(dp_comm, dp_axis, cfg.dp * cfg.cp, cfg.dp, dense, buckets(experts, cfg.bucket_bytes),
                                embed_comm, edp_comm, self.zero, device)
         self.runtimes = (self.tp, self.cp, self.ep, self.pipe, self.dp)   # every axis's, each step in this order

@@ -5,7 +5,9 @@ spec (gradients; ``ef(...)`` keeps a residual per bucket) leaves each rank the s
 (realrun's split: as even as possible, earlier ranks one longer); each rank steps AdamW on its
 shard only (so Adam's moments take 1/dp of the memory); an all-gather under the policy's
 ``zero`` spec (parameters) puts the updated shards back together on every rank. With ``none``
-on both axes this is the unsharded step up to float rounding of the sums (tested).
+on both axes this is the unsharded step up to float rounding of the sums (tested). Parameters
+outside the dp replicas' buckets (``whole``: the routed experts under expert parallelism, reduced
+over their expert-data-parallel group first) step with a plain AdamW of their own, unsharded.
 """
 from __future__ import annotations
 
@@ -23,12 +25,14 @@ from topologies.errors import InputError
 class ShardedOptimizer:
     """AdamW over this rank's shards of the flattened buckets, with the two collectives."""
 
-    def __init__(self, groups: list[list], comm: Comm, dp_rank: int, dp: int, dp_axis, zero_axis, **adam):
+    def __init__(self, groups: list[list], comm: Comm, dp_rank: int, dp: int, dp_axis, zero_axis,
+                 whole: list | None = None, **adam):
         self.groups, self.comm, self.dp = groups, comm, dp
         self.dp_axis, self.zero_axis = dp_axis, zero_axis
         self.parts = [split(sum(p.numel() for p in g), dp)[dp_rank] for g in groups]
         self.shards = [nn.Parameter(_flat(g, "data")[part].clone()) for g, part in zip(groups, self.parts)]
         self.opt = torch.optim.AdamW(self.shards, **adam)
+        self.whole = torch.optim.AdamW(whole, **adam) if whole else None   # module doc: not sharded
 
     def step(self, stats: CommStats, gather_stats: CommStats, error: RelativeError | None) -> float:
         """Reduce-scatter, update, all-gather; returns the optimizer's seconds. With an ``error``
@@ -44,6 +48,8 @@ class ShardedOptimizer:
             shard.grad = (mine / self.dp).view_as(shard)
         start = now(self.shards[0].device)
         self.opt.step()
+        if self.whole is not None:
+            self.whole.step()
         optim = now(self.shards[0].device) - start
         for i, (params, shard) in enumerate(zip(self.groups, self.shards)):
             codec = self.zero_axis.codec_for(shard.numel() * shard.element_size() * self.dp)
@@ -55,13 +61,17 @@ class ShardedOptimizer:
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps: the shards and AdamW's state over them."""
-        return {"shards": [s.detach().clone() for s in self.shards], "adam": self.opt.state_dict()}
+        whole = {"whole": self.whole.state_dict()} if self.whole is not None else {}
+        return {"shards": [s.detach().clone() for s in self.shards], "adam": self.opt.state_dict(), **whole}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict``'s shards and AdamW state. A checkpoint of another bucket layout
         (more or fewer shards, a shard of another size) is refused in one line naming the
         checkpoint's field, what it holds and what this rank expects: nothing partly loaded."""
         saved = state["shards"]
+        if (self.whole is not None) != ("whole" in state):
+            raise InputError("optimizer.whole", "whole" in state, f"{self.whole is not None}: whether this run steps "
+                             "unsharded parameters (experts under ep) beside the shards")
         if not isinstance(saved, (list, tuple)) or len(saved) != len(self.shards):
             raise InputError("optimizer.shards", len(saved) if isinstance(saved, (list, tuple)) else
                              type(saved).__name__, f"{len(self.shards)} shards, one per gradient bucket of this run "
@@ -75,6 +85,8 @@ class ShardedOptimizer:
             for shard, held in zip(self.shards, saved):
                 shard.copy_(held)
         self.opt.load_state_dict(state["adam"])
+        if self.whole is not None:
+            self.whole.load_state_dict(state["whole"])
 
 
 def _flat(params: list, what: str) -> torch.Tensor:

@@ -74,6 +74,19 @@ def test_dropless_expert_parallel_reproduces_one_rank(tmp_path, same_losses):
     check_histograms(tmp_path, model, steps=6, tokens=8 * 64)
 
 
+@pytest.mark.distributed
+def test_dropless_expert_parallel_with_tensor_parallelism_reproduces_one_rank(tmp_path, same_losses):
+    """tp=2 dp=2 ep=2: each ep group (the ranks of one tp index, one per replica) dispatches its
+    replica's tokens; the experts stay whole on every tp rank. The one-rank losses; the histogram
+    counts a tp group's tokens once."""
+    model = dropless_model(tmp_path)
+    args = ("--mbs", "4", "--gbs", "8", "--steps", "4", "--eval-every", "0")
+    four, _ = _train(tmp_path, "ep2", "--tp", "2", "--dp", "2", "--ep", "2", *args, model=model)
+    one, _ = _train(tmp_path, "ep1", *args, model=model)
+    same_losses(four, one, rel=1e-4)
+    check_histograms(tmp_path, model, steps=4, tokens=8 * 64)
+
+
 def check_histograms(tmp_path, model: str, steps: int, tokens: int) -> None:
     """Train small, predict big: the histogram each run wrote beside its metrics (ep2, ep1) has every
     token's top-k copies of every step per MoE layer, the ep run's the one-rank run's, and it loads
