@@ -46,8 +46,8 @@ def add_parser(sub, command) -> None:
     add_degree_arguments(t, helps=DEGREE_HELPS, dp_auto=False, int_type=positive_int)
     t.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b", help="pipeline schedule (default 1f1b)")
     t.add_argument("--zero", type=int, choices=(0, 1), default=0, help="1: ZeRO-1, optimizer state sharded over "
-                   "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec; with --ep the "
-                   "routed experts' state stays whole on their ranks)")
+                   "dp (gradients reduce-scattered under the dp spec, parameters all-gathered under the zero spec; "
+                   "with --ep the routed experts' state stays whole on their ranks)")
     t.add_argument("--mbs", type=microbatch_size, default=8, help="sequences per microbatch per rank (default 8)")
     t.add_argument("--gbs", type=batch_size, help="global batch (a multiple of mbs x dp; default mbs x dp)")
     t.add_argument("--seq", type=positive_int, help="sequence length (default the model's)")
