@@ -138,16 +138,8 @@ def _step_args(p, sweep: bool) -> None:
                    "(token drop padded to capacity factor F) or a histogram file of measured tokens per expert "
                    "(dropless, imbalanced: the busiest expert-parallel rank sets the step; docs: 'Routing'); "
                    "default: the model file's (balanced where it says nothing)")
-    p.add_argument("--ep-overlap", choices=EP_OVERLAPS, default="none",
-                   help="a MoE model's all-to-alls hidden behind another micro-batch's compute: none (default: on "
-                   "the critical path of their own operation), batch (Megatron-Core's "
-                   "--overlap-moe-expert-parallel-comm: each steady 1F1B forward-backward pair hides each side's "
-                   "all-to-alls behind the other side's compute; warm-up and cool-down do not), dualpipe "
-                   "(DeepSeek-V3's DualPipe: every pair, the report's bubble and two parameter copies; even pp and "
-                   "micro-batches; docs: 'Overlapped expert communication')")
-    p.add_argument("--ep-kernels", choices=EP_KERNELS, default="nccl",
-                   help="the all-to-alls' kernels, whose SMs slow the compute they hide behind: nccl (default: the "
-                   "overlap slowdown), deepep (24 SMs), hybridep (32 SMs), deepep-ll (none)")
+    if not sweep:        # a sweep's plans vary pp and the schedule, which the overlaps constrain: predict only
+        _ep_overlap_args(p)
     p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                    help="the software stack whose fusion, overlap and host time the step has (default "
                    f"{DEFAULT_FRAMEWORK}; docs: 'Framework profiles')")
@@ -159,6 +151,21 @@ def _step_args(p, sweep: bool) -> None:
     p.add_argument("--dp-overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="reduce gradients during backward (--dp-overlap) or after it (--no-dp-overlap, as realrun "
                    "train does); default: the framework's")
+
+
+def _ep_overlap_args(p) -> None:
+    """--ep-overlap and --ep-kernels (perfmodel.step.expert_overlap)."""
+    p.add_argument("--ep-overlap", choices=EP_OVERLAPS, default="none",
+                   help="a MoE model's all-to-alls hidden behind another micro-batch's compute: none (default: on "
+                   "the critical path of their own operation), batch (Megatron-Core's "
+                   "--overlap-moe-expert-parallel-comm, on pp 1 or --schedule interleaved:V: each steady 1F1B "
+                   "forward-backward pair hides its all-to-alls behind its compute; warm-up and cool-down do not; "
+                   "their kernels' SMs slow that compute), dualpipe "
+                   "(DeepSeek-V3's DualPipe: every pair, the report's bubble and two parameter copies; even pp and "
+                   "micro-batches; docs: 'Overlapped expert communication')")
+    p.add_argument("--ep-kernels", choices=EP_KERNELS, default="nccl",
+                   help="the all-to-alls' kernels, whose SMs slow the compute they hide behind: nccl (default: the "
+                   "overlap slowdown), deepep (24 SMs), hybridep (32 SMs), deepep-ll (none)")
 
 
 def engine_arg(p) -> None:
@@ -211,12 +218,12 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
               seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
               precision=args.precision, framework=args.framework, routing=args.routing,
-              ep_overlap=args.ep_overlap, ep_kernels=args.ep_kernels,
               grad_dtype=args.grad_dtype, bucket_bytes=args.bucket, order=args.order, dp_overlap=args.dp_overlap,
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:
         kw.update(_degrees(args), zero=args.zero, mbs=args.mbs, recompute=args.recompute, hpz=args.hpz,
                   tp_overlap=args.tp_overlap, kernels=args.kernels, first_stage_layers=args.first_stage_layers,
+                  ep_overlap=args.ep_overlap, ep_kernels=args.ep_kernels,
                   last_stage_layers=args.last_stage_layers, account_for_embedding=args.account_for_embedding,
                   account_for_loss=args.account_for_loss, pipeline_layout=args.pipeline_layout)
     return kw
