@@ -179,6 +179,12 @@ def test_expert_parallel_with_zero1_reproduces_one_rank(tmp_path, same_losses):
 
 
 @pytest.mark.distributed
+def test_resume_with_expert_parallelism_and_zero1_continues_the_same_loss_curve(tmp_path, resume_continues):
+    """The sharded dense state and the experts' whole AdamW state both come back from the checkpoint."""
+    resume_continues(_train, tmp_path, ("--dp", "2", "--ep", "2", "--zero", "1", "--mbs", "2", "--eval-every", "0"))
+
+
+@pytest.mark.distributed
 def test_expert_gradients_reduce_over_the_expert_data_parallel_group(tmp_path, same_losses):
     """dp=4 ep=2: two replicas of each expert half, their gradients summed over edp (2 ranks)."""
     args = ("--mbs", "2", "--gbs", "8", "--steps", "3", "--eval-every", "0")
