@@ -77,6 +77,8 @@ def add_parser(sub, command) -> None:
                    "histogram, written at the end: the router's assignments per expert of each MoE layer summed over "
                    "the run's steps and ranks, in the JSON format perfmodel predict --routing FILE reads (default: "
                    "next to --metrics, its name with .routing.json for .jsonl; none without --metrics)")
+    t.add_argument("--routing-steps", type=int, default=0, metavar="N", help="the histogram sums the last N steps "
+                   "only (default 0: every step the run trains; a resumed run: those since the resume)")
     t.add_argument("--plot", help="loss-curve PNG at the end")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -122,8 +124,8 @@ def run_train(args) -> None:
         if path:
             check_writable(path, field)
     cfg = TrainConfig(model=args.model, degrees=Degrees.of(args), routing_out=routing_out,
-                      schedule=args.schedule, zero=args.zero, mbs=args.mbs, gbs=args.gbs,
-                      seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
+                      routing_steps=args.routing_steps, schedule=args.schedule, zero=args.zero, mbs=args.mbs,
+                      gbs=args.gbs, seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
                       op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
                       checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)

@@ -39,7 +39,8 @@ class TrainConfig:
     models it, see ``realrun.train.context_parallel``) splits every sequence over cp ranks, its
     K/V ring under the cp spec; dense gradients reduce over dp x cp. ``checkpoint``: a
     folder written every ``checkpoint_every`` steps and at the end; ``resume`` continues from it.
-    ``routing_out``: a MoE model's measured routing histogram, written at the end (perfmodel's format).
+    ``routing_out``: a MoE model's measured routing histogram, written at the end (perfmodel's format),
+    over the last ``routing_steps`` steps (0: every step this run trains).
 
     The degrees are one record (``perfmodel.plan.degrees.Degrees``, in perfmodel's default order),
     read as ``cfg.tp`` ... too; ``TrainConfig.of(model=..., dp=2, tp=2)`` takes them as keywords,
@@ -61,6 +62,7 @@ class TrainConfig:
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     metrics: str | None = None
     routing_out: str | None = None   # a MoE model's measured routing histogram (JSON, perfmodel's --routing FILE)
+    routing_steps: int = 0           # the histogram sums the last this many steps (0: every step the run trains)
     op_timeout_s: float = OP_TIMEOUT_S
     threads: int | None = None   # CPU threads per rank; None: the host's cores over its local ranks (realrun.threads)
     device: str = "auto"
@@ -116,6 +118,7 @@ class TrainConfig:
             raise InputError("routing_out", self.routing_out, "a .json file (perfmodel's --routing reads a JSON "
                              "histogram by its name) for a mixture-of-experts model" +
                              ("" if arch.is_moe else f"; {arch.name} is dense: it routes nothing"))
+        _int("routing_steps", self.routing_steps, 0, MAX_STEPS)
         if self.degrees.etp != self.degrees.tp:
             raise InputError("etp", self.degrees.etp, f"{self.degrees.tp}, as tp (perfmodel models other expert "
                              "tensor parallelism; realrun trains its experts at etp = tp)")

@@ -323,6 +323,10 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     bar = _progress(cfg.steps, first) if rank == 0 else None
     try:
         for step in range(first, cfg.steps):
+            if step == histogram_from(cfg, first):   # the histogram counts the last routing_steps steps only
+                for block in model.blocks:
+                    if block.moe is not None:
+                        block.moe.load = None
             record = _step(cfg, run, model, opt, corpus, step)
             last = step == cfg.steps - 1
             evaluate_now = cfg.eval_every and (step % cfg.eval_every == 0 or last)
@@ -341,8 +345,14 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     if cfg.routing_out:
         histogram = routing_histogram(model, run)
         if rank == 0:
-            write_histogram(cfg, histogram, first)
+            write_histogram(cfg, histogram, histogram_from(cfg, first))
     return metrics.records
+
+
+def histogram_from(cfg: TrainConfig, first: int) -> int:
+    """The first step the routing histogram counts: the run's first (``first``, a resumed run's), or
+    the first of its last ``routing_steps`` steps where that is later."""
+    return max(first, cfg.steps - cfg.routing_steps) if cfg.routing_steps else first
 
 
 def routing_histogram(model: GPT, run: Run) -> list[list[int]]:

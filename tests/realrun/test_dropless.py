@@ -122,3 +122,16 @@ def test_a_bad_routing_out_is_one_line_and_writes_nothing(cli, tmp_path):
         assert proc.returncode == 2 and "routing_out" in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dropless.toml"]
+
+
+def test_the_histogram_of_the_last_steps_counts_those_steps_only(tmp_path):
+    """--routing-steps 2 of a 3-step run: two steps' copies, the last two's (the note says which)."""
+    import json
+
+    model = dropless_model(tmp_path)
+    _train(tmp_path, "last", "--mbs", "2", "--steps", "3", "--eval-every", "0", "--routing-steps", "2", model=model)
+    body = json.loads((tmp_path / "last.routing.json").read_text())
+    assert all(sum(row) == 2 * 2 * 64 * 2 for row in body["tokens_per_expert"]) and "steps 1-2" in body["note"]
+    proc = _moe.subprocess.run([_moe.shutil.which("realrun", path=_moe.os.path.dirname(_moe.sys.executable)),
+                                "train", "--model", model, "--routing-steps", "-1"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "routing_steps" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
