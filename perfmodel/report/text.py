@@ -24,6 +24,8 @@ def _plan_line(r) -> str:
     split = f"{layers[0]} layers per stage" if len(layers) == 1 else \
         "uneven stages: " + "/".join(map(str, r.stage_layers)) + " layers"
     routing = f" routing={p['routing']}" if p.get("routing") else ""   # a MoE plan's, where it names one
+    if p.get("ep_overlap", "none") != "none":   # a MoE plan's expert overlap and its kernels
+        routing += f" ep_overlap={p['ep_overlap']} ep_kernels={p['ep_kernels']}"
     return (f"plan: {Degrees.of(p).describe()} zero={p['zero']} mbs={p['mbs']} gbs={p['gbs']} "
             f"({p['microbatches']} microbatches) seq={p['seq']} sp={str(p['sequence_parallel']).lower()} "
             f"recompute={p['recompute']} schedule={sched} {_precision_text(p)}{routing}; {split}")

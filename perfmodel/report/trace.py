@@ -11,7 +11,9 @@ with each model chunk's operations and transfers named by chunk). From the event
 reduce-scatters (one layer of prefetch) and counters of the busiest links (flows
 sharing each stage's NIC over time). With expert or context parallelism an ``all-to-all, K/V
 ring`` track shows, inside each operation, the seconds its MoE all-to-alls and cp's exposed
-ring take (from the event engine: the simulated NIC flows of cross-node all-to-alls).
+ring take (from the event engine: the simulated NIC flows of cross-node all-to-alls); with an
+expert overlap (``--ep-overlap``) the event engine's ``hidden all-to-alls`` track shows each paired
+forward and backward's all-to-alls running beside their compute (``SimResult.hidden_comm``).
 ``perfmodel.report.timeline`` draws the same events as a PNG.
 """
 from __future__ import annotations
@@ -24,9 +26,10 @@ from perfmodel.step.schedule import StageCost, run_schedule
 from topologies.clikit import atomic_write
 
 US = 1e6
-COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS, LAYERS, INNER = 0, 1, 2, 3, 4, 5, 6
+COMPUTE, SEND_NEXT, SEND_PREV, AFTER, BUCKETS, LAYERS, INNER, HIDDEN = 0, 1, 2, 3, 4, 5, 6, 7
 TRACKS = {COMPUTE: "compute", SEND_NEXT: "send ->", SEND_PREV: "send <-", AFTER: "after backward",
-          BUCKETS: "gradient buckets", LAYERS: "ZeRO-3 gathers, reduce-scatters", INNER: "all-to-all, K/V ring"}
+          BUCKETS: "gradient buckets", LAYERS: "ZeRO-3 gathers, reduce-scatters", INNER: "all-to-all, K/V ring",
+          HIDDEN: "hidden all-to-alls"}
 # the step phases drawn on stage 0 after the pipeline ("after backward"), in this order, with their slices' names
 AFTER_PIPELINE = {DP.phase: "gradient reduction and gathers (exposed)", OPTIMIZER: "optimizer",
                   OVERLAP_SLOWDOWN: "compute slowed by overlapped traffic"}
@@ -49,7 +52,8 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
         timeline = run_schedule(plan.schedule, costs, plan.microbatches, plan.virtual_stages)
     else:
         timeline = sim
-    events = _names(len(stages), label, any(st.inner_fwd or st.inner_bwd for st in stages))
+    events = _names(len(stages), label, any(st.inner_fwd or st.inner_bwd for st in stages),
+                    bool(getattr(timeline, "hidden_comm", ())))
     for s, kind, mb, start, end, *chunk in timeline.ops:
         args = {"microbatch": mb, "stage": s, **({"chunk": chunk[0]} if chunk else {})}
         events.append(_slice(s, COMPUTE, f"{'forward' if kind == 'F' else 'backward'} mb{mb}{_chunk(chunk)}",
@@ -64,6 +68,8 @@ def _events(stages, plan, breakdown: dict, label: str, sim=None) -> list[dict]:
     events += _inner_slices(stages, timeline, sim, plan.virtual_stages)
     for s, index, ready, start, end in getattr(timeline, "buckets", ()):
         events.append(_slice(s, BUCKETS, f"gradient bucket {index}", start, end, {"ready_s": ready}))
+    for s, mb, start, end in getattr(timeline, "hidden_comm", ()):   # des: a pair's all-to-alls beside its compute
+        events.append(_slice(s, HIDDEN, f"hidden all-to-alls (pair with mb{mb})", start, end, {"microbatch": mb}))
     for s, kind, layer, mb, start, end in getattr(timeline, "layer_comm", ()):
         events.append(_slice(s, LAYERS, f"{kind} layer {layer} mb{mb}", start, end, {"layer": layer, "microbatch": mb}))
     events += _link_counters(getattr(timeline, "link_flows", {}))
@@ -107,14 +113,16 @@ def _link_counters(link_flows: dict) -> list[dict]:
     return out
 
 
-def _names(stages: int, label: str, inner: bool = False) -> list[dict]:
+def _names(stages: int, label: str, inner: bool = False, hidden: bool = False) -> list[dict]:
+    """Each stage's process and its tracks' names (the all-to-all and hidden all-to-all tracks
+    only where they have slices)."""
     out = []
     for s in range(stages):
         out.append({"ph": "M", "name": "process_name", "pid": s, "args": {"name": f"stage {s}" + (f" ({label})"
                                                                                               if label else "")}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": s, "args": {"sort_index": s}})
         for tid, name in TRACKS.items():
-            if tid == INNER and not inner:
+            if (tid == INNER and not inner) or (tid == HIDDEN and not hidden):
                 continue
             out.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": name}})
     return out

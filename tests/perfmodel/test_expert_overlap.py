@@ -158,3 +158,19 @@ def test_bridge_rows_take_their_recipes_overlap():
 def test_stage_time_total_counts_the_tax():
     st = StageTime(compute=1.0, ep_tax=0.25)
     assert st.total == pytest.approx(1.25)
+
+
+def test_the_trace_shows_the_hidden_all_to_alls_of_the_event_engine(tmp_path):
+    import json
+
+    import perfmodel
+
+    path = tmp_path / "trace.json"
+    kw = dict(gpus=64, ep=8, pp=2, schedule="interleaved:2", gbs=256, zero=1, recompute="full", engine="des")
+    perfmodel.predict("mixtral-8x7b", "dgx-h100", ep_overlap="batch", trace=str(path), **kw)
+    events = json.loads(path.read_text())["traceEvents"]
+    hidden = [e for e in events if e.get("cat") == "hidden all-to-alls"]
+    assert hidden and all(e["dur"] > 0 for e in hidden)
+    perfmodel.predict("mixtral-8x7b", "dgx-h100", trace=str(path), **kw)
+    names = {e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "thread_name"}
+    assert "hidden all-to-alls" not in names                    # no overlap: no such track
