@@ -32,7 +32,7 @@ tokens an expert takes at that multiple of its fair share; ``moe_load_imbalance`
 many times its fair share the most loaded expert receives, and that expert sets the layer's
 time: the expert GEMMs run at ``min(imbalance, capacity)`` times the balanced load.
 ``moe_pad_to_capacity`` (Megatron-Core's ``--moe-pad-expert-input-to-capacity``; realrun's MoE
-layer always pads) fills every expert's queue to its capacity: the dispatch and combine carry
+layer pads where it is set, else sends each expert its kept rows) fills every expert's queue to its capacity: the dispatch and combine carry
 ``capacity x experts`` rows and every expert computes its capacity's, whatever the routing.
 
 Attention (the optional keys of ``ATTENTION_KEYS``; all absent: multi-head attention of
