@@ -11,9 +11,9 @@ Three schedules (``ParallelPlan.ep_overlap``):
   ``min(ep_fwd + ep_bwd, compute_fwd + compute_bwd)`` (``hidden_per_pair``). The warm-up
   forwards and cool-down backwards have no partner: of a stage's ``n`` operations of each kind
   (``m`` micro-batches x ``V`` chunks) ``n - warm`` are paired (``warm``: the stage's warm-up
-  forwards, ``perfmodel.step.schedule.stage_ops``), one fewer on the last stage, whose first steady
-  forward is the very micro-batch and chunk of the backward after it (Megatron-Core pairs a forward
-  with the previous backward). Megatron-Core runs it on pp 1
+  forwards, where ``perfmodel.step.schedule.steady_parts`` starts its steady part), one fewer on the
+  last stage, whose first steady forward is the very micro-batch and chunk of the backward after it
+  (Megatron-Core pairs a forward with the previous backward). Megatron-Core runs it on pp 1
   (``combined_1f1b_schedule_for_no_pipelining``, ``pipeline_parallel/schedules.py``) or interleaved 1F1B
   (``transformer/transformer_config.py`` asserts virtual stages where pp > 1); the plan refuses the rest.
   Per layer the pair is three segments on two streams (``models/common/model_chunk_schedule_plan.py``:
@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfmodel.plan.parallel import EP_KERNELS, EP_OVERLAPS  # noqa: F401  (the names a plan takes)
+from perfmodel.step.schedule import steady_parts
 # SMs each kernel family keeps while it runs (module doc for the sources); None: the engine's overlap_slowdown
 KERNEL_SMS = {"nccl": None, "deepep": 24, "hybridep": 32, "deepep-ll": 0}
 # SMs per GPU by catalog device (NVIDIA H100 whitepaper: 132 on H100/H200/H800 SXM5; Blackwell: 148 on B200
@@ -70,16 +71,6 @@ def sm_tax(kernels: str, dev, overlap_slowdown: float) -> float:
     return sms / device_sms(dev)
 
 
-def warmup(schedule: str, stage: int, stages: int, microbatches: int, chunks: int = 1) -> int:
-    """Warm-up forwards of ``stage`` before its first backward (``perfmodel.step.schedule.stage_ops``)."""
-    n = microbatches * chunks
-    if schedule == "gpipe":
-        return n
-    if schedule == "interleaved":
-        return min(n, 2 * (stages - stage - 1) + (chunks - 1) * stages)
-    return min(stages - stage - 1, n)
-
-
 def paired_fraction(plan, stage: int) -> float:
     """Of ``stage``'s forward (and backward) operations, the fraction paired with one of the other
     kind (module doc): 0 without overlap or under GPipe, 1 under DualPipe."""
@@ -88,7 +79,7 @@ def paired_fraction(plan, stage: int) -> float:
     if plan.ep_overlap == "dualpipe":
         return 1.0
     n = plan.microbatches * plan.virtual_stages
-    warm = warmup(plan.schedule, stage, plan.pp, plan.microbatches, plan.virtual_stages)
+    warm = steady_parts(plan.schedule, stage, plan.pp, plan.microbatches, plan.virtual_stages)[0][0]
     last = stage == plan.pp - 1         # its first steady forward is the backward's own micro-batch and chunk
     return max(0, n - warm - last) / n
 
