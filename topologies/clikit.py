@@ -177,7 +177,8 @@ def gpu_keys() -> tuple[str, ...] | None:
 
 def check_gpu(key: str) -> str:
     """``key`` if the model knows the GPU (``gpu_keys``), else InputError naming the GPUs it knows:
-    the one check of ``topologies show`` and of every perfmodel prediction."""
+    ``topologies show``, ``export`` and ``draw``'s check, in the words of perfmodel's own
+    (``perfmodel.devices.device``, which reads the same catalog)."""
     known = gpu_keys()
     if known is not None and key not in known:
         raise InputError("gpu", key, "one of " + ", ".join(known))
