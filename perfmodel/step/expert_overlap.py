@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfmodel.plan.parallel import EP_KERNELS, EP_OVERLAPS  # noqa: F401  (the names a plan takes)
 from perfmodel.step.schedule import steady_parts
 # SMs each kernel family keeps while it runs (module doc for the sources); None: the engine's overlap_slowdown
 KERNEL_SMS = {"nccl": None, "deepep": 24, "hybridep": 32, "deepep-ll": 0}
