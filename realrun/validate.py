@@ -261,7 +261,7 @@ def stored_case(where: str, m: dict) -> tuple[Case, dict]:
     """(the case, its measurement as ``restored``) of a stored row (``where``: FILE:LINE), every cell
     checked: hosts and size within their declared bounds, the bandwidth an emulated link's rate (0,
     a real cluster's own links, names no rate to predict with), each measured time a finite number
-    of seconds above 0 (``topologies.bounds`` measured_s)."""
+    of seconds above 0 (``topologies.bounds`` measured_s: ``restored`` checks them)."""
     if tables.text(where, m, "bandwidth").strip() == str(OWN_LINKS):
         raise InputError(f"{where}.bandwidth", m["bandwidth"], "an emulated link rate in bits/s, "
                          f"{bounds.describe('link_bits_per_s')} (0: a real cluster's own links, which --measured "
@@ -270,10 +270,7 @@ def stored_case(where: str, m: dict) -> tuple[Case, dict]:
                 tables.integer(where, m, "size_bytes", "size_bytes", positive=True),
                 tables.text(where, m, "compressor"), tables.text(where, m, "algorithm"),
                 tables.text(where, m, "op", required=False) or "allreduce")  # older files: all-reduces
-    tables.number(where, m, "measured_s", "measured_s")
-    for value in filter(None, tables.text(where, m, "measured_all_s", required=False).split(";")):
-        tables.number(where, {"measured_all_s": value}, "measured_all_s", "measured_s")
-    return case, restored(m)
+    return case, restored(m, where=where)
 
 
 def _row(case: Case, predicted_s: float, measured: dict, crossover: bool, where: str = "case") -> dict:
