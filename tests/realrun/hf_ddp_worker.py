@@ -5,13 +5,11 @@ and batches, a few steps each; then every all-reduce algorithm of ``Comm`` on a 
 Rank 0 writes a JSON list of summaries, one a case, to OUT.
 Run: python hf_ddp_worker.py RANK WORLD PORT CASES STEPS OUT."""
 import gc
-import json
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from hf_models import DTYPES, build, train
+from hf_models import DTYPES, build, run_worker, train
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from realrun.comm import Comm
@@ -47,17 +45,5 @@ def case(rank: int, world: int, arch: str, dtype: str, spec: str, steps: int) ->
     return summary
 
 
-def main(rank: int, world: int, port: int, cases: list, steps: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=90))
-    summaries = [case(rank, world, *c, steps) for c in cases]
-    if rank == 0:
-        with open(out, "w") as handle:
-            json.dump(summaries, handle)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    a = sys.argv
-    main(int(a[1]), int(a[2]), int(a[3]), json.loads(a[4]), int(a[5]), a[6])
+    run_worker(case, sys.argv)

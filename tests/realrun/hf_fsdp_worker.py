@@ -5,13 +5,11 @@ of [arch, dtype, policy]): plain FSDP2 and FSDP2 with realrun's compressed colle
 steps each. Then both evaluate one batch that is the same on every rank (every rank's loss is
 gathered). Rank 0 writes a JSON list of summaries, one a case, to OUT.
 Run: python hf_fsdp_worker.py RANK WORLD PORT CASES STEPS OUT."""
-import json
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from hf_models import DTYPES, batch, blocks, build, train
+from hf_models import DTYPES, batch, blocks, build, run_worker, train
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -52,18 +50,5 @@ def case(rank: int, world: int, mesh, arch: str, dtype: str, policy: str, steps:
                                 for saved in specs.values() for k in saved["state"] if k[0] == "ef")}
 
 
-def main(rank: int, world: int, port: int, cases: list, steps: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=90))
-    mesh = init_device_mesh("cpu", (world,))
-    summaries = [case(rank, world, mesh, *c, steps) for c in cases]
-    if rank == 0:
-        with open(out, "w") as handle:
-            json.dump(summaries, handle)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    a = sys.argv
-    main(int(a[1]), int(a[2]), int(a[3]), json.loads(a[4]), int(a[5]), a[6])
+    run_worker(case, sys.argv, setup=lambda world: (init_device_mesh("cpu", (world,)),))

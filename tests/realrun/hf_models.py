@@ -1,7 +1,12 @@
 """The Hugging Face causal LMs the realrun client tests train: small random configs, no download.
 ``build(arch, seed)`` gives a fresh model; ``batch`` the token batches (labels are the inputs);
-``train`` a few SGD steps of a (wrapped) model, its losses."""
+``train`` a few SGD steps of a (wrapped) model, its losses; ``run_worker`` a client worker's
+main (the ranks, the cases, rank 0's JSON)."""
+import json
+from datetime import timedelta
+
 import torch
+import torch.distributed as dist
 
 VOCAB = 512
 ARCHS = {
@@ -44,3 +49,20 @@ def train(model: torch.nn.Module, rank: int, steps: int, lr: float) -> list:
         opt.step()
         losses.append(float(loss.detach().float()))
     return losses
+
+
+def run_worker(case, argv: list, setup=lambda world: ()) -> None:
+    """A worker's main, from ``argv`` = [script, RANK, WORLD, PORT, CASES, STEPS, OUT]: a gloo group,
+    ``case(rank, world, *setup(world), *c, steps)`` for every case ``c`` of the JSON list CASES in
+    turn, rank 0 writing the list of summaries to OUT."""
+    rank, world, port, cases, steps, out = int(argv[1]), int(argv[2]), int(argv[3]), json.loads(argv[4]), \
+        int(argv[5]), argv[6]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=90))
+    extra = setup(world)
+    summaries = [case(rank, world, *extra, *c, steps) for c in cases]
+    if rank == 0:
+        with open(out, "w") as handle:
+            json.dump(summaries, handle)
+    dist.barrier()
+    dist.destroy_process_group()
