@@ -33,6 +33,7 @@ import statistics
 from perfmodel.axes import fed_back
 from perfmodel.explore.convergence import Regime, fit_critical_batch, policy_inflation
 from perfmodel.compression.policy import parse_policy
+from realrun.train.config import MAX_STEPS   # a run's steps: realrun train's own limit
 from topologies.clikit import atomic_write, check_writable, table
 from topologies.errors import InputError
 
@@ -41,7 +42,6 @@ BASE = "none"
 CSV_FIELDS = ("campaign", "policy", "seed", "steps", "steps_to_target", "final_val_loss", "dp_rel_error",
               "dp_contraction", "batch_tokens")
 OUTPUTS = ("convergence.csv", "convergence.json", "report.md", "loss_curves.png")
-MAX_STEPS = 1_000_000        # a run's steps: realrun train's own limit (realrun.train.config)
 MAX_BATCH_TOKENS = 2**40     # a global batch: 65,000x the largest published (16M tokens, Llama 3)
 MAX_ERROR = 1e6              # a relative error or contraction: past any compressor's (unbiased rand-k at
 #                              1e-6 of the values is 1e3), and e^2 stays finite in the fit
