@@ -334,8 +334,13 @@ def row_plan(row: dict) -> dict:
 
 
 def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResult]:
-    """Every row of ``source`` predicted (a value the model refuses, or a prediction that is no number
-    above 0, named with its row's file and line)."""
+    """Every row of ``source`` predicted (``predicted_rows``)."""
+    return [result for _, result in predicted_rows(source, folder)]
+
+
+def predicted_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[tuple[dict, RowResult]]:
+    """[(row, its prediction)] of every row of ``source`` (a value the model refuses, or a prediction
+    that is no number above 0, named with its row's file and line)."""
     one = _collective_row if source.kind == "collective" else _training_row
     out = []
     for where, row in located_rows(source, folder):
@@ -346,7 +351,7 @@ def predict_source(source: Source, folder: Path = PUBLISHED_DIR) -> list[RowResu
         if result.predicted is not None and not (math.isfinite(result.predicted) and result.predicted > 0):
             raise InputError(f"{where}.predicted", result.predicted, f"a prediction above 0 for {result.label} (the "
                              "model gives none for this row, e.g. a collective of one GPU: its error is no number)")
-        out.append(result)
+        out.append((row, result))
     return out
 
 
@@ -367,7 +372,7 @@ def precision_pairs(folder: Path = PUBLISHED_DIR) -> list[dict]:
     for source in load_sources(folder).values():
         if source.format != "megatron-bridge":
             continue
-        for row, result in zip(source_rows(source, folder), predict_source(source, folder)):
+        for row, result in predicted_rows(source, folder):     # the table read and checked once
             if result.predicted is not None:
                 key = tuple(str(row[k]).replace(" (alt)", "") for k in PAIR_PLAN)
                 rows.append((key, row["precision"], result))
