@@ -22,7 +22,7 @@ import os
 import statistics
 import sys
 
-from bench_hook_threads import BATCH, CONFIG, SEQ, spawn_ranks, timed_step
+from bench_hook_threads import BATCH, CONFIG, SEQ, spawn_ranks, time_cases, timed_step
 
 from perfmodel.compression import split_top_level
 
@@ -54,16 +54,10 @@ def rank_main(rank: int, world: int, port: int, policies: list, steps: int, repe
                       "opt": torch.optim.AdamW(model.parameters(), lr=1e-4),
                       "gen": torch.Generator().manual_seed(1 + rank)})
 
-    def step(case) -> float:
-        return timed_step(case["model"], case)
-
-    for case in cases:
-        for _ in range(warmup):
-            step(case)
+    def mark(case) -> None:
         case["mark"] = {d: dict(s) for d, s in case["state"].stats.items()}
-    for _ in range(repeats):
-        for case in cases:
-            case["times"].append(statistics.median(step(case) for _ in range(steps)))
+
+    time_cases(cases, lambda case: timed_step(case["model"], case), steps, repeats, warmup, mark)
     rows = []
     for case in cases:
         timed = steps * repeats

@@ -64,17 +64,11 @@ def rank_main(rank: int, world: int, port: int, dtype: str, specs: list, steps: 
                       "opt": torch.optim.AdamW(ddp.parameters(), lr=1e-4),
                       "gen": torch.Generator().manual_seed(1 + rank)})
 
-    def step(case) -> float:
-        return timed_step(case["ddp"], case)
-
-    for case in cases:
-        for _ in range(warmup):
-            step(case)
+    def mark(case) -> None:
         if case["state"] is not None:
             case["mark"] = len(case["state"].per_step)
-    for _ in range(repeats):
-        for case in cases:
-            case["times"].append(statistics.median(step(case) for _ in range(steps)))
+
+    time_cases(cases, lambda case: timed_step(case["ddp"], case), steps, repeats, warmup, mark)
     torch_threads = torch.get_num_threads()   # before numba's import below can touch OpenMP
     import numba
 
@@ -118,6 +112,20 @@ def timed_step(model, case: dict) -> float:
     case["opt"].step()
     dist.barrier()
     return time.perf_counter() - start
+
+
+def time_cases(cases: list, step, steps: int, repeats: int, warmup: int, mark) -> None:
+    """``warmup`` untimed ``step(case)`` of each case, then ``mark(case)`` (the counters the timed
+    steps start from); then ``repeats`` rounds of one block of ``steps`` steps per case, interleaved
+    (case 1, case 2, ..., then again) so that every case sees the same load on a shared host: each
+    block's median step seconds appended to ``case["times"]``."""
+    for case in cases:
+        for _ in range(warmup):
+            step(case)
+        mark(case)
+    for _ in range(repeats):
+        for case in cases:
+            case["times"].append(statistics.median(step(case) for _ in range(steps)))
 
 
 def spawn_ranks(target, args: tuple, timeout_s: float, what: str) -> list:
