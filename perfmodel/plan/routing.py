@@ -32,7 +32,7 @@ import io
 import json
 import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,8 @@ class Routing:
     factor: float = 1.0     # balanced: every expert's rows over its fair share; capacity: the factor F
     counts: tuple = ()      # histogram: tokens per expert, a tuple per MoE layer (one: every MoE layer)
     source: str = ""        # histogram: the file it was read from
+    # histogram: each layer's counts over their sum, computed once at load (every prediction reads them)
+    shares: tuple = field(default=(), compare=False, repr=False)
 
     def describe(self) -> str:
         """``balanced``, ``balanced x1.5``, ``capacity:1.25`` or ``histogram FILE (L layers x E experts)``."""
@@ -120,7 +122,8 @@ def read_histogram(path: str) -> Routing:
     except (OSError, UnicodeDecodeError) as err:
         raise InputError("routing", path, f"a readable UTF-8 histogram file ({err})") from None
     layers = _json_layers(text, path) if path.endswith(".json") else _csv_layers(text, path)
-    return Routing("histogram", counts=_checked(layers, path), source=path)
+    counts = _checked(layers, path)
+    return Routing("histogram", counts=counts, source=path, shares=tuple(_shares(layer) for layer in counts))
 
 
 def _json_layers(text: str, path: str) -> list:
@@ -229,7 +232,13 @@ def _fractions(routing: Routing, model: ModelSpec) -> tuple:
     """Per layer, each expert's share of the layer's token copies (a histogram's counts over their sum)."""
     if routing.kind != "histogram":
         return ((1.0 / model.num_experts,) * model.num_experts,)
-    return tuple(tuple(c / sum(layer) for c in layer) for layer in routing.counts)
+    return routing.shares
+
+
+def _shares(layer: tuple) -> tuple:
+    """A layer's counts over their sum (the sum taken once: a sum per count is experts^2 work per layer)."""
+    total = sum(layer)
+    return tuple(c / total for c in layer)
 
 
 def rank_shares(fractions: tuple, ep: int) -> tuple:
@@ -295,5 +304,10 @@ def dispatch_rows(model: ModelSpec, plan: ParallelPlan) -> float:
     rows = tokens * model.moe_top_k
     if routing.kind == "balanced" or plan.ep == 1:
         return float(rows)
-    layers = _fractions(routing, model)
-    return rows * math.fsum(uneven_factor(rank_shares(f, plan.ep)) for f in layers) / len(layers)
+    return rows * _mean_uneven_factor(routing, plan.ep)
+
+
+@lru_cache(maxsize=256)
+def _mean_uneven_factor(routing: Routing, ep: int) -> float:
+    """A histogram's ``uneven_factor`` over ``ep`` ranks, averaged over its layers (once per file version and ep)."""
+    return math.fsum(uneven_factor(rank_shares(f, ep)) for f in routing.shares) / len(routing.shares)
