@@ -202,7 +202,7 @@ def as_policy(text) -> CompressionPolicy:
         raise InputError("policy", text, f"a compressor spec, or a policy: none, {', '.join(PRESETS)}, naive:SPEC, "
                          "or axis=SPEC items")
     first = split_top_level(text)[0]
-    if first == "none" or first in PRESETS or first.startswith("naive:") or "=" in first.split("(")[0]:
+    if _preset(first) is not None or "=" in first.split("(")[0]:
         return parse_policy(text)
     compile_spec(text)   # validates the spec (one clear error)
     return parse_policy(f"dp={text}")
