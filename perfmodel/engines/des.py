@@ -35,7 +35,7 @@ def _simulate(step: StepInputs, stages, events):
     plan = step.plan
     work = [StageWork(fwd=st.fwd_op, bwd=st.bwd_op, send_fwd=st.send_fwd, send_bwd=st.send_bwd,
                       buckets=_bucket_runs(step, events[s]), zero3=st.zero3_layers, nic_fwd=st.nic_fwd,
-                      nic_bwd=st.nic_bwd, pair=st.ep_pair_s, pair_nic=st.ep_pair_nic, pairs=st.ep_pair_s > 0)
+                      nic_bwd=st.nic_bwd, pair=st.ep_pair_s, pair_nic=st.ep_pair_nic)
             for s, st in enumerate(stages)]
     return simulate(work, plan.schedule, plan.microbatches, overlap=plan.dp_overlap, chunks=plan.virtual_stages)
 

@@ -51,7 +51,6 @@ class StageWork:
     nic_bwd: float = 0.0  # of bwd, likewise
     pair: float = 0.0     # all-to-all seconds a paired forward and backward hide (perfmodel.step.expert_overlap)
     pair_nic: bool = False  # whether they cross nodes (a flow on the rank's NIC; else its NVLink, not shared here)
-    pairs: bool = False   # whether 1F1B's steady forward-backward pairs hide ``pair`` seconds
 
 
 @dataclass
@@ -73,7 +72,7 @@ class _Stage:
         self.sim, self.s, self.work, self.items = sim, s, work, plan_items
         self.pos, self.end, self.waiting = 0, 0.0, False
         self.queue: list = []        # ready buckets (index, seconds, ready time)
-        self.paired = _paired(plan_items, work.pairs)   # positions of paired forwards (their pair's flow starts)
+        self.paired = _paired(plan_items, work.pair > 0)   # positions of paired forwards (their pair's flow starts)
         self.pair_end = None         # when the running pair's hidden all-to-alls end (None: none running)
         self.comm_busy = False
         self.comm_end = 0.0
@@ -133,7 +132,7 @@ class StepSim:
             self._buckets_ready(st, start, d)
         st.pos += 1
 
-        if st.pos - 1 in st.paired and st.work.pair > 0:
+        if st.pos - 1 in st.paired:
             self._hidden(st, mb, st.work.pair / self.chunks)
         closes = kind == "B" and st.pair_end is not None
 
