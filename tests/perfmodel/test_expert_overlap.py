@@ -174,3 +174,11 @@ def test_the_trace_shows_the_hidden_all_to_alls_of_the_event_engine(tmp_path):
     perfmodel.predict("mixtral-8x7b", "dgx-h100", trace=str(path), **kw)
     names = {e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "thread_name"}
     assert "hidden all-to-alls" not in names                    # no overlap: no such track
+
+
+def test_every_ep_kernels_name_the_plan_takes_has_its_sm_count():
+    """The plan's names (perfmodel.plan.parallel.EP_KERNELS) and the SM tax's table agree."""
+    from perfmodel.plan.parallel import EP_KERNELS
+    from perfmodel.step.expert_overlap import KERNEL_SMS
+
+    assert set(KERNEL_SMS) == set(EP_KERNELS)
