@@ -52,7 +52,11 @@ class CompressionState:
 def _spec(spec_or_policy: str) -> str:
     """A compressor spec, or the dp spec of a policy (``perfmodel.compression.policy.as_policy``).
     (No ``from __future__ import annotations`` here: DDP checks the hook's annotation.)"""
-    return as_policy(spec_or_policy).axis("dp").spec
+    spec = as_policy(spec_or_policy).axis("dp").spec
+    if spec == "none" and str(spec_or_policy).strip() != "none":   # e.g. fp8-param-gather: nothing for DDP to do
+        raise InputError("spec_or_policy", spec_or_policy, "a compressor spec, or a policy that compresses the dp "
+                         "axis (this one leaves gradients uncompressed; pass 'none' for plain DDP)")
+    return spec
 
 
 def compression_hook(spec_or_policy: str, algorithm: str = "auto", warmup_steps: int = 0,

@@ -60,3 +60,12 @@ def test_a_model_without_fsdp2_modules_or_a_bad_policy_is_refused_in_one_line():
         compress_fsdp(torch.nn.Linear(4, 4), "")
     with pytest.raises(InputError):
         compress_fsdp(torch.nn.Linear(4, 4), "int8(block=-1)")
+
+
+def test_the_ddp_hook_refuses_a_policy_that_leaves_gradients_uncompressed():
+    from realrun.hooks import compression_hook
+    from topologies.errors import InputError
+
+    with pytest.raises(InputError, match="dp axis"):
+        compression_hook("fp8-param-gather")
+    assert compression_hook("none")[0].spec == "none" and compression_hook("zeropp")[0].spec == "int4"
