@@ -74,6 +74,9 @@ PLAN_KEYS = (*DEFAULT_ORDER, "mbs", "zero", "recompute", "sequence_parallel", "s
               *Degrees.display_order()[len(DEFAULT_ORDER):])
 
 
+DEGREE_NAMES = frozenset(Degrees.names())
+
+
 # The columns of ``_row``, in its order (a stream's header), and the types they read back as (float otherwise)
 ROW_COLUMNS = ("cluster", "gpus", "policy", *PLAN_KEYS, "step_time_s", "samples_per_s", "mfu",
                "speedup_vs_same_plan_uncompressed", *(f"error_{a}" for a in POLICY_AXES), "total_error",
@@ -97,9 +100,16 @@ ROW_DOMAINS = {"gpus": _COUNT, **dict.fromkeys(Degrees.names(), _COUNT), "mbs": 
                "memory_GiB": _NON_NEGATIVE}
 
 
+def plan_columns(plan: dict) -> dict:
+    """A plan's ``PLAN_KEYS`` columns: a degree it leaves out reads its default as ``Degrees.of``
+    does (etp: the plan's tp), another field 1."""
+    degrees = Degrees.of(plan)
+    return {k: getattr(degrees, k) if k in DEGREE_NAMES else plan.get(k, 1) for k in PLAN_KEYS}
+
+
 def _row(record, plan: dict, budget: dict, cluster: str) -> dict:
     errors = {a: record.error_estimate.get(a, 0.0) for a in POLICY_AXES}
-    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **{k: plan.get(k, 1) for k in PLAN_KEYS},
+    return {"cluster": cluster, "gpus": record.gpus, "policy": record.policy, **plan_columns(plan),
             "step_time_s": record.step_time_s, "samples_per_s": record.samples_per_s, "mfu": record.mfu,
             "speedup_vs_same_plan_uncompressed": record.speedup_vs_uncompressed,
             **{f"error_{a}": e for a, e in errors.items()},

@@ -8,7 +8,7 @@ import contextlib
 import os
 
 from perfmodel.explore.executors import run_jobs
-from perfmodel.explore.families import (PLAN_KEYS, ROW_DOMAINS, ROW_TYPES, STREAM_COLUMNS, evaluate,
+from perfmodel.explore.families import (PLAN_KEYS, plan_columns, ROW_DOMAINS, ROW_TYPES, STREAM_COLUMNS, evaluate,
                                         family_items, option_fields, plan_policies, refused)
 from perfmodel.explore.stream import RowStream, check_stream, read_rows
 from perfmodel.plan.degrees import Degrees
@@ -79,19 +79,20 @@ def _plan_keys(job) -> list[tuple]:
     spec = load_model(model)
     out = []
     for plan in plans:
-        head = (cluster, *(plan.get(k, 1) for k in PLAN_KEYS))
+        head = (cluster, *plan_columns(plan).values())
         out.append((plan, [(*head, p) for p in plan_policies(plan, candidates, spec)]))
     return out
 
 
 def _read_stream(path: str) -> list[dict]:
     """A stream's rows; one written before a degree existed (its header lacks only degrees'
-    columns) reads that degree as 1, as ``Degrees.of`` reads older records."""
+    columns) reads that degree as ``Degrees.of`` reads older records: 1, or its leader's value (etp: tp)."""
     header = _header(path)
     missing = [c for c in STREAM_COLUMNS if c not in header]
     if not missing or set(missing) - set(Degrees.names()) or set(header) - set(STREAM_COLUMNS):
         return read_rows(path, STREAM_COLUMNS, ROW_TYPES, ROW_DOMAINS)   # this version's, or refused naming its header
-    return [{c: row.get(c, 1) for c in STREAM_COLUMNS} for row in read_rows(path, header, ROW_TYPES, ROW_DOMAINS)]
+    rows = read_rows(path, header, ROW_TYPES, ROW_DOMAINS)
+    return [{c: row[c] if c in row else getattr(Degrees.of(row), c) for c in STREAM_COLUMNS} for row in rows]
 
 
 def _header(path: str) -> tuple:

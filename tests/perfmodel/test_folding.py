@@ -309,3 +309,16 @@ def test_the_sweep_enumerates_etp_and_folded_ep_for_moe_only():
     assert any(p.get("ep", 1) > p["dp"] for p in moe) and any(p["zero"] == 3 and p.get("ep", 1) > 1 for p in moe)
     assert all(p.get("ep", 1) % p["tp"] == 0 for p in moe if p["etp"] != p["tp"])
     assert not any("etp" in p for p in candidate_plans("gpt3-1.3b", "dgx-a100", 16, None, 64))
+
+
+def test_a_dense_search_row_keeps_etp_equal_to_tp_and_its_label_names_no_etp(cli, tmp_path):
+    """A plan that leaves etp out follows its tp (Degrees.of), in a search's rows as in predict."""
+    import csv
+
+    out = tmp_path / "all.csv"
+    proc = cli("perfmodel", "search", "--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8", "--gbs", "16",
+               "--candidates", "dp=none", "--schedules", "1f1b", "--max-mbs", "1", "--workers", "1", "--top", "50",
+               "--csv", str(out), check_rc=0)
+    rows = list(csv.DictReader(out.open()))
+    assert any(r["tp"] == "2" for r in rows) and all(r["etp"] == r["tp"] for r in rows)
+    assert "etp" not in proc.stdout
