@@ -131,7 +131,8 @@ def _step_args(p, sweep: bool) -> None:
                    "(default: the compute dtype's), fp8-delayed, fp8-tensorwise (current scaling), fp8-blockwise "
                    "(DeepSeek-V3's 1x128 / 128x128 scales), mxfp8 or nvfp4 (Blackwell); a low precision runs the "
                    "layers' GEMMs (forward, dgrad, wgrad) at its peak and pays their casts, transposes and amax "
-                   "reductions; attention, the embedding and the LM head stay bf16, and so do the activations; "
+                   "reductions; attention (but with --fp8-attention), the embedding and the LM head stay bf16, and so do "
+                   "the activations; "
                    "MFU is reported against the bf16 peak and the precision's own (perfmodel catalog precisions; "
                    "a GPU without the precision's peak refuses it)")
     p.add_argument("--routing", help="a MoE layer's routing: balanced (every expert its fair share), capacity:F "
@@ -140,6 +141,10 @@ def _step_args(p, sweep: bool) -> None:
                    "default: the model file's (balanced where it says nothing)")
     if not sweep:        # a sweep's plans vary pp and the schedule, which the overlaps constrain: predict only
         _ep_overlap_args(p)
+        p.add_argument("--fp8-attention", action="store_true",
+                       help="attention's QK^T and PV products in FP8 as Transformer Engine's fused kernels run "
+                       "them (Megatron --fp8-dot-product-attention): 1.62x faster than bf16 (FlashAttention-3's "
+                       "FP8 over FP16 on H100), plus casting Q, K, V, O and dO; needs a low-precision --precision")
     p.add_argument("--framework", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                    help="the software stack whose fusion, overlap and host time the step has (default "
                    f"{DEFAULT_FRAMEWORK}; docs: 'Framework profiles')")
@@ -223,7 +228,7 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
     if not sweep:
         kw.update(_degrees(args), zero=args.zero, mbs=args.mbs, recompute=args.recompute, hpz=args.hpz,
                   tp_overlap=args.tp_overlap, kernels=args.kernels, first_stage_layers=args.first_stage_layers,
-                  ep_overlap=args.ep_overlap, ep_kernels=args.ep_kernels,
+                  ep_overlap=args.ep_overlap, ep_kernels=args.ep_kernels, fp8_attention=args.fp8_attention,
                   last_stage_layers=args.last_stage_layers, account_for_embedding=args.account_for_embedding,
                   account_for_loss=args.account_for_loss, pipeline_layout=args.pipeline_layout)
     return kw

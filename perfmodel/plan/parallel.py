@@ -30,7 +30,7 @@ from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_d
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK, framework_profile
 from perfmodel.plan import stages
 from perfmodel.plan.mesh import GROUP_KINDS as MESH_GROUP_KINDS
-from perfmodel.plan.precision import HIGH_PRECISIONS, resolve as resolve_precision
+from perfmodel.plan.precision import HIGH_PRECISIONS, LOW_PRECISIONS, resolve as resolve_precision
 from perfmodel.plan.routing import resolve as resolve_routing
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
@@ -77,6 +77,7 @@ class ParallelPlan:
     routing: str | None = None   # MoE routing: balanced, capacity:F or a histogram file (perfmodel.plan.routing)
     ep_overlap: str = "none"     # MoE all-to-alls behind another micro-batch: none, batch, dualpipe (EP_OVERLAPS)
     ep_kernels: str = "nccl"     # the all-to-alls' kernels (their SMs a tax on compute): EP_KERNELS
+    fp8_attention: bool = False  # attention's products in FP8 (Transformer Engine's fp8_dot_product_attention)
     layout: tuple = ()        # layers per virtual stage, model order (perfmodel.plan.stages); (): the even split
 
     def __getattr__(self, name: str):
@@ -179,6 +180,7 @@ class PlanRequest:
     routing: str | None = None        # None: the model file's (perfmodel.plan.routing)
     ep_overlap: str = "none"          # perfmodel.step.expert_overlap: none, batch (Megatron-Core), dualpipe (DeepSeek)
     ep_kernels: str = "nccl"          # nccl, deepep (24 SMs), deepep-ll (none), hybridep (32 SMs)
+    fp8_attention: bool = False       # Megatron --fp8-dot-product-attention: needs an FP8 (or NVFP4) recipe
     first_stage_layers: int | None = None    # Megatron --decoder-first-pipeline-num-layers
     last_stage_layers: int | None = None     # Megatron --decoder-last-pipeline-num-layers
     account_for_embedding: bool = False      # Megatron --account-for-embedding-in-pipeline-split
@@ -266,6 +268,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     _check_options(r, tp)
     _check_ep_overlap(r, model, name, pp, gbs // (mbs * dp))
     precision, dtype = resolve_precision(r.precision, r.compute_dtype)
+    _check_fp8_attention(r, precision)
     _check_order(degrees.order)
     seq = model.seq_len if r.seq is None else r.seq
     _check_experts(model, degrees)
@@ -277,7 +280,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
                         kernels=r.kernels, precision=precision, framework=r.framework,
                         routing=resolve_routing(r.routing, model), ep_overlap=r.ep_overlap,
-                        ep_kernels=r.ep_kernels, layout=layout)
+                        ep_kernels=r.ep_kernels, fp8_attention=bool(r.fp8_attention), layout=layout)
 
 
 def _chunks_even(layers: int, chunks: int) -> bool:
@@ -335,6 +338,18 @@ def _check_ep_overlap(r: PlanRequest, model: ModelSpec, schedule: str, pp: int, 
     if r.ep_overlap == "dualpipe" and (schedule != "1f1b" or pp < 2 or pp % 2 or microbatches % 2):
         raise InputError("ep_overlap", r.ep_overlap, f"dualpipe needs schedule 1f1b (not {schedule}), an even pp >= 2 "
                          f"(not {pp}) and an even number of micro-batches (not {microbatches})")
+
+
+def _check_fp8_attention(r: PlanRequest, precision: str) -> None:
+    """FP8 attention runs under a low-precision recipe's autocast in Transformer Engine's fused
+    kernels (its DotProductAttention with fp8_dpa: megatron/core/extensions/transformer_engine.py)."""
+    if not r.fp8_attention:
+        return
+    if precision not in LOW_PRECISIONS:
+        raise InputError("fp8_attention", True, f"a low-precision recipe ({', '.join(LOW_PRECISIONS)}; not "
+                         f"{precision}): Transformer Engine runs attention in FP8 inside an FP8 autocast")
+    if r.kernels != "fused":
+        raise InputError("fp8_attention", True, "fused kernels (Transformer Engine's attention; not realrun's eager)")
 
 
 def _check_cp(cp: int, seq: int) -> None:

@@ -34,7 +34,8 @@ def _plan_line(r) -> str:
 def _precision_text(p: dict) -> str:
     """The plan's precision: its compute dtype, or a low recipe with the activations' dtype."""
     precision, dtype = p["precision"], p["compute_dtype"]
-    return precision if precision == dtype else f"{precision} ({dtype} activations)"
+    text = precision if precision == dtype else f"{precision} ({dtype} activations)"
+    return text + (" fp8 attention" if p.get("fp8_attention") else "")
 
 
 def _mfu_text(r) -> str:

@@ -288,11 +288,33 @@ def _attention(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float
         near = _products_s(model, plan, dev, min(plan.seq, model.sliding_window))
         attn = ((model.num_layers - windowed) * attn + windowed * near) / model.num_layers
     fwd, bwd = attn, 2 * attn
+    if plan.fp8_attention:
+        fwd, bwd = _fp8_attention_s(model, plan, dev, fwd, bwd)
     if plan.kernels == "eager" and plan.cp > 1:   # the ring's blocks; whole-sequence attention is fused
         fwd_s, bwd_s = eager_score_s(dev)
         bwd = attn * EAGER_RING_BWD_PRODUCTS / RING_FWD_PRODUCTS
         fwd, bwd = fwd + score_elements(model, plan) * fwd_s, bwd + score_elements(model, plan) * bwd_s
     return fwd, bwd, attention_flops(model, plan)
+
+
+# FP8 attention (Transformer Engine's fp8_dot_product_attention, cuDNN's fused FP8 kernels): its products run
+# FP8_ATTENTION_SPEEDUP times faster than in bf16, the ratio FlashAttention-3 reports on H100 (Shah et al. 2024,
+# arXiv 2407.08608, abstract: FP16 up to 740 TFLOPS, FP8 close to 1.2 PFLOPS), not the tensor cores' 2x: the
+# softmax's exponentials and the kernel's data movement do not speed up. Its casts are memory-bound passes: Q, K
+# and V to FP8 before the forward, the output and its gradient before the backward (read 2 bytes, write 1).
+FP8_ATTENTION_SPEEDUP = 1200.0 / 740.0
+FP8_CAST_BYTES = 3
+
+
+def _fp8_attention_s(model: ModelSpec, plan: ParallelPlan, dev: Device, fwd: float, bwd: float
+                     ) -> tuple[float, float]:
+    """(forward, backward) seconds of attention whose products run in FP8: the products sped up by
+    ``FP8_ATTENTION_SPEEDUP``, plus the casts of its inputs (Q, K, V forward; O and dO backward)."""
+    tokens, heads = plan.local_seq * FP8_CAST_BYTES, attention_heads(model, plan)
+    kv_heads = plan.mbs * model.num_kv_heads / plan.tp
+    cast_fwd = tokens * (heads * model.score_dim + kv_heads * (model.score_dim + model.value_dim)) / dev.stream_Bps
+    cast_bwd = tokens * heads * 2 * model.value_dim / dev.stream_Bps
+    return fwd / FP8_ATTENTION_SPEEDUP + cast_fwd, bwd / FP8_ATTENTION_SPEEDUP + cast_bwd
 
 
 def eager_score_s(dev: Device) -> tuple[float, float]:
