@@ -82,8 +82,10 @@ import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache, cache
 from pathlib import Path
+from types import SimpleNamespace
 
 from perfmodel.devices import read_catalog
+from perfmodel.step import mamba
 from topologies import bounds
 from topologies.clikit import file_format
 from topologies.errors import InputError
@@ -100,21 +102,32 @@ MODEL_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hid
 # each query's scores (Dao et al. 2022, FlashAttention, Algorithm 2; Transformer Engine and
 # PyTorch's scaled_dot_product_attention keep the same), in place of Korthikanti's s x s scores
 SOFTMAX_STAT_BYTES = 4.0
-CHOICES = {"activation": ("gelu", "swiglu"), "norm": ("layernorm", "rmsnorm")}
+# relu2: squared ReLU, an MLP without a gate (Megatron's --squared-relu; Nemotron-H's and Nemotron 3's MLPs and experts)
+CHOICES = {"activation": ("gelu", "swiglu", "relu2"), "norm": ("layernorm", "rmsnorm")}
 # optional keys of a mixture-of-experts model, and their dense defaults
 MOE_KEYS = {"num_experts": 0, "moe_top_k": 0, "moe_shared_experts": 0, "moe_ffn_hidden_size": 0,
             "moe_layer_freq": 1, "moe_first_dense": 0, "moe_capacity_factor": 0.0, "moe_load_imbalance": 1.0,
-            "moe_pad_to_capacity": False}
+            "moe_pad_to_capacity": False, "moe_latent_size": 0}
 # optional keys of the attention and the multi-token-prediction modules, and their defaults (module doc)
 ATTENTION_KINDS = ("gqa", "mla")   # multi-head / grouped-query by num_kv_heads, or multi-head latent attention
 ATTENTION_KEYS = {"attention": "gqa", "head_dim": 0, "sliding_window": 0, "window_attn_skip_freq": 0,
                   "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0, "qk_rope_head_dim": 0, "v_head_dim": 0,
-                  "mtp_layers": 0}
+                  "mtp_layers": 0, "mtp_use_repeated_layer": False}
 # bytes a multi-token-prediction module keeps beside its layer per token and hidden element (2-byte activations):
 # the inputs of its enorm and hnorm (2 each), of its 2h x h projection (the two normed halves, 4) and of its final
 # norm (2); under full recompute the hidden state and the next tokens' embedding it starts from (2 each)
 MTP_KEPT_BYTES, MTP_RECOMPUTE_KEPT_BYTES = 2 + 2 + 4 + 2, 2 + 2
 MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# A hybrid model's layer symbols, as Megatron-Core's hybrid_layer_pattern spells them (megatron/core/models/hybrid/
+# hybrid_layer_allocation.py @ NVIDIA/Megatron-LM d98e8a64dd, Symbols, lines 14-26): each a layer of one mixer.
+# Its other symbols (G gated delta net, D DeepSeek sparse attention, + MLA, | pipeline split, / MTP) are not held.
+HYBRID_SYMBOLS = {"M": "Mamba-2 mixer", "*": "self-attention", "-": "MLP", "E": "mixture of experts"}
+# optional keys of a hybrid model (module doc), and their defaults: the pattern and the Mamba-2 mixer's shape
+HYBRID_KEYS = {"hybrid_layer_pattern": "", **mamba.DEFAULTS}
+# bounds of the Mamba keys (0 for mamba_num_heads: expand x hidden_size / mamba_head_dim heads)
+MAMBA_BOUNDS = {"mamba_state_dim": (1, 4096), "mamba_head_dim": (1, 4096), "mamba_num_heads": (0, 2**14),
+                "mamba_num_groups": (1, 2**14), "mamba_d_conv": (1, 64), "mamba_expand": (1, 64),
+                "mamba_chunk_size": (1, 2**16)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +163,16 @@ class ModelSpec:
     qk_rope_head_dim: int = 0         # MLA: a head's rope dims (the rope key shared by the heads)
     v_head_dim: int = 0               # MLA: a head's value width
     mtp_layers: int = 0               # multi-token-prediction modules (DeepSeek-V3: 1), on the last stage
+    mtp_use_repeated_layer: bool = False  # every MTP depth runs one module's weights (Megatron-Core's option)
+    moe_latent_size: int = 0          # LatentMoE: the routed experts' input and output width (0: hidden_size)
+    hybrid_layer_pattern: str = ""    # a layer per symbol of HYBRID_SYMBOLS ("": attention + MLP every layer)
+    mamba_state_dim: int = 128        # Mamba-2: d_state
+    mamba_head_dim: int = 64          # Mamba-2: a head's width
+    mamba_num_heads: int = 0          # Mamba-2: heads (0: mamba_expand x hidden_size / mamba_head_dim)
+    mamba_num_groups: int = 8         # Mamba-2: groups sharing B and C
+    mamba_d_conv: int = 4             # Mamba-2: the causal conv1d's taps
+    mamba_expand: int = 2             # Mamba-2: d_inner / hidden_size where mamba_num_heads is 0
+    mamba_chunk_size: int = 128       # Mamba-2: the SSD scan's chunk length
 
     def __post_init__(self):
         if not self.head_dim:       # the width a head scores over, as every user of head_dim reads it
@@ -192,8 +215,31 @@ class ModelSpec:
     @property
     def plain_attention(self) -> bool:
         """Multi-head or grouped-query attention of hidden_size / num_heads-wide heads, every layer at full
-        attention, no multi-token prediction: the attention realrun.train.model builds."""
-        return not self.is_mla and self.q_width == self.hidden_size and not self.sliding_window and not self.mtp_layers
+        attention and an MLP (gelu or swiglu, experts of hidden_size input), no multi-token prediction, no hybrid
+        layer pattern: the layers realrun.train.model builds."""
+        return not self.is_mla and self.q_width == self.hidden_size and not self.sliding_window and not self.mtp_layers \
+            and not self.is_hybrid and self.activation != "relu2" and not self.moe_latent_size
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the model stacks layers of one mixer each (``hybrid_layer_pattern``, module doc)."""
+        return bool(self.hybrid_layer_pattern)
+
+    def kinds_in(self, first: int, count: int) -> dict[str, int]:
+        """A hybrid model's layers ``first`` .. ``first + count - 1`` by symbol (``HYBRID_SYMBOLS``; every
+        symbol present, 0 where none)."""
+        part = self.hybrid_layer_pattern[first:first + count]
+        return {symbol: part.count(symbol) for symbol in HYBRID_SYMBOLS}
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with self-attention: every layer, or a hybrid model's ``*`` layers."""
+        return self.kinds_in(0, self.num_layers)["*"] if self.is_hybrid else self.num_layers
+
+    @property
+    def mamba_layers(self) -> int:
+        """A hybrid model's Mamba-2 layers (``M``; 0 in other models)."""
+        return self.kinds_in(0, self.num_layers)["M"] if self.is_hybrid else 0
 
     def is_window_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) attends within ``sliding_window`` (Megatron-Core's
@@ -210,7 +256,7 @@ class ModelSpec:
         return self.num_layers - (self.num_layers // freq if freq else 0)
 
     def score_keys(self, seq: int) -> float:
-        """Keys a query is scored against in a layer, the mean over the model's layers: the sequence
+        """Keys a query is scored against in a layer, the mean over the model's (attention) layers: the sequence
         (the full s x s as Megatron counts causal attention) or, in a windowed layer, min(seq, window)."""
         windowed = self.window_layers
         if windowed == 0:
@@ -231,15 +277,20 @@ class ModelSpec:
         return self.num_experts > 0
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether layer ``index`` (0-based) is a MoE layer."""
+        """Whether layer ``index`` (0-based) is a MoE layer (a hybrid model's: an ``E``)."""
+        if self.is_hybrid:
+            return self.hybrid_layer_pattern[index] == "E"
         return self.is_moe and index >= self.moe_first_dense \
             and (index - self.moe_first_dense) % self.moe_layer_freq == 0
 
     def moe_layers_in(self, first: int, count: int) -> int:
         """MoE layers among layers ``first`` .. ``first + count - 1`` (a pipeline stage's): the
-        multiples of ``moe_layer_freq`` in [lo, hi), counted from ``moe_first_dense``."""
+        multiples of ``moe_layer_freq`` in [lo, hi), counted from ``moe_first_dense`` (a hybrid
+        model's: its ``E`` layers there)."""
         if not self.is_moe:
             return 0
+        if self.is_hybrid:
+            return self.kinds_in(first, count)["E"]
         d, f = self.moe_first_dense, self.moe_layer_freq
         lo, hi = max(first, d) - d, first + count - d
         return max(0, -(-hi // f) + (-lo // f))        # ceil(hi / f) - ceil(lo / f)
@@ -252,9 +303,24 @@ class ModelSpec:
     def expert_up_width(self) -> int:
         return self.moe_ffn_hidden_size * (2 if self.activation == "swiglu" else 1)
 
+    @property
+    def expert_width(self) -> int:
+        """A routed expert's input and output width: ``moe_latent_size`` in a LatentMoE, else the hidden size."""
+        return self.moe_latent_size or self.hidden_size
+
     def expert_params(self) -> int:
-        """One expert's MLP (the routed and the shared ones alike)."""
-        return self.hidden_size * self.expert_up_width + self.moe_ffn_hidden_size * self.hidden_size
+        """One routed expert's MLP (of ``expert_width`` input and output)."""
+        return self.expert_width * (self.expert_up_width + self.moe_ffn_hidden_size)
+
+    def shared_expert_params(self) -> int:
+        """One shared expert's MLP: of the hidden size (a LatentMoE runs its shared experts before the latent
+        projection: Megatron-Core's MoELayer, megatron/core/transformer/moe/moe_layer.py @ d98e8a64dd lines 423-428)."""
+        return self.hidden_size * (self.expert_up_width + self.moe_ffn_hidden_size)
+
+    def latent_params(self) -> int:
+        """A LatentMoE's projections of the tokens to and from the experts' latent width (``fc1_latent_proj``,
+        ``fc2_latent_proj``: duplicated TELinears, moe_layer.py lines 265-303; 0 in other models)."""
+        return 2 * self.hidden_size * self.moe_latent_size
 
     @property
     def expert_copies(self) -> int:
@@ -305,17 +371,37 @@ class ModelSpec:
             return self.q_width + self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
         return self.q_width + 2 * self.kv_dim
 
+    def _mlp_params(self) -> int:
+        h, f = self.hidden_size, self.ffn_hidden_size
+        return h * self.mlp_up_width + f * h + (self.mlp_up_width if self.biased else 0)
+
     def layer_params(self) -> int:
         """A dense layer: attention, MLP, norms (and biases)."""
-        h, f = self.hidden_size, self.ffn_hidden_size
-        mlp = h * self.mlp_up_width + f * h + (self.mlp_up_width if self.biased else 0)
-        return self._attention_norm_params() + mlp
+        return self._attention_norm_params() + self._mlp_params()
+
+    def _moe_mlp_params(self) -> int:
+        """A MoE MLP's parts every rank of an expert-parallel group holds: router, shared experts, latent
+        projections."""
+        return self.hidden_size * self.num_experts + self.moe_shared_experts * self.shared_expert_params() \
+            + self.latent_params()
 
     def moe_dense_params(self) -> int:
         """The parts of a MoE layer every rank of an expert-parallel group holds: attention,
-        norms, router, shared experts."""
-        return self._attention_norm_params() + self.hidden_size * self.num_experts \
-            + self.moe_shared_experts * self.expert_params()
+        norms, router, shared experts (and a LatentMoE's projections)."""
+        return self._attention_norm_params() + self._moe_mlp_params()
+
+    def hybrid_layer_params(self, symbol: str) -> int:
+        """A hybrid model's layer of ``symbol`` (its routed experts apart): a Mamba-2 mixer
+        (``perfmodel.step.mamba.layer_params``), an attention layer (its norm, projections, biases), an MLP
+        layer (its norm and MLP) or a MoE layer's router, shared experts and projections (and its norm)."""
+        norm, bias = (2 if self.biased else 1) * self.hidden_size, self.hidden_size if self.biased else 0
+        if symbol == "M":
+            return mamba.layer_params(self)
+        if symbol == "*":
+            return self._attention_norm_params() - norm - bias
+        if symbol == "-":
+            return self._mlp_params() + norm + bias
+        return norm + self._moe_mlp_params()
 
     def moe_routed_params(self) -> int:
         """A MoE layer's routed experts (sharded over the ep axis)."""
@@ -324,9 +410,12 @@ class ModelSpec:
     def stage_layer_params(self, first: int, count: int) -> tuple[int, int]:
         """(dense, routed-expert) parameters of layers ``first`` .. ``first + count - 1``, and of the
         multi-token-prediction modules where those layers end the model (Megatron-Core builds them on
-        the last pipeline stage: ``mtp_on_this_rank``)."""
+        the last pipeline stage: ``mtp_on_this_rank``); a hybrid model's layers each of its symbol."""
         moe = self.moe_layers_in(first, count)
-        dense = (count - moe) * self.layer_params() + moe * self.moe_dense_params()
+        if self.is_hybrid:
+            dense = sum(n * self.hybrid_layer_params(k) for k, n in self.kinds_in(first, count).items())
+        else:
+            dense = (count - moe) * self.layer_params() + moe * self.moe_dense_params()
         routed = moe * self.moe_routed_params()
         if self.mtp_layers and count and first + count == self.num_layers:
             mtp_dense, mtp_routed = self.mtp_params()
@@ -338,17 +427,32 @@ class ModelSpec:
         """MoE layers of the multi-token-prediction modules: one each where the model's last layer is MoE."""
         return self.mtp_layers if self.is_moe_layer(self.num_layers - 1) else 0
 
-    def mtp_params(self) -> tuple[int, int]:
-        """(dense, routed-expert) parameters of the multi-token-prediction modules: each a layer of the
-        last layer's kind, its ``2h x h`` projection and three norms (Megatron-Core's ``enorm``, ``hnorm``,
-        ``final_layernorm``); the embedding and LM head are the model's."""
-        if not self.mtp_layers:
-            return 0, 0
+    @property
+    def mtp_copies(self) -> int:
+        """Multi-token-prediction modules with weights of their own: one where every depth repeats one module
+        (``mtp_use_repeated_layer``, Megatron-Core's ``mtp_use_repeated_layer``), else each."""
+        return min(1, self.mtp_layers) if self.mtp_use_repeated_layer else self.mtp_layers
+
+    def _mtp_module_params(self) -> tuple[int, int]:
+        """(dense, routed-expert) parameters of one multi-token-prediction module: a layer of the last layer's
+        kind (attention and a MoE MLP where that is MoE, in a hybrid model as in Nemotron 3's ``*E``), its
+        ``2h x h`` projection and three norms (Megatron-Core's ``enorm``, ``hnorm``, ``final_layernorm``)."""
         h = self.hidden_size
         own = 2 * h * h + 3 * (2 if self.biased else 1) * h
-        moe = self.mtp_moe_layers
-        dense = (self.mtp_layers - moe) * self.layer_params() + moe * self.moe_dense_params()
-        return dense + self.mtp_layers * own, moe * self.moe_routed_params()
+        if self.is_moe_layer(self.num_layers - 1):
+            return self.moe_dense_params() + own, self.moe_routed_params()
+        return self.layer_params() + own, 0
+
+    def mtp_params(self) -> tuple[int, int]:
+        """(dense, routed-expert) parameters of the multi-token-prediction modules (``mtp_copies`` of
+        ``_mtp_module_params``); the embedding and LM head are the model's."""
+        dense, routed = self._mtp_module_params()
+        return self.mtp_copies * dense, self.mtp_copies * routed
+
+    def _mtp_module_active(self) -> int:
+        """Parameters a token meets in one multi-token-prediction module."""
+        dense, routed = self._mtp_module_params()
+        return dense + (routed and self.moe_top_k * self.expert_params())
 
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
@@ -370,9 +474,10 @@ class ModelSpec:
     def active_params(self) -> int:
         """Parameters one token meets: every routed expert replaced by the top-k it visits (the
         multi-token-prediction modules' included)."""
-        dense, _ = self.stage_layer_params(0, self.num_layers)
-        routed = (self.num_moe_layers + self.mtp_moe_layers) * self.moe_top_k * self.expert_params()
-        return dense + routed + self._ends_params()
+        dense, routed = self.stage_layer_params(0, self.num_layers)
+        dense -= self.mtp_params()[0]
+        routed = self.num_moe_layers * self.moe_top_k * self.expert_params()
+        return dense + routed + self.mtp_copies * self._mtp_module_active() + self._ends_params()
 
     def attention_flops_per_token(self, keys: float) -> float:
         """Forward FLOPs of one layer's scores and values for a token scored against ``keys`` keys:
@@ -380,13 +485,16 @@ class ModelSpec:
         return 2.0 * keys * self.num_heads * (self.score_dim + self.value_dim)
 
     def model_flops_per_token(self, seq: int | None = None) -> float:
-        """``6 active_params`` and three passes of every layer's attention scores and values (module
-        doc); each multi-token-prediction module adds its layer's (full attention) and a pass of the LM
-        head (6 V h: its weights are counted once in the parameters)."""
+        """``6 active_params`` and three passes of every attention layer's scores and values and every Mamba
+        layer's SSD scan (module doc); each multi-token-prediction module adds its layer's (full attention) and a
+        pass of the LM head (6 V h: its weights are counted once in the parameters), and each depth that repeats
+        a module's weights (``mtp_use_repeated_layer``) that module's weights once more."""
         s = seq or self.seq_len
-        attention = self.num_layers * self.attention_flops_per_token(self.score_keys(s))
+        attention = self.attention_layers * self.attention_flops_per_token(self.score_keys(s))
+        scan = self.mamba_layers * mamba.ssd_flops_per_token(self) if self.is_hybrid else 0.0
         extra = self.mtp_layers * (self.attention_flops_per_token(s) + 2.0 * self.vocab_size * self.hidden_size)
-        return 6.0 * self.active_params + 3.0 * (attention + extra)
+        repeated = (self.mtp_layers - self.mtp_copies) * self._mtp_module_active()
+        return 6.0 * (self.active_params + repeated) + 3.0 * (attention + scan + extra)
 
     def attention_kept_bytes(self) -> tuple[float, float]:
         """Bytes per token one layer's attention keeps for backward, but the softmax statistics, as
@@ -428,26 +536,63 @@ class ModelSpec:
         kept = self.moe_activation_bytes_per_layer if self.mtp_moe_layers else self.activation_bytes_per_layer
         return self.mtp_layers * (kept(mbs, seq, tp, sp, recompute) + MTP_KEPT_BYTES * elements)
 
+    def moe_mlp_kept_bytes(self) -> tuple[float, float]:
+        """Bytes per token a MoE MLP keeps for backward, as (kept whole or sequence-split, TP-split): the
+        router's input and the token's ``expert_copies`` dispatched copies (2 bytes an element, kept whole; a
+        LatentMoE's routed copies ``moe_latent_size`` wide, and its combined output, the up projection's input,
+        too) and, per copy, the expert's up-projection and activation outputs (TP-split), times the expert load."""
+        h, c, latent = self.hidden_size, self.expert_copies, self.moe_latent_size
+        if latent:
+            whole = 2.0 * h + 2.0 * (self.moe_top_k * latent + self.moe_shared_experts * h) + 2.0 * latent
+        else:
+            whole = (2.0 + 2.0 * c) * h
+        return whole, c * self.expert_load * 2.0 * (self.expert_up_width + self.moe_ffn_hidden_size)
+
     def moe_activation_bytes_per_layer(self, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
         """A MoE layer's bytes kept for backward: the dense layer's with its MLP (3 sbh kept
-        whole, 16 sbh TP-split in Korthikanti's count) replaced by the router's input and the
-        token's ``expert_copies`` dispatched copies (2 sbh each, kept whole) and, per copy, the
-        expert's up-projection and activation outputs (TP-split), times the expert load."""
+        whole, 16 sbh TP-split in Korthikanti's count) replaced by the MoE MLP's (``moe_mlp_kept_bytes``)."""
         dense = self.activation_bytes_per_layer(mbs, seq, tp, sp, recompute)
         if recompute == "full":
             return dense
-        s, b, h, c = seq, mbs, self.hidden_size, self.expert_copies
-        whole = (2.0 + 2.0 * c - 3.0) / (tp if sp else 1)
-        split = (c * self.expert_load * 2.0 * (self.expert_up_width + self.moe_ffn_hidden_size) / h - 16.0) / tp
-        return dense + s * b * h * (whole + split)
+        s, b, h = seq, mbs, self.hidden_size
+        whole, split = self.moe_mlp_kept_bytes()
+        return dense + s * b * h * ((whole / h - 3.0) / (tp if sp else 1) + (split / h - 16.0) / tp)
+
+    def hybrid_kept_bytes(self, symbol: str) -> tuple[float, float, float]:
+        """Bytes per token a hybrid model's layer of ``symbol`` keeps for backward, as (kept whole or
+        sequence-split, TP-split, the softmax statistics): its norm's input (2 bytes a hidden element) and its
+        mixer's, each as Korthikanti counts it in a transformer layer: a Mamba-2 mixer's
+        (``perfmodel.step.mamba.kept_bytes``, its norm's included), attention's (``attention_kept_bytes`` and the
+        statistics), an MLP's (3h whole, 16h TP-split) or a MoE MLP's (``moe_mlp_kept_bytes``)."""
+        h = self.hidden_size
+        if symbol == "M":
+            return (*mamba.kept_bytes(self), 0.0)
+        if symbol == "*":
+            whole, split = self.attention_kept_bytes()
+            return 2.0 * h + whole, split, SOFTMAX_STAT_BYTES * self.num_heads
+        if symbol == "-":
+            return 5.0 * h, 16.0 * h, 0.0
+        whole, split = self.moe_mlp_kept_bytes()
+        return 2.0 * h + whole, split, 0.0
+
+    def hybrid_activation_bytes(self, symbol: str, mbs: int, seq: int, tp: int, sp: bool, recompute: str) -> float:
+        """Bytes a hybrid model's layer of ``symbol`` keeps for backward, per GPU (``hybrid_kept_bytes``; under
+        full recompute its input, as every layer's; selective recompute drops the softmax statistics)."""
+        tokens = seq * mbs
+        if recompute == "full":
+            return 2.0 * tokens * self.hidden_size / (tp if sp else 1)
+        whole, split, stats = self.hybrid_kept_bytes(symbol)
+        stats = 0.0 if recompute == "selective" else stats
+        return tokens * (whole / (tp if sp else 1) + (split + stats) / tp)
 
 
 def _validate(raw: dict, name: str) -> ModelSpec:
     for key in raw:
-        if key not in MODEL_KEYS and key not in MOE_KEYS and key not in ATTENTION_KEYS:
+        if key not in MODEL_KEYS and key not in MOE_KEYS and key not in ATTENTION_KEYS and key not in HYBRID_KEYS:
             raise InputError(f"model.{key}", raw[key], "not a model key; allowed: " + ", ".join(MODEL_KEYS)
                              + "; for mixture-of-experts models " + ", ".join(MOE_KEYS)
-                             + "; for the attention and multi-token prediction " + ", ".join(ATTENTION_KEYS))
+                             + "; for the attention and multi-token prediction " + ", ".join(ATTENTION_KEYS)
+                             + "; for hybrid models " + ", ".join(HYBRID_KEYS))
     for key in MODEL_KEYS:
         if key not in raw:
             raise InputError(f"model.{key}", None, "required in a model file")
@@ -464,7 +609,54 @@ def _validate(raw: dict, name: str) -> ModelSpec:
                          "(or give the heads' width, head_dim)")
     if raw["num_heads"] % raw["num_kv_heads"]:
         raise InputError("model.num_kv_heads", raw["num_kv_heads"], f"a divisor of num_heads {raw['num_heads']}")
-    return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS}, **_moe_fields(raw), **attention)
+    moe, hybrid = _moe_fields(raw), _hybrid_fields(raw)
+    if hybrid["hybrid_layer_pattern"]:
+        _check_hybrid_moe(raw, hybrid["hybrid_layer_pattern"], moe, attention)
+    return ModelSpec(name=name, **{k: raw[k] for k in MODEL_KEYS}, **moe, **attention, **hybrid)
+
+
+def _hybrid_fields(raw: dict) -> dict:
+    """The hybrid keys of a model file, validated (all absent: every layer attention and an MLP)."""
+    out = {k: raw.get(k, default) for k, default in HYBRID_KEYS.items()}
+    pattern, symbols = out["hybrid_layer_pattern"], ", ".join(f"{k} ({v})" for k, v in HYBRID_SYMBOLS.items())
+    if "hybrid_layer_pattern" in raw and (not isinstance(pattern, str) or not pattern
+                                          or set(pattern) - set(HYBRID_SYMBOLS)):
+        raise InputError("model.hybrid_layer_pattern", pattern, f"a string of the symbols {symbols}, one a layer "
+                         "(Megatron-Core's hybrid_layer_pattern; its G, D, +, | and / are not modelled: give the "
+                         "multi-token-prediction modules as mtp_layers)")
+    mamba_keys = [k for k in mamba.DEFAULTS if k in raw]
+    if not pattern:
+        if mamba_keys:
+            raise InputError(f"model.{mamba_keys[0]}", raw[mamba_keys[0]], "only with a hybrid_layer_pattern")
+        return out
+    if len(pattern) != raw["num_layers"]:
+        raise InputError("model.hybrid_layer_pattern", pattern, f"{raw['num_layers']} symbols, one per layer "
+                         "(num_layers)")
+    for key, (low, high) in MAMBA_BOUNDS.items():
+        value = out[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InputError(f"model.{key}", value, f"an integer from {low} to {high}")
+    heads = mamba.heads(SimpleNamespace(hidden_size=raw["hidden_size"], **out))
+    if not out["mamba_num_heads"] and (out["mamba_expand"] * raw["hidden_size"]) % out["mamba_head_dim"]:
+        raise InputError("model.mamba_head_dim", out["mamba_head_dim"], "a divisor of mamba_expand x hidden_size "
+                         f"{out['mamba_expand'] * raw['hidden_size']} (or give mamba_num_heads)")
+    if heads % out["mamba_num_groups"]:
+        raise InputError("model.mamba_num_groups", out["mamba_num_groups"], f"a divisor of the Mamba heads {heads}")
+    return out
+
+
+def _check_hybrid_moe(raw: dict, pattern: str, moe: dict, attention: dict) -> None:
+    """A hybrid pattern's MoE layers (E) need the MoE keys, which its pattern places; no window (not modelled)."""
+    if ("E" in pattern) != (moe["num_experts"] > 0):
+        raise InputError("model.hybrid_layer_pattern", pattern, "E layers exactly where the model has MoE keys "
+                         "(num_experts, moe_top_k, moe_ffn_hidden_size)")
+    for key in ("moe_layer_freq", "moe_first_dense"):
+        if key in raw:
+            raise InputError(f"model.{key}", raw[key], "absent with a hybrid_layer_pattern (its E layers are the "
+                             "MoE layers)")
+    if attention["sliding_window"]:
+        raise InputError("model.sliding_window", attention["sliding_window"], "0 with a hybrid_layer_pattern "
+                         "(windowed hybrid attention layers are not modelled)")
 
 
 def _attention_fields(raw: dict) -> dict:
@@ -474,8 +666,10 @@ def _attention_fields(raw: dict) -> dict:
     if out["attention"] not in ATTENTION_KINDS:
         raise InputError("model.attention", out["attention"], " or ".join(f'"{k}"' for k in ATTENTION_KINDS))
     for key in ATTENTION_KEYS:
-        if key != "attention" and key in raw:
+        if key not in ("attention", "mtp_use_repeated_layer") and key in raw:
             _whole(key, raw[key])
+    if not isinstance(out["mtp_use_repeated_layer"], bool):
+        raise InputError("model.mtp_use_repeated_layer", out["mtp_use_repeated_layer"], "true or false")
     mla = 'with attention = "mla"'
     if out["attention"] == "mla":
         for key in MLA_KEYS[1:]:
@@ -524,6 +718,10 @@ def _moe_fields(raw: dict) -> dict:
         raise InputError("model.moe_capacity_factor", moe["moe_capacity_factor"], "0 (dropless) or >= 1")
     if not isinstance(moe["moe_pad_to_capacity"], bool):
         raise InputError("model.moe_pad_to_capacity", moe["moe_pad_to_capacity"], "true or false")
+    latent = moe["moe_latent_size"]
+    if isinstance(latent, bool) or not isinstance(latent, int) or not 0 <= latent <= raw["hidden_size"]:
+        raise InputError("model.moe_latent_size", latent, f"an integer from 0 (no latent projection) to hidden_size "
+                         f"{raw['hidden_size']}")
     return moe
 
 
@@ -556,7 +754,7 @@ def _spec_keys(spec: ModelSpec) -> dict:
     """The keys of a model file that describe ``spec``: every required one, the optional ones it sets
     apart from their defaults (head_dim where it is not the one its shape gives)."""
     keys = {k: getattr(spec, k) for k in MODEL_KEYS}
-    for key, default in {**MOE_KEYS, **ATTENTION_KEYS}.items():
+    for key, default in {**MOE_KEYS, **ATTENTION_KEYS, **HYBRID_KEYS}.items():
         value = getattr(spec, key)
         if value != default and (key != "head_dim" or value != replace(spec, head_dim=0).head_dim):
             keys[key] = value
