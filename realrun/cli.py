@@ -127,7 +127,8 @@ def _loop_parsers(sub) -> None:
     val.add_argument("--plans", metavar="LIST", help="--training: only these plans of the grid, "
                      "comma-separated as dp8, tp2xdp2, pp2xdp2, tp2xpp2xdp2, dp4xzero1 (default: all the cluster's); "
                      "also, on N hosts, ep2xdpN (expert parallelism, gpt-tiny-moe, ep carved from dp as realrun "
-                     "train --ep) and cp2xdpN/2 (context parallelism: K/V ring attention)")
+                     "train --ep), ep2xdpNxdropless (the same, dropless: predicted balanced and with the routing "
+                     "histogram its first run measures) and cp2xdpN/2 (context parallelism: K/V ring attention)")
     val.add_argument("--policies", metavar="LIST", help="--training: these policies instead of the "
                      "grid's (none is always run: the speedups' baseline); perfmodel's policy grammar, separated by ;")
     val.add_argument("--engine", choices=engine_names(), default="analytical",

@@ -31,32 +31,55 @@ cp 0 in plans without them).
 
 Besides the grid's plans, ``--plans`` accepts ``extra_plans``: expert parallelism (``ep2xdpN``,
 the MoE model ``TRAIN_MOE_MODEL``, ep carved from dp as ``realrun train --ep`` does) and
-context parallelism (``cp2xdpN``), each on all the cluster's hosts. Outputs in ``DIR``: ``results_training.csv`` (with
+context parallelism (``cp2xdpN``), each on all the cluster's hosts, and the routing-imbalance case
+(below). Outputs in ``DIR``: ``results_training.csv`` (with
 ``repeats``, ``spread`` and every run's step time, ';'-joined, in ``measured_step_all_s``),
 ``report.md`` (spread per case, starred above 5%, noise floor beside the MAPE),
 ``step_predicted_vs_measured.png`` (the runs' range as error bars), ``loss_curves.png`` (one
 plan, every policy).
+
+Routing imbalance (``ep2xdpNxdropless``, plan text ``tp1-pp1-dpN-ep2-dropless``: ``imbalance_plans``):
+the expert-parallel plan on the MoE model made dropless (``DROPLESS_MOE_MODEL``: no capacity, no
+padding), so each expert computes, and each dispatch and combine carries, what realrun's learned
+router sends it, unevenly (4 hosts, 7 steps: the busiest expert about 1.6 times its fair share).
+The case's first run writes its routing histogram (``realrun train --routing-out``) into ``DIR``
+(``histogram_name``), over the steps its times are medians of (from ``WARMUP_STEPS`` on). It is
+predicted twice: first, with every other case, under ``balanced`` routing (the
+``predicted_balanced_step_s`` and ``predicted_balanced_<ep phase>`` columns), and after its first run
+with that run's histogram (``perfmodel predict --routing FILE``), which is the case's prediction
+(``predicted_*``, its error, the summary's MAPE; the ``routing`` column names the file). That one
+prediction follows a run because its input is one: how many tokens the router sent each expert,
+which nothing predicts; the file holds those counts only, no time, so no measured time reaches a
+prediction. ``routing_expert_max_mean`` and ``routing_rank_max_mean``: the histogram's busiest
+expert and busiest expert-parallel rank over their fair shares (mean over its MoE layers); every
+other row's ``routing`` is its model file's (``capacity:1.25`` for ``ep2xdpN``, empty for a dense
+model). ``repredict`` reads the histogram the row names beside the stored file and copies it beside
+its own.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import os
 import re
+import shutil
 import statistics
 import sys
 from dataclasses import dataclass, replace
 
 from perfmodel.calibration import tables
 from perfmodel.plan.degrees import Degrees
+from perfmodel.plan.routing import of_model, parse as parse_routing, rank_shares
 from perfmodel.prediction import predict as predict_step
+from perfmodel.workload import load_model
 from realrun.calibrate import TRAIN_MBS, TRAIN_MODEL, TRAIN_MOE_MODEL
 from realrun.report import (REPEATS, SPREAD_NOTE, check_repeats, csv_cells, error_bars, noise, noise_text, repeated,
                             restored, spread_cell)
 from realrun.train.config import TrainConfig
-from realrun.train.phases import MEASURED, OPTIONAL, compared, upgraded
-from realrun.train.report import steady
+from realrun.train.phases import MEASURED, OPTIONAL, compared, phase_of, upgraded
+from realrun.train.report import WARMUP_STEPS, steady
 from topologies.clikit import atomic_write
 from topologies.errors import InputError
 
@@ -71,6 +94,11 @@ COMPARED_PHASES = MEASURED   # the phases compared: predicted_<phase> and measur
 # the axes whose relative error a run measures and validation compares (zero's gathers are not
 # measured; ep, ep_combine and cp run in the grid's extra plans, whose errors the trainer records)
 COMPARED_ERRORS = ("dp", "tp", "pp")
+# the routing-imbalance case (module doc): its model, its name's suffix, its ep phase, its prediction's other routing
+DROPLESS_MOE_MODEL = f"{TRAIN_MOE_MODEL}:moe_capacity_factor=0,moe_pad_to_capacity=false"
+DROPLESS = "dropless"
+EP_PHASE = phase_of("ep")
+BALANCED = "balanced"
 
 
 @dataclass(frozen=True)
@@ -79,6 +107,12 @@ class TrainCase:
     zero: int
     policy: str
     bandwidth: int
+    dropless: bool = False   # ep > 1 only: DROPLESS_MOE_MODEL, predicted with its run's routing histogram
+
+    def __post_init__(self):
+        if self.dropless and self.degrees.ep == 1:
+            raise InputError("dropless", self.dropless, f"a plan with expert parallelism (ep > 1; {self.plan} "
+                             "routes nothing)")
 
     def __getattr__(self, name: str):
         """A degree read through the case: ``case.tp`` is ``case.degrees.tp``."""
@@ -88,22 +122,28 @@ class TrainCase:
 
     @property
     def name(self) -> str:
-        return plan_name(self.degrees, self.zero)
+        return plan_name(self.degrees, self.zero, self.dropless)
 
     @property
     def plan(self) -> str:
         """The plan as results files write it: ``tp1-pp1-dp4``, ``tp1-pp1-dp4-ep2``, ``tp1-pp1-dp2-cp2``,
-        ``tp1-pp1-dp4-zero1`` (``_plan_of`` reads it back)."""
-        return self.degrees.describe("-", form="{}{}") + (f"-zero{self.zero}" if self.zero else "")
+        ``tp1-pp1-dp4-zero1``, ``tp1-pp1-dp4-ep2-dropless`` (``_case_of`` reads it back)."""
+        return (self.degrees.describe("-", form="{}{}") + (f"-zero{self.zero}" if self.zero else "")
+                + (f"-{DROPLESS}" if self.dropless else ""))
 
     @property
     def model(self) -> str:
+        if self.dropless:
+            return DROPLESS_MOE_MODEL
         return TRAIN_MOE_MODEL if self.ep > 1 else TRAIN_MODEL
 
-    def config(self, steps: int) -> TrainConfig:
+    def config(self, steps: int, routing_out: str | None = None) -> TrainConfig:
+        """The run of ``steps`` steps; ``routing_out``: its routing histogram's file, over the steps
+        after ``WARMUP_STEPS`` (those its times are medians of; every step in a shorter run)."""
         return TrainConfig(model=self.model, degrees=self.degrees, zero=self.zero, mbs=TRAIN_MBS,
                            gbs=TRAIN_MBS * self.dp * MICROBATCHES, steps=steps, policy=self.policy, eval_every=steps,
-                           error_every=max(1, steps // 2), device="cpu")
+                           error_every=max(1, steps // 2), device="cpu", routing_out=routing_out,
+                           routing_steps=max(0, steps - WARMUP_STEPS) if routing_out else 0)
 
 
 def plans(hosts: int) -> list[tuple[Degrees, int]]:
@@ -122,11 +162,18 @@ def extra_plans(hosts: int) -> list[tuple[Degrees, int]]:
     return [(Degrees(dp=hosts, ep=2), 0), (Degrees(dp=hosts // 2, cp=2), 0)]
 
 
-def plan_name(degrees: Degrees, zero: int = 0) -> str:
+def imbalance_plans(hosts: int) -> list[tuple[Degrees, int]]:
+    """(degrees, zero) of the routing-imbalance cases ``--plans`` may name (``ep2xdpNxdropless``):
+    the expert-parallel plans of ``extra_plans``, run dropless (module doc)."""
+    return [(d, zero) for d, zero in extra_plans(hosts) if d.ep > 1]
+
+
+def plan_name(degrees: Degrees, zero: int = 0, dropless: bool = False) -> str:
     """A plan as users write it, its ``realrun train`` flags: ``dp4``, ``tp2xdp2``, ``tp2xpp2``,
     ``tp2xpp2xdp2``, ``dp4xzero1``, ``cp2xdp2``, ``ep2xdp4`` (ep is carved from dp, as
-    ``--ep`` is: 4 ranks, 2 replicas of each expert half)."""
-    return degrees.label("x") + (f"xzero{zero}" if zero else "")
+    ``--ep`` is: 4 ranks, 2 replicas of each expert half), ``ep2xdp4xdropless`` (the same, the
+    MoE layer dropless: the routing-imbalance case)."""
+    return degrees.label("x") + (f"xzero{zero}" if zero else "") + (f"x{DROPLESS}" if dropless else "")
 
 
 def select(cases: list[TrainCase], plan_names=None, policies=None) -> list[TrainCase]:
@@ -144,32 +191,61 @@ def select(cases: list[TrainCase], plan_names=None, policies=None) -> list[Train
 
 def grid(hosts: int, quick: bool, plan_names=None, policies=None) -> list[TrainCase]:
     """Every (bandwidth, plan, policy) of the grid on ``hosts`` ranks, optionally only
-    ``plan_names`` (which may also name ``extra_plans``) and, instead of the grid's policies,
-    ``policies`` (none is kept as the speedups' baseline)."""
+    ``plan_names`` (which may also name ``extra_plans`` and ``imbalance_plans``) and, instead of the
+    grid's policies, ``policies`` (none is kept as the speedups' baseline)."""
     bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
-    layouts = plans(hosts) + (extra_plans(hosts) if plan_names else [])
-    cases = [TrainCase(*p, policy, bw) for bw in bandwidths for p in layouts
+    layouts = [(p, False) for p in plans(hosts)]
+    if plan_names:
+        layouts += [(p, False) for p in extra_plans(hosts)] + [(p, True) for p in imbalance_plans(hosts)]
+    cases = [TrainCase(*p, policy, bw, dropless=dropless) for bw in bandwidths for p, dropless in layouts
              for policy in (QUICK_POLICIES if quick else GRID_POLICIES)]
     if policies:
         policies = ["none", *(p for p in policies if p != "none")]
     return select(cases, plan_names, policies)
 
 
-def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine: str = "analytical"):
+def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine: str = "analytical",
+            routing: str | None = None):
     """perfmodel's StepRecord of the case: the run's own plan on the cluster at its bandwidth,
-    on the analytical or the discrete-event engine."""
+    on the analytical or the discrete-event engine, under ``routing`` (perfmodel's ``--routing``:
+    ``balanced`` or a histogram file; None: the model file's)."""
     cfg = case.config(steps)
     plan = cfg.plan()
     return predict_step(cfg.model, runner.topology(cfg.world, case.bandwidth), gpus=cfg.world,
                         **plan.degrees.as_dict(), zero=plan.zero, mbs=plan.mbs, gbs=plan.gbs, seq=plan.seq,
                         schedule=plan.schedule, policy=case.policy, compute_dtype=plan.compute_dtype,
                         grad_dtype=plan.grad_dtype, bucket_bytes=plan.bucket_bytes, dp_overlap=plan.dp_overlap,
-                        kernels=plan.kernels, allow_oom=True, calibration=calibration, engine=engine)
+                        kernels=plan.kernels, allow_oom=True, calibration=calibration, engine=engine,
+                        routing=routing)
 
 
-def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS) -> dict:
+def first_prediction(case: TrainCase, runner, calibration: str | None, steps: int, engine: str = "analytical"):
+    """The prediction made before any run: the routing-imbalance case's under ``balanced`` routing,
+    every other case's its only one (module doc)."""
+    return predict(case, runner, calibration, steps, engine, BALANCED if case.dropless else None)
+
+
+def histogram_name(case: TrainCase) -> str:
+    """The file name of a routing-imbalance case's histogram: ``routing-PLAN-BWmbit-POLICY-HASH.json``
+    (the policy's letters and digits, and a hash of its text: two policies never share a file)."""
+    slug = re.sub(r"[^a-z0-9]+", "_", case.policy.lower()).strip("_")[:40]
+    digest = hashlib.sha1(case.policy.encode()).hexdigest()[:6]
+    return f"routing-{case.plan}-{case.bandwidth / MBIT:g}mbit-{slug}-{digest}.json"
+
+
+def measured_histogram(case: TrainCase, folder: str) -> str:
+    """The routing histogram the case's first run wrote into ``folder``; one line if it wrote none."""
+    path = os.path.join(folder, histogram_name(case))
+    if not os.path.isfile(path):
+        raise InputError("routing", path, f"the routing histogram of {case.name} {case.policy}'s first run "
+                         "(realrun train --routing-out), which it did not write")
+    return path
+
+
+def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS, routing_dir: str | None = None) -> dict:
     """{case: records of each of its ``repeats`` runs}, bandwidth by bandwidth, round-robin over
-    a bandwidth's cases (module doc)."""
+    a bandwidth's cases (module doc); a routing-imbalance case's first run writes its histogram
+    into ``routing_dir`` (``histogram_name``; none where that is None)."""
     out: dict = {}
     order = [(r, c) for bw in sorted({c.bandwidth for c in cases}) for r in range(repeats)
              for c in dict.fromkeys(cases) if c.bandwidth == bw]
@@ -178,7 +254,9 @@ def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS) 
             runner.set_bandwidth(case.bandwidth)
             print(f"validate --training: {i + 1}/{len(order)} {case.plan} {case.policy} at "
                   f"{case.bandwidth / MBIT:g} Mbit/s, run {r + 1}/{repeats}", file=sys.stderr, flush=True)
-            out.setdefault(case, []).append(runner.train(case.config(steps)))
+            routing_out = (os.path.abspath(os.path.join(routing_dir, histogram_name(case)))
+                           if case.dropless and r == 0 and routing_dir is not None else None)
+            out.setdefault(case, []).append(runner.train(case.config(steps, routing_out)))
     finally:
         runner.restore()
     return out
@@ -202,9 +280,10 @@ def measured_phases(records: list[dict]) -> dict:
     return compared({phase: _median(records, phase) for phase in COMPARED_PHASES}, kernels)
 
 
-def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
+def row(case: TrainCase, predicted, runs: list[list[dict]], balanced=None, histogram: str | None = None) -> dict:
     """One results row from the case's runs (each its step records): the case, predicted and
-    measured step (``repeated``) and phases, the first run's losses."""
+    measured step (``repeated``) and phases, the first run's losses; a routing-imbalance case's
+    also its ``balanced`` prediction and the ``histogram`` file ``predicted`` used (``routing_columns``)."""
     pred = predicted_phases(predicted)
     out = {"plan": case.plan, "policy": case.policy, "bandwidth": case.bandwidth,
            "predicted_step_s": predicted.step_time_s,
@@ -219,7 +298,37 @@ def row(case: TrainCase, predicted, runs: list[list[dict]]) -> dict:
     out["losses"] = [r["loss"] for r in first]
     _errors(out, predicted, {axis: [r[f"{axis}_rel_error"] for records in runs for r in records
                                     if r.get(f"{axis}_rel_error") is not None] for axis in COMPARED_ERRORS})
+    routing_columns(out, case, balanced, histogram)
     return out
+
+
+def routing_columns(out: dict, case: TrainCase, balanced=None, histogram: str | None = None) -> None:
+    """The row's routing columns (module doc): ``routing`` (the histogram's file name, or the model
+    file's routing), the ``balanced`` prediction's step and ep phase and the histogram's busiest
+    expert and rank over their fair shares (None but for the routing-imbalance case); ``histogram``
+    keeps the file's path (no column: ``repredict`` copies the file)."""
+    out["routing"] = os.path.basename(histogram) if histogram else model_routing(case.model)
+    out["histogram"] = histogram
+    out["predicted_balanced_step_s"] = balanced.step_time_s if balanced is not None else None
+    out[f"predicted_balanced_{EP_PHASE}"] = predicted_phases(balanced)[EP_PHASE] if balanced is not None else None
+    expert, rank = imbalance(histogram, case.ep) if histogram else (None, None)
+    out["routing_expert_max_mean"], out["routing_rank_max_mean"] = expert, rank
+
+
+def model_routing(model: str) -> str:
+    """The routing a prediction without ``--routing`` takes from the model file (``capacity:1.25``);
+    empty for a dense model."""
+    spec = load_model(model)
+    return of_model(spec).describe() if spec.is_moe else ""
+
+
+def imbalance(histogram: str, ep: int) -> tuple[float, float]:
+    """(busiest expert, busiest of ``ep`` ranks) over its fair share, the mean over the histogram's
+    MoE layers (a rank holds a contiguous block of experts: ``perfmodel.plan.routing.rank_shares``)."""
+    shares = parse_routing(histogram).shares
+    expert = statistics.fmean(len(s) * max(s) for s in shares)
+    rank = statistics.fmean(ep * max(rank_shares(s, ep)) for s in shares)
+    return expert, rank
 
 
 def _errors(out: dict, predicted, measured: dict) -> None:
@@ -259,23 +368,28 @@ def repredict(results_csv: str, calibration: str | None, out_dir: str, runner=No
     were recorded counts one run per case, its spread unknown. Every cell read is checked first
     (``stored_case``): a malformed file is one line naming its line, column and value, and
     nothing is written."""
-    rows = [_restored_row(where, m, runner or StoredCluster(), calibration, engine)
+    folder = os.path.dirname(os.path.abspath(results_csv))
+    rows = [_restored_row(where, m, runner or StoredCluster(), calibration, engine, folder)
             for where, m in read_stored(results_csv)]
     add_speedups(rows)
     summary = summarize(rows)
     os.makedirs(out_dir, exist_ok=True)
+    _copy_histograms(rows, out_dir)
     _write_tables(out_dir, rows, summary)
     plot_steps(rows, os.path.join(out_dir, "step_predicted_vs_measured.png"))
     return summary
 
 
-def _restored_row(where: str, m: dict, runner, calibration: str | None, engine: str) -> dict:
+def _restored_row(where: str, m: dict, runner, calibration: str | None, engine: str, folder: str) -> dict:
     """A results row of the stored row ``m`` (at ``where``, FILE:LINE) predicted again: every cell
     read is checked first (``stored_case``), and a case the model refuses (a policy it does not
-    know) is one line naming ``where`` too."""
+    know) is one line naming ``where`` too. A routing-imbalance case is predicted with the
+    histogram its ``routing`` cell names in ``folder`` (the stored file's), and balanced."""
     case, measured = stored_case(where, m)
+    histogram = _stored_histogram(where, m, folder) if case.dropless else None
     try:
-        predicted = predict(case, runner, calibration, STEPS, engine)
+        balanced = first_prediction(case, runner, calibration, STEPS, engine) if case.dropless else None
+        predicted = predict(case, runner, calibration, STEPS, engine, histogram)
     except InputError as err:
         raise tables.located(where, err) from None
     pred = predicted_phases(predicted)
@@ -286,7 +400,27 @@ def _restored_row(where: str, m: dict, runner, calibration: str | None, engine: 
     out["error"] = (out["predicted_step_s"] - out["measured_step_s"]) / out["measured_step_s"]
     _errors(out, predicted, {axis: [v] for axis in COMPARED_ERRORS if (v := measured[f"measured_{axis}_error"])
                              is not None})
+    routing_columns(out, case, balanced, histogram)
     return out
+
+
+def _stored_histogram(where: str, m: dict, folder: str) -> str:
+    """The histogram file a stored routing-imbalance row's ``routing`` cell names, in ``folder``."""
+    name = tables.text(where, m, "routing").strip()
+    path = os.path.join(folder, name)
+    if os.path.basename(name) != name or not name.endswith(".json") or not os.path.isfile(path):
+        raise InputError(f"{where}.routing", name, f"the case's routing histogram, a .json file in {folder} (the "
+                         "results file's folder, where validate --training wrote it)")
+    return path
+
+
+def _copy_histograms(rows: list[dict], out_dir: str) -> None:
+    """The routing-imbalance rows' histograms beside the results file written into ``out_dir``."""
+    for r in rows:
+        if r.get("histogram"):
+            target = os.path.join(out_dir, r["routing"])
+            if not os.path.exists(target) or not os.path.samefile(r["histogram"], target):
+                shutil.copyfile(r["histogram"], target)
 
 
 def stored_case(where: str, m: dict) -> tuple[TrainCase, dict]:
@@ -297,12 +431,12 @@ def stored_case(where: str, m: dict) -> tuple[TrainCase, dict]:
     of at least 0 (an empty cell: none measured; a phase's: 0). One line naming the file, line,
     column and value else."""
     text = tables.text(where, m, "plan").strip()
+    policy = tables.text(where, m, "policy").strip()
+    bandwidth = tables.integer(where, m, "bandwidth", "link_bits_per_s")
     try:
-        degrees, zero = _plan_of(text)
+        case = _case_of(text, policy, bandwidth)
     except InputError as err:
         raise tables.located(where, err) from None
-    case = TrainCase(degrees, zero, tables.text(where, m, "policy").strip(),
-                     tables.integer(where, m, "bandwidth", "link_bits_per_s"))
     measured = restored(m, "measured_step_s", where)
     for phase in COMPARED_PHASES:
         measured[f"measured_{phase}"] = _measured(where, m, f"measured_{phase}") or 0.0
@@ -316,6 +450,13 @@ def stored_case(where: str, m: dict) -> tuple[TrainCase, dict]:
 def _measured(where: str, m: dict, column: str) -> float | None:
     """A stored measurement that may be absent: a finite number of at least 0, None where empty."""
     return tables.number(where, m, column, required=False, positive=False)
+
+
+def _case_of(text: str, policy: str, bandwidth: int) -> TrainCase:
+    """The case of ``TrainCase.plan``'s text (a routing-imbalance case's ends in ``-dropless``)."""
+    dropless = text.endswith(f"-{DROPLESS}")
+    degrees, zero = _plan_of(text.removesuffix(f"-{DROPLESS}"))
+    return TrainCase(degrees, zero, policy, bandwidth, dropless=dropless)
 
 
 def _plan_of(text: str) -> tuple[Degrees, int]:
@@ -366,7 +507,8 @@ def summarize(rows: list[dict]) -> dict:
             "fastest_agree": sum(p == m for p, m in fastest), "fastest_total": len(fastest),
             "phase_misses": phase_misses,
             "phases_checked": sum(r[f"measured_{ph}"] >= 0.1 * r["measured_step_s"]
-                                  for r in rows for ph in COMPARED_PHASES)}
+                                  for r in rows for ph in COMPARED_PHASES),
+            "imbalance": [r for r in rows if r.get("predicted_balanced_step_s") is not None]}
 
 
 def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
@@ -380,9 +522,16 @@ def validate_training(runner, calibration: str | None, out_dir: str, quick: bool
     cases = cases or grid(runner.hosts, quick, plans, policies)
     os.makedirs(out_dir, exist_ok=True)
     steps = steps or (QUICK_STEPS if quick else STEPS)
-    predicted = {c: predict(c, runner, calibration, steps, engine) for c in cases}
-    measured = measure(cases, runner, steps, repeats)
-    rows = [row(c, predicted[c], measured[c]) for c in cases]
+    first = {c: first_prediction(c, runner, calibration, steps, engine) for c in cases}
+    measured = measure(cases, runner, steps, repeats, routing_dir=out_dir)
+    rows = []
+    for c in cases:
+        if c.dropless:   # predicted again with its first run's routing (module doc)
+            histogram = measured_histogram(c, out_dir)
+            rows.append(row(c, predict(c, runner, calibration, steps, engine, histogram), measured[c], first[c],
+                            histogram))
+        else:
+            rows.append(row(c, first[c], measured[c]))
     add_speedups(rows)
     summary = summarize(rows)
     write_outputs(out_dir, rows, summary)
@@ -394,6 +543,10 @@ FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", 
           "val_loss", "none_val_loss", "time_to_target_s", "predicted_dp_error", "measured_dp_error",
           "predicted_tp_error", "measured_tp_error", "predicted_pp_error", "measured_pp_error")
 REPEAT_FIELDS = ("repeats", "spread", "measured_step_all_s")   # written too; a file from before repeats lacks them
+# written too (module doc): what the prediction's routing was; a routing-imbalance case's balanced prediction and
+# its histogram's imbalance (a file from before them lacks them: its rows are no such case)
+ROUTING_FIELDS = ("routing", "predicted_balanced_step_s", f"predicted_balanced_{EP_PHASE}", "routing_expert_max_mean",
+                  "routing_rank_max_mean")
 
 
 def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
@@ -404,7 +557,8 @@ def write_outputs(out_dir: str, rows: list[dict], summary: dict) -> None:
 
 def _write_tables(out_dir: str, rows: list[dict], summary: dict) -> None:
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=FIELDS + REPEAT_FIELDS, lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(text, fieldnames=FIELDS + REPEAT_FIELDS + ROUTING_FIELDS, lineterminator="\n",
+                            extrasaction="ignore")
     writer.writeheader()
     writer.writerows(csv_cells(r, "measured_step_s") for r in rows)
     atomic_write(os.path.join(out_dir, "results_training.csv"), lambda h: h.write(text.getvalue().encode()))
@@ -422,7 +576,22 @@ def summary_lines(s: dict) -> list[str]:
                  "(target 90%)")
     lines.append(f"phases (>= 10% of the step) within 25%: {s['phases_checked'] - len(s['phase_misses'])}/"
                  f"{s['phases_checked']}")
+    lines += [imbalance_line(r) for r in s.get("imbalance", ())]
     return lines
+
+
+def imbalance_line(r: dict) -> str:
+    """A routing-imbalance case: measured step and ep phase beside the predictions with its histogram
+    and with balanced routing."""
+    step, ep = r["measured_step_s"], r[f"measured_{EP_PHASE}"]
+    histogram, balanced = r["predicted_step_s"], r["predicted_balanced_step_s"]
+    return (f"routing imbalance, {r['plan']} {r['policy']} at {r['bandwidth'] / MBIT:g} Mbit/s (histogram "
+            f"{r['routing']}: busiest expert {r['routing_expert_max_mean']:.2f}x, busiest ep rank "
+            f"{r['routing_rank_max_mean']:.2f}x its fair share): step measured {step:.3f} s, predicted "
+            f"{histogram:.3f} s with the histogram ({100 * (histogram / step - 1):+.0f}%), {balanced:.3f} s balanced "
+            f"({100 * (balanced / step - 1):+.0f}%); ep phase measured {ep:.3f} s, predicted "
+            f"{r[f'predicted_{EP_PHASE}']:.3f} s with the histogram, {r[f'predicted_balanced_{EP_PHASE}']:.3f} s "
+            "balanced")
 
 
 def report_md(rows: list[dict], summary: dict) -> str:
@@ -441,6 +610,20 @@ def report_md(rows: list[dict], summary: dict) -> str:
     for r in rows:
         cells = [f"{r[f'predicted_{p}']:.3f} / {r[f'measured_{p}']:.3f}" for p in COMPARED_PHASES]
         out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | " + " | ".join(cells) + " |")
+    if summary.get("imbalance"):
+        out += ["", "## Routing imbalance (dropless expert parallelism)", "",
+                "predicted s and the phases above: with the case's measured routing histogram (`routing`); "
+                "balanced: the same plan under balanced routing, predicted before the runs. Expert and rank: "
+                "the histogram's busiest over its fair share (mean over the MoE layers).", "",
+                f"| plan | policy | Mbit/s | routing | expert max/mean | rank max/mean | measured s | histogram s "
+                f"| balanced s | measured {EP_PHASE} | histogram {EP_PHASE} | balanced {EP_PHASE} |",
+                "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        numbers = ("routing_expert_max_mean", "routing_rank_max_mean", "measured_step_s", "predicted_step_s",
+                   "predicted_balanced_step_s", f"measured_{EP_PHASE}", f"predicted_{EP_PHASE}",
+                   f"predicted_balanced_{EP_PHASE}")
+        for r in summary["imbalance"]:
+            out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | {r['routing']} | "
+                       + " | ".join(f"{r[k]:.{2 if k.startswith('routing') else 3}f}" for k in numbers) + " |")
     return "\n".join(out) + "\n"
 
 
