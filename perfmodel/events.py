@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.mesh import Groups, Mesh
 from perfmodel.plan.parallel import ParallelPlan
+from perfmodel.plan.recompute import reruns_attention
 from perfmodel.plan.routing import dispatch_rows
 from perfmodel.workload import ModelSpec
 
@@ -322,7 +323,8 @@ def context_events(ctx: StageContext) -> list[CommEvent]:
     same. Per layer and microbatch, cp - 1 ring steps each pass the GPU's K and V block
     (2 x seq / cp x kv_dim / tp values) to the next rank while attention computes on the block
     it holds (``where='attention'``: overlapped with that compute). Backward passes K, V and
-    their gradients (twice the bytes); recompute (selective or full) repeats the forward ring."""
+    their gradients (twice the bytes); a recompute that reruns attention (full, or selective with
+    core_attn) repeats the forward ring."""
     plan, model = ctx.plan, ctx.model
     if plan.cp == 1:
         return []
@@ -330,7 +332,7 @@ def context_events(ctx: StageContext) -> list[CommEvent]:
     pairs = ctx.mesh.ring_pairs("cp")
     per = plan.microbatches * ctx.layers * (plan.cp - 1)
     runs = (("fwd", "fwd", block), ("bwd", "bwd", 2 * block))
-    if plan.recompute != "none":
+    if reruns_attention(plan):
         runs += (("recompute", "bwd", block),)
     return [CommEvent(name=f"cp.sendrecv.kv.{name}", axis="cp", op="sendrecv", nbytes=size, dtype=plan.compute_dtype,
                       group=pairs[0], concurrent=pairs, count=per, where="attention", phase=phase)

@@ -13,6 +13,7 @@ from perfmodel.plan.degrees import add_arguments as add_degree_arguments
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 from perfmodel.plan.parallel import DEFAULT_BUCKET_BYTES, EP_KERNELS, EP_OVERLAPS, KERNELS, PlanRequest
 from perfmodel.plan.precision import PRECISION_NAMES
+from perfmodel.plan.recompute import MODULES as RECOMPUTE_MODULES
 from perfmodel.prediction import PredictOptions, request_and_options
 from perfmodel.step.timing import DEFAULT_OVERLAP_SLOWDOWN
 from topologies import bounds
@@ -123,7 +124,13 @@ def _step_args(p, sweep: bool) -> None:
     p.add_argument("--seq", type=int, help="sequence length (default the model's)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
     p.add_argument("--recompute", default="none",
-                   help="activation recompute: none, selective, full" + (", any" if sweep else ""))
+                   help="activation recompute: none, selective (the attention core, or --recompute-modules), "
+                   "full" + (", any" if sweep else ""))
+    if not sweep:
+        p.add_argument("--recompute-modules", metavar="M,M",
+                       help="with --recompute selective, the modules Megatron-Core recomputes "
+                       "(--recompute-modules): " + ", ".join(RECOMPUTE_MODULES) + " (default core_attn); each "
+                       "keeps fewer activations and reruns its forward in backward (docs: 'Recompute')")
     p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b or interleaved:V")
     p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
     p.add_argument("--precision", choices=PRECISION_NAMES,
@@ -227,6 +234,7 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
               overlap_slowdown=args.overlap_slowdown, allow_oom=args.allow_oom, engine=args.engine)
     if not sweep:
         kw.update(_degrees(args), zero=args.zero, mbs=args.mbs, recompute=args.recompute, hpz=args.hpz,
+                  recompute_modules=args.recompute_modules,
                   tp_overlap=args.tp_overlap, kernels=args.kernels, first_stage_layers=args.first_stage_layers,
                   ep_overlap=args.ep_overlap, ep_kernels=args.ep_kernels, fp8_attention=args.fp8_attention,
                   last_stage_layers=args.last_stage_layers, account_for_embedding=args.account_for_embedding,

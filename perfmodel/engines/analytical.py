@@ -25,6 +25,7 @@ from perfmodel.engines import StepInputs, StepTiming, register
 from perfmodel.plan.framework import framework_profile
 from perfmodel.plan.memory import expert_shards, shards, stage_param_split
 from perfmodel.plan.mesh import mesh_for
+from perfmodel.plan.recompute import reruns_attention
 from perfmodel.step import expert_overlap
 from perfmodel.step.framework import microbatch_host_s, prefetched, stack_compute, stack_event, step_host_s
 from perfmodel.step.timing import (KERNEL_SM_SHARE, Breakdown, StageTime, Tally, exposed_pp, overlap_buckets,
@@ -199,7 +200,7 @@ def _overlap_ring(step: StepInputs, st: StageTime, events: list, sc, tally) -> N
         if tally is not None:
             tally.add(event, rec, event.count)
             tally.add_kernel(event.axis, k * event.count)
-    behind = {"fwd": sc.attention_fwd_s, "bwd": sc.attention_bwd_s + (plan.recompute != "none") * sc.attention_fwd_s}
+    behind = {"fwd": sc.attention_fwd_s, "bwd": sc.attention_bwd_s + reruns_attention(plan) * sc.attention_fwd_s}
     for phase, seconds in wire.items():
         hide = behind[phase] * (cp - 1) / cp
         hidden = min(seconds, hide)

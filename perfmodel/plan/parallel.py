@@ -29,6 +29,7 @@ from perfmodel.dtypes import DTYPE_BYTES  # noqa: F401  (re-exported: the plan's
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees, read_through, split_degrees
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK, framework_profile
 from perfmodel.plan import stages
+from perfmodel.plan.recompute import resolve as resolve_recompute
 from perfmodel.plan.mesh import GROUP_KINDS as MESH_GROUP_KINDS
 from perfmodel.plan.precision import HIGH_PRECISIONS, LOW_PRECISIONS, resolve as resolve_precision
 from perfmodel.plan.routing import resolve as resolve_routing
@@ -63,6 +64,7 @@ class ParallelPlan:
     seq: int
     sequence_parallel: bool = False
     recompute: str = "none"
+    recompute_modules: tuple = ()   # selective's modules (perfmodel.plan.recompute): ("core_attn",) by default
     schedule: str = "1f1b"
     virtual_stages: int = 1
     compute_dtype: str = "bf16"
@@ -167,6 +169,7 @@ class PlanRequest:
     seq: int | None = None
     sequence_parallel: bool = False
     recompute: str = "none"
+    recompute_modules: tuple | str | None = None   # Megatron --recompute-modules (with selective): names or "a,b"
     schedule: str = "1f1b"
     compute_dtype: str | None = None
     grad_dtype: str = "fp32"
@@ -275,6 +278,7 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     _check_cp(cp, seq)
     return ParallelPlan(degrees=degrees, zero=zero, mbs=mbs, gbs=gbs, seq=seq,
                         sequence_parallel=bool(r.sequence_parallel) and tp > 1, recompute=r.recompute,
+                        recompute_modules=resolve_recompute(r.recompute, r.recompute_modules, r.framework),
                         schedule=name, virtual_stages=virtual, compute_dtype=dtype or "bf16",
                         grad_dtype=r.grad_dtype, bucket_bytes=r.bucket_bytes,
                         dp_overlap=bool(r.dp_overlap), hpz=bool(r.hpz) and dp > 1, tp_overlap=bool(r.tp_overlap),
