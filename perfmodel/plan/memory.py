@@ -35,6 +35,7 @@ from perfmodel.axes import AXES
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.parallel import ParallelPlan
 from perfmodel.plan.precision import recipe
+from perfmodel.plan.recompute import dropped_bytes
 from perfmodel.plan.routing import loaded
 from perfmodel.workload import ModelSpec
 
@@ -152,12 +153,15 @@ def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, 
     loaded``; a low precision's layers ``low_precision_activation_delta`` more, a negative number)."""
     if model.is_moe:
         model = loaded(model, plan)
-    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
+    selective = plan.recompute == "selective"     # kept as without recompute, less what the modules drop
+    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, "none" if selective else plan.recompute)
     moe = model.moe_layers_in(start, layers) if model.is_moe else 0
-    kept = (layers - moe) * model.activation_bytes_per_layer(*args)
-    if moe:
-        kept += moe * model.moe_activation_bytes_per_layer(*args)
     rec = recipe(plan.precision)
+    stored = rec.stored_bytes("activation") if rec.is_low else 2.0
+    kept = (layers - moe) * (model.activation_bytes_per_layer(*args)
+                             - selective * dropped_bytes(model, plan, False, stored))
+    if moe:
+        kept += moe * (model.moe_activation_bytes_per_layer(*args) - selective * dropped_bytes(model, plan, True, stored))
     if rec.is_low:
         first, last = start == 0, start + layers >= model.num_layers
         low = layers - rec.high_layers(layers, first, last)
