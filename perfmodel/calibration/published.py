@@ -328,6 +328,8 @@ def row_plan(row: dict) -> dict:
         plan["etp"] = _int(row, "etp")
     if row.get("pipeline_layout"):       # bridge.py's DeepSeek-V3 and Kimi-K2 rows: the recipes' stage split
         plan["pipeline_layout"] = row["pipeline_layout"]
+    if row.get("recompute_modules"):     # a row whose run recomputed named modules (--recompute-modules)
+        plan["recompute_modules"] = row["recompute_modules"]
     if _flag(row, "fp8_attention"):      # bridge.py's rows whose recipe runs attention in FP8
         plan["fp8_attention"] = True
     if row.get("ep_overlap", "none") != "none":   # bridge.py's rows whose recipe overlaps the all-to-alls
