@@ -130,7 +130,7 @@ def _step_args(p, sweep: bool) -> None:
         p.add_argument("--recompute-modules", metavar="M,M",
                        help="with --recompute selective, the modules Megatron-Core recomputes "
                        "(--recompute-modules): " + ", ".join(RECOMPUTE_MODULES) + " (default core_attn); each "
-                       "keeps fewer activations and reruns its forward in backward (docs: 'Recompute')")
+                       "keeps fewer activations and reruns its forward in backward (docs: 'Recompute of named modules')")
     p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b or interleaved:V")
     p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
     p.add_argument("--precision", choices=PRECISION_NAMES,
