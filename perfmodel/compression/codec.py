@@ -7,15 +7,24 @@ whether it is lossless, whether its size is exact, and the relative error of one
 application. Chains feed each transform's value stream to the next transform; metadata
 (indices, scales) passes through. Error feedback (``ef``) keeps a residual: the same
 wire size, a little more traffic, and the same per-step error, compensated over steps.
+
+The residual's options (``EF``) are LoCo's (Xie et al. 2024, arXiv 2407.04480, as DeepSpeed runs it:
+``deepspeed/runtime/comm/coalesced_collectives.py`` ``all_to_all_loco_quant_reduce``, its kernel
+``csrc/quantization/swizzled_quantize.cu``): ``beta`` keeps a moving average of the errors,
+``e <- beta e + (1 - beta) (y - C(y))`` (DeepSpeed's ``err_beta``, 0.8 in its docs; 0: plain error
+feedback), ``state=int8`` stores it blockwise in 8 bits between steps (4x less memory than fp32),
+and ``reset`` restarts it at zero every that many calls (DeepSpeed's ``reset_T``, 1024; 0: never).
+The model charges them nothing apart: the same traffic and per-step error as plain error feedback.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from perfmodel.compression.families import FLOAT_DTYPES, Family, Stream, make_family, message_dtype
 from perfmodel.compression.grammar import Call, Chain, ErrorFeedback, parse_spec
+from topologies.errors import InputError
 
 EF_TRAFFIC = 4.0   # read residual, write x + e; read x', write new residual (bytes per input byte)
 HEADER_FIXED_BYTES = 32   # payload header: magic, version, dtype, ndim, count, spec digest, body checksum
@@ -56,9 +65,42 @@ def _apply(node, stream: Stream) -> Applied:
     return Applied(values=stream, meta_bytes=meta, compress_bytes=comp, decompress_bytes=decomp)
 
 
+EF_STATES = ("full", "int8")   # the residual kept in the compute dtype (float32), or blockwise int8 (LoCo)
+
+
 @dataclass(frozen=True)
 class EF:
+    """Error feedback around ``inner``, with its residual's options (module doc)."""
+
     inner: object
+    beta: float = 0.0
+    state: str = "full"
+    reset: int = 0
+
+    def options(self) -> str:
+        """The options that differ from plain error feedback, as spec text (``,beta=0.8,...``)."""
+        out = [f"beta={self.beta:g}" if self.beta else "", f"state={self.state}" if self.state != "full" else "",
+               f"reset={self.reset}" if self.reset else ""]
+        return "".join("," + o for o in out if o)
+
+
+def _ef_options(text: str, kwargs: tuple) -> dict:
+    """``ef(...)``'s keyword options checked: beta in [0, 1), state in EF_STATES, reset >= 0."""
+    out = {}
+    for key, value in kwargs:
+        if key in out:
+            raise InputError(f"ef.{key}", value, "each option once")
+        if key == "beta" and not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1:
+            out[key] = float(value)
+        elif key == "state" and value in EF_STATES:
+            out[key] = value
+        elif key == "reset" and not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= 1 << 31:
+            out[key] = value
+        else:
+            allowed = {"beta": "a moving-average weight in [0, 1)", "state": " or ".join(EF_STATES),
+                       "reset": "an integer number of calls >= 0 (0: never)"}
+            raise InputError(f"ef.{key}", value, allowed.get(key, "ef options: beta, state, reset"))
+    return out
 
 
 def _leaves(node):
@@ -75,7 +117,7 @@ def _build(tree):
     if isinstance(tree, Call):
         return make_family(tree.name, tree.args, tree.kwargs)
     if isinstance(tree, ErrorFeedback):
-        return EF(_build(tree.inner))
+        return EF(_build(tree.inner), **_ef_options(str(tree), tree.kwargs))
     if isinstance(tree, Chain):
         return tuple(_build(p) for p in tree.parts)
     raise TypeError(tree)
@@ -86,7 +128,7 @@ def _map(node, fn):
     if isinstance(node, Family):
         return fn(node)
     if isinstance(node, EF):
-        return EF(_map(node.inner, fn))
+        return replace(node, inner=_map(node.inner, fn))
     return tuple(_map(p, fn) for p in node)
 
 
@@ -94,7 +136,7 @@ def _text(node) -> str:
     if isinstance(node, Family):
         return str(node)
     if isinstance(node, EF):
-        return f"ef({_text(node.inner)})"
+        return f"ef({_text(node.inner)}{node.options()})"
     return "+".join(_text(p) for p in node)
 
 

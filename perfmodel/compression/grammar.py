@@ -1,11 +1,12 @@
 """The compressor grammar of docs/design.md, Compressor grammar and contract, parsed into an immutable tree.
 
     spec   := term ("+" term)*
-    term   := "ef" "(" spec ")" | name [ "(" arg ("," arg)* ")" ]
+    term   := "ef" "(" spec ("," key "=" value)* ")" | name [ "(" arg ("," arg)* ")" ]
     arg    := [key "="] value          value: number, true/false, or a word
 
 ``parse_spec`` returns a ``Call`` (one family with its arguments), a ``Chain`` of
-terms applied in order, or an ``ErrorFeedback`` around a spec. Arguments are checked
+terms applied in order, or an ``ErrorFeedback`` around a spec, with the keyword options of its
+residual (``ef(int4,beta=0.8,state=int8,reset=1024)``: LoCo's, checked in ``codec.py``). Arguments are checked
 against the family (``contract.py``, the catalogue in ``families.py``); this module knows only the syntax.
 """
 from __future__ import annotations
@@ -41,9 +42,10 @@ class Chain:
 @dataclass(frozen=True, kw_only=True)
 class ErrorFeedback:
     inner: object
+    kwargs: tuple = ()        # ((key, value), ...): the residual's options
 
     def __str__(self) -> str:
-        return f"ef({self.inner})"
+        return f"ef({','.join([str(self.inner)] + [f'{k}={_fmt(v)}' for k, v in self.kwargs])})"
 
 
 def _fmt(value) -> str:
@@ -114,9 +116,16 @@ class _Parser:
                           "feedback has no residual left to feed back")
             self.take("sym", "(")
             inner = self.spec()
+            kwargs: list = []
+            while self.peek("sym", ","):
+                self.i += 1
+                before = len(kwargs)
+                self.arg([], kwargs)
+                if len(kwargs) == before:
+                    self.fail("ef(SPEC, key=value, ...): options after the spec are keywords")
             self.take("sym", ")")
             self.depth -= 1
-            return ErrorFeedback(inner=inner)
+            return ErrorFeedback(inner=inner, kwargs=tuple(kwargs))
         args, kwargs = [], []
         if self.peek("sym", "("):
             self.i += 1

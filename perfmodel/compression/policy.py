@@ -1,8 +1,9 @@
 """Compression policy: which compressor spec applies to which axis, above which size.
 
     policy := item ("," item)*
-    item   := preset | axis "=" spec | axis ".min=" size
-    preset := none | hybrid | mzhybrid | zhybrid | zeropp | deepseek | fp8-param-gather | naive:SPEC
+    item   := preset | axis "=" spec | axis ".min=" size | recipe_item "=" number
+    preset := none | hybrid | mzhybrid | zhybrid | zeropp | deepseek | fp8-param-gather
+            | powersgd | loco | onebit-adam | zero-one-adam | naive:SPEC
 
 Items apply left to right, so ``hybrid,dp=topk(0.01)+int8`` starts from the hybrid preset
 and overrides DP. Axes name the kind of tensor at every ZeRO stage: ``dp`` (gradient
@@ -41,6 +42,20 @@ Presets (``PRESETS``; each axis's spec and minimum message size):
   The once-a-step amax all-reduce over dp that current scaling's shards need is not charged
   (one small collective, tens of microseconds a step).
 
+* ``powersgd``, ``loco``, ``onebit-adam`` and ``zero-one-adam`` are recipes: their dp spec, and what
+  their reference implementations do beyond it (a ``Recipe``: uncompressed warm-up steps, Adam's
+  momentum compressed instead of the gradient, the variance frozen, 0/1 Adam's local steps),
+  ``perfmodel.compression.recipes``, which names the file and defaults of each. ``powersgd`` is PyTorch's
+  PowerSGD hook (Vogels et al. 2019): ``dp=ef(powersgd(rank=1))``, warm start, 10% of the steps
+  uncompressed first. ``loco`` is LoCo (Xie et al. 2024): ``dp=ef(int4,beta=0.8,state=int8,reset=1024)``,
+  4-bit gradients whose error is fed back as a moving average kept in 8 bits. ``onebit-adam`` (Tang et
+  al. 2021) and ``zero-one-adam`` (Lu et al. 2022) are DeepSpeed's: ``dp=ef(sign(block=2048))``, a sign
+  and a scale per chunk whose error is fed back on the worker and on the server of the two-phase
+  all-reduce (realrun's ``two_phase``: an all-to-all, then an all-gather), applied to the momentum
+  after 15% of the steps of ordinary Adam (1-bit Adam), or from the start with variance updates on
+  exponentially spaced steps and, after ``var_freeze``, local steps (0/1 Adam). A recipe's items tune
+  it after its name: ``onebit-adam,warmup=0.2`` (``recipes.ITEMS``); each needs a recipe before it.
+
 ``PRESET_SOURCES`` says where each preset comes from (``perfmodel catalog policies``).
 
 The MoE axes: ``ep=`` compresses the dispatch (tokens towards their experts), ``ep_combine=`` the
@@ -57,6 +72,8 @@ from dataclasses import dataclass, field, replace
 from perfmodel.axes import AXES
 from perfmodel.axes import NAMES as POLICY_AXES
 from perfmodel.compression import Codec, compile_spec, split_top_level
+from perfmodel.compression.recipes import ITEMS as RECIPE_ITEMS
+from perfmodel.compression.recipes import Recipe, recipe_of
 from topologies.errors import InputError
 from topologies.units import parse_size
 
@@ -70,6 +87,10 @@ PRESETS = {
     "zeropp": {"dp": ("int4", 0), "zero": ("int8", 0), "tp": ("none", 0), "pp": ("none", 0)},
     "deepseek": {"ep": ("fp8", 0), "ep_combine": ("none", 0)},
     "fp8-param-gather": {"zero": ("fp8", 0)},
+    "powersgd": {"dp": ("ef(powersgd(rank=1))", 0)},
+    "loco": {"dp": ("ef(int4,beta=0.8,state=int8,reset=1024)", 0)},
+    "onebit-adam": {"dp": ("ef(sign(block=2048))", 0)},
+    "zero-one-adam": {"dp": ("ef(sign(block=2048))", 0)},
 }
 PRESET_SOURCES = {
     "hybrid": "Xu et al. 2024, arXiv 2409.02423 (lossy gradients, lossless activations); zero: ZeRO++ qwZ",
@@ -79,6 +100,14 @@ PRESET_SOURCES = {
     "deepseek": "DeepSeek-AI 2024, DeepSeek-V3 (arXiv 2412.19437) section 3.3.2: FP8 dispatch, BF16 combine",
     "fp8-param-gather": "Megatron-Core --fp8-param-gather (megatron/core/fp8_utils.py, distributed optimizer); "
                         "torchao float8 FSDP2 all-gather (Float8LinearConfig enable_fsdp_float8_all_gather)",
+    "powersgd": "Vogels et al. 2019, PowerSGD (NeurIPS; arXiv 1905.13727); PyTorch torch/distributed/algorithms/"
+                "ddp_comm_hooks/powerSGD_hook.py: rank 1, error feedback, warm start, start_powerSGD_iter",
+    "loco": "Xie et al. 2024, LoCo (arXiv 2407.04480): 4-bit gradients, moving-average error kept in 8 bits; "
+            "DeepSpeed deepspeed/runtime/comm/coalesced_collectives.py all_to_all_loco_quant_reduce",
+    "onebit-adam": "Tang et al. 2021, 1-bit Adam (arXiv 2102.02888); DeepSpeed deepspeed/runtime/fp16/onebit/"
+                   "adam.py (freeze_step) and deepspeed/runtime/comm/nccl.py compressed_allreduce",
+    "zero-one-adam": "Lu et al. 2022, 0/1 Adam (arXiv 2202.06009); DeepSpeed deepspeed/runtime/fp16/onebit/"
+                     "zoadam.py (var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper)",
 }
 
 
@@ -110,6 +139,7 @@ class CompressionPolicy:
     text: str
     axes: dict
     named: frozenset = frozenset()    # axes an ``axis=`` item names (not only a preset)
+    recipe: Recipe | None = None      # a recipe preset's mechanisms beyond its specs (module doc)
 
     def axis(self, name: str) -> AxisPolicy:
         return self.axes[name]
@@ -168,13 +198,21 @@ def parse_policy(text: str) -> CompressionPolicy:
     axes = {a: AxisPolicy() for a in POLICY_AXES}
     named: set = set()
     combine_set = False         # ep_combine set by an item or a preset that names it (module doc)
+    recipe, tuned = None, {}
     for item in split_top_level(text):
         preset = _preset(item)
         if preset is not None:
             axes, named = preset, set()
             combine_set = item.startswith("naive:") or "ep_combine" in PRESETS.get(item, {})
+            recipe, tuned = recipe_of(item), {}
             continue
         key, sep, value = item.partition("=")
+        if sep and key.strip() in RECIPE_ITEMS:
+            if recipe is None:
+                raise InputError("policy", item, f"{key.strip()}= after a recipe preset: "
+                                 "powersgd, loco, onebit-adam or zero-one-adam")
+            tuned[key.strip()] = value.strip()
+            continue
         axis, _, attr = key.strip().partition(".")
         if not sep or axis not in POLICY_AXES or attr not in ("", "min"):
             raise InputError("policy", item, f"none, {', '.join(PRESETS)}, naive:SPEC, AXIS=SPEC or AXIS.min=SIZE "
@@ -189,7 +227,9 @@ def parse_policy(text: str) -> CompressionPolicy:
         axes["ep_combine"] = axes["ep"]
         if "ep" in named:
             named.add("ep_combine")
-    return CompressionPolicy(text=text, axes=axes, named=frozenset(named))
+    if recipe is not None and tuned:
+        recipe = recipe.with_items(tuned)
+    return CompressionPolicy(text=text, axes=axes, named=frozenset(named), recipe=recipe)
 
 
 def as_policy(text) -> CompressionPolicy:
@@ -222,7 +262,7 @@ def split_policies(text: str) -> list[str]:
     out: list[str] = []
     for item in split_top_level(text or ""):
         axis = item.partition("=")[0].partition(".")[0].strip()
-        if "=" in item and axis in POLICY_AXES and out:
+        if "=" in item and (axis in POLICY_AXES or axis in RECIPE_ITEMS) and out:
             out[-1] += "," + item
         else:
             out.append(item)

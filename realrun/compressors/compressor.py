@@ -85,14 +85,24 @@ class ErrorFeedbackTransform(transforms.Transform):
     the new residual: what compression dropped is sent later instead of lost. The residual is
     kept in ``dtypes.compute_dtype``: float32 for bf16, fp16 and fp8 tensors (the sum is formed
     in float32 and rounded to the tensor's dtype before compression; that rounding is part of the
-    residual too), the tensor's own dtype for float32 and float64."""
+    residual too), the tensor's own dtype for float32 and float64.
 
-    def __init__(self, inner):
-        self.inner = inner
+    LoCo's options (``perfmodel.compression.codec.EF``): ``beta`` keeps a moving average of the
+    errors instead (``e <- beta e + (1 - beta) (y - C(y))``), ``state=int8`` stores it between calls
+    as blockwise int8 codes and one float32 scale per ``STATE_BLOCK`` values (absmax, DeepSpeed's
+    symmetric 8-bit quantizer), and ``reset`` restarts it at zero every that many calls of the key."""
+
+    STATE_BLOCK = 256
+
+    def __init__(self, inner, beta: float = 0.0, state: str = "full", reset: int = 0):
+        self.inner, self.beta, self.state, self.reset = inner, beta, state, reset
 
     @property
     def name(self) -> str:
-        return f"ef({self.inner.name})"
+        opts = "".join(f",{k}={v:g}" if isinstance(v, float) else f",{k}={v}"
+                       for k, v, plain in (("beta", self.beta, 0.0), ("state", self.state, "full"),
+                                           ("reset", self.reset, 0)) if v != plain)
+        return f"ef({self.inner.name}{opts})"
 
     def check(self, dtype):
         self.inner.check(dtype)
@@ -107,16 +117,49 @@ class ErrorFeedbackTransform(transforms.Transform):
         key = ("ef", self.name, ctx.key, x.shape, _dtype_tag(x.dtype))   # stable across processes (checkpoints)
         be = backends.of(x)
         wide = be.widen(x)   # narrow types: the sum is formed in float32, the residual kept in it
-        total = wide + ctx.state.get(key, 0)
+        old = self._load(ctx, key, wide)
+        total = wide + old
         y = total if wide is x else be.narrow(total, x.dtype)
         values, meta = self.inner.encode(y, ctx)
         decoded = self.inner.decode(values, meta, len(y), y.dtype, ctx)
         with np.errstate(invalid="ignore"):   # Inf input: Inf - Inf is NaN in the residual, as in the sum
-            residual = ctx.state[key] = total - be.widen(decoded)
+            residual = total - be.widen(decoded)
         if ctx.ef_energy is not None:   # the contraction measured: ||C(y) - y||^2 / ||y||^2
             ctx.ef_energy[0] += _energy(residual)
             ctx.ef_energy[1] += _energy(total)
+        if self.beta:
+            residual = self.beta * old + (1.0 - self.beta) * residual
+        self._store(ctx, key, residual)
         return values, meta
+
+    def _load(self, ctx, key, like):
+        """The residual kept for ``key`` (0 at first, after a reset, or ``reset`` calls on)."""
+        if self.reset:
+            calls = int(ctx.state.get(key + ("calls",), np.zeros(1, np.int64))[0])
+            ctx.state[key + ("calls",)] = np.array([calls + 1], np.int64)
+            if calls % self.reset == 0:
+                return 0
+        if self.state == "int8":
+            codes = ctx.state.get(key + ("codes",))
+            if codes is None:
+                return 0
+            scales = ctx.state[key + ("scales",)]
+            return (codes.reshape(-1, self.STATE_BLOCK).astype(like.dtype) * scales[:, None]).reshape(-1)[
+                :like.size].reshape(like.shape)
+        return ctx.state.get(key, 0)
+
+    def _store(self, ctx, key, residual) -> None:
+        if self.state != "int8":
+            ctx.state[key] = residual
+            return
+        flat = np.asarray(residual, dtype=np.float32).reshape(-1)
+        pad = (-flat.size) % self.STATE_BLOCK
+        blocks = np.concatenate([flat, np.zeros(pad, np.float32)]).reshape(-1, self.STATE_BLOCK)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            scales = np.abs(blocks).max(axis=1) / 127.0
+            codes = np.where(scales[:, None] > 0, np.rint(blocks / np.where(scales > 0, scales, 1.0)[:, None]), 0)
+        ctx.state[key + ("codes",)] = np.clip(codes, -127, 127).astype(np.int8)
+        ctx.state[key + ("scales",)] = scales.astype(np.float32)
 
     def decode(self, values, meta, n, dtype, ctx):
         return self.inner.decode(values, meta, n, dtype, ctx)
@@ -147,7 +190,7 @@ def build_transform(node, backend: str = "numpy"):
     if isinstance(node, Family):
         return node.implementation(backend)(node)
     if isinstance(node, EFNode):
-        return ErrorFeedbackTransform(build_transform(node.inner, backend))
+        return ErrorFeedbackTransform(build_transform(node.inner, backend), node.beta, node.state, node.reset)
     return ChainTransform([build_transform(p, backend) for p in node])
 
 
