@@ -10,6 +10,9 @@ quantization granularity, sometimes with another plan) becomes a second row.
 """
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
+
 from perfmodel.calibration import tables
 from topologies.errors import InputError
 
@@ -55,6 +58,9 @@ PRECISIONS = {"BF16": "bf16", "FP8-CS": "fp8-tensorwise", "FP8": "fp8-tensorwise
 # a parenthesised value is another quantization granularity (the table's footnote): 32-element MX blocks
 # on Blackwell, DeepSeek-V3's 1x128 / 128x128 blocks on H100
 ALTERNATIVE = {"DGX-H100": "fp8-blockwise"}
+# an alternative's precision as the table names it (its recipes line's key): MX blocks are FP8-MX (25.09 - 25.11's
+# name); the table names no blockwise recipe, so an H100 alternative has no recipes line
+ALTERNATIVE_NAMES = {"mxfp8": "FP8-MX"}
 # Megatron-Bridge's mixed-precision recipes (src/megatron/bridge/training/mixed_precision.py): the delayed,
 # current-scaling and MXFP8 recipes set fp8_param_gather=True (fp8 primary weights, gathered in fp8: the
 # fp8-param-gather policy); the blockwise ('subchannel') recipe sets it False; fp4 parameters are refused there
@@ -102,9 +108,11 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "the others balanced (the table's note: forced balance, dropless); MoE rows' experts without tensor "
                "parallelism (etp 1, the recipes' expert_tensor_parallel_size); DeepSeek-V3 and Kimi-K2 on pp > 1 "
                "with their recipes' pipeline layout for pp x vp virtual stages (PIPELINE_LAYOUTS); "
-               "the expert all-to-alls overlapped with another micro-batch's compute (ep_overlap batch) and the "
-               "dispatcher's kernels where the row's recipe sets overlap_moe_expert_parallel_comm "
-               "(EP_OVERLAP_RECIPES), else not")
+               "MoE rows with their container's recipe settings (validation/published/megatron_bridge_recipes.csv, "
+               "RECIPES): the expert all-to-alls overlapped with another micro-batch's compute (ep_overlap batch) "
+               "where the recipe sets moe_a2a_overlap, the dispatcher's kernels (alltoall: NCCL, deepep, hybridep) "
+               "and attention in FP8 where it sets fp8_dot_product_attention; a row without a line there (Nemotron, "
+               "DeepSeek-V4) or a setting left empty keeps no overlap, NCCL's all-to-all and attention outside FP8")
 
 # DeepSeek-V3's and Kimi-K2's 61 layers over the pipeline as Megatron-Bridge's recipes lay them (Megatron's
 # pipeline_model_parallel_layout), by the number of virtual stages pp x vp: the layout map of
@@ -123,36 +131,104 @@ PIPELINE_LAYOUTS = {4: "Et*16|t*16|t*16|t*13{m}L", 8: "Et*8|(t*8|)*6t*5{m}L", 16
                     32: "Et|(tt|)*30{m}L"}
 
 
-# The recipes' expert overlap (Megatron-Core's overlap_moe_expert_parallel_comm with delay_wgrad_compute: the plan's
-# ep_overlap 'batch', perfmodel.step.expert_overlap) and the dispatcher's kernels behind it (the plan's ep_kernels,
-# their SMs a tax on the compute they hide behind), per (model prefix, systems, precisions, containers):
-# - DeepSeek-V3 on H100, containers 25.09 and 25.11: the 25.09 performance script sets A2A_1F1B for H100 only
-#   (scripts/performance/run_script.py @ f37f883a8: A2A_1F1B = gpu in ["h100"], then overlap_moe_expert_parallel_comm)
-#   and 25.11's deepseek_v3_h100_1024gpus_config calls set_moe_a2a_overlap_overrides with enable_deepep=True
-#   (scripts/performance/configs/deepseek/deepseek_llm_pretrain.py @ bf75c658c): DeepEP's normal kernels;
-# - DeepSeek-V3 MXFP8 on GB200 and GB300 from container 26.06: the full-iteration recipes (#3983 @ 8af195c0a,
-#   2026-06-06; #4226 @ afb5dd47c, 2026-06-10) set moe_a2a_overlap=True with the hybridep flex dispatcher
-#   (deepseek_workload_base_configs.py @ c8327cfc2^ lines 70-74, 100-104; today's
-#   perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8 @ 067f987df0, moe_hybridep_num_sms 32);
-#   before them (7c06ec0c0, 5acef9309: containers 26.02-26.04.01) every DeepSeek-V3 config had it False;
-# - GPT-OSS 120B MXFP8 on GB200 and GB300 in container 26.08 (the snapshot's recipes): _apply_gpt_oss_120b_full_iter_
-#   fp8mx_configs (perf_recipes/gpt_oss/common.py lines 23-49 @ 067f987df0), hybridep.
-# Qwen3's and Kimi-K2's recipes for the table's systems do not set it (perf_recipes/qwen/{gb200,gb300,h100},
-# kimi/* @ 067f987df0; Qwen3-30B's B200 MXFP8 recipe does, and the table has no B200 row of it in 26.08).
-EP_OVERLAP_RECIPES = (
-    ("DeepSeekV3", ("DGX-H100",), None, ("25.09", "25.11"), "deepep"),
-    ("DeepSeekV3", ("DGX-GB200", "DGX-GB300"), ("mxfp8",), ("26.06", "26.08"), "hybridep"),
-    ("GPT OSS 120B", ("DGX-GB200", "DGX-GB300"), ("mxfp8",), ("26.08",), "hybridep"),
-)
+# The recipes' MoE settings (``RECIPES``: validation/published/megatron_bridge_recipes.csv), one line per container,
+# model, system and precision as the table names them, each cited by the Megatron-Bridge release of that container
+# (25.09: v0.1.0rc3's scripts/performance, the same files as cac49dcd7; 25.11 v0.2.0, 26.02 v0.3.0, 26.02.01 v0.3.1,
+# 26.04 v0.4.0, 26.04.01 v0.4.2, 26.06 v0.5.0, 26.06.01 v0.5.1, 26.08 v0.6.0's perf_recipes), its file and line.
+# A patch container is its release's patch: 26.02.01's Kimi-K2 and Nemotron-3-Nano rows have configs in v0.3.1's
+# scripts, not v0.3.0's; 26.04.01's DeepSeek-V3 B200/B300 plans (pp 8) are v0.4.2's, v0.4.0's (and v0.4.1's,
+# the same scripts) pp 16. A line whose plan is not its config's says so (plan_as_config False, notes).
+# A row takes from its line what the plan expresses: the all-to-alls overlapped with another micro-batch's compute
+# (moe_a2a_overlap: Megatron-Core's overlap_moe_expert_parallel_comm with delay_wgrad_compute, the plan's ep_overlap
+# 'batch', perfmodel.step.expert_overlap), the dispatcher's kernels behind it (the plan's ep_kernels, their SMs a tax
+# on the compute they hide behind: DISPATCHERS) and attention in FP8 (fp8_dot_product_attention, the plan's
+# fp8_attention). The line's other settings (CUDA graphs, the fused grouped MLP, recompute, offloading, forced
+# balance) are the record; a row without a line, or a setting left empty, keeps the defaults (no overlap, NCCL's
+# all-to-all, attention in the GEMMs' precision outside FP8).
+RECIPES = Path(__file__).resolve().parents[2] / "validation" / "published" / "megatron_bridge_recipes.csv"
+# the dispatcher -> the plan's ep_kernels (perfmodel.plan.parallel EP_KERNELS): Megatron-Core's alltoall dispatcher
+# runs NCCL's all-to-all; flex with the deepep or hybridep backend their kernels
+DISPATCHERS = {"alltoall": "nccl", "deepep": "deepep", "hybridep": "hybridep"}
+CUDA_GRAPHS = ("none", "local", "transformer_engine", "full_iteration")   # Megatron-Core's cuda_graph_impl
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+RECOMPUTE_GRANULARITIES = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "layernorm", "shared_experts")
+RECIPE_FLAGS = ("plan_as_config", "moe_a2a_overlap", "fp8_dot_product_attention", "cutedsl_fused_grouped_mlp",
+                "moe_router_force_load_balancing")
+RECIPE_COLUMNS = ("container", "model", "system", "precision", "release", "config", *RECIPE_FLAGS[:2], "dispatcher",
+                  "cuda_graph_impl", "cuda_graph_scope", *RECIPE_FLAGS[2:4], "recompute_granularity",
+                  "recompute_modules", "cpu_offloading_num_layers", RECIPE_FLAGS[4], "source", "notes")
+# 25.09's table states no precision: its values are FP8-CS (PRECISIONS)
+UNSTATED_PRECISION = "FP8-CS"
 
 
-def _ep_overlap(name: str, system: str, precision: str, container: str) -> tuple[str, str]:
-    """(ep_overlap, ep_kernels) of a row as its recipe ran (``EP_OVERLAP_RECIPES``); ('none', 'nccl') else."""
-    for prefix, systems, precisions, containers, kernels in EP_OVERLAP_RECIPES:
-        if (name.startswith(prefix) and system in systems and (precisions is None or precision in precisions)
-                and container[:5] in containers):
-            return "batch", kernels
-    return "none", "nccl"
+def load_recipes(path=RECIPES) -> dict[tuple[str, str, str, str], dict]:
+    """{(container, model, system, precision): its line} of the recipes table at ``path``, every cell checked
+    (a cell that is no such value, or a key twice, refused in one line naming the line and column)."""
+    rows = tables.read_table(path, "recipes", "the Megatron-Bridge recipes' MoE settings")
+    tables.require(path, rows, RECIPE_COLUMNS, "recipes", "the Megatron-Bridge recipes' MoE settings")
+    out = {}
+    for where, row in rows:
+        key = _recipe_key(where, row)
+        if key in out:
+            raise InputError(f"{where}.model", row["model"], "one line per container, model, system and precision "
+                             f"(another line has {' '.join(key)})")
+        out[key] = _recipe(where, row)
+    return out
+
+
+def _recipe_key(where: str, row: dict) -> tuple[str, str, str, str]:
+    container = tables.text(where, row, "container").strip()
+    if container[:5] not in RELEASES or container[5:] not in ("", ".01"):
+        raise InputError(f"{where}.container", container, "a container of the table: "
+                         + ", ".join(RELEASES) + " (or its .01 patch)")
+    tables.choice(where, row, "model", tuple(MODELS))
+    tables.choice(where, row, "system", tuple(SYSTEMS))
+    tables.choice(where, row, "precision", tuple(p for p in PRECISIONS if p))
+    return container, row["model"], row["system"], row["precision"]
+
+
+def _recipe(where: str, row: dict) -> dict:
+    """The line's settings checked: flags True or False, names from their lists (a setting may be empty: not
+    determined, its notes say why)."""
+    for column in ("release", "config", "source"):
+        tables.text(where, row, column)
+    for column in RECIPE_FLAGS:
+        tables.flag(where, row, column, required=column == "plan_as_config")
+    tables.choice(where, row, "dispatcher", tuple(DISPATCHERS), required=False)
+    tables.choice(where, row, "cuda_graph_impl", CUDA_GRAPHS, required=False)
+    tables.choice(where, row, "recompute_granularity", RECOMPUTE_GRANULARITIES, required=False)
+    for column, names in (("cuda_graph_scope", CUDA_GRAPH_SCOPES), ("recompute_modules", RECOMPUTE_MODULES)):
+        cell = tables.text(where, row, column, required=False).strip()
+        if cell and cell != "none" and not set(cell.split(";")) <= set(names):
+            raise InputError(f"{where}.{column}", cell, "none or ;-separated names of " + ", ".join(names))
+    tables.integer(where, row, "cpu_offloading_num_layers", required=False)
+    if not tables.text(where, row, "notes", required=False).strip() and not all(
+            row[c].strip() for c in RECIPE_COLUMNS if c != "notes"):
+        raise InputError(f"{where}.notes", "", "why a setting left empty cannot be determined")
+    return dict(row)
+
+
+@cache
+def recipes() -> dict[tuple[str, str, str, str], dict]:
+    """``load_recipes`` of ``RECIPES``, read once."""
+    return load_recipes()
+
+
+def recipe(container: str, name: str, system: str, precision: str) -> dict | None:
+    """The recipes table's line of a row (the table's names; 25.09's unstated precision is FP8-CS), None where
+    it has none."""
+    return recipes().get((container, name, system, precision or UNSTATED_PRECISION))
+
+
+def recipe_plan(line: dict | None) -> dict:
+    """What the plan takes from a recipes line (the module's RECIPES comment): ep_overlap, ep_kernels and
+    fp8_attention ('True'/'False'); the defaults where there is no line or the setting is empty."""
+    line = line or {}
+    overlap = line.get("moe_a2a_overlap") == "True"
+    return dict(ep_overlap="batch" if overlap else "none", ep_kernels=DISPATCHERS.get(line.get("dispatcher"), "nccl"),
+                fp8_attention=str(line.get("fp8_dot_product_attention") == "True"),
+                recipe=f"{line['release']} {line['config']}" if line else "")
 
 
 def _layout(name: str, pp: int, vp: int) -> str | None:
@@ -200,8 +276,8 @@ def _alternative(row: dict, where: str) -> dict | None:
     mapped["precision"] = PRECISIONS[precision] if precision else ALTERNATIVE.get(row["system"], "mxfp8")
     mapped["policy"] = PARAM_GATHER_POLICY.get(mapped["precision"], "none")
     mapped["tp_overlap"] = str(mapped["tp"] > 1 and mapped["precision"] != "nvfp4")
-    mapped["ep_overlap"], mapped["ep_kernels"] = _ep_overlap(row["model"], row["system"], mapped["precision"],
-                                                             row["nemo_container"])
+    named = precision or ALTERNATIVE_NAMES.get(mapped["precision"])
+    mapped.update(recipe_plan(recipe(row["nemo_container"], row["model"], row["system"], named) if named else None))
     mapped["model_label"] += " (alt)"
     return mapped
 
@@ -239,7 +315,7 @@ def _row(row: dict, where: str) -> dict:
         seq_len=tables.integer(where, row, "seq_len", "seq_len"),
         zero=3 if _int(where, row, "fsdp", 0) else 1, etp=None if name in DENSE else EXPERT_TP,
         pipeline_layout=_layout(name, pp, vp),
-        **dict(zip(("ep_overlap", "ep_kernels"), _ep_overlap(name, row["system"], precision, container))),
+        **recipe_plan(recipe(container, name, row["system"], row["precision"])),
         recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
         grad_dtype="bf16" if name in DENSE else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
