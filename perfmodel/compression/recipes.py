@@ -61,6 +61,7 @@ class Recipe:
     local_step_clipper: int = 1       # 0/1 Adam: the largest synchronisation interval
     var_freeze: float = 1.0           # 0/1 Adam: share of the run after which the variance is frozen (1: never)
     error_state_bytes: float = 0.0    # bytes per parameter of error-feedback state (worker and server)
+    zero_stages: tuple = (0, 1, 2, 3)  # the ZeRO stages its reference runs under
     source: str = ""
 
     def __post_init__(self):
@@ -75,6 +76,14 @@ class Recipe:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1 << 30:
                 raise InputError(f"policy.{name}", value, f"an integer from {low} to 2^30")
+
+    def check_zero(self, zero: int) -> None:
+        """Refuse a ZeRO stage its reference does not run (one line naming why)."""
+        if zero not in self.zero_stages:
+            why = {"powersgd": "PyTorch's PowerSGD is a DDP communication hook",
+                   "onebit-adam": "DeepSpeed's engine.py: '1bit-Adam is not compatible with ZeRO'",
+                   "zero-one-adam": "DeepSpeed's engine.py: '0/1 Adam is not compatible with ZeRO'"}.get(self.name, "")
+            raise InputError("zero", zero, f"{' or '.join(map(str, self.zero_stages))} with policy {self.name} ({why})")
 
     def warmup_steps(self, steps: int) -> int:
         """Uncompressed steps at the start of a run of ``steps`` (the share, rounded up)."""
@@ -108,19 +117,19 @@ _INT8_WORKER_AND_SERVER = 2.0 * (1 + 4 / 256)
 
 RECIPES = {
     "powersgd": Recipe(name="powersgd", warmup=0.10, server_feedback=False,
-                       error_state_bytes=4.0,
+                       error_state_bytes=4.0, zero_stages=(0,),
                        source="PyTorch powerSGD_hook.py PowerSGDState: matrix_approximation_rank=1, "
                               "use_error_feedback, warm_start, start_powerSGD_iter (10% of the steps, its docstring)"),
     "loco": Recipe(name="loco", error_state_bytes=_INT8_WORKER_AND_SERVER,
                    source="DeepSpeed coalesced_collectives.py all_to_all_loco_quant_reduce: int4, "
                           "err_beta=0.8, reset_T=1024, error kept in int8 (zeropp_loco_param)"),
     "onebit-adam": Recipe(name="onebit-adam", compresses="momentum", warmup=0.15, variance_freeze=True,
-                          error_state_bytes=_FP32_WORKER_AND_SERVER,
+                          error_state_bytes=_FP32_WORKER_AND_SERVER, zero_stages=(0,),
                           source="DeepSpeed onebit/adam.py (freeze_step; tutorial: 15-25% of the steps) and "
                                  "comm/nccl.py compressed_allreduce (sign, worker and server error)"),
     "zero-one-adam": Recipe(name="zero-one-adam", compresses="momentum", variance_freeze=True,
                             var_update_scaler=16, local_step_scaler=32678, local_step_clipper=16,
-                            var_freeze=1.0, error_state_bytes=_FP32_WORKER_AND_SERVER + 4.0,
+                            var_freeze=1.0, error_state_bytes=_FP32_WORKER_AND_SERVER + 4.0, zero_stages=(0,),
                             source="DeepSpeed onebit/zoadam.py: var_freeze_step, var_update_scaler=16, "
                                    "local_step_scaler=32678, local_step_clipper=16 (momentum_accumulator: 4 B more)"),
 }

@@ -25,7 +25,17 @@ fraction ``1 - phi``. Compression acts on the two parts differently:
   JMLR 21: the ``L F_0 / (delta eps)`` term of the non-convex rate; the lower-order middle term
   is left out), so the factor is ``1 + phi (1 - delta) / delta``.
 
-Axes compose as a product of their factors. ``B_crit`` is what a training run has to say: a
+Axes compose as a product of their factors. A recipe preset (``perfmodel.compression.recipes``) runs
+a share ``w`` of its steps uncompressed first (PowerSGD's ``start_powerSGD_iter``, 1-bit Adam's
+``freeze_step``): the factor above is of the compressed part, and the run's is ``w + (1 - w) k``,
+its time per uncompressed step of progress ``w t_none + (1 - w) k t`` (``recipe_cost``). A recipe that
+feeds the error back on the server side too (1-bit and 0/1 Adam, LoCo: the reduced chunk is
+compressed again with its own residual) makes every lossy hop of its reduction a contraction, so
+the reduction's is their product: ``e^2 = 1 - (1 - e_1^2)^h`` for ``h`` hops of error ``e_1``
+(``recipe_error``; Tang et al. 2019, DoubleSqueeze) instead of the hops' errors in quadrature. 1-bit and 0/1
+Adam compress Adam's momentum, not the gradient; the momentum's error feedback is taken as the
+gradient's (Tang et al. 2021, Theorem 1: 1-bit Adam's rate is error-feedback SGD's), the frozen
+variance as costing no steps. ``B_crit`` is what a training run has to say: a
 ``Regime`` holds it with its source. The default is Kaplan et al. 2020 ("Scaling Laws for Neural
 Language Models", section 5.1: ``B_crit(L) = B* / L^(1 / alpha_B)``, ``B* = 2e8`` tokens,
 ``alpha_B = 0.21``) at ``DEFAULT_TARGET_LOSS`` nats per token; ``realrun convergence`` measures
@@ -116,6 +126,28 @@ def inflation(specs: dict, errors: dict, batch_tokens: float, regime: Regime) ->
     return float(math.prod(factors.values())), factors
 
 
+def recipe_error(recipe, axis: str, spec: str, error: float) -> float:
+    """The dp error ``error`` (``h`` hops of ``spec`` in quadrature, as the step model predicts it)
+    of a recipe with server-side error feedback as one contraction (module doc); else ``error``."""
+    if recipe is None or not recipe.server_feedback or axis != "dp":
+        return error
+    single = compile_spec(spec).error
+    if not 0 < single < 1:
+        return error
+    hops = (error / single) ** 2
+    return math.sqrt(1.0 - (1.0 - single ** 2) ** hops)
+
+
+def recipe_cost(recipe, factor: float, step_s: float, uncompressed_s: float) -> tuple[float, float]:
+    """(the run's steps inflation, seconds per uncompressed step of progress) of a policy whose
+    compressed steps take ``step_s`` and inflate by ``factor``, the same plan uncompressed taking
+    ``uncompressed_s``: a recipe's warm-up share runs at ``uncompressed_s`` (module doc); without a
+    recipe (None), ``(factor, factor x step_s)``."""
+    if recipe is None:
+        return factor, factor * step_s
+    return recipe.steps_inflation(factor), recipe.run_time(uncompressed_s, step_s, factor)
+
+
 def policy_inflation(axes: list[tuple[float, bool]], batch_tokens: float, critical_batch: float) -> float:
     """The product of ``axis_inflation`` over (error, error feedback) ``axes`` at a batch of
     ``batch_tokens`` against a critical batch of ``critical_batch`` tokens."""
@@ -124,11 +156,30 @@ def policy_inflation(axes: list[tuple[float, bool]], batch_tokens: float, critic
 
 
 def record_inflation(record, regime: Regime | None = None) -> tuple[float, dict]:
-    """``inflation`` of a ``StepRecord`` (its policy's axes, error estimates and batch)."""
+    """``inflation`` of a ``StepRecord`` (its policy's axes, error estimates and batch): the factor
+    of its compressed steps (a recipe's warm-up apart: ``record_cost``)."""
     regime = regime or default_regime()
     specs = {axis: d["spec"] for axis, d in record.policy_axes.items()}
     batch_tokens = record.tokens_per_s * record.step_time_s
     return inflation(specs, record.error_estimate, batch_tokens, regime)
+
+
+def record_cost(record, regime: Regime | None = None) -> dict:
+    """What a ``StepRecord``'s policy costs in training (module doc): ``compressed_inflation`` (the
+    compressed steps' factor), ``warmup`` (a recipe's uncompressed share), ``steps_inflation`` (the
+    run's) and ``effective_step_time_s`` (seconds per uncompressed step of progress; the same plan
+    uncompressed is the record's step time times its ``speedup_vs_uncompressed``)."""
+    from perfmodel.compression.policy import parse_policy
+
+    regime = regime or default_regime()
+    recipe = parse_policy(record.policy).recipe
+    specs = {axis: d["spec"] for axis, d in record.policy_axes.items()}
+    errors = {axis: recipe_error(recipe, axis, specs.get(axis, "none"), e) for axis, e in record.error_estimate.items()}
+    factor, _ = inflation(specs, errors, record.tokens_per_s * record.step_time_s, regime)
+    steps, effective = recipe_cost(recipe, factor, record.step_time_s,
+                                   record.step_time_s * record.speedup_vs_uncompressed)
+    return {"compressed_inflation": factor, "warmup": recipe.warmup if recipe else 0.0, "steps_inflation": steps,
+            "effective_step_time_s": effective}
 
 
 # convergence-NAME.json: regimes measured by realrun convergence

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from perfmodel.axes import active_axes, fed_back
 from perfmodel.compression import compile_spec
-from perfmodel.compression.policy import POLICY_AXES
+from perfmodel.compression.policy import POLICY_AXES, parse_policy
 from perfmodel.explore.stream import Domain
 from perfmodel.plan.degrees import DEFAULT_ORDER, Degrees
 from perfmodel.plan.parallel import REQUEST_FIELDS, PlanRequest
@@ -142,7 +142,19 @@ def family_items(job, plans=None, with_policies: bool = True) -> list:
 
 
 def plan_policies(plan: dict, candidates: dict, spec) -> list[str]:
-    return ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]
+    """``none``, the product of the plan's candidate specs, then the candidate whole policies
+    (``presets``) that compress an axis of this plan under a ZeRO stage their recipe runs."""
+    out = ["none"] + [p for p in policies_for(plan, candidates, spec) if p != "none"]
+    return out + [p for p in candidates.get("presets", ()) if p not in out and _applies(p, plan, spec)]
+
+
+def _applies(policy: str, plan: dict, spec) -> bool:
+    """Whether whole policy ``policy`` compresses an axis with traffic in ``plan`` under a ZeRO stage
+    its recipe runs (``perfmodel.compression.recipes.Recipe.zero_stages``)."""
+    pol = parse_policy(policy)
+    if pol.recipe is not None and plan.get("zero", 0) not in pol.recipe.zero_stages:
+        return False
+    return any(pol.asks_for(a) for a in active_axes(plan, spec))
 
 
 def refused(got) -> bool:

@@ -11,7 +11,10 @@ run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as 
   their experts folded over tp x cp x dp as Megatron-Core folds them; long sequences:
   ``perfmodel.explore.sweep``), so a dense model's search is what it always was. The
   policies are their product, per plan only over the axes
-  that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one).
+  that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one),
+  and the whole policies of ``presets=`` beside it (by default the recipes ``powersgd``, ``loco``,
+  ``onebit-adam`` and ``zero-one-adam``, in the plans whose ZeRO stage each runs under, where dp
+  carries traffic: ``perfmodel.compression.recipes``).
 * **Error budget** (``--max-error``): the relative RMS error of one application of a spec on
   unit-Gaussian data (the model's ``error`` convention) must be at most the axis's budget. On
   ``dp`` (gradients) a spec with error feedback is compensated across steps: what it drops is
@@ -23,7 +26,7 @@ run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as 
   error feedback 5%: fp8 passes, int4 needs error feedback.
 * **Ranking**: by time to target, the step time times the policy's steps inflation (the steps
   it needs to reach the uncompressed run's loss: ``perfmodel.explore.convergence``, ``convergence``
-  gives the regime), with the speedup over the *best uncompressed plan* (the number a user comes
+  gives the regime; a recipe's uncompressed warm-up share at the plan's uncompressed step time), with the speedup over the *best uncompressed plan* (the number a user comes
   for), over the same plan uncompressed and in time to target; the **Pareto front** of that time
   against the uncompensated error (the errors of axes without error feedback in quadrature, as
   chained stages add: error feedback's own error is paid in the inflation instead).
@@ -51,7 +54,7 @@ from functools import lru_cache
 
 from perfmodel.axes import AXES, fed_back
 from perfmodel.compression import compile_spec
-from perfmodel.explore.convergence import Regime, axis_inflation, load_regime
+from perfmodel.explore.convergence import Regime, axis_inflation, load_regime, recipe_cost, recipe_error
 from perfmodel.explore.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.explore.cost import pareto_front as cost_front
 from perfmodel.explore.executors import check_executor
@@ -64,27 +67,32 @@ from perfmodel.explore.resume import check_stream_args, run_families, search_tag
 from perfmodel.workload import load_model
 from topologies import InputError
 
+PRESETS_KEY = "presets"     # whole policies tried beside the product (recipes: perfmodel.compression.recipes)
 DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4));"
                       "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8;"
-                      "ep=none|fp8|int8;ep_combine=none|int8;cp=none|fp16|int8")
+                      "ep=none|fp8|int8;ep_combine=none|int8;cp=none|fp16|int8;"
+                      "presets=powersgd|loco|onebit-adam|zero-one-adam")
 DEFAULT_MAX_ERROR = {name: axis.max_error for name, axis in AXES.items()}   # declared per axis
 
 
 def parse_candidates(text: str) -> dict[str, list[str]]:
-    """``dp=none|int8;tp=none|fp16`` -> {axis: [spec, ...]} (every spec compiled: bad ones refused)."""
+    """``dp=none|int8;tp=none|fp16`` -> {axis: [spec, ...]} (every spec compiled: bad ones refused);
+    ``presets=loco|onebit-adam`` adds whole policies (each parsed) tried beside the product, in
+    the plans whose ZeRO stage their recipe runs under (``perfmodel.explore.families.plan_policies``)."""
     out: dict[str, list[str]] = {}
     for item in (i.strip() for i in str(text).split(";") if i.strip()):
         axis, sep, specs = item.partition("=")
         axis = axis.strip()
-        if not sep or axis not in POLICY_AXES:
-            raise InputError("candidates", item, "axis=spec|spec|... with axis one of " + ", ".join(POLICY_AXES))
+        if not sep or (axis not in POLICY_AXES and axis != PRESETS_KEY):
+            raise InputError("candidates", item, "axis=spec|spec|... with axis one of " + ", ".join(POLICY_AXES)
+                             + f", or {PRESETS_KEY}=POLICY|POLICY|...")
         if axis in out:
             raise InputError("candidates", item, f"each axis once ({axis} repeats)")
         names = [s.strip() for s in specs.split("|") if s.strip()]
         if not names:
             raise InputError("candidates", item, "at least one spec after =")
         for spec in names:
-            compile_spec(spec)          # an unknown or malformed spec is one error naming it
+            parse_policy(spec) if axis == PRESETS_KEY else compile_spec(spec)   # a bad one is one error naming it
         out[axis] = list(dict.fromkeys(names))
     if not out:
         raise InputError("candidates", text, "axis=spec|spec|... items separated by ;")
@@ -308,7 +316,8 @@ def _search(space: PlanSpace, opts: SearchOptions) -> SearchResult:
 def _admitted(candidates: str | dict, budget: dict) -> tuple[dict, dict]:
     """({axis: candidate specs within the budget, or none}, {axis: the specs over it})."""
     cands = parse_candidates(candidates) if isinstance(candidates, str) else {a: list(s) for a, s in candidates.items()}
-    admitted = {a: [s for s in specs if admits(a, s, budget)] for a, specs in cands.items()}
+    # whole policies are held against the budget by their predicted errors (families._within)
+    admitted = {a: [s for s in specs if a == PRESETS_KEY or admits(a, s, budget)] for a, specs in cands.items()}
     dropped = {a: [s for s in specs if s not in admitted[a]] for a, specs in cands.items()}
     for axis, specs in admitted.items():
         if not specs:
@@ -412,15 +421,23 @@ def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
     phi = regime.deterministic_fraction(batch_tokens)
     for r in rows:
         compressed, feedback = _policy_axes(r["policy"])
+        recipe = _recipe(r["policy"])
         factor, uncompensated = 1.0, 0.0
         for axis, spec in compressed:
-            error = regime.error(axis, spec, r[f"error_{axis}"])
+            error = regime.error(axis, spec, recipe_error(recipe, axis, spec, r[f"error_{axis}"]))
             factor *= axis_inflation(error, axis in feedback, phi)
             if axis not in feedback:
                 uncompensated += r[f"error_{axis}"] ** 2
-        r["steps_inflation"] = factor
-        r["effective_step_time_s"] = r["step_time_s"] * factor
+        # a recipe's uncompressed warm-up runs at the same plan's uncompressed step time
+        uncompressed_s = r["step_time_s"] * r["speedup_vs_same_plan_uncompressed"]
+        r["steps_inflation"], r["effective_step_time_s"] = recipe_cost(recipe, factor, r["step_time_s"], uncompressed_s)
         r["uncompensated_error"] = math.sqrt(uncompensated)
+
+
+@lru_cache(maxsize=4096)
+def _recipe(policy: str):
+    """The recipe of ``policy`` (None: its specs are all it is)."""
+    return parse_policy(policy).recipe
 
 
 @lru_cache(maxsize=4096)
