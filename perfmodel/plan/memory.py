@@ -37,6 +37,7 @@ from perfmodel.plan.parallel import ParallelPlan
 from perfmodel.plan.precision import recipe
 from perfmodel.plan.recompute import dropped_bytes
 from perfmodel.plan.routing import loaded
+from perfmodel.step import mamba
 from perfmodel.workload import ModelSpec
 
 OPTIMIZER_BYTES = 12
@@ -63,7 +64,7 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool,
 def stage_param_split(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
                       start: int = 0) -> tuple[float, float]:
     """(dense, routed-expert) parameters one GPU of a stage holds (``stage_params``'s two parts)."""
-    if not model.is_moe and not model.mtp_layers:
+    if not model.is_moe and not model.mtp_layers and not model.is_hybrid:
         return _dense_stage_params(model, plan, layers, first, last), 0.0
     dense, routed = model.stage_layer_params(start, layers)     # the MTP modules with the layers that end the model
     ends = _dense_stage_params(model, plan, 0, first, last)
@@ -153,6 +154,8 @@ def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, 
     loaded``; a low precision's layers ``low_precision_activation_delta`` more, a negative number)."""
     if model.is_moe:
         model = loaded(model, plan)
+    if model.is_hybrid:
+        return held * _hybrid_activations(model, plan, layers, start)
     selective = plan.recompute == "selective"     # kept as without recompute, less what the modules drop
     args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, "none" if selective else plan.recompute)
     moe = model.moe_layers_in(start, layers) if model.is_moe else 0
@@ -172,12 +175,30 @@ def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, 
     return held * kept
 
 
-def low_precision_activation_delta(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> float:
+def _hybrid_activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int) -> float:
+    """Bytes one microbatch of a hybrid model's stage keeps for backward: each of its layers its symbol's
+    (``ModelSpec.hybrid_activation_bytes``; selective recompute drops the attention layers' softmax statistics,
+    the default ``core_attn``: other named modules are not taken off a hybrid model's layers), a low
+    precision's layers ``low_precision_activation_delta`` more."""
+    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
+    kinds = model.kinds_in(start, layers)
+    kept = sum(n * model.hybrid_activation_bytes(k, *args) for k, n in kinds.items())
+    rec = recipe(plan.precision)
+    if rec.is_low and layers:
+        first, last = start == 0, start + layers >= model.num_layers
+        low = (layers - rec.high_layers(layers, first, last)) / layers
+        kept += low * sum(n * low_precision_activation_delta(model, plan, k == "E", k) for k, n in kinds.items())
+    return kept
+
+
+def low_precision_activation_delta(model: ModelSpec, plan: ParallelPlan, moe: bool = False, symbol: str = "") -> float:
     """Bytes one low-precision layer keeps for backward beyond a bf16 one's (module doc): its GEMM
     inputs at the recipe's bytes per element instead of 2 (Korthikanti's counts: QKV and MLP-up
     inputs 2 sbh each, sequence-split with sequence parallelism, MLP-down input 8 sbh TP-split; a
     MoE layer's QKV input and its dispatched copies' expert inputs), and the attention output
-    saved once more, quantized. Nothing with full recompute (only the layer's input is kept)."""
+    saved once more, quantized. Nothing with full recompute (only the layer's input is kept). A hybrid
+    model's layer of ``symbol`` its one mixer's: a Mamba layer's in_proj and out_proj inputs, attention's
+    QKV input and its output, an MLP's, a MoE MLP's copies (a LatentMoE's routed copies latent-wide)."""
     if plan.recompute == "full":
         return 0.0
     rec = recipe(plan.precision)
@@ -185,13 +206,23 @@ def low_precision_activation_delta(model: ModelSpec, plan: ParallelPlan, moe: bo
     sp = tp if plan.sequence_parallel else 1
     q = rec.stored_bytes("activation")
     saved = (1 - q / 2)                              # of each 2-byte element a GEMM input keeps
-    if moe:
-        experts = 2.0 * model.expert_copies / sp + model.expert_copies * model.expert_load * 2.0 \
-            * model.moe_ffn_hidden_size / h / tp
+    if model.is_moe:
+        copies = (model.moe_top_k * model.expert_width + model.moe_shared_experts * h) / h
+        experts = 2.0 * copies / sp + model.expert_copies * model.expert_load * 2.0 * model.moe_ffn_hidden_size / h / tp
+    resaved = q / tp                                 # the attention output, saved once more
+    if symbol == "M":
+        inputs, resaved = 2.0 / sp + 2.0 * mamba.inner(model) / h / tp, 0.0
+    elif symbol == "*":
+        inputs = 2.0 / sp
+    elif symbol == "-":
+        inputs, resaved = 2.0 / sp + 8.0 / tp, 0.0
+    elif symbol == "E":
+        inputs, resaved = experts, 0.0
+    elif moe:
         inputs = 2.0 / sp + experts
     else:
         inputs = 4.0 / sp + 8.0 / tp
-    return s * b * h * (q / tp - inputs * saved)
+    return s * b * h * (resaved - inputs * saved)
 
 
 def peak_memory(model: ModelSpec, plan: ParallelPlan, hpz_ranks: int = 1, arch: str = "",

@@ -50,7 +50,10 @@ from typing import NamedTuple
 from perfmodel.devices import Device, protocol_table
 from perfmodel.plan.parallel import DTYPE_BYTES, ParallelPlan
 from perfmodel.plan import routing
+from perfmodel.step import mamba
 from perfmodel.plan.precision import Recipe, recipe
+from perfmodel.plan.recompute import reruns_attention
+from perfmodel.step.recompute import Rerun, rerun, rerun_kernels
 from perfmodel.workload import ModelSpec
 
 
@@ -156,21 +159,57 @@ def moe_gemms(model: ModelSpec, plan: ParallelPlan, load: float = 1.0) -> list[t
     sequence shard with sequence parallelism: Megatron-Core's router weight is sequence-parallel), the
     shared experts (a dense MLP over tp), and each of its experts / ep routed experts' up and down
     projections at ``load`` times its fair share of the expert tokens (``ParallelPlan.expert_tokens``:
-    gathered over etp), widths split over etp."""
+    gathered over etp), widths split over etp. A LatentMoE (``moe_latent_size``) projects the tokens to the
+    latent width and back (``fc1_latent_proj``, ``fc2_latent_proj``: duplicated TELinears on the rank's tokens,
+    its sequence shard with sequence parallelism; after the shared experts here), and its experts take and
+    give latent-wide rows."""
     T, h, tp, etp = plan.local_seq * plan.mbs, model.hidden_size, plan.tp, plan.etp
-    local = model.num_experts // plan.ep
+    local, width = model.num_experts // plan.ep, model.expert_width
     m = plan.expert_tokens * model.moe_top_k * load / local
     shared = model.moe_shared_experts
     out = [(plan.routed_tokens, model.num_experts, h, 1)]
     if shared:
         out += [(T, shared * model.expert_up_width / tp, h, 1), (T, h, shared * model.moe_ffn_hidden_size / tp, 1)]
-    return out + [(m, model.expert_up_width / etp, h, local), (m, h, model.moe_ffn_hidden_size / etp, local)]
+    if model.moe_latent_size:
+        shard = T / (tp if plan.sequence_parallel else 1)
+        out += [(shard, width, h, 1), (shard, h, width, 1)]
+    return out + [(m, model.expert_up_width / etp, width, local), (m, width, model.moe_ffn_hidden_size / etp, local)]
 
 
-def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> dict[str, int]:
+def moe_dense_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """How a MoE MLP's GEMMs between its router and its routed experts (``moe_gemms``) are split over tp: the
+    shared experts as an MLP, a LatentMoE's projections duplicated."""
+    return MLP_KINDS * bool(model.moe_shared_experts) + (DUPLICATED, DUPLICATED) * bool(model.moe_latent_size)
+
+
+# Memory-bound kernels of a hybrid model's one-mixer layers (``perfmodel.workload.HYBRID_SYMBOLS``; a Mamba layer's
+# are perfmodel.step.mamba's): attention's norm, Q/K/V layout copy and bias-dropout-add; an MLP's norm, activation and
+# bias-dropout-add; a MoE layer's norm and bias-dropout-add (its permutation and router kernels as a MoE layer's)
+HYBRID_MEMORY_KERNELS = {"*": 3, "-": 3, "E": 2}
+
+
+def hybrid_gemms(model: ModelSpec, plan: ParallelPlan, symbol: str) -> tuple[list, tuple[str, ...]]:
+    """(m, n, k) of the GEMMs of a hybrid model's layer of ``symbol`` on one GPU but a MoE layer's router and
+    routed experts, and how each is split over tp: a Mamba-2 mixer's projections
+    (``perfmodel.step.mamba.gemms``), attention's (``attention_gemms``), an MLP's, a MoE MLP's shared experts and
+    latent projections."""
+    if symbol == "M":
+        return mamba.gemms(model, plan), MLP_KINDS
+    if symbol == "*":
+        return attention_gemms(model, plan), attention_kinds(model)
+    if symbol == "-":
+        return layer_gemms(model, plan)[-2:], MLP_KINDS
+    return [(m, n, k) for m, n, k, _ in moe_gemms(model, plan)[1:-2]], moe_dense_kinds(model)
+
+
+def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False, symbol: str = "") -> dict[str, int]:
     """Kernels of one layer's forward by kind (``gemm``, ``attention``, ``memory``, ``collective``);
     collectives: TP's two all-reduces (all-gather and reduce-scatter pairs with sequence
-    parallelism) and, in a MoE layer, the two ep all-to-alls."""
+    parallelism) and, in a MoE layer, the two ep all-to-alls. A hybrid model's layer of ``symbol``
+    (one mixer): one TP all-reduce (pair), a Mamba layer's kernels ``perfmodel.step.mamba.kernels``
+    (its scan's under ``attention``)."""
+    if symbol:
+        return _hybrid_kernels(model, plan, symbol)
     gemm = len(layer_gemms(model, plan))
     memory = MEMORY_KERNELS
     collective = (4 if plan.sequence_parallel else 2) if plan.tp > 1 else 0
@@ -181,6 +220,21 @@ def layer_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> di
     return {"gemm": gemm, "attention": ATTENTION_KERNELS, "memory": memory, "collective": collective}
 
 
+def _hybrid_kernels(model: ModelSpec, plan: ParallelPlan, symbol: str) -> dict[str, int]:
+    """``layer_kernels`` of a hybrid model's layer of ``symbol``."""
+    collective = (2 if plan.sequence_parallel else 1) if plan.tp > 1 else 0
+    if symbol == "M":
+        return {**mamba.kernels(), "collective": collective}
+    gemms = len(hybrid_gemms(model, plan, symbol)[0])
+    out = {"gemm": gemms, "attention": ATTENTION_KERNELS * (symbol == "*"), "memory": HYBRID_MEMORY_KERNELS[symbol],
+           "collective": collective}
+    if symbol == "E":
+        out["gemm"] += 3                                 # the router and the two routed grouped GEMMs
+        out["memory"] += 2 + ROUTER_KERNELS              # token permute and unpermute, the router's scores
+        out["collective"] += 2 if plan.ep > 1 else 0
+    return out
+
+
 def kernel_fixed_s(dev: Device) -> float:
     """GPU seconds every kernel costs beyond its work, in a stream of back-to-back kernels: the
     fixed time of the device's GEMM shape model (fitted on GEMMs timed in such a loop); 0 where the
@@ -188,9 +242,10 @@ def kernel_fixed_s(dev: Device) -> float:
     return dev.gemm_shape.fixed_s if dev.gemm_shape is not None else 0.0
 
 
-def _launch_s(model: ModelSpec, plan: ParallelPlan, dev: Device, moe: bool = False) -> tuple[float, float]:
+def _launch_s(model: ModelSpec, plan: ParallelPlan, dev: Device, moe: bool = False,
+              symbol: str = "") -> tuple[float, float]:
     """(fixed GPU seconds of one layer's forward memory-bound kernels, of its attention kernels)."""
-    k = layer_kernels(model, plan, moe)
+    k = layer_kernels(model, plan, moe, symbol)
     return k["memory"] * kernel_fixed_s(dev), k["attention"] * kernel_fixed_s(dev)
 
 
@@ -200,20 +255,47 @@ def host_times_s(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int,
     precision's quantize kernels and amax reductions included, ``quantize_kernels``)."""
     if dev.host_op_s <= 0:
         return 0.0, 0.0
-    dense, moe = layer_kernels(model, plan), layer_kernels(model, plan, True) if moe_layers else None
-
-    def count(k: dict | None, n: int) -> tuple[int, int]:
-        if k is None or n == 0:
-            return 0, 0
+    f0 = b0 = f1 = b1 = 0.0
+    for low, high, moe, symbol in _stage_kinds(model, plan, layers, first, last, moe_layers):
+        if low + high == 0:
+            continue
+        k, n = layer_kernels(model, plan, moe, symbol), low + high
         compute = k["gemm"] + k["attention"] + k["memory"]
-        return n * (compute + k["collective"]), n * (BACKWARD_KERNELS_PER_FORWARD * compute + k["collective"])
-    (f0, b0), (f1, b1) = count(dense, layers - moe_layers), count(moe, moe_layers)
+        f0 += n * (compute + k["collective"])
+        b0 += n * (BACKWARD_KERNELS_PER_FORWARD * compute + k["collective"])
     ends = EMBEDDING_KERNELS * first + (1 + LOSS_KERNELS) * last
     qf, qb, q_recompute = _stage_quantize_kernels(model, plan, layers, first, last, moe_layers)
-    recompute = {"none": 0, "selective": layers * ATTENTION_KERNELS, "full": f0 + f1 + q_recompute}[plan.recompute]
+    recompute = {"none": 0, "selective": _selective_kernels(model, plan, layers, moe_layers),
+                 "full": f0 + f1 + q_recompute}[plan.recompute]
     fwd = f0 + f1 + ends + qf
     bwd = b0 + b1 + BACKWARD_KERNELS_PER_FORWARD * ends + recompute + qb
     return fwd * dev.host_op_s, bwd * dev.host_op_s
+
+
+def _selective_kernels(model: ModelSpec, plan: ParallelPlan, layers: int, moe_layers: int) -> int:
+    """Kernels a stage's selective recompute issues again: attention's (``core_attn``; a hybrid model's
+    attention layers') and the named modules' (``perfmodel.step.recompute``)."""
+    attending = layers * model.attention_layers / model.num_layers if model.is_hybrid else layers
+    attention = attending * ATTENTION_KERNELS if reruns_attention(plan) else 0
+    return attention + (layers - moe_layers) * rerun_kernels(model, plan, False) \
+        + moe_layers * rerun_kernels(model, plan, True)
+
+
+def _stage_kinds(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
+                 moe_layers: int) -> list[tuple[float, float, bool, str]]:
+    """(low-precision count, compute-dtype count, MoE, hybrid symbol) of each kind of layer a stage holds: dense
+    and MoE layers (``_low_layers``), or a hybrid model's layers by symbol: its ``moe_layers`` E layers and the
+    rest in the model's proportions of M, * and - layers (exact for a stage holding its share of each, as the
+    windowed layers' attention is priced), each kind's low-precision share the stage's."""
+    rec = recipe(plan.precision)
+    if not model.is_hybrid:
+        dense_low, moe_low = _low_layers(rec, layers, first, last, moe_layers)
+        return [(dense_low, layers - moe_layers - dense_low, False, ""), (moe_low, moe_layers - moe_low, True, "")]
+    low = (layers - rec.high_layers(layers, first, last)) / layers if rec.is_low and layers else 0.0
+    kinds = model.kinds_in(0, model.num_layers)
+    rest, other = model.num_layers - kinds["E"], layers - moe_layers
+    counts = {k: moe_layers if k == "E" else (other * n / rest if rest else 0.0) for k, n in kinds.items()}
+    return [(n * low, n * (1 - low), k == "E", k) for k, n in counts.items()]
 
 
 def _stage_quantize_kernels(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
@@ -221,13 +303,13 @@ def _stage_quantize_kernels(model: ModelSpec, plan: ParallelPlan, layers: int, f
     """(forward, backward, a full recompute's) quantize kernels and amax reductions of a stage's
     low-precision layers per microbatch (0 in a high precision)."""
     rec = recipe(plan.precision)
-    dense_low, moe_low = _low_layers(rec, layers, first, last, moe_layers)
-    if dense_low + moe_low == 0:
+    kinds = _stage_kinds(model, plan, layers, first, last, moe_layers)
+    if sum(low for low, *_ in kinds) == 0:
         return 0.0, 0.0, 0.0
     fwd = bwd = again = 0.0
-    for n, moe in ((dense_low, False), (moe_low, True)):
+    for n, _, moe, symbol in kinds:
         if n:
-            f, b, r = quantize_kernels(model, plan, moe)
+            f, b, r = quantize_kernels(model, plan, moe, symbol)
             fwd, bwd, again = fwd + n * f, bwd + n * b, again + n * r
     chunk = plan.virtual_stages * (rec.amax_reduction == "autocast")
     return fwd + chunk, bwd + chunk, again
@@ -331,11 +413,11 @@ def permute_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Bytes one MoE layer's forward permutation moves on a GPU beyond its activation traffic:
     with eager kernels ``EAGER_PERMUTE_ACCESSES`` (and with ep > 1 ``EAGER_LAYOUT_ACCESSES``) per
     element of the rows the busiest rank dispatches and takes back (``routing.dispatch_rows``; padded,
-    its capacity's); fused kernels none."""
+    its capacity's; a LatentMoE's rows latent-wide, ``ModelSpec.expert_width``); fused kernels none."""
     if plan.kernels != "eager":
         return 0.0
     accesses = EAGER_PERMUTE_ACCESSES + (EAGER_LAYOUT_ACCESSES if plan.ep > 1 else 0)
-    return accesses * routing.dispatch_rows(model, plan) * model.hidden_size * ACTIVATION_BYTES
+    return accesses * routing.dispatch_rows(model, plan) * model.expert_width * ACTIVATION_BYTES
 
 
 def router_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
@@ -385,27 +467,46 @@ class LayerTimes(NamedTuple):
     quantize_fwd: float = 0.0  # a low precision's: the GEMMs' inputs (and their amax reductions)
     quantize_bwd: float = 0.0  # the output gradients'
     quantize_weights: float = 0.0   # the weights', once per step
+    attention_flops: float = 0.0    # of flops: attention's scores and values (what selective recompute reruns)
+    scan_fwd: float = 0.0      # a Mamba layer's SSD scan (perfmodel.step.mamba.ssd_s), its kernels' fixed time in
+    scan_bwd: float = 0.0      # its backward's
 
 
-def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
+def _kept_bytes(model: ModelSpec, plan: ParallelPlan, symbol: str, moe: bool = False) -> float:
+    """Bytes one layer keeps for backward (the memory-bound work moves them once each way): a dense layer's
+    (``activation_bytes``), a MoE layer's, or a hybrid model's layer of ``symbol``; experts at the busiest rank's
+    load (``routing.loaded``)."""
+    if moe:
+        model = routing.loaded(model, plan)
+    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, "selective")
+    if symbol:
+        return model.hybrid_activation_bytes(symbol, *args)
+    return model.moe_activation_bytes_per_layer(*args) if moe else activation_bytes(model, plan)
+
+
+def _layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe, symbol: str = "") -> LayerTimes:
     """One dense layer's times: its GEMMs in ``rec``'s dtypes (``_gemm_times``), attention, its
-    memory-bound work and its quantization."""
-    shapes = [(m, n, k, 1) for m, n, k in layer_gemms(model, plan)]
+    memory-bound work and its quantization; a hybrid model's attention (``*``) or MLP (``-``) layer its
+    one mixer's."""
+    gemms = hybrid_gemms(model, plan, symbol)[0] if symbol else layer_gemms(model, plan)
+    shapes = [(m, n, k, 1) for m, n, k in gemms]
     gemm, gemm_bwd = _gemm_times(shapes, plan, dev, rec)
     flops = sum(2.0 * m * n * k for m, n, k, _ in shapes)
-    attn, attn_bwd, flops_attn = _attention(model, plan, dev)
-    launch_memory, launch_attn = _launch_s(model, plan, dev)
-    memory = 2.0 * activation_bytes(model, plan) / dev.stream_Bps + launch_memory
-    q = quantize_s(model, plan, dev, rec)
-    return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q)
+    attn, attn_bwd, flops_attn = _attention(model, plan, dev) if symbol in ("", "*") else (0.0, 0.0, 0.0)
+    launch_memory, launch_attn = _launch_s(model, plan, dev, symbol=symbol)
+    memory = 2.0 * _kept_bytes(model, plan, symbol) / dev.stream_Bps + launch_memory
+    q = quantize_s(model, plan, dev, rec, symbol=symbol)
+    return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q,
+                      attention_flops=flops_attn)
 
 
-def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
+def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe, symbol: str = "") -> LayerTimes:
     """``_layer`` of a MoE layer: attention as a dense layer's, its MLP as ``moe_gemms`` (the routed
     experts as grouped GEMMs of the busiest rank's rows, ``_expert_times``; FLOPs counted balanced; the
     router in the compute dtype), memory-bound work over its activations (the experts' at the busiest
-    rank's load, ``routing.loaded``), the router's scores and the permutation of its dispatched rows."""
-    attention = [(m, n, k, 1) for m, n, k in attention_gemms(model, plan)]
+    rank's load, ``routing.loaded``), the router's scores and the permutation of its dispatched rows; a
+    hybrid model's MoE layer (``E``) its MLP alone."""
+    attention = [] if symbol else [(m, n, k, 1) for m, n, k in attention_gemms(model, plan)]
     router, *dense = moe_gemms(model, plan)[:-2]
     gemm, gemm_bwd = _gemm_times(attention + dense, plan, dev, rec)
     routed, routed_bwd = _expert_times(model, plan, dev, rec)
@@ -413,13 +514,36 @@ def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -
     gemm_bwd += 2 * dev.gemm_time_s(*router[:3], plan.compute_dtype) + routed_bwd
     flops = sum(2.0 * m * n * k for m, n, k, _ in attention)
     flops += sum(times * 2.0 * m * n * k for m, n, k, times in moe_gemms(model, plan))
-    attn, attn_bwd, flops_attn = _attention(model, plan, dev)
-    kept = routing.loaded(model, plan).moe_activation_bytes_per_layer(plan.mbs, plan.local_seq, plan.tp,
-                                                                      plan.sequence_parallel, "selective")
-    launch_memory, launch_attn = _launch_s(model, plan, dev, moe=True)
+    attn, attn_bwd, flops_attn = (0.0, 0.0, 0.0) if symbol else _attention(model, plan, dev)
+    launch_memory, launch_attn = _launch_s(model, plan, dev, moe=True, symbol=symbol)
+    kept = _kept_bytes(model, plan, symbol, moe=True)
     memory = (2.0 * kept + permute_bytes(model, plan) + router_bytes(model, plan)) / dev.stream_Bps + launch_memory
-    q = quantize_s(model, plan, dev, rec, moe=True)
-    return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q)
+    q = quantize_s(model, plan, dev, rec, moe=True, symbol=symbol)
+    return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q,
+                      attention_flops=flops_attn)
+
+
+def _mamba_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
+    """A hybrid model's Mamba-2 layer (``M``, perfmodel.step.mamba): its projections as GEMMs in ``rec``'s dtypes,
+    its SSD scan (``mamba.ssd_s``, with its kernels' fixed time), the memory-bound work over what it keeps and its
+    quantization."""
+    mamba.check_tp(model, plan.tp)
+    shapes = [(m, n, k, 1) for m, n, k in mamba.gemms(model, plan)]
+    gemm, gemm_bwd = _gemm_times(shapes, plan, dev, rec)
+    scan, scan_bwd, scan_flops = mamba.ssd_s(model, plan, dev)
+    launch_memory, launch_scan = _launch_s(model, plan, dev, symbol="M")
+    memory = 2.0 * _kept_bytes(model, plan, "M") / dev.stream_Bps + launch_memory
+    flops = sum(2.0 * m * n * k for m, n, k, _ in shapes) + scan_flops
+    q = quantize_s(model, plan, dev, rec, symbol="M")
+    return LayerTimes(gemm, 0.0, memory, flops, 0.0, gemm_bwd, *q, scan_fwd=scan + launch_scan,
+                      scan_bwd=scan_bwd + 2 * launch_scan)
+
+
+def _hybrid_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe, symbol: str) -> LayerTimes:
+    """A hybrid model's layer of ``symbol``: ``_mamba_layer``, ``_moe_layer``'s MLP or ``_layer``'s mixer."""
+    if symbol == "M":
+        return _mamba_layer(model, plan, dev, rec)
+    return (_moe_layer if symbol == "E" else _layer)(model, plan, dev, rec, symbol)
 
 
 def _gemm_times(shapes: list, plan: ParallelPlan, dev: Device, rec: Recipe) -> tuple[float, float]:
@@ -436,25 +560,23 @@ def _gemm_times(shapes: list, plan: ParallelPlan, dev: Device, rec: Recipe) -> t
     return fwd, bwd
 
 
-def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> dict[str, list[float]]:
+def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
+                       symbol: str = "") -> dict[str, list[float]]:
     """Elements of each quantized tensor of one layer per microbatch on one GPU, by operand:
     ``activation`` (each GEMM's input), ``gradient`` (its output gradient), ``weight`` (its weight,
     quantized once per step). A MoE layer's router stays in the compute dtype; its routed experts'
     inputs are the rows of the busiest rank's experts (``routing.rank_load``), each grouped GEMM's input
     and output gradient quantized as one tensor (Transformer Engine's GroupedLinear quantizes them in one
-    ``split_quantize``), its weights one per expert."""
+    ``split_quantize``), its weights one per expert. A hybrid model's layer of ``symbol``: its GEMMs
+    (``hybrid_gemms``), an E layer's routed experts as a MoE layer's."""
     sp = plan.tp if plan.sequence_parallel else 1
-    gemms, kinds = layer_gemms(model, plan), layer_kinds(model)
-    if moe:
-        _, *experts = moe_gemms(model, plan, routing.rank_load(model, plan))
-        shared = experts[:-2]
+    gemms, kinds = hybrid_gemms(model, plan, symbol) if symbol else (layer_gemms(model, plan), layer_kinds(model))
+    routed = moe_gemms(model, plan, routing.rank_load(model, plan))[-2:] if moe else []
+    if moe and not symbol:
         attention = len(attention_kinds(model))
-        gemms = gemms[:attention] + [(m, n, k) for m, n, k, _ in shared]
-        kinds = kinds[:attention] + MLP_KINDS[:len(shared)]
-        routed = experts[-2:]
-    else:
-        routed = []
-    out = {"activation": [m * k / (sp if kind == COLUMN else 1) for (m, n, k), kind in zip(gemms, kinds)],
+        gemms = gemms[:attention] + hybrid_gemms(model, plan, "E")[0]
+        kinds = kinds[:attention] + moe_dense_kinds(model)
+    out = {"activation": [m * k / (sp if kind == COLUMN else 1) for (m, n, k), kind in zip(gemms, kinds, strict=True)],
            "gradient": [m * n / (sp if kind == ROW else 1) for (m, n, k), kind in zip(gemms, kinds)],
            "weight": [n * k for m, n, k in gemms]}
     for m, n, k, times in routed:
@@ -465,7 +587,7 @@ def quantized_elements(model: ModelSpec, plan: ParallelPlan, moe: bool = False) 
 
 
 def quantize_s(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe,
-               moe: bool = False) -> tuple[float, float, float]:
+               moe: bool = False, symbol: str = "") -> tuple[float, float, float]:
     """(forward, backward, per-step weight) seconds of one layer's quantization in ``rec``: each
     tensor's elements times the recipe's bytes per element over the streaming bandwidth times its
     quantize efficiency, ``kernel_fixed_s`` per kernel, and the sequence-parallel amax all-reduces
@@ -474,8 +596,8 @@ def quantize_s(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe,
         return 0.0, 0.0, 0.0
     rate = dev.stream_Bps * rec.quantize_efficiency
     fixed = kernel_fixed_s(dev)
-    elements = quantized_elements(model, plan, moe)
-    amax = amax_reductions(plan, rec, moe) * small_allreduce_s(plan.tp, "nvlink")
+    elements = quantized_elements(model, plan, moe, symbol)
+    amax = amax_reductions(plan, rec, moe, symbol) * small_allreduce_s(plan.tp, "nvlink")
 
     def part(operand: str) -> float:
         tensors = elements[operand]
@@ -484,24 +606,28 @@ def quantize_s(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe,
     return part("activation") + amax, part("gradient") + amax, part("weight")
 
 
-def amax_reductions(plan: ParallelPlan, rec: Recipe, moe: bool = False) -> int:
+def amax_reductions(plan: ParallelPlan, rec: Recipe, moe: bool = False, symbol: str = "") -> int:
     """Amax all-reduces over tp in one layer's forward (the same in its backward): its
     column-parallel inputs with sequence parallelism, where the recipe scales per tensor from the
-    current amax (current scaling, NVFP4's global scale): QKV and MLP up; a MoE layer's QKV."""
+    current amax (current scaling, NVFP4's global scale): QKV and MLP up; a MoE layer's QKV; a hybrid
+    model's layer its one mixer's (in_proj, QKV or MLP up), none in an E layer."""
     if rec.amax_reduction != "sequence-parallel" or not plan.sequence_parallel or plan.tp == 1:
         return 0
+    if symbol:
+        return int(symbol != "E")
     return 1 if moe else 2
 
 
-def quantize_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False) -> tuple[float, float, float]:
+def quantize_kernels(model: ModelSpec, plan: ParallelPlan, moe: bool = False,
+                     symbol: str = "") -> tuple[float, float, float]:
     """(forward, backward, a recompute's) kernels one low-precision layer adds per microbatch: a
     quantize (and its amax pass, Hadamard transform) per input, per output gradient and, once a
     step, per weight; and its amax all-reduces."""
     rec = recipe(plan.precision)
     if not rec.is_low:
         return 0.0, 0.0, 0.0
-    n = {op: len(v) for op, v in quantized_elements(model, plan, moe).items()}
-    amax = amax_reductions(plan, rec, moe)
+    n = {op: len(v) for op, v in quantized_elements(model, plan, moe, symbol).items()}
+    amax = amax_reductions(plan, rec, moe, symbol)
     inputs = n["activation"] * rec.quantize_kernels("activation") + amax
     weights = n["weight"] * rec.quantize_kernels("weight") / plan.microbatches
     return inputs + weights, n["gradient"] * rec.quantize_kernels("gradient") + amax, inputs
@@ -532,10 +658,14 @@ def _layer_groups(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     and, where the recipe keeps some in bf16 (all of them in a high precision), in the compute dtype;
     only the kinds the stage has are timed."""
     rec, high = recipe(plan.precision), recipe(plan.compute_dtype)
-    dense_low, moe_low = _low_layers(rec, layers, first, last, moe_layers)
-    kinds = ((dense_low, _layer, rec), (layers - moe_layers - dense_low, _layer, high),
-             (moe_low, _moe_layer, rec), (moe_layers - moe_low, _moe_layer, high))
-    return [(n, times(model, plan, dev, r)) for n, times, r in kinds if n]
+    out = []
+    for low, rest, moe, symbol in _stage_kinds(model, plan, layers, first, last, moe_layers):
+        for n, r in ((low, rec), (rest, high)):
+            if n:
+                times = _hybrid_layer(model, plan, dev, r, symbol) if symbol else \
+                    (_moe_layer if moe else _layer)(model, plan, dev, r)
+                out.append((n, times))
+    return out
 
 
 def _chunk_amax_s(plan: ParallelPlan, rec: Recipe, low: int) -> float:
@@ -614,27 +744,38 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
         return sum(n * fn(x) for n, x in groups)
     rec = recipe(plan.precision)
     end_fwd, end_flops = _ends(model, plan, dev, first, last)
-    amax = _chunk_amax_s(plan, rec, sum(_low_layers(rec, layers, first, last, moe_layers)))
+    amax = _chunk_amax_s(plan, rec, sum(low for low, *_ in _stage_kinds(model, plan, layers, first, last, moe_layers)))
     weights = total(lambda x: x.quantize_weights) / plan.microbatches     # cached across microbatches
-    forward = total(lambda x: x.gemm_fwd + x.attention_fwd + x.memory_fwd + x.quantize_fwd)
+    forward = total(lambda x: x.gemm_fwd + x.attention_fwd + x.scan_fwd + x.memory_fwd + x.quantize_fwd)
     fwd = forward + end_fwd + weights + amax
-    recompute = {"none": lambda: 0.0, "selective": lambda: total(lambda x: x.attention_fwd),
-                 "full": lambda: forward}[plan.recompute]()
-    bwd = total(lambda x: x.gemm_bwd + x.attention_bwd + 2 * x.memory_fwd + x.quantize_bwd) + 2 * end_fwd \
-        + recompute + amax
-    attn_flops = attention_flops(model, plan)
-    extra = {"none": lambda x: 0.0, "selective": lambda x: attn_flops, "full": lambda x: x.flops}[plan.recompute]
-    hw_flops = 3 * (total(lambda x: x.flops) + end_flops) + total(extra)
+    attention_again = reruns_attention(plan)                             # attention's forward again
+    modules = _modules_rerun(model, plan, dev, layers, moe_layers)       # selective's named modules
+    recompute = {"none": lambda: 0.0, "selective": lambda: attention_again * total(lambda x: x.attention_fwd)
+                 + modules.seconds, "full": lambda: forward}[plan.recompute]()
+    bwd = total(lambda x: x.gemm_bwd + x.attention_bwd + x.scan_bwd + 2 * x.memory_fwd + x.quantize_bwd) \
+        + 2 * end_fwd + recompute + amax
+    extra = {"none": lambda x: 0.0, "selective": lambda x: x.attention_flops * attention_again,
+             "full": lambda x: x.flops}[plan.recompute]
+    hw_flops = 3 * (total(lambda x: x.flops) + end_flops) + total(extra) + modules.flops
     head = _head_gemm_s(model, plan, dev) if last else 0.0
-    rerun = plan.recompute in ("selective", "full")                      # attention's forward again
     full = plan.recompute == "full"                                      # the GEMMs' forward again
-    gemm_s = total(lambda x: x.gemm_fwd * (1 + full) + x.gemm_bwd) + 3 * head
-    attention_s = total(lambda x: x.attention_fwd * (2 if rerun else 1) + x.attention_bwd)
+    gemm_s = total(lambda x: x.gemm_fwd * (1 + full) + x.gemm_bwd) + 3 * head + modules.gemm_s
+    attention_s = total(lambda x: x.attention_fwd * (2 if attention_again else 1) + x.attention_bwd
+                        + x.scan_fwd * (1 + full) + x.scan_bwd)
     host_fwd, host_bwd = host_times_s(model, plan, dev, layers, first, last, moe_layers)
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
                         attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,
                         attention_fwd_s=total(lambda x: x.attention_fwd),
                         attention_bwd_s=total(lambda x: x.attention_bwd), host_fwd_s=host_fwd, host_bwd_s=host_bwd)
+
+
+def _modules_rerun(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, moe_layers: int) -> Rerun:
+    """What a stage's selective recompute of named modules reruns per microbatch (``perfmodel.step.
+    recompute``; MoE layers at the busiest expert-parallel rank's rows, ``routing.loaded``)."""
+    dense = rerun(model, plan, dev, False)
+    moe = rerun(routing.loaded(model, plan), plan, dev, True) if moe_layers else Rerun()
+    n = layers - moe_layers
+    return Rerun(*(n * a + moe_layers * b for a, b in zip(dense, moe)))
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:
