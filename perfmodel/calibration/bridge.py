@@ -111,8 +111,9 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "MoE rows with their container's recipe settings (validation/published/megatron_bridge_recipes.csv, "
                "RECIPES): the expert all-to-alls overlapped with another micro-batch's compute (ep_overlap batch) "
                "where the recipe sets moe_a2a_overlap, the dispatcher's kernels (alltoall: NCCL, deepep, hybridep) "
-               "and attention in FP8 where it sets fp8_dot_product_attention; a row without a line there (Nemotron, "
-               "DeepSeek-V4) or a setting left empty keeps no overlap, NCCL's all-to-all and attention outside FP8")
+               "and attention in FP8 where it sets fp8_dot_product_attention; a row without a line there (26.08's "
+               "Nemotron, DeepSeek-V4) or a setting left empty keeps no overlap, NCCL's all-to-all and attention "
+               "outside FP8")
 
 # DeepSeek-V3's and Kimi-K2's 61 layers over the pipeline as Megatron-Bridge's recipes lay them (Megatron's
 # pipeline_model_parallel_layout), by the number of virtual stages pp x vp: the layout map of
@@ -144,7 +145,8 @@ PIPELINE_LAYOUTS = {4: "Et*16|t*16|t*16|t*13{m}L", 8: "Et*8|(t*8|)*6t*5{m}L", 16
 # on the compute they hide behind: DISPATCHERS) and attention in FP8 (fp8_dot_product_attention, the plan's
 # fp8_attention). The line's other settings (CUDA graphs, the fused grouped MLP, recompute, offloading, forced
 # balance) are the record; a row without a line, or a setting left empty, keeps the defaults (no overlap, NCCL's
-# all-to-all, attention in the GEMMs' precision outside FP8).
+# all-to-all, attention in the GEMMs' precision outside FP8). Nemotron 3's lines (26.02.01 - 26.06.01) are there for
+# when its layers are modelled (UNMODELLED); 26.08's Nemotron and DeepSeek-V4 rows have none.
 RECIPES = Path(__file__).resolve().parents[2] / "validation" / "published" / "megatron_bridge_recipes.csv"
 # the dispatcher -> the plan's ep_kernels (perfmodel.plan.parallel EP_KERNELS): Megatron-Core's alltoall dispatcher
 # runs NCCL's all-to-all; flex with the deepep or hybridep backend their kernels
@@ -182,7 +184,9 @@ def _recipe_key(where: str, row: dict) -> tuple[str, str, str, str]:
     if container[:5] not in RELEASES or container[5:] not in ("", ".01"):
         raise InputError(f"{where}.container", container, "a container of the table: "
                          + ", ".join(RELEASES) + " (or its .01 patch)")
-    tables.choice(where, row, "model", tuple(MODELS))
+    if row["model"] not in MODELS and not row["model"].startswith(tuple(UNMODELLED)):
+        raise InputError(f"{where}.model", row["model"], "a model of the table: " + ", ".join(MODELS)
+                         + " or a name starting " + ", ".join(UNMODELLED))
     tables.choice(where, row, "system", tuple(SYSTEMS))
     tables.choice(where, row, "precision", tuple(p for p in PRECISIONS if p))
     return container, row["model"], row["system"], row["precision"]

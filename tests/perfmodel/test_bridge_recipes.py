@@ -43,7 +43,7 @@ def test_the_file_has_the_columns_and_every_line_reads():
 
 def test_every_predicted_moe_row_of_the_table_has_its_recipe():
     """DeepSeek-V3, Qwen3, GPT-OSS and Kimi-K2 (Nemotron and DeepSeek-V4 are not predicted): a line for every
-    table row and for each parenthesised MX alternative."""
+    table row and for each parenthesised MX alternative; Nemotron 3's rows up to 26.06.01 have theirs too."""
     missing = []
     for i, raw in enumerate(RAW, 2):
         if raw["model"] not in bridge.MODELS or raw["model"] in bridge.DENSE:
@@ -52,6 +52,9 @@ def test_every_predicted_moe_row_of_the_table_has_its_recipe():
             if not row["recipe"]:
                 missing.append(row["model_label"])
     assert missing == []
+    nemotron = [r for r in bridge.bridge_rows([r for r in RAW if r["model"].startswith("Nemotron_3_")
+                                               and r["nemo_container"] != "26.08"])]
+    assert len(nemotron) >= 40 and all(r["recipe"] and r["ep_kernels"] == "hybridep" for r in nemotron)
 
 
 def test_a_row_takes_its_lines_settings():
@@ -109,7 +112,7 @@ def test_deepseek_full_iteration_recipes_and_the_alternative_rows():
 
 
 def test_a_row_without_a_line_keeps_the_defaults():
-    (row,) = [r for r in _mapped("26.04", "Nemotron_3_Super", "DGX-GB200", "MXFP8")]
+    (row,) = _mapped("26.08", "DeepSeekV4 Flash", "DGX-GB200")
     assert (row["ep_overlap"], row["ep_kernels"], row["fp8_attention"], row["recipe"]) == ("none", "nccl", "False", "")
     assert bridge.recipe("26.04", "LLAMA3_70B", "DGX-H100", "FP8") is None
     assert bridge.recipe_plan(None) == dict(ep_overlap="none", ep_kernels="nccl", fp8_attention="False", recipe="")
