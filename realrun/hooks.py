@@ -6,7 +6,11 @@
 The hook averages each bucket over the ranks. During ``warmup_steps`` and for buckets under
 ``min_bucket_bytes`` it runs the plain asynchronous all-reduce; otherwise the compressed
 all-reduce of ``realrun.comm`` (error-feedback residuals are kept per bucket index).
-``spec_or_policy`` is a compressor spec or a perfmodel policy (its ``dp`` axis is used).
+``spec_or_policy`` is a compressor spec or a perfmodel policy (its ``dp`` axis is used). A recipe
+preset (``perfmodel.compression.recipes``) that compresses gradients (``powersgd``, ``loco``) brings its
+warm-up: ``total_steps`` (the run's) sets ``warmup_steps`` to its share (PowerSGD's 10%:
+``start_powerSGD_iter``); one that compresses Adam's momentum (``onebit-adam``, ``zero-one-adam``) is
+refused in one line: a gradient hook never sees the momentum (``realrun train --policy`` runs them).
 ``state.stats`` holds totals (bytes in and out, compress, decompress and communication
 seconds) and ``state.per_step`` one entry per optimizer step.
 
@@ -52,7 +56,12 @@ class CompressionState:
 def _spec(spec_or_policy: str) -> str:
     """A compressor spec, or the dp spec of a policy (``perfmodel.compression.policy.as_policy``).
     (No ``from __future__ import annotations`` here: DDP checks the hook's annotation.)"""
-    spec = as_policy(spec_or_policy).axis("dp").spec
+    policy = as_policy(spec_or_policy)
+    if policy.recipe is not None and policy.recipe.compresses != "gradient":
+        raise InputError("spec_or_policy", spec_or_policy, "a policy that compresses gradients: "
+                         f"{policy.recipe.name} compresses Adam's momentum inside its optimizer (DeepSpeed's), which "
+                         "a DDP gradient hook never sees; run it with realrun train --policy")
+    spec = policy.axis("dp").spec
     if spec == "none" and str(spec_or_policy).strip() != "none":   # e.g. fp8-param-gather: nothing for DDP to do
         raise InputError("spec_or_policy", spec_or_policy, "a compressor spec, or a policy that compresses the dp "
                          "axis (this one leaves gradients uncompressed; pass 'none' for plain DDP)")
@@ -60,16 +69,35 @@ def _spec(spec_or_policy: str) -> str:
 
 
 def compression_hook(spec_or_policy: str, algorithm: str = "auto", warmup_steps: int = 0,
-                     min_bucket_bytes: int = 0, process_group=None, threads: int | None = None):
+                     min_bucket_bytes: int = 0, process_group=None, threads: int | None = None,
+                     total_steps: int | None = None):
     """(state, hook) for ``DistributedDataParallel.register_comm_hook``. ``threads``: the codec
     threads of this rank (default: the host's cores over the ranks on it, or
-    ``COMMPRESS_CODEC_THREADS``; ``realrun.threads``)."""
+    ``COMMPRESS_CODEC_THREADS``; ``realrun.threads``). ``total_steps``: the run's steps, which a
+    recipe's warm-up share is of (module doc); a recipe with a warm-up needs it or ``warmup_steps``."""
     if warmup_steps < 0 or min_bucket_bytes < 0:
         raise InputError("warmup_steps", warmup_steps, "non-negative warmup_steps and min_bucket_bytes")
-    state = CompressionState(spec=_spec(spec_or_policy), algorithm=algorithm, warmup_steps=warmup_steps,
+    spec = _spec(spec_or_policy)
+    warmup_steps = _recipe_warmup(spec_or_policy, warmup_steps, total_steps)
+    state = CompressionState(spec=spec, algorithm=algorithm, warmup_steps=warmup_steps,
                              min_bucket_bytes=min_bucket_bytes, process_group=process_group,
                              threads=None if threads is None else codec_threads(threads))
     return state, _hook
+
+
+def _recipe_warmup(spec_or_policy, warmup_steps: int, total_steps: int | None) -> int:
+    """The uncompressed steps: ``warmup_steps`` where given (> 0), else a recipe's share of
+    ``total_steps``; a recipe with a warm-up and neither is refused (its share of what run?)."""
+    recipe = as_policy(spec_or_policy).recipe
+    if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int)
+                                    or total_steps < 1):
+        raise InputError("total_steps", total_steps, "the run's steps: an integer >= 1")
+    if warmup_steps or recipe is None or not recipe.warmup:
+        return warmup_steps
+    if total_steps is None:
+        raise InputError("total_steps", None, f"the run's steps (policy {recipe.name} runs its first "
+                         f"{recipe.warmup:.0%} uncompressed), or warmup_steps")
+    return recipe.warmup_steps(total_steps)
 
 
 def _hook(state: CompressionState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -128,7 +128,7 @@ class TrainConfig:
                              "builds); perfmodel predicts the others")
         if arch.vocab_size < 256:
             raise InputError("model.vocab_size", arch.vocab_size, "at least 256 (the corpus is bytes)")
-        parse_policy(self.policy)
+        self._check_recipe(parse_policy(self.policy).recipe)
         self.plan()   # pp within the layers, gbs in whole microbatches: perfmodel's own checks
 
     def plan(self) -> ParallelPlan:
@@ -137,6 +137,16 @@ class TrainConfig:
         return make_plan(load_model(self.model), self.world, **self.degrees.as_dict(), zero=self.zero, mbs=self.mbs,
                          gbs=self.global_batch, seq=self.seq_len, schedule=self.schedule, compute_dtype="fp32",
                          grad_dtype="fp32", bucket_bytes=self.bucket_bytes, dp_overlap=False, kernels="eager")
+
+    def _check_recipe(self, recipe) -> None:
+        """A recipe policy (``perfmodel.compression.recipes``) under what its reference runs: its ZeRO
+        stages; 1-bit and 0/1 Adam's optimizer (``realrun.train.onebit``) on the dense replicas only."""
+        if recipe is None:
+            return
+        recipe.check_zero(self.zero)
+        if recipe.compresses == "momentum" and self.ep > 1:
+            raise InputError("ep", self.ep, f"1 with policy {recipe.name} (its optimizer averages the dense "
+                             "replicas' momentum; the experts reduce over their own group)")
 
     def _check_cp(self) -> None:
         """What context parallelism runs with here (the rest is refused in one line)."""

@@ -12,12 +12,20 @@ the expert-data-parallel group (dp / ep ranks) instead. The reduction runs after
 pass, not overlapped with it (DDP's overlap needs its reducer; a prediction of these runs must
 assume the same). Its seconds, the optimizer's apart, are the dp phase's, the dp and zero kernels
 inside them (``realrun.train.phases``).
+
+A recipe policy (``perfmodel.compression.recipes``) changes what is reduced: a gradient recipe
+(``powersgd``, ``loco``) reduces its first ``warmup_steps`` steps uncompressed (PowerSGD's
+``start_powerSGD_iter``); a momentum recipe (``onebit-adam``, ``zero-one-adam``) leaves the gradients
+to its optimizer (``realrun.train.onebit.CompressedAdam``, ``reduces``), which averages the momentum
+or the accumulated update itself; the tied embedding's sum between pipeline ends stays uncompressed
+there (the dp spec is the momentum's).
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
+from perfmodel.compression.policy import AxisPolicy
 from realrun.comm import Comm, CommStats
 from realrun.train.accuracy import RelativeError
 from realrun.train.clock import now
@@ -58,6 +66,9 @@ def sync_gradients(groups, comm: Comm, axis, world: int, stats: CommStats, error
             offset += n
 
 
+_UNCOMPRESSED = AxisPolicy()
+
+
 class DataParallel:
     """This rank's gradient reductions (module doc): over ``comm`` (the dp x cp replicas), the
     embedding's between its pipeline's ends (``embed_comm``, None off them), the experts' over
@@ -67,8 +78,10 @@ class DataParallel:
     axis_names = ("dp", "zero")
 
     def __init__(self, comm: Comm, axis, replicas: int, dp: int, groups: list, expert_groups: list,
-                 embed_comm: Comm | None = None, expert_comm: Comm | None = None, zero=None, device=None):
+                 embed_comm: Comm | None = None, expert_comm: Comm | None = None, zero=None, device=None,
+                 recipe=None, warmup_steps: int = 0):
         self.comm, self.axis, self.replicas, self.dp = comm, axis, replicas, dp
+        self.recipe, self.warmup_steps, self.steps_done = recipe, warmup_steps, 0
         self.groups, self.expert_groups = groups, expert_groups
         self.embed_comm, self.expert_comm, self.zero, self.device = embed_comm, expert_comm, zero, device
         self.error: RelativeError | None = None
@@ -86,19 +99,32 @@ class DataParallel:
         """Reduce the step's gradients and step ``opt`` (the ZeRO optimizer itself under ZeRO-1);
         returns the optimizer's seconds (the reductions' are this runtime's)."""
         t = now(self.device)
+        self.steps_done += 1
         self.sync_embedding(model)
+        if getattr(opt, "reduces", False):   # a momentum recipe's optimizer reduces over the replicas itself
+            self.sync_expert_gradients()
+            optim = opt.step(self.stats, self.error)
+            self.seconds += now(self.device) - t - optim
+            return optim
         if self.zero is not None:   # the experts' reduction; reduce-scatter, sharded update, all-gather
             self.sync_expert_gradients()
             optim = self.zero.step(self.stats, self.gather_stats, self.error)
             self.seconds += now(self.device) - t - optim
             return optim
         if self.replicas > 1:
-            sync_gradients(self.groups, self.comm, self.axis, self.replicas, self.stats, self.error)
+            sync_gradients(self.groups, self.comm, self.gradient_axis(), self.replicas, self.stats, self.error)
         self.sync_expert_gradients()
         self.seconds += now(self.device) - t
         t = now(self.device)
         opt.step()
         return now(self.device) - t
+
+    def gradient_axis(self):
+        """The spec the gradients reduce under this step: the dp axis's, or none in a recipe's
+        warm-up (``steps_done`` counts this step) and under a momentum recipe (module doc)."""
+        if self.recipe is not None and (self.recipe.compresses != "gradient" or self.steps_done <= self.warmup_steps):
+            return _UNCOMPRESSED
+        return self.axis
 
     def take(self) -> ReductionTiming:
         """The reductions' seconds and statistics since the last call (their error and error
@@ -117,7 +143,7 @@ class DataParallel:
         if self.embed_comm is None or model.embed is None:
             return
         grad = model.embed.weight.grad
-        codec = self.axis.codec_for(grad.numel() * grad.element_size())
+        codec = self.gradient_axis().codec_for(grad.numel() * grad.element_size())
         grad.copy_(self.embed_comm.allreduce(grad, codec, key="embedding", stats=self.stats))
 
     def sync_expert_gradients(self) -> None:
@@ -125,7 +151,7 @@ class DataParallel:
         group's tokens sent it, so a sum over the expert-data-parallel group (dp / ep ranks,
         under the dp spec) makes the whole batch's, averaged over dp as the dense ones are."""
         if self.expert_comm is not None:
-            sync_gradients(self.expert_groups, self.expert_comm, self.axis, self.dp, self.stats, self.error)
+            sync_gradients(self.expert_groups, self.expert_comm, self.gradient_axis(), self.dp, self.stats, self.error)
             return
         for params in self.expert_groups:
             for p in params:

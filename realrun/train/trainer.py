@@ -5,7 +5,8 @@ Each step: ``microbatches`` forward/backward passes on this replica's data throu
 pipeline under the schedule (``pipeline``; gradients accumulate; with tensor parallelism the
 layers' reductions run inside them, see ``tensor_parallel``, as do the MoE all-to-alls and cp's
 ring), then the gradient reductions and the optimizer step (``data_parallel``; with ZeRO-1 a
-reduce-scatter, a sharded step and an all-gather, see ``zero``). Every parallel runtime answers
+reduce-scatter, a sharded step and an all-gather, see ``zero``; a recipe policy's warm-up and, for
+1-bit and 0/1 Adam, its own optimizer: ``onebit``). Every parallel runtime answers
 one interface (``runtime.AxisRuntime``): the step opens each, runs the passes and the reduction,
 and takes each one's timing.
 
@@ -58,6 +59,7 @@ from realrun.train.data import load_corpus, train_batch, val_batches
 from realrun.train.data_parallel import DataParallel, buckets
 from realrun.train.model import GPT
 from realrun.train.moe import ExpertParallel
+from realrun.train.onebit import CompressedAdam
 from realrun.train.phases import reported_axes, step_phases, upgraded
 from realrun.train.pipeline import Pipeline
 from realrun.train.runtime import exposed as runtime_exposed
@@ -252,8 +254,13 @@ class Run:
         if cfg.zero and cfg.dp > 1:
             self.zero = ShardedOptimizer(dense, dp_comm, self.dp_rank, cfg.dp, dp_axis, policy.axis("zero"),
                                          whole=experts, **ADAM, lr=cfg.lr)
+        recipe = policy.recipe
         self.dp = DataParallel(dp_comm, dp_axis, cfg.dp * cfg.cp, cfg.dp, dense, buckets(experts, cfg.bucket_bytes),
-                               embed_comm, edp_comm, self.zero, device)
+                               embed_comm, edp_comm, self.zero, device, recipe,
+                               recipe.warmup_steps(cfg.steps) if recipe is not None else 0)
+        self.recipe_opt = CompressedAdam(dense, dp_comm, dp_axis, recipe, cfg.dp * cfg.cp, cfg.steps, cfg.lr,
+                                         ADAM["betas"], device) \
+            if recipe is not None and recipe.compresses == "momentum" else None
         self.runtimes = (self.tp, self.cp, self.ep, self.pipe, self.dp)   # every axis's, each step in this order
         self.axes = reported_axes(cfg, model.spec)   # the axes a step record reports (realrun.train.phases)
 
@@ -315,8 +322,9 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     threads.apply(threads.codec_threads(cfg.threads), torch_too=True)
     model = GPT(load_model(cfg.model), seed=cfg.seed)   # built whole on the CPU: every layout starts alike
     run = Run(cfg, rank, model, device)
-    opt = run.zero if run.zero is not None else torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
+    opt = run.zero or run.recipe_opt or torch.optim.AdamW(model.parameters(), lr=cfg.lr, **ADAM)
     first = checkpoint.load(cfg.checkpoint, cfg, rank, model, opt, device, run.comms()) if cfg.resume else 0
+    run.dp.steps_done = first   # a recipe's warm-up counts the run's steps, a resumed run's too
     corpus = load_corpus()
     vals = [run.cp.local(b) for b in val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)]
     metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)
