@@ -181,7 +181,7 @@ def _hybrid_activations(model: ModelSpec, plan: ParallelPlan, layers: int, start
     the default ``core_attn``: other named modules are not taken off a hybrid model's layers), a low
     precision's layers ``low_precision_activation_delta`` more."""
     args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
-    kinds = model.kinds_in(start, layers)
+    kinds = {k: n for k, n in model.kinds_in(start, layers).items() if n}
     kept = sum(n * model.hybrid_activation_bytes(k, *args) for k, n in kinds.items())
     rec = recipe(plan.precision)
     if rec.is_low and layers:
