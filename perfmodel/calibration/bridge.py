@@ -99,9 +99,10 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "all-gather; FP8-CS, FP8 and MXFP8 gather fp8 parameters (policy fp8-param-gather, the recipes' "
                "fp8_param_gather); Llama gradients reduced in bf16 (the Llama 3 performance configs set "
                "grad_reduce_in_fp32 False), other models' in fp32; tp > 1 -> sequence parallel and TP communication "
-               "overlap (not under NVFP4: the recipes turn it off); no recompute (the recipes "
+               "overlap (not under NVFP4: the recipes turn it off); dense rows without recompute (the recipes "
                "recompute a few layers or offload activations to the CPU on some GB200/GB300 FSDP and H100 "
-               "plans: not modelled); VP > 1 -> interleaved 1F1B with VP virtual stages; DeepSeek-V3 but the "
+               "plans: not modelled), MoE rows with their recipe's (RECIPES); VP > 1 -> interleaved 1F1B with VP "
+               "virtual stages; DeepSeek-V3 but the "
                "'(w/o MTP)' rows with its multi-token-prediction module (the recipe's mtp_num_layers 1, and the "
                "table's 260 GFLOP a token); '(tokendrop)' rows capacity factor 1 padded to capacity "
                "(apply_moe_token_drop's defaults), "
@@ -111,7 +112,8 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "MoE rows with their container's recipe settings (validation/published/megatron_bridge_recipes.csv, "
                "RECIPES): the expert all-to-alls overlapped with another micro-batch's compute (ep_overlap batch) "
                "where the recipe sets moe_a2a_overlap, the dispatcher's kernels (alltoall: NCCL, deepep, hybridep) "
-               "and attention in FP8 where it sets fp8_dot_product_attention; a row without a line there (26.08's "
+               "and attention in FP8 where it sets fp8_dot_product_attention, selective recompute of the modules it "
+               "names (none where it names none); a row without a line there (26.08's "
                "Nemotron, DeepSeek-V4) or a setting left empty keeps no overlap, NCCL's all-to-all and attention "
                "outside FP8")
 
@@ -142,11 +144,13 @@ PIPELINE_LAYOUTS = {4: "Et*16|t*16|t*16|t*13{m}L", 8: "Et*8|(t*8|)*6t*5{m}L", 16
 # A row takes from its line what the plan expresses: the all-to-alls overlapped with another micro-batch's compute
 # (moe_a2a_overlap: Megatron-Core's overlap_moe_expert_parallel_comm with delay_wgrad_compute, the plan's ep_overlap
 # 'batch', perfmodel.step.expert_overlap), the dispatcher's kernels behind it (the plan's ep_kernels, their SMs a tax
-# on the compute they hide behind: DISPATCHERS) and attention in FP8 (fp8_dot_product_attention, the plan's
-# fp8_attention). The line's other settings (CUDA graphs, the fused grouped MLP, recompute, offloading, forced
-# balance) are the record; a row without a line, or a setting left empty, keeps the defaults (no overlap, NCCL's
-# all-to-all, attention in the GEMMs' precision outside FP8). Nemotron 3's lines (26.02.01 - 26.06.01) are there for
-# when its layers are modelled (UNMODELLED); 26.08's Nemotron and DeepSeek-V4 rows have none.
+# on the compute they hide behind: DISPATCHERS), attention in FP8 (fp8_dot_product_attention, the plan's
+# fp8_attention) and the recompute (recompute_granularity and recompute_modules: the plan's recompute and
+# recompute_modules, perfmodel.plan.recompute). The line's other settings (CUDA graphs, the fused grouped MLP,
+# offloading, forced balance) are the record; a row without a line, or a setting left empty, keeps the defaults
+# (no overlap, NCCL's all-to-all, attention in the GEMMs' precision outside FP8, no recompute). Nemotron 3's lines
+# (26.02.01 - 26.06.01) are there for when its layers are modelled (UNMODELLED); 26.08's Nemotron and DeepSeek-V4
+# rows have none.
 RECIPES = Path(__file__).resolve().parents[2] / "validation" / "published" / "megatron_bridge_recipes.csv"
 # the dispatcher -> the plan's ep_kernels (perfmodel.plan.parallel EP_KERNELS): Megatron-Core's alltoall dispatcher
 # runs NCCL's all-to-all; flex with the deepep or hybridep backend their kernels
@@ -226,12 +230,17 @@ def recipe(container: str, name: str, system: str, precision: str) -> dict | Non
 
 
 def recipe_plan(line: dict | None) -> dict:
-    """What the plan takes from a recipes line (the module's RECIPES comment): ep_overlap, ep_kernels and
-    fp8_attention ('True'/'False'); the defaults where there is no line or the setting is empty."""
+    """What the plan takes from a recipes line (the module's RECIPES comment): ep_overlap, ep_kernels,
+    fp8_attention ('True'/'False') and the recompute (selective with its named modules, 'none' where selective
+    names none, full); the defaults where there is no line or the setting is empty."""
     line = line or {}
     overlap = line.get("moe_a2a_overlap") == "True"
+    recompute, modules = line.get("recompute_granularity") or "none", line.get("recompute_modules") or "none"
+    if recompute == "selective" and modules == "none":
+        recompute = "none"          # selective with an empty list: nothing recomputed
     return dict(ep_overlap="batch" if overlap else "none", ep_kernels=DISPATCHERS.get(line.get("dispatcher"), "nccl"),
-                fp8_attention=str(line.get("fp8_dot_product_attention") == "True"),
+                fp8_attention=str(line.get("fp8_dot_product_attention") == "True"), recompute=recompute,
+                recompute_modules=modules.replace(";", ",") if recompute == "selective" else "",
                 recipe=f"{line['release']} {line['config']}" if line else "")
 
 
@@ -320,7 +329,7 @@ def _row(row: dict, where: str) -> dict:
         zero=3 if _int(where, row, "fsdp", 0) else 1, etp=None if name in DENSE else EXPERT_TP,
         pipeline_layout=_layout(name, pp, vp),
         **recipe_plan(recipe(container, name, row["system"], row["precision"])),
-        recompute="none", sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
+        sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
         grad_dtype="bf16" if name in DENSE else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
         memory_unchecked=_unchecked(row, where),

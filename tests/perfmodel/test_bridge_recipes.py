@@ -69,6 +69,10 @@ def test_a_row_takes_its_lines_settings():
         assert row["ep_kernels"] == bridge.DISPATCHERS.get(line["dispatcher"], "nccl"), key
         assert row["fp8_attention"] == line["fp8_dot_product_attention"], key
         assert row["recipe"] == f"{line['release']} {line['config']}", key
+        named = line["recompute_granularity"] == "selective" and line["recompute_modules"] != "none"
+        assert row["recompute"] == ("selective" if named else "none" if line["recompute_granularity"] in (
+            "selective", "none") else line["recompute_granularity"]), key
+        assert row["recompute_modules"] == (line["recompute_modules"].replace(";", ",") if named else ""), key
 
 
 def test_qwen3_mxfp8_recipes_overlap_from_container_26_06():
@@ -111,11 +115,22 @@ def test_deepseek_full_iteration_recipes_and_the_alternative_rows():
     assert (main["ep_overlap"], alt["ep_overlap"]) == ("none", "none")
 
 
+def test_the_recipes_recompute_reaches_the_plan():
+    """GPT-OSS 120B BF16 on GB200 (v0.4.0's config: recompute_modules layernorm, moe_act, selective through
+    _set_recompute_overrides); DeepSeek-V3 MXFP8 on GB300 in 26.06 names none (recompute_modules [])."""
+    (gpt,) = _mapped("26.04", "GPT OSS 120B", "DGX-GB200")
+    plan = row_plan(gpt)
+    assert (plan["recompute"], plan["recompute_modules"]) == ("selective", "layernorm,moe_act")
+    dsv3 = _mapped("26.06", "DeepSeekV3", "DGX-GB300")
+    assert all(r["recompute"] == "none" and "recompute_modules" not in row_plan(r) for r in dsv3)
+
+
 def test_a_row_without_a_line_keeps_the_defaults():
     (row,) = _mapped("26.08", "DeepSeekV4 Flash", "DGX-GB200")
     assert (row["ep_overlap"], row["ep_kernels"], row["fp8_attention"], row["recipe"]) == ("none", "nccl", "False", "")
     assert bridge.recipe("26.04", "LLAMA3_70B", "DGX-H100", "FP8") is None
-    assert bridge.recipe_plan(None) == dict(ep_overlap="none", ep_kernels="nccl", fp8_attention="False", recipe="")
+    assert bridge.recipe_plan(None) == dict(ep_overlap="none", ep_kernels="nccl", fp8_attention="False",
+                                            recompute="none", recompute_modules="", recipe="")
 
 
 @pytest.mark.parametrize("column, value, match", [
