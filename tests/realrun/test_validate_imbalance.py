@@ -175,7 +175,6 @@ def test_a_stored_case_is_predicted_again_with_its_histogram(tmp_path, cli):
 
 
 @pytest.mark.netns
-@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
 def test_the_imbalance_case_end_to_end(tmp_path, monkeypatch):
     """Two emulated hosts, ep2xdp2xdropless, four steps: the run writes its histogram (the router's
