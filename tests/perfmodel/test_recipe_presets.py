@@ -1,0 +1,164 @@
+"""The recipe presets of issue 40 (powersgd, loco, onebit-adam, zero-one-adam): their specs and
+sources, their mechanisms beyond the specs (perfmodel.compression.recipes), the time to target with
+their warm-up, and the search trying them."""
+import math
+
+import pytest
+
+from perfmodel.compression import compile_spec
+from perfmodel.compression.policy import PRESET_SOURCES, PRESETS, parse_policy, split_policies
+from perfmodel.compression.recipes import RECIPES, Recipe, sync_steps, variance_steps
+from perfmodel.explore.convergence import axis_inflation, recipe_cost, recipe_error
+from perfmodel.explore.families import plan_policies
+from perfmodel.explore.search import DEFAULT_CANDIDATES, _admitted, add_accuracy_cost, parse_candidates
+from perfmodel.explore.convergence import Regime
+from perfmodel.workload import load_model
+from topologies.errors import InputError
+
+RECIPE_PRESETS = ("powersgd", "loco", "onebit-adam", "zero-one-adam")
+
+
+def test_each_preset_compresses_dp_as_its_reference_and_nothing_else():
+    assert PRESETS["powersgd"] == {"dp": ("ef(powersgd(rank=1))", 0)}          # PowerSGDState's rank 1
+    assert PRESETS["loco"] == {"dp": ("ef(int4,beta=0.8,state=int8,reset=1024)", 0)}
+    assert PRESETS["onebit-adam"] == PRESETS["zero-one-adam"] == {"dp": ("ef(sign(block=2048))", 0)}
+    for name in RECIPE_PRESETS:
+        pol = parse_policy(name)
+        assert [a for a in pol.axes if not pol.axis(a).codec.is_none] == ["dp"]
+        assert pol.axis("dp").codec.error_feedback and pol.recipe is RECIPES[name]
+
+
+@pytest.mark.parametrize("name,needles", [
+    ("powersgd", ("Vogels", "powerSGD_hook.py", "start_powerSGD_iter")),
+    ("loco", ("2407.04480", "all_to_all_loco_quant_reduce")),
+    ("onebit-adam", ("2102.02888", "onebit/adam.py", "compressed_allreduce")),
+    ("zero-one-adam", ("2202.06009", "zoadam.py", "local_step_scaler"))])
+def test_each_preset_names_its_paper_and_reference_file(name, needles):
+    assert all(n in PRESET_SOURCES[name] for n in needles)
+    assert RECIPES[name].source
+
+
+def test_the_recipes_keep_their_references_defaults():
+    assert RECIPES["powersgd"].warmup == 0.10 and RECIPES["powersgd"].compresses == "gradient"
+    assert RECIPES["loco"].warmup == 0.0
+    one, zo = RECIPES["onebit-adam"], RECIPES["zero-one-adam"]
+    assert one.warmup == 0.15 and one.compresses == "momentum" and one.variance_freeze and one.server_feedback
+    assert (zo.warmup, zo.var_update_scaler, zo.local_step_scaler, zo.local_step_clipper) == (0.0, 16, 32678, 16)
+    assert zo.var_freeze == 1.0 and zo.compresses == "momentum"
+    assert one.zero_stages == zo.zero_stages == RECIPES["powersgd"].zero_stages == (0,)
+    assert RECIPES["loco"].zero_stages == (0, 1, 2, 3)
+    # error state per parameter: LoCo's two int8 errors (and their scales) beside 1-bit Adam's fp32 ones
+    assert RECIPES["loco"].error_state_bytes == pytest.approx(2 * (1 + 4 / 256))
+    assert one.error_state_bytes == 8.0 and zo.error_state_bytes == 12.0
+
+
+def test_recipe_items_tune_a_recipe_and_are_refused_without_one():
+    pol = parse_policy("onebit-adam,warmup=0.25,dp=ef(int8)")
+    assert pol.recipe.warmup == 0.25 and pol.axis("dp").spec == "ef(int8)"
+    assert parse_policy("zero-one-adam,var_freeze=0.5,local_step_clipper=4").recipe.local_step_clipper == 4
+    assert split_policies("none,powersgd,warmup=0.3,loco") == ["none", "powersgd,warmup=0.3", "loco"]
+    for text, field in (("none,warmup=0.1", "policy"), ("hybrid,warmup=0.1", "policy"),
+                        ("onebit-adam,warmup=1", "policy.warmup"), ("zero-one-adam,var_freeze=0", "policy.var_freeze"),
+                        ("loco,local_step_scaler=x", "policy.local_step_scaler")):
+        with pytest.raises(InputError) as err:
+            parse_policy(text)
+        assert err.value.field == field
+
+
+def test_a_recipe_refuses_a_zero_stage_its_reference_does_not_run():
+    with pytest.raises(InputError, match="not compatible with ZeRO") as err:
+        RECIPES["onebit-adam"].check_zero(1)
+    assert err.value.field == "zero"
+    RECIPES["loco"].check_zero(3)
+
+
+def test_loco_error_feedback_options_round_trip_and_are_checked():
+    codec = compile_spec("ef(int4,beta=0.8,state=int8,reset=1024)")
+    assert codec.text == "ef(int4(block=256),beta=0.8,state=int8,reset=1024)"
+    assert codec.error == compile_spec("ef(int4)").error and codec.error_feedback
+    assert codec.wire_bytes(4096, 4) == compile_spec("int4").wire_bytes(4096, 4)
+    for text, field in (("ef(int4,beta=1)", "ef.beta"), ("ef(int4,state=fp8)", "ef.state"),
+                        ("ef(int4,reset=-1)", "ef.reset"), ("ef(int4,when=1)", "ef.when"), ("ef(int4,3)", "compressor")):
+        with pytest.raises(InputError) as err:
+            compile_spec(text)
+        assert err.value.field == field
+
+
+def test_warmup_share_of_the_time_to_target():
+    recipe = Recipe(name="x", warmup=0.2)
+    steps, seconds = recipe_cost(recipe, 1.5, 1.0, 3.0)      # compressed 1 s at k=1.5, uncompressed 3 s
+    assert steps == pytest.approx(0.2 + 0.8 * 1.5)
+    assert seconds == pytest.approx(0.2 * 3.0 + 0.8 * 1.5 * 1.0)
+    assert recipe_cost(None, 1.5, 1.0, 3.0) == (1.5, 1.5)
+    assert recipe.warmup_steps(20) == 4 and recipe.warmup_steps(21) == 5 and Recipe(name="y").warmup_steps(9) == 0
+
+
+def test_server_feedback_makes_the_reduction_one_contraction():
+    e = compile_spec("ef(sign(block=2048))").error
+    two_hops = e * math.sqrt(2)                  # the step model's error of the two-phase all-reduce
+    combined = recipe_error(RECIPES["onebit-adam"], "dp", "ef(sign(block=2048))", two_hops)
+    assert combined == pytest.approx(math.sqrt(1 - (1 - e * e) ** 2)) and combined < two_hops
+    assert recipe_error(RECIPES["powersgd"], "dp", "ef(powersgd(rank=1))", 0.9) == 0.9   # no server side
+    assert recipe_error(None, "dp", "ef(sign)", two_hops) == two_hops
+
+
+def test_variance_and_synchronisation_schedules_follow_zoadam():
+    updates = [t for t, on in enumerate(variance_steps(50, 2), 1) if on]
+    assert updates == [1, 2, 4, 6, 8, 12, 16, 24, 32, 48]
+    syncs = [t for t, on in enumerate(sync_steps(12, 3, 4), 1) if on]
+    assert syncs == [1, 2, 3, 4, 6, 8, 12]
+    assert all(variance_steps(5, 0)) and all(sync_steps(5, 0, 16))
+
+
+def test_the_search_tries_the_presets_where_their_zero_stage_allows():
+    cands = parse_candidates(DEFAULT_CANDIDATES)
+    assert cands["presets"] == list(RECIPE_PRESETS)
+    admitted, _ = _admitted(DEFAULT_CANDIDATES, {a: 0.01 for a in ("dp", "tp", "pp", "zero", "ep", "ep_combine", "cp")})
+    assert admitted["presets"] == list(RECIPE_PRESETS)
+    spec = load_model("gpt3-1.3b")
+    plan = dict(tp=1, pp=1, dp=8, zero=0)
+    assert plan_policies(plan, {"dp": ["none"], "presets": list(RECIPE_PRESETS)}, spec)[1:] == list(RECIPE_PRESETS)
+    assert plan_policies({**plan, "zero": 1}, {"dp": ["none"], "presets": list(RECIPE_PRESETS)}, spec)[1:] == ["loco"]
+    assert plan_policies({**plan, "dp": 1}, {"dp": ["none"], "presets": list(RECIPE_PRESETS)}, spec) == ["none"]
+    with pytest.raises(InputError):
+        parse_candidates("presets=nosuch")
+
+
+def test_a_recipe_row_runs_its_warmup_at_the_uncompressed_step_time():
+    row = {"policy": "onebit-adam", "step_time_s": 1.0, "speedup_vs_same_plan_uncompressed": 3.0,
+           **{f"error_{a}": 0.0 for a in ("dp", "tp", "pp", "zero", "ep", "ep_combine", "cp")}}
+    row["error_dp"] = compile_spec("ef(sign(block=2048))").error * math.sqrt(2)
+    regime = Regime(1e6, "test")
+    add_accuracy_cost([row], regime, 1e6)
+    k = axis_inflation(recipe_error(RECIPES["onebit-adam"], "dp", "ef(sign(block=2048))", row["error_dp"]), True, 0.5)
+    assert row["steps_inflation"] == pytest.approx(0.15 + 0.85 * k)
+    assert row["effective_step_time_s"] == pytest.approx(0.15 * 3.0 + 0.85 * k * 1.0)
+
+
+def test_predict_and_compare_run_every_preset():
+    from perfmodel.explore.convergence import record_cost
+    from perfmodel.prediction import compare
+
+    records = compare("bert-large", "commodity-25g", ["none", *RECIPE_PRESETS], gpus=64, mbs=16, gbs=1024)
+    none = records[0]
+    for r in records[1:]:
+        assert r.step_time_s < none.step_time_s and r.error_estimate["dp"] > 0   # 25 GbE: dp-bound
+        cost = record_cost(r)
+        assert cost["warmup"] == RECIPES[r.policy].warmup
+        assert cost["steps_inflation"] == pytest.approx(RECIPES[r.policy].steps_inflation(cost["compressed_inflation"]))
+    onebit, zero_one = records[3], records[4]
+    assert onebit.step_time_s == zero_one.step_time_s                         # the same 1-bit wire
+    assert record_cost(onebit)["effective_step_time_s"] > record_cost(zero_one)["effective_step_time_s"]  # warm-up
+
+
+def test_catalog_lists_the_presets_with_their_sources(cli):
+    out = cli("perfmodel", "catalog", "policies", check_rc=0).stdout
+    for name in RECIPE_PRESETS:
+        assert name in out
+    assert "powerSGD_hook.py" in out and "zoadam.py" in out
+
+
+def test_a_bad_recipe_item_is_one_line_on_the_cli(cli):
+    proc = cli("perfmodel", "predict", "--model", "bert-large", "--cluster", "commodity-25g", "--gpus", "64",
+               "--policy", "onebit-adam,warmup=2", check_rc=2)
+    assert "policy.warmup=" in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
