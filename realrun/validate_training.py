@@ -41,7 +41,7 @@ plan, every policy).
 Routing imbalance (``ep2xdpNxdropless``, plan text ``tp1-pp1-dpN-ep2-dropless``: ``imbalance_plans``):
 the expert-parallel plan on the MoE model made dropless (``DROPLESS_MOE_MODEL``: no capacity, no
 padding), so each expert computes, and each dispatch and combine carries, what realrun's learned
-router sends it, unevenly (4 hosts, 7 steps: the busiest expert about 1.6 times its fair share).
+router sends it, unevenly (4 hosts, 7 steps: the busiest expert 1.8 times its fair share).
 The case's first run writes its routing histogram (``realrun train --routing-out``) into ``DIR``
 (``histogram_name``), over the steps its times are medians of (from ``WARMUP_STEPS`` on). It is
 predicted twice: first, with every other case, under ``balanced`` routing (the
@@ -256,6 +256,8 @@ def measure(cases: list[TrainCase], runner, steps: int, repeats: int = REPEATS, 
                   f"{case.bandwidth / MBIT:g} Mbit/s, run {r + 1}/{repeats}", file=sys.stderr, flush=True)
             routing_out = (os.path.abspath(os.path.join(routing_dir, histogram_name(case)))
                            if case.dropless and r == 0 and routing_dir is not None else None)
+            if routing_out and os.path.exists(routing_out):
+                os.remove(routing_out)   # an earlier validation's: never read as this run's
             out.setdefault(case, []).append(runner.train(case.config(steps, routing_out)))
     finally:
         runner.restore()
@@ -452,10 +454,16 @@ def _measured(where: str, m: dict, column: str) -> float | None:
     return tables.number(where, m, column, required=False, positive=False)
 
 
+PLAN_TEXT = "tpT-ppP-dpD[-epE][-cpC][-zeroZ][-dropless] as validate --training writes it"
+
+
 def _case_of(text: str, policy: str, bandwidth: int) -> TrainCase:
     """The case of ``TrainCase.plan``'s text (a routing-imbalance case's ends in ``-dropless``)."""
     dropless = text.endswith(f"-{DROPLESS}")
-    degrees, zero = _plan_of(text.removesuffix(f"-{DROPLESS}"))
+    try:
+        degrees, zero = _plan_of(text.removesuffix(f"-{DROPLESS}"))
+    except InputError:
+        raise InputError("plan", text, PLAN_TEXT) from None
     return TrainCase(degrees, zero, policy, bandwidth, dropless=dropless)
 
 
@@ -463,7 +471,7 @@ def _plan_of(text: str) -> tuple[Degrees, int]:
     """(degrees, zero) of ``TrainCase.plan``'s text."""
     found = re.fullmatch(r"tp(\d+)-pp(\d+)-dp(\d+)(?:-ep(\d+))?(?:-cp(\d+))?(?:-zero(\d))?", text)
     if not found:
-        raise InputError("plan", text, "tpT-ppP-dpD[-epE][-cpC][-zeroZ] as validate --training writes it")
+        raise InputError("plan", text, PLAN_TEXT)
     return (Degrees(tp=int(found[1]), pp=int(found[2]), dp=int(found[3]), ep=int(found[4] or 1),
                     cp=int(found[5] or 1)), int(found[6] or 0))
 

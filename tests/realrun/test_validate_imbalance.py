@@ -148,8 +148,18 @@ def test_the_case_is_predicted_with_its_first_runs_histogram_and_balanced(tmp_pa
 
 
 def test_a_run_that_writes_no_histogram_is_one_line(tmp_path):
+    """Not even an earlier validation's file in the folder stands in for the run's histogram."""
+    (tmp_path / "out").mkdir()
+    _histogram(tmp_path / "out" / histogram_name(_case()), EVEN)
     with pytest.raises(InputError, match="routing.*did not write"):
         _validated(tmp_path, HistogramTrainer(write=False), repeats=1)
+
+
+def test_a_stored_plan_text_that_is_no_case_is_one_line():
+    with pytest.raises(InputError, match="dropless"):
+        _case_of("tp1-pp1-dp4-dropless", "none", 100 * MBIT)   # no expert parallelism
+    with pytest.raises(InputError, match=r"plan='tp1-pp1-dpX-dropless'.*\[-dropless\]"):
+        _case_of("tp1-pp1-dpX-dropless", "none", 100 * MBIT)
 
 
 def test_a_stored_case_is_predicted_again_with_its_histogram(tmp_path, cli):
