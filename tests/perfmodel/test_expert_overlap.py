@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from perfmodel import predict
-from perfmodel.calibration.bridge import _ep_overlap
+from perfmodel.calibration.bridge import recipe, recipe_plan
 from perfmodel.calibration.published import row_plan
 from perfmodel.step import expert_overlap
 from perfmodel.step.timing import StageTime
@@ -143,10 +143,13 @@ def test_cli_flags(capsys):
 
 
 def test_bridge_rows_take_their_recipes_overlap():
-    assert _ep_overlap("DeepSeekV3", "DGX-GB200", "mxfp8", "26.08") == ("batch", "hybridep")
-    assert _ep_overlap("DeepSeekV3", "DGX-GB200", "mxfp8", "26.04.01") == ("none", "nccl")
-    assert _ep_overlap("DeepSeekV3 (dropless)", "DGX-H100", "fp8-tensorwise", "25.09") == ("batch", "deepep")
-    assert _ep_overlap("Qwen3_30B_a3B", "DGX-GB200", "mxfp8", "26.08") == ("none", "nccl")
+    def overlap(*key):       # (container, model, system, precision) as the table names them
+        plan = recipe_plan(recipe(*key))
+        return plan["ep_overlap"], plan["ep_kernels"]
+    assert overlap("26.08", "DeepSeekV3", "DGX-GB200", "MXFP8") == ("batch", "hybridep")
+    assert overlap("26.04.01", "DeepSeekV3", "DGX-GB200", "MXFP8") == ("none", "hybridep")
+    assert overlap("25.09", "DeepSeekV3 (dropless)", "DGX-H100", "") == ("batch", "deepep")
+    assert overlap("26.08", "Qwen3_30B_a3B", "DGX-GB200", "MXFP8") == ("batch", "hybridep")
     row = dict(precision="mxfp8", tp="1", pp="4", dp="64", cp="1", ep="64", mbs="1", gbs="4096", seq_len="4096",
                recompute="none", sequence_parallel="False", tp_overlap="False", dp_overlap="", ep_overlap="batch",
                ep_kernels="hybridep")
