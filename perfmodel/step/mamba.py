@@ -30,11 +30,14 @@ attention's full s x s.
 Cost model of the scan (``ssd_s``): its products are batched GEMMs over every chunk and head of the microbatch, one
 Triton grid each, so each is priced as one GEMM of its aggregate shape at the device's cube-root efficiency
 table (``Device.table_gemm_time_s``, what flash attention's batched products use), never faster than the traffic
-it must move at the streaming bandwidth: the layer's x, B, C, dt read and y written (2 bytes an element), and the
-chunk states written and read back by the state-passing and output kernels (``STATE_PASSES`` passes of
-n_heads x head_dim x d_state elements a chunk, in the activations' dtype: Megatron's
-``mamba_training_ssm_states_dtype`` defaults to it). Backward costs twice the forward (as fused attention's:
-``perfmodel.step.compute``), the conv1d rerun inside it (the fused function recomputes its output).
+it must move at the streaming bandwidth: the layer's x, B, C, dt read and y written (2 bytes an element), the chunk
+states (n_heads x head_dim x d_state elements a chunk: ``_chunk_state_fwd`` writes them in fp32, ``_state_passing_fwd``
+reads them and writes them in the activations' dtype, ``_chunk_scan_fwd`` reads those: ``STATE_BYTES`` an element)
+and ``C B^T`` (Q x Q a chunk and group, written by ``_bmm_chunk_fwd`` in fp32 and read back: ``CB_BYTES``)
+(mamba_ssm/ops/triton/ssd_combined.py, ``_mamba_chunk_scan_combined_fwd``). Backward (``_mamba_chunk_scan_combined_bwd``)
+first recomputes the forward's cumulative sums, ``C B^T``, the chunk states and their passing, then runs the
+gradients' products: ``SSD_BACKWARD_PASSES`` forwards' worth (a recompute and two, as a GEMM's dgrad and wgrad),
+the conv1d rerun inside it (the fused function recomputes its output).
 
 Memory-bound work beside the scan: the conv1d reads and writes its channels, the gated norm
 reads y and writes its output, and the residual add: what the layer keeps (``kept_bytes``) moved once each way,
@@ -64,9 +67,13 @@ if TYPE_CHECKING:
 # mamba_state_dim 128, mamba_head_dim 64, mamba_num_groups 8, mamba_num_heads None)
 DEFAULTS = {"mamba_state_dim": 128, "mamba_head_dim": 64, "mamba_num_heads": 0, "mamba_num_groups": 8,
             "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 128}
-# Passes over the chunk states in the scan: chunk_state writes them, state_passing reads and rewrites them,
-# chunk_scan reads them (mamba_ssm/ops/triton/ssd_combined.py, _mamba_chunk_scan_combined_fwd)
-STATE_PASSES = 4
+# Bytes an element of the chunk states moves in the scan's forward: chunk_state writes it in fp32 (states_in_fp32),
+# state_passing reads it and writes it in the activations' dtype (out_dtype C.dtype), chunk_scan reads that: 4 + 4 +
+# 2 + 2; C B^T's elements are written in fp32 by bmm_chunk and read by chunk_scan: 4 + 4
+# (mamba_ssm/ops/triton/ssd_combined.py, _mamba_chunk_scan_combined_fwd)
+STATE_BYTES, CB_BYTES = 12, 8
+# The backward in forwards' worth: the forward's states recomputed (1) and the gradients' products (2)
+SSD_BACKWARD_PASSES = 3
 # Kernels of the combined scan's forward: chunk_cumsum, the conv1d, chunk_state, state_passing, bmm_chunk (C B^T)
 # and chunk_scan (the same file); backward runs two per forward one, as every kernel here
 SCAN_KERNELS = 6
@@ -132,11 +139,12 @@ def ssd_products(model: ModelSpec, plan: ParallelPlan) -> list[tuple[float, floa
 
 
 def ssd_traffic_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Bytes the scan's forward must move on one GPU: x, B, C and dt read, y written (2 bytes each), and the chunk
-    states ``STATE_PASSES`` times."""
-    T, tp = plan.local_seq * plan.mbs, plan.tp
-    states = T / model.mamba_chunk_size * heads(model) * model.mamba_head_dim * model.mamba_state_dim
-    return 2.0 * T * (conv_channels(model) + heads(model) + inner(model)) / tp + 2.0 * STATE_PASSES * states / tp
+    """Bytes the scan's forward must move on one GPU: x, B, C and dt read, y written (2 bytes each), the chunk
+    states (``STATE_BYTES`` an element) and C B^T (``CB_BYTES``)."""
+    T, tp, q = plan.local_seq * plan.mbs, plan.tp, model.mamba_chunk_size
+    states = T / q * heads(model) * model.mamba_head_dim * model.mamba_state_dim
+    cb = T * q * model.mamba_num_groups
+    return (2.0 * T * (conv_channels(model) + heads(model) + inner(model)) + STATE_BYTES * states + CB_BYTES * cb) / tp
 
 
 def ssd_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, float, float]:
@@ -145,7 +153,7 @@ def ssd_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, flo
     products = sum(dev.table_gemm_time_s(m, n, k, dt) for m, n, k in ssd_products(model, plan))
     fwd = max(products, ssd_traffic_bytes(model, plan) / dev.stream_Bps)
     flops = plan.local_seq * plan.mbs * ssd_flops_per_token(model) / plan.tp
-    return fwd, 2.0 * fwd, flops
+    return fwd, SSD_BACKWARD_PASSES * fwd, flops
 
 
 def kernels() -> dict[str, int]:

@@ -86,7 +86,9 @@ def test_the_scan_is_priced_as_batched_gemms_never_faster_than_its_traffic():
     plan = make_plan(m, 8, ep=8, etp=1, mbs=4, gbs=512, seq=8192, precision="mxfp8")
     fwd, bwd, flops = mamba.ssd_s(m, plan, dev)
     products = sum(dev.table_gemm_time_s(a, b, c, "bf16") for a, b, c in mamba.ssd_products(m, plan))
-    assert fwd == max(products, mamba.ssd_traffic_bytes(m, plan) / dev.stream_Bps) and bwd == 2 * fwd
+    assert fwd == max(products, mamba.ssd_traffic_bytes(m, plan) / dev.stream_Bps) and bwd == 3 * fwd
+    tokens, states = 4 * 8192, 4 * 8192 / 128 * 64 * 64 * 128       # x B C dt y, the chunk states, C B^T
+    assert mamba.ssd_traffic_bytes(m, plan) == 2 * tokens * (6144 + 64 + 4096) + 12 * states + 8 * tokens * 128 * 8
     assert flops == 4 * 8192 * mamba.ssd_flops_per_token(m)
     # the products' FLOPs are the counted ones
     assert sum(2 * a * b * c for a, b, c in mamba.ssd_products(m, plan)) == pytest.approx(flops)
