@@ -72,6 +72,18 @@ pipeline stage (``mtp_on_this_rank``), so ``stage_layer_params`` counts it with 
 model; ``params`` and ``active_params`` include it (the published counts of DeepSeek-V3, 671B and 37B,
 do not: the catalog model has none, ``deepseek-v3:mtp_layers=1`` has its module).
 
+Hybrid models (the optional keys of ``HYBRID_KEYS``; docs/predict.md, Hybrid layer patterns) stack layers of one
+mixer each, as Megatron-Core's hybrid stack builds them: ``hybrid_layer_pattern`` has a symbol a layer
+(``HYBRID_SYMBOLS``: ``M`` a Mamba-2 mixer, ``*`` attention, ``-`` an MLP, ``E`` a MoE MLP, each with its own norm),
+its ``E`` layers the MoE layers; the Mamba-2 mixer's shape is Megatron's ``mamba_*`` keys, its parameters, scan FLOPs
+and kept activations ``perfmodel.step.mamba``'s. A layer's parameters, FLOPs and kept bytes are its mixer's
+(``hybrid_layer_params``, ``hybrid_kept_bytes``), the model's their sum over the pattern, plus three passes of every
+Mamba layer's SSD scan in the model FLOPs. ``moe_latent_size`` (LatentMoE, Megatron-Core's ``moe_latent_size``)
+runs the routed experts on tokens that wide, projected from and back to the hidden size (``latent_params``); the
+shared experts stay on the hidden size. ``activation = "relu2"`` is squared ReLU (no gate). ``mtp_use_repeated_layer``
+runs every multi-token-prediction depth on one module's weights (``mtp_copies``): the parameters hold one module,
+the FLOPs every depth.
+
 A model name may carry changed keys, ``NAME:key=value,...`` (``deepseek-v3:mtp_layers=1``,
 ``qwen3-30b-a3b:moe_capacity_factor=1,moe_pad_to_capacity=true``), each value a TOML value, the
 result validated as a model file is.
@@ -217,8 +229,9 @@ class ModelSpec:
         """Multi-head or grouped-query attention of hidden_size / num_heads-wide heads, every layer at full
         attention and an MLP (gelu or swiglu, experts of hidden_size input), no multi-token prediction, no hybrid
         layer pattern: the layers realrun.train.model builds."""
-        return not self.is_mla and self.q_width == self.hidden_size and not self.sliding_window and not self.mtp_layers \
-            and not self.is_hybrid and self.activation != "relu2" and not self.moe_latent_size
+        mlp = self.activation != "relu2" and not self.moe_latent_size
+        return not self.is_mla and self.q_width == self.hidden_size and not self.sliding_window \
+            and not self.mtp_layers and not self.is_hybrid and mlp
 
     @property
     def is_hybrid(self) -> bool:

@@ -78,7 +78,8 @@ def test_the_ssd_scan_flops_by_hand_and_in_the_model_flops():
     assert mamba.ssd_flops_per_token(m) == 2 * q * n * 8 + 64 * (2 * q * p + 4 * n * p)
     s = 8192
     attention = 6 * m.attention_flops_per_token(s)
-    assert m.model_flops_per_token(s) == pytest.approx(6 * m.active_params + 3 * (attention + 23 * mamba.ssd_flops_per_token(m)))
+    scan = 23 * mamba.ssd_flops_per_token(m)
+    assert m.model_flops_per_token(s) == pytest.approx(6 * m.active_params + 3 * (attention + scan))
 
 
 def test_the_scan_is_priced_as_batched_gemms_never_faster_than_its_traffic():
@@ -213,6 +214,7 @@ def test_the_cli_predicts_a_nemotron_row_and_refuses_a_tp_the_mixer_cannot_split
              "--precision", "mxfp8", "--framework", "nemo", "--zero", "1", "--grad-dtype", "bf16")
     assert ok.returncode == 0 and "nemotron-3-super" in ok.stdout, ok.stderr
     bad = cli("perfmodel", "predict", "--model", "nemotron-3-nano:mamba_num_groups=1", "--cluster", "dgx-h100",
-              "--gpus", "8", "--tp", "2", "--ep", "4", "--etp", "1", "--gbs", "64", "--sequence-parallel", "--allow-oom")
+              "--gpus", "8", "--tp", "2", "--ep", "4", "--etp", "1", "--gbs", "64", "--sequence-parallel",
+              "--allow-oom")
     err = bad.stderr.strip()
     assert bad.returncode == 2 and len(err.splitlines()) == 1 and "mamba_num_groups" in err, err
