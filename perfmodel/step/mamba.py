@@ -35,9 +35,9 @@ states (n_heads x head_dim x d_state elements a chunk: ``_chunk_state_fwd`` writ
 reads them and writes them in the activations' dtype, ``_chunk_scan_fwd`` reads those: ``STATE_BYTES`` an element)
 and ``C B^T`` (Q x Q a chunk and group, written by ``_bmm_chunk_fwd`` in fp32 and read back: ``CB_BYTES``)
 (mamba_ssm/ops/triton/ssd_combined.py, ``_mamba_chunk_scan_combined_fwd``). Backward
-(``_mamba_chunk_scan_combined_bwd``) first recomputes the forward's cumulative sums, ``C B^T``, the chunk states and their passing, then runs the
-gradients' products: ``SSD_BACKWARD_PASSES`` forwards' worth (a recompute and two, as a GEMM's dgrad and wgrad),
-the conv1d rerun inside it (the fused function recomputes its output).
+(``_mamba_chunk_scan_combined_bwd``) first recomputes the forward's cumulative sums, ``C B^T``, the chunk states and
+their passing, then runs the gradients' products: ``SSD_BACKWARD_PASSES`` forwards' worth (a recompute and two, as a
+GEMM's dgrad and wgrad), the conv1d rerun inside it (the fused function recomputes its output).
 
 Memory-bound work beside the scan: the conv1d reads and writes its channels, the gated norm
 reads y and writes its output, and the residual add: what the layer keeps (``kept_bytes``) moved once each way,
