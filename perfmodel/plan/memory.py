@@ -29,13 +29,14 @@ attention keeps in bf16 for its own backward, is saved a second time, quantized
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from perfmodel.axes import AXES
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.parallel import ParallelPlan
 from perfmodel.plan.precision import recipe
-from perfmodel.plan.recompute import dropped_bytes
+from perfmodel.plan.recompute import NORMS, dropped_bytes
 from perfmodel.plan.routing import loaded
 from perfmodel.step import mamba
 from perfmodel.workload import ModelSpec
@@ -177,18 +178,39 @@ def _activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int, 
 
 def _hybrid_activations(model: ModelSpec, plan: ParallelPlan, layers: int, start: int) -> float:
     """Bytes one microbatch of a hybrid model's stage keeps for backward: each of its layers its symbol's
-    (``ModelSpec.hybrid_activation_bytes``; selective recompute drops the attention layers' softmax statistics,
-    the default ``core_attn``: other named modules are not taken off a hybrid model's layers), a low
-    precision's layers ``low_precision_activation_delta`` more."""
-    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, plan.recompute)
+    (``ModelSpec.hybrid_activation_bytes``; under selective recompute less what the named modules drop from it,
+    ``_hybrid_dropped``), a low precision's layers ``low_precision_activation_delta`` more."""
+    selective = plan.recompute == "selective"
+    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel, "none" if selective else plan.recompute)
     kinds = {k: n for k, n in model.kinds_in(start, layers).items() if n}
-    kept = sum(n * model.hybrid_activation_bytes(k, *args) for k, n in kinds.items())
     rec = recipe(plan.precision)
+    stored = rec.stored_bytes("activation") if rec.is_low else 2.0
+    kept = sum(n * (model.hybrid_activation_bytes(k, *args) - selective * _hybrid_dropped(model, plan, k, stored))
+               for k, n in kinds.items())
     if rec.is_low and layers:
         first, last = start == 0, start + layers >= model.num_layers
         low = (layers - rec.high_layers(layers, first, last)) / layers
         kept += low * sum(n * low_precision_activation_delta(model, plan, k == "E", k) for k, n in kinds.items())
     return kept
+
+
+def _hybrid_dropped(model: ModelSpec, plan: ParallelPlan, symbol: str, stored: float) -> float:
+    """Bytes a hybrid model's layer of ``symbol`` no longer keeps under the plan's named modules, each as
+    ``perfmodel.plan.recompute.dropped_bytes`` counts it, on a layer of one mixer and one norm: ``core_attn`` an
+    attention layer's softmax statistics, ``layernorm`` its norm's input (one of a transformer layer's ``NORMS``),
+    ``moe_act`` a MoE layer's experts' activation inputs, ``mlp`` an MLP layer's."""
+    mods, moe = plan.recompute_modules, symbol == "E"
+
+    def one(module: str) -> float:
+        return dropped_bytes(model, replace(plan, recompute_modules=(module,)), moe, stored)
+    args = (plan.mbs, plan.local_seq, plan.tp, plan.sequence_parallel)
+    out = one("layernorm") / NORMS if "layernorm" in mods else 0.0
+    if "core_attn" in mods and symbol == "*":
+        attention = model.hybrid_activation_bytes
+        out += attention("*", *args, "none") - attention("*", *args, "selective")
+    if ("moe_act" in mods and moe) or ("mlp" in mods and symbol == "-"):
+        out += one("moe_act" if moe else "mlp")
+    return out
 
 
 def low_precision_activation_delta(model: ModelSpec, plan: ParallelPlan, moe: bool = False, symbol: str = "") -> float:

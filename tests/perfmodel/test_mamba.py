@@ -152,6 +152,20 @@ def test_activation_memory_sums_the_pattern():
     assert stage_params(m, plan, 52, True, True) == pytest.approx(m.params - routed + routed / 8)
 
 
+def test_named_recompute_modules_drop_from_the_layers_that_have_them():
+    """moe_act drops the E layers' experts' activation inputs, layernorm each layer's one norm input, core_attn the
+    attention layers' softmax statistics (perfmodel.plan.recompute.dropped_bytes, on layers of one mixer)."""
+    m = load_model(NANO)
+    kw = dict(ep=8, etp=1, mbs=1, gbs=64, seq=8192)
+    none = memory_per_gpu(m, make_plan(m, 8, **kw), 0, 52)["activations"]
+    act = memory_per_gpu(m, make_plan(m, 8, recompute="selective", recompute_modules="moe_act", **kw), 0, 52)
+    norm = memory_per_gpu(m, make_plan(m, 8, recompute="selective", recompute_modules="layernorm", **kw), 0, 52)
+    attn = memory_per_gpu(m, make_plan(m, 8, recompute="selective", **kw), 0, 52)
+    assert none - act["activations"] == pytest.approx(23 * 8192 * m.expert_copies * 1856 * 2)
+    assert none - norm["activations"] == pytest.approx(52 * 8192 * 2688 * 2)
+    assert none - attn["activations"] == pytest.approx(6 * 4 * 32 * 8192)
+
+
 def test_latent_moe_experts_run_on_the_latent_width():
     """Super (--moe-latent-size 1024): experts 1024 -> 2688 -> 1024, the projections 4096 <-> 1024 duplicated,
     the shared experts on the full width; the routed GEMMs take latent-wide rows."""
