@@ -70,6 +70,7 @@ class StageCompute:
     attention_bwd_s: float = 0.0  # the backward's (recompute not included): fused twice the forward's
     host_fwd_s: float = 0.0      # host seconds to issue the forward's kernels (0: not modelled)
     host_bwd_s: float = 0.0      # host seconds to issue the backward's kernels, recompute included
+    moe_split: tuple = ()        # the stage's MoE layers: (count, attention fwd, MLP fwd, attention bwd, MLP bwd) s
 
 
 # Kernels of one layer's forward in Megatron-LM with its fused kernels: per GEMM of
@@ -470,6 +471,9 @@ class LayerTimes(NamedTuple):
     attention_flops: float = 0.0    # of flops: attention's scores and values (what selective recompute reruns)
     scan_fwd: float = 0.0      # a Mamba layer's SSD scan (perfmodel.step.mamba.ssd_s), its kernels' fixed time in
     scan_bwd: float = 0.0      # its backward's
+    moe: float = 0.0           # 1 for a MoE layer (a count when summed over a stage's layers)
+    attention_block_fwd: float = 0.0   # of a MoE layer's forward: its attention GEMMs and scores and values
+    attention_block_bwd: float = 0.0   # of its backward (perfmodel.step.expert_overlap's segments)
 
 
 def _kept_bytes(model: ModelSpec, plan: ParallelPlan, symbol: str, moe: bool = False) -> float:
@@ -508,7 +512,9 @@ def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe, s
     hybrid model's MoE layer (``E``) its MLP alone."""
     attention = [] if symbol else [(m, n, k, 1) for m, n, k in attention_gemms(model, plan)]
     router, *dense = moe_gemms(model, plan)[:-2]
-    gemm, gemm_bwd = _gemm_times(attention + dense, plan, dev, rec)
+    block, block_bwd = _gemm_times(attention, plan, dev, rec)
+    gemm, gemm_bwd = _gemm_times(dense, plan, dev, rec)
+    gemm, gemm_bwd = gemm + block, gemm_bwd + block_bwd
     routed, routed_bwd = _expert_times(model, plan, dev, rec)
     gemm += dev.gemm_time_s(*router[:3], plan.compute_dtype) + routed
     gemm_bwd += 2 * dev.gemm_time_s(*router[:3], plan.compute_dtype) + routed_bwd
@@ -520,7 +526,8 @@ def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe, s
     memory = (2.0 * kept + permute_bytes(model, plan) + router_bytes(model, plan)) / dev.stream_Bps + launch_memory
     q = quantize_s(model, plan, dev, rec, moe=True, symbol=symbol)
     return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q,
-                      attention_flops=flops_attn)
+                      attention_flops=flops_attn, moe=1.0, attention_block_fwd=block + attn + launch_attn,
+                      attention_block_bwd=block_bwd + attn_bwd + 2 * launch_attn)
 
 
 def _mamba_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
@@ -766,7 +773,21 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     return StageCompute(fwd_s=fwd, bwd_s=bwd, recompute_s=recompute, hardware_flops=hw_flops, gemm_s=gemm_s,
                         attention_s=attention_s, memory_bound_s=fwd + bwd - gemm_s - attention_s,
                         attention_fwd_s=total(lambda x: x.attention_fwd),
-                        attention_bwd_s=total(lambda x: x.attention_bwd), host_fwd_s=host_fwd, host_bwd_s=host_bwd)
+                        attention_bwd_s=total(lambda x: x.attention_bwd), host_fwd_s=host_fwd, host_bwd_s=host_bwd,
+                        moe_split=_moe_split(groups))
+
+
+def _moe_split(groups: list) -> tuple:
+    """(count, attention fwd, MLP fwd, attention bwd, MLP bwd) seconds of a stage's MoE layers per microbatch
+    (``StageCompute.moe_split``: the compute each segment of Megatron-Core's expert overlap hides behind); ()
+    without MoE layers."""
+    moe = [(n, x) for n, x in groups if x.moe]
+    if not moe:
+        return ()
+    fwd = sum(n * (x.gemm_fwd + x.attention_fwd + x.scan_fwd + x.memory_fwd + x.quantize_fwd) for n, x in moe)
+    bwd = sum(n * (x.gemm_bwd + x.attention_bwd + x.scan_bwd + 2 * x.memory_fwd + x.quantize_bwd) for n, x in moe)
+    att_fwd, att_bwd = (sum(n * getattr(x, f) for n, x in moe) for f in ("attention_block_fwd", "attention_block_bwd"))
+    return sum(n for n, _ in moe), att_fwd, fwd - att_fwd, att_bwd, bwd - att_bwd
 
 
 def _modules_rerun(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, moe_layers: int) -> Rerun:
