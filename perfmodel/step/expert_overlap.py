@@ -18,11 +18,16 @@ Three schedules (``ParallelPlan.ep_overlap``):
   (``transformer/transformer_config.py`` asserts virtual stages where pp > 1); the plan refuses the rest.
   Per layer the pair is three segments on two streams (``models/common/model_chunk_schedule_plan.py``:
   comm ``combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd`` against compute ``attention_fwd |
-  mlp_bwd, mlp_bwd_dw, mlp_fwd | attention_bwd``); ``hidden_per_pair`` bounds it by the pair's totals
-  (each segment's own balance is not modelled: an upper bound on what hides). Megatron-LM @ d98e8a64dd.
+  mlp_bwd, mlp_bwd_dw, mlp_fwd | attention_bwd``), and each segment hides its own all-to-alls up to its
+  own compute (``segment_hidden``: a combine longer than the attention beside it stays exposed however
+  long the experts' GEMMs are), from the stage's MoE layers' split (``StageCompute.moe_split``: the
+  attention block, GEMMs and scores, against the rest of the layer) and the all-to-alls' split between
+  dispatch and combine (their seconds on the stage). Megatron-LM @ d98e8a64dd.
 * ``dualpipe``: DeepSeek's DualPipe (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.1):
   micro-batches fed from both ends of the pipeline, every forward chunk paired with a backward
-  chunk (all of them: the pairing above with fraction 1), the pipeline's bubble the report's Table 2
+  chunk (all of them: the pairing above with fraction 1, each pair hiding up to its totals,
+  ``hidden_per_pair``: the report rearranges the chunk's components so that "both all-to-all and PP
+  communication can be fully hidden"), the pipeline's bubble the report's Table 2
   ``(PP/2 - 1)(F&B + B - 3W)`` (``F&B`` a paired forward and backward, ``B`` a backward, ``W`` its
   weight-gradient part: half the backward's GEMM seconds, wgrad and dgrad GEMMs having the same
   FLOPs), and Table 2's memory: two copies of the parameters, ``PP + 1`` micro-batches of
@@ -95,6 +100,32 @@ def hidden_per_pair(ep_fwd: float, ep_bwd: float, compute_fwd: float, compute_bw
     return (hidden * ep_fwd / total, hidden * ep_bwd / total) if total > 0 else (0.0, 0.0)
 
 
+def segment_hidden(split: tuple, ep_fwd: float, ep_bwd: float, dispatch_share: float) -> tuple[float, float]:
+    """(forward's, backward's) all-to-all seconds one Megatron-Core forward-backward pair hides, segment by
+    segment (module doc): per MoE layer the backward's combine behind the forward's attention block, both
+    dispatches behind both MLPs, the forward's combine behind the backward's attention block; ``split`` is
+    ``StageCompute.moe_split`` and ``dispatch_share`` the dispatch's part of each direction's seconds."""
+    n, att_fwd, mlp_fwd, att_bwd, mlp_bwd = split
+    total = ep_fwd + ep_bwd
+    if n <= 0 or total <= 0:
+        return 0.0, 0.0
+    d_fwd, c_fwd = ep_fwd * dispatch_share / n, ep_fwd * (1 - dispatch_share) / n
+    d_bwd, c_bwd = ep_bwd * dispatch_share / n, ep_bwd * (1 - dispatch_share) / n
+    per_layer = min(c_bwd, att_fwd / n) + min(d_fwd + d_bwd, (mlp_fwd + mlp_bwd) / n) + min(c_fwd, att_bwd / n)
+    hidden = n * per_layer
+    return hidden * ep_fwd / total, hidden * ep_bwd / total
+
+
+def _pair_hidden(st, sc, plan) -> tuple[float, float]:
+    """A pair's hidden seconds: by segments under ``batch`` where the stage has MoE layers, by the pair's totals
+    under ``dualpipe``."""
+    if plan.ep_overlap == "batch" and sc.moe_split:
+        dispatch, combine = st.comm("ep"), st.comm("ep_combine")
+        share = dispatch / (dispatch + combine) if dispatch + combine > 0 else 0.5
+        return segment_hidden(sc.moe_split, st.ep_fwd, st.ep_bwd, share)
+    return hidden_per_pair(st.ep_fwd, st.ep_bwd, sc.fwd_s, sc.bwd_s)
+
+
 def apply(st, sc, plan, stage: int, dev, overlap_slowdown: float):
     """``st`` (a StageTime whose ``ep_fwd``/``ep_bwd`` hold its operations' all-to-all seconds, kernels
     included) with the plan's overlap: per operation the average hidden seconds (paired fraction x a
@@ -105,7 +136,7 @@ def apply(st, sc, plan, stage: int, dev, overlap_slowdown: float):
     total = st.ep_fwd + st.ep_bwd
     if f <= 0.0 or total <= 0.0:
         return st
-    h_fwd, h_bwd = hidden_per_pair(st.ep_fwd, st.ep_bwd, sc.fwd_s, sc.bwd_s)
+    h_fwd, h_bwd = _pair_hidden(st, sc, plan)
     hidden_fwd, hidden_bwd = f * h_fwd, f * h_bwd
     tax = sm_tax(plan.ep_kernels, dev, overlap_slowdown)
     st = replace(st, comm_s=dict(st.comm_s))

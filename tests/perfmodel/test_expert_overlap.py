@@ -185,3 +185,25 @@ def test_every_ep_kernels_name_the_plan_takes_has_its_sm_count():
     from perfmodel.step.expert_overlap import KERNEL_SMS
 
     assert set(KERNEL_SMS) == set(EP_KERNELS)
+
+
+def test_segments_hide_each_all_to_all_behind_its_own_compute():
+    from perfmodel.step.expert_overlap import segment_hidden
+    # one layer: attention 1 s each way, MLP 4 s each way; dispatch and combine 1 s each way: all hidden
+    assert segment_hidden((1, 1.0, 4.0, 1.0, 4.0), 2.0, 2.0, 0.5) == pytest.approx((2.0, 2.0))
+    # combines of 3 s against 1 s of attention: 2 s of each stay exposed, whatever the MLP's seconds
+    h_fwd, h_bwd = segment_hidden((1, 1.0, 40.0, 1.0, 40.0), 4.0, 4.0, 0.25)
+    assert h_fwd + h_bwd == pytest.approx(8.0 - 4.0)
+    # per layer: two layers with the stage's totals hide what one layer of half of everything hides, twice
+    one = sum(segment_hidden((1, 0.5, 1.0, 0.5, 1.0), 1.5, 1.0, 0.4))
+    two = sum(segment_hidden((2, 1.0, 2.0, 1.0, 2.0), 3.0, 2.0, 0.4))
+    assert two == pytest.approx(2 * one)
+    assert segment_hidden((0, 0, 0, 0, 0), 1.0, 1.0, 0.5) == (0.0, 0.0)
+
+
+def test_batch_overlap_hides_no_more_than_the_pairs_totals():
+    kw = dict(gpus=64, pp=2, ep=8, zero=1, recompute="full", gbs=256, schedule="interleaved:2")
+    none = predict("mixtral-8x7b", "dgx-h100", **kw)
+    batch = predict("mixtral-8x7b", "dgx-h100", **kw, ep_overlap="batch")
+    assert batch.step_time_s < none.step_time_s
+    assert batch.breakdown["ep_comm_s"] > 0          # the combines longer than the attention beside them
