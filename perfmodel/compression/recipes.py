@@ -60,7 +60,8 @@ class Recipe:
     local_step_scaler: int = 0        # 0/1 Adam: steps per doubling of the synchronisation interval (0: every step)
     local_step_clipper: int = 1       # 0/1 Adam: the largest synchronisation interval
     var_freeze: float = 1.0           # 0/1 Adam: share of the run after which the variance is frozen (1: never)
-    error_state_bytes: float = 0.0    # bytes per parameter of error-feedback state (worker and server)
+    worker_state_bytes: float = 0.0   # bytes per parameter every worker keeps (its error; 0/1 Adam's accumulator)
+    server_state_bytes: float = 0.0   # bytes per parameter of the server's error, kept for its 1/dp chunk
     zero_stages: tuple = (0, 1, 2, 3)  # the ZeRO stages its reference runs under
     source: str = ""
 
@@ -76,6 +77,11 @@ class Recipe:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1 << 30:
                 raise InputError(f"policy.{name}", value, f"an integer from {low} to 2^30")
+
+    def state_bytes(self, dp: int) -> float:
+        """Bytes per parameter of the recipe's state on one GPU of a dp group of ``dp``: the worker's
+        whole, the server's for its chunk (what ``perfmodel.plan.memory`` is to charge)."""
+        return self.worker_state_bytes + self.server_state_bytes / max(dp, 1)
 
     def check_zero(self, zero: int) -> None:
         """Refuse a ZeRO stage its reference does not run (one line naming why)."""
@@ -110,26 +116,28 @@ class Recipe:
         return replace(self, **out)
 
 
-# bytes per parameter of error state: fp32 worker error (4) and the server's chunk (4 / dp, counted
-# whole: an upper bound); LoCo: an int8 worker error and its int8 server chunk, one fp32 scale per 256.
-_FP32_WORKER_AND_SERVER = 8.0
-_INT8_WORKER_AND_SERVER = 2.0 * (1 + 4 / 256)
+# bytes per parameter of error state: DeepSpeed's fp32 worker_error (corrected_tensor_size) and
+# server_error (server_chunk_size = corrected_tensor_size / dp); LoCo's int8 errors with one fp32 scale
+# per 256 values (realrun's ErrorFeedbackTransform.STATE_BLOCK; DeepSpeed's groups are a row or a column)
+_FP32 = 4.0
+_INT8 = 1 + 4 / 256
 
 RECIPES = {
     "powersgd": Recipe(name="powersgd", warmup=0.10, server_feedback=False,
-                       error_state_bytes=4.0, zero_stages=(0,),
+                       worker_state_bytes=_FP32, zero_stages=(0,),
                        source="PyTorch powerSGD_hook.py PowerSGDState: matrix_approximation_rank=1, "
                               "use_error_feedback, warm_start, start_powerSGD_iter (10% of the steps, its docstring)"),
-    "loco": Recipe(name="loco", error_state_bytes=_INT8_WORKER_AND_SERVER,
+    "loco": Recipe(name="loco", worker_state_bytes=_INT8, server_state_bytes=_INT8,
                    source="DeepSpeed coalesced_collectives.py all_to_all_loco_quant_reduce: int4, "
                           "err_beta=0.8, reset_T=1024, error kept in int8 (zeropp_loco_param)"),
     "onebit-adam": Recipe(name="onebit-adam", compresses="momentum", warmup=0.15, variance_freeze=True,
-                          error_state_bytes=_FP32_WORKER_AND_SERVER, zero_stages=(0,),
+                          worker_state_bytes=_FP32, server_state_bytes=_FP32, zero_stages=(0,),
                           source="DeepSpeed onebit/adam.py (freeze_step; tutorial: 15-25% of the steps) and "
                                  "comm/nccl.py compressed_allreduce (sign, worker and server error)"),
     "zero-one-adam": Recipe(name="zero-one-adam", compresses="momentum", variance_freeze=True,
                             var_update_scaler=16, local_step_scaler=32678, local_step_clipper=16,
-                            var_freeze=1.0, error_state_bytes=_FP32_WORKER_AND_SERVER + 4.0, zero_stages=(0,),
+                            var_freeze=1.0, worker_state_bytes=2 * _FP32, server_state_bytes=_FP32,
+                            zero_stages=(0,),
                             source="DeepSpeed onebit/zoadam.py: var_freeze_step, var_update_scaler=16, "
                                    "local_step_scaler=32678, local_step_clipper=16 (momentum_accumulator: 4 B more)"),
 }

@@ -47,9 +47,10 @@ def test_the_recipes_keep_their_references_defaults():
     assert zo.var_freeze == 1.0 and zo.compresses == "momentum"
     assert one.zero_stages == zo.zero_stages == RECIPES["powersgd"].zero_stages == (0,)
     assert RECIPES["loco"].zero_stages == (0, 1, 2, 3)
-    # error state per parameter: LoCo's two int8 errors (and their scales) beside 1-bit Adam's fp32 ones
-    assert RECIPES["loco"].error_state_bytes == pytest.approx(2 * (1 + 4 / 256))
-    assert one.error_state_bytes == 8.0 and zo.error_state_bytes == 12.0
+    # error state per parameter on one GPU of dp 8: the worker's whole, the server's for its 1/8 chunk
+    assert RECIPES["loco"].state_bytes(8) == pytest.approx((1 + 4 / 256) * (1 + 1 / 8))     # int8 errors
+    assert one.state_bytes(8) == 4 + 4 / 8 and zo.state_bytes(8) == 8 + 4 / 8        # fp32; 0/1: + accumulator
+    assert RECIPES["powersgd"].state_bytes(8) == 4.0
 
 
 def test_recipe_items_tune_a_recipe_and_are_refused_without_one():
