@@ -117,7 +117,7 @@ class ErrorFeedbackTransform(transforms.Transform):
         key = ("ef", self.name, ctx.key, x.shape, _dtype_tag(x.dtype))   # stable across processes (checkpoints)
         be = backends.of(x)
         wide = be.widen(x)   # narrow types: the sum is formed in float32, the residual kept in it
-        old = self._load(ctx, key, wide)
+        old = self._load(ctx, key, wide, be.xp)
         total = wide + old
         y = total if wide is x else be.narrow(total, x.dtype)
         values, meta = self.inner.encode(y, ctx)
@@ -129,10 +129,10 @@ class ErrorFeedbackTransform(transforms.Transform):
             ctx.ef_energy[1] += _energy(total)
         if self.beta:
             residual = self.beta * old + (1.0 - self.beta) * residual
-        self._store(ctx, key, residual)
+        self._store(ctx, key, residual, be.xp)
         return values, meta
 
-    def _load(self, ctx, key, like):
+    def _load(self, ctx, key, like, xp):
         """The residual kept for ``key`` (0 at first, after a reset, or ``reset`` calls on)."""
         if self.reset:
             calls = int(ctx.state.get(key + ("calls",), np.zeros(1, np.int64))[0])
@@ -148,18 +148,21 @@ class ErrorFeedbackTransform(transforms.Transform):
                 :like.size].reshape(like.shape)
         return ctx.state.get(key, 0)
 
-    def _store(self, ctx, key, residual) -> None:
+    def _store(self, ctx, key, residual, xp) -> None:
+        """The residual kept: as it is, or (``state=int8``) blockwise absmax int8 codes and scales,
+        on the residual's device (``xp``: numpy or CuPy)."""
         if self.state != "int8":
             ctx.state[key] = residual
             return
-        flat = np.asarray(residual, dtype=np.float32).reshape(-1)
+        flat = residual.reshape(-1).astype(xp.float32)
         pad = (-flat.size) % self.STATE_BLOCK
-        blocks = np.concatenate([flat, np.zeros(pad, np.float32)]).reshape(-1, self.STATE_BLOCK)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            scales = np.abs(blocks).max(axis=1) / 127.0
-            codes = np.where(scales[:, None] > 0, np.rint(blocks / np.where(scales > 0, scales, 1.0)[:, None]), 0)
-        ctx.state[key + ("codes",)] = np.clip(codes, -127, 127).astype(np.int8)
-        ctx.state[key + ("scales",)] = scales.astype(np.float32)
+        blocks = xp.concatenate([flat, xp.zeros(pad, xp.float32)]).reshape(-1, self.STATE_BLOCK)
+        with np.errstate(invalid="ignore"):   # a NaN or Inf residual (Inf input) keeps no meaning in 8 bits
+            scales = xp.abs(blocks).max(axis=1) / 127.0
+            safe = xp.where(scales > 0, scales, 1.0)
+            codes = xp.clip(xp.rint(blocks / safe[:, None]), -127, 127).astype(xp.int8)
+        ctx.state[key + ("codes",)] = codes
+        ctx.state[key + ("scales",)] = scales.astype(xp.float32)
 
     def decode(self, values, meta, n, dtype, ctx):
         return self.inner.decode(values, meta, n, dtype, ctx)
