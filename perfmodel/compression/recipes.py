@@ -31,7 +31,9 @@ reference's defaults and where each comes from:
 ``Recipe.run_time`` is the time to reach the uncompressed run's loss: the warm-up share ``w`` of the
 steps at the uncompressed step time, the rest at the compressed one times the convergence model's
 steps inflation ``k`` (``perfmodel.explore.convergence``), so ``w t_none + (1 - w) k t_compressed``
-per uncompressed step (and ``w + (1 - w) k`` steps). What is approximated is in ``APPROXIMATIONS``
+per uncompressed step (and ``w + (1 - w) k`` steps). Given the run's length, ``Recipe.modes`` says what
+each step does (realrun's optimizer runs that list), and ``convergence.record_cost(..., steps=N)``
+prices a 0/1 Adam run step by step, its local steps without their synchronisation. What is approximated is in ``APPROXIMATIONS``
 (and docs/policies.md): the variance freeze costs no steps, 0/1 Adam's few uncompressed variance
 steps (16 per doubling of the interval, about 200 of a 100k-step run) are not charged, and its
 local steps are not credited in the model (every step is priced with its 1-bit synchronisation:
@@ -94,6 +96,19 @@ class Recipe:
     def warmup_steps(self, steps: int) -> int:
         """Uncompressed steps at the start of a run of ``steps`` (the share, rounded up)."""
         return min(steps, math.ceil(self.warmup * steps - 1e-9))
+
+    def modes(self, steps: int) -> list[str]:
+        """What each step of a run of ``steps`` does (entry t-1 for step t): ``exact`` (uncompressed
+        gradients: a warm-up step, or 0/1 Adam's variance update), ``gradient`` (the gradient under
+        the dp spec), ``momentum`` (1-bit Adam's momentum under it), ``sync`` (0/1 Adam: a local step,
+        then the accumulated update under it) or ``local`` (0/1 Adam: no communication)."""
+        if self.var_update_scaler:   # 0/1 Adam (zoadam.py)
+            freeze = math.ceil(self.var_freeze * steps - 1e-9) if self.var_freeze < 1 else steps
+            return (["exact" if v else "gradient" for v in variance_steps(freeze, self.var_update_scaler)]
+                    + ["sync" if s else "local"
+                       for s in sync_steps(steps - freeze, self.local_step_scaler, self.local_step_clipper)])
+        warm = self.warmup_steps(steps)
+        return ["exact"] * warm + ["momentum" if self.compresses == "momentum" else "gradient"] * (steps - warm)
 
     def steps_inflation(self, compressed: float) -> float:
         """The run's steps over the uncompressed run's: warm-up steps as they are, the rest

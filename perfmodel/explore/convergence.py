@@ -164,11 +164,12 @@ def record_inflation(record, regime: Regime | None = None) -> tuple[float, dict]
     return inflation(specs, record.error_estimate, batch_tokens, regime)
 
 
-def record_cost(record, regime: Regime | None = None) -> dict:
+def record_cost(record, regime: Regime | None = None, steps: int | None = None) -> dict:
     """What a ``StepRecord``'s policy costs in training (module doc): ``compressed_inflation`` (the
     compressed steps' factor), ``warmup`` (a recipe's uncompressed share), ``steps_inflation`` (the
     run's) and ``effective_step_time_s`` (seconds per uncompressed step of progress; the same plan
-    uncompressed is the record's step time times its ``speedup_vs_uncompressed``)."""
+    uncompressed is the record's step time times its ``speedup_vs_uncompressed``). With the run's
+    ``steps`` a recipe is priced step by step (``Recipe.modes``, ``run_cost``)."""
     from perfmodel.compression.policy import parse_policy
 
     regime = regime or default_regime()
@@ -176,10 +177,40 @@ def record_cost(record, regime: Regime | None = None) -> dict:
     specs = {axis: d["spec"] for axis, d in record.policy_axes.items()}
     errors = {axis: recipe_error(recipe, axis, specs.get(axis, "none"), e) for axis, e in record.error_estimate.items()}
     factor, _ = inflation(specs, errors, record.tokens_per_s * record.step_time_s, regime)
-    steps, effective = recipe_cost(recipe, factor, record.step_time_s,
-                                   record.step_time_s * record.speedup_vs_uncompressed)
-    return {"compressed_inflation": factor, "warmup": recipe.warmup if recipe else 0.0, "steps_inflation": steps,
+    uncompressed_s = record.step_time_s * record.speedup_vs_uncompressed
+    if steps is not None and recipe is not None:
+        modes = recipe.modes(check_steps(steps))
+        inflated, effective = run_cost(modes, factor, record.step_time_s, uncompressed_s, local_step_s(record))
+        warmup = modes.count("exact") / len(modes)
+    else:
+        inflated, effective = recipe_cost(recipe, factor, record.step_time_s, uncompressed_s)
+        warmup = recipe.warmup if recipe else 0.0
+    return {"compressed_inflation": factor, "warmup": warmup, "steps_inflation": inflated,
             "effective_step_time_s": effective}
+
+
+def check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10**9:
+        raise InputError("steps", steps, "the run's steps: an integer from 1 to 10^9")
+    return steps
+
+
+def run_cost(modes: list, factor: float, step_s: float, uncompressed_s: float, local_s: float) -> tuple:
+    """(steps inflation, seconds per uncompressed step of progress) of a recipe run whose steps do
+    ``modes`` (``Recipe.modes``): ``exact`` steps as they are at ``uncompressed_s``, the others
+    inflated by ``factor`` at ``step_s``, a ``local`` one (0/1 Adam) at ``local_s``."""
+    exact, local = modes.count("exact"), modes.count("local")
+    compressed = len(modes) - exact - local
+    inflated = (exact + factor * (compressed + local)) / len(modes)
+    return inflated, (exact * uncompressed_s + factor * (compressed * step_s + local * local_s)) / len(modes)
+
+
+def local_step_s(record) -> float:
+    """A step without its dp synchronisation (0/1 Adam's local step): the record's step less its
+    exposed dp communication and the dp kernels on its critical path (the overlap slowdown, partly
+    dp's, is kept: an upper bound)."""
+    kernels = record.kernel_s.get("dp", {}).get("critical_s", 0.0)
+    return record.step_time_s - record.breakdown.get("dp_comm_exposed_s", 0.0) - kernels
 
 
 # convergence-NAME.json: regimes measured by realrun convergence

@@ -22,11 +22,9 @@ The moments live per bucket as flat float32 vectors; ``state_dict`` makes them c
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from perfmodel.compression.recipes import Recipe, sync_steps, variance_steps
+from perfmodel.compression.recipes import Recipe
 from realrun.comm import Comm, CommStats
 from realrun.train.clock import now
 
@@ -47,22 +45,15 @@ class CompressedAdam:
         zeros = [torch.zeros(n, dtype=torch.float32, device=device) for n in sizes]
         self.m, self.v, self.buf = zeros, [z.clone() for z in zeros], [z.clone() for z in zeros]
         self.t, self.tv, self.lrs = 0, 0, 0.0
-        self.warmup = recipe.warmup_steps(steps)
-        frozen = recipe.var_freeze < 1 and recipe.var_update_scaler
-        self.freeze = math.ceil(recipe.var_freeze * steps) if frozen else steps
-        self.var_steps = variance_steps(steps, recipe.var_update_scaler) if recipe.var_update_scaler else None
-        self.syncs = sync_steps(max(0, steps - self.freeze), recipe.local_step_scaler, recipe.local_step_clipper)
+        self.modes = recipe.modes(steps)   # what each step does (perfmodel prices the same list)
         self.uncompressed_steps = self.compressed_steps = self.local_steps = 0   # what it ran (tests, reports)
 
     def mode(self, t: int) -> str:
-        """What step ``t`` (1-based) does: ``exact`` (uncompressed gradient, both moments),
-        ``gradient`` (compressed gradient, momentum only), ``momentum`` (1-bit Adam's compressed
-        momentum), ``local`` (a 0/1 Adam local step) or ``sync`` (a local step, then the average)."""
-        if self.var_steps is None:   # 1-bit Adam
-            return "exact" if t <= self.warmup else "momentum"
-        if t <= self.freeze:
-            return "exact" if self.var_steps[t - 1] else "gradient"
-        return "sync" if self.syncs[t - self.freeze - 1] else "local"
+        """What step ``t`` (1-based) does (``perfmodel.compression.recipes.Recipe.modes``): ``exact``
+        (uncompressed gradient, both moments), ``gradient`` (compressed gradient, momentum only),
+        ``momentum`` (1-bit Adam's compressed momentum), ``local`` (a 0/1 Adam local step) or ``sync``
+        (a local step, then the average)."""
+        return self.modes[min(t, len(self.modes)) - 1]
 
     def step(self, stats: CommStats, error=None) -> float:
         """One step (module doc): its reductions counted in ``stats``; returns the seconds of the

@@ -163,3 +163,33 @@ def test_a_bad_recipe_item_is_one_line_on_the_cli(cli):
     proc = cli("perfmodel", "predict", "--model", "bert-large", "--cluster", "commodity-25g", "--gpus", "64",
                "--policy", "onebit-adam,warmup=2", check_rc=2)
     assert "policy.warmup=" in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_modes_say_what_each_step_does():
+    assert RECIPES["onebit-adam"].modes(20) == ["exact"] * 3 + ["momentum"] * 17
+    assert RECIPES["powersgd"].modes(10) == ["exact"] + ["gradient"] * 9
+    assert RECIPES["loco"].modes(3) == ["gradient"] * 3
+    zo = parse_policy("zero-one-adam,var_update_scaler=2,var_freeze=0.5,local_step_scaler=2,local_step_clipper=4")
+    assert zo.recipe.modes(12) == ["exact", "exact", "gradient", "exact", "gradient", "exact",
+                                   "sync", "sync", "local", "sync", "local", "local"]
+
+
+def test_a_recipe_run_priced_step_by_step():
+    from perfmodel.explore.convergence import local_step_s, record_cost
+    from perfmodel.prediction import predict
+
+    policy = "zero-one-adam,var_freeze=0.5,local_step_scaler=50"
+    rec = predict("bert-large", "commodity-25g", gpus=64, mbs=16, gbs=1024, policy=policy)
+    modes = parse_policy(policy).recipe.modes(1000)
+    exact, local = modes.count("exact"), modes.count("local")
+    assert 16 < exact < 200 and local > 300                                    # variance steps; local steps
+    local_s = local_step_s(rec)
+    assert 0 < local_s < rec.step_time_s
+    cost = record_cost(rec, steps=1000)
+    k, t, t0 = cost["compressed_inflation"], rec.step_time_s, rec.step_time_s * rec.speedup_vs_uncompressed
+    assert cost["warmup"] == exact / 1000
+    assert cost["effective_step_time_s"] == pytest.approx((exact * t0 + k * ((1000 - exact - local) * t
+                                                                             + local * local_s)) / 1000)
+    with pytest.raises(InputError) as err:
+        record_cost(rec, steps=0)
+    assert err.value.field == "steps"
