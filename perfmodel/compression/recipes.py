@@ -34,10 +34,10 @@ steps inflation ``k`` (``perfmodel.explore.convergence``), so ``w t_none + (1 - 
 per uncompressed step (and ``w + (1 - w) k`` steps). Given the run's length, ``Recipe.modes`` says what
 each step does (realrun's optimizer runs that list), and ``convergence.record_cost(..., steps=N)``
 prices a 0/1 Adam run step by step, its local steps without their synchronisation. What is approximated is in ``APPROXIMATIONS``
-(and docs/policies.md): the variance freeze costs no steps, 0/1 Adam's few uncompressed variance
-steps (16 per doubling of the interval, about 200 of a 100k-step run) are not charged, and its
-local steps are not credited in the model (every step is priced with its 1-bit synchronisation:
-an upper bound on its time); realrun runs all of them.
+(and docs/policies.md): the variance freeze costs no steps; without the run's length 0/1 Adam's few
+uncompressed variance steps (16 per doubling of the interval, about 200 of a 100k-step run) are not
+charged and its local steps are not credited (every step priced with its 1-bit synchronisation: an
+upper bound on its time); realrun runs all of them.
 """
 from __future__ import annotations
 
@@ -168,9 +168,9 @@ APPROXIMATIONS = {
             "two-phase all-reduce (or ZeRO's reduce-scatter) instead of DeepSpeed's hierarchical all-to-all",
     "onebit-adam": "the momentum's contraction taken as the gradient's; the variance freeze costs no steps; "
                    "commpress's sign carries mean|x| per 256 values (DeepSpeed: the RMS of each chunk)",
-    "zero-one-adam": "as onebit-adam; its ~16 uncompressed variance steps per doubling are not charged and its "
-                     "local steps are not credited in the model (each step priced with its 1-bit "
-                     "synchronisation); realrun runs both",
+    "zero-one-adam": "as onebit-adam; without the run's length its ~16 uncompressed variance steps per doubling "
+                     "are not charged and its local steps not credited (each step priced with its 1-bit "
+                     "synchronisation; record_cost(..., steps=N) prices both); realrun runs both",
 }
 
 
