@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from perfmodel.dtypes import DTYPE_BYTES
 from perfmodel.plan.mesh import Groups, Mesh
 from perfmodel.plan.parallel import ParallelPlan
-from perfmodel.plan.recompute import reruns_attention
+from perfmodel.plan.recompute import reruns_attention, reruns_experts
 from perfmodel.plan.routing import dispatch_rows
 from perfmodel.workload import ModelSpec
 
@@ -78,7 +78,9 @@ def tp_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh, layers: int) -> 
     group, concurrent = mesh.group_of("tp"), mesh.groups["tp"]
     per_mb = plan.microbatches * layers
     fwd_repeats = 2 if plan.recompute == "full" else 1
-    ops = ("allgather", "reduce_scatter") if plan.sequence_parallel else ("allreduce", "allreduce")
+    # a hybrid model's layer has one mixer (perfmodel.workload.HYBRID_SYMBOLS): one all-reduce, not two
+    ops = ("allgather", "reduce_scatter") if plan.sequence_parallel else \
+        ("allreduce",) if model.is_hybrid else ("allreduce", "allreduce")
     out = []
     for phase, repeats in (("fwd", 1), ("bwd", 1), ("recompute", fwd_repeats - 1)):
         for i, op in enumerate(ops):
@@ -188,7 +190,7 @@ def _zero3(ctx: StageContext, axis: str) -> list[CommEvent]:
         dense, experts = (p / ctx.layers for p in _layer_split(ctx))
         parts = (("", dense, "dp"), (".experts", experts, "edp"))
     else:
-        layer = sum(model.stage_layer_params(ctx.start, ctx.layers)) / ctx.layers if model.is_moe \
+        layer = sum(model.stage_layer_params(ctx.start, ctx.layers)) / ctx.layers if model.is_moe or model.is_hybrid \
             else model.layer_params()
         parts = (("", layer / plan.tp, "dp"),)
     return [e for suffix, params, kind in parts for e in _zero3_part(ctx, axis, int(params), kind, suffix)]
@@ -234,7 +236,8 @@ def tied_embedding_events(model: ModelSpec, plan: ParallelPlan, mesh: Mesh) -> l
 def expert_tp_events(ctx: StageContext) -> list[CommEvent]:
     """The routed experts' tensor parallelism over etp in every MoE layer of the stage (module
     doc): forward the dispatched rows all-gathered after the dispatch and reduce-scattered before
-    the combine, backward the reverse; full recompute repeats the forward pair. Each moves etp x
+    the combine, backward the reverse; a recompute of the experts (full, or selective with moe) repeats
+    the forward pair. Each moves etp x
     the rows a rank dispatches (the gathered array, ``nbytes`` as nccl-tests count it)."""
     plan, model = ctx.plan, ctx.model
     if plan.etp == 1 or not ctx.moe_layers:
@@ -243,7 +246,7 @@ def expert_tp_events(ctx: StageContext) -> list[CommEvent]:
     group, concurrent = ctx.mesh.group_of("etp"), ctx.mesh.groups["etp"]
     per = plan.microbatches * ctx.moe_layers
     runs = [("fwd", "fwd", ("allgather", "reduce_scatter")), ("bwd", "bwd", ("allgather", "reduce_scatter"))]
-    if plan.recompute == "full":
+    if reruns_experts(plan):
         runs.append(("recompute", "bwd", ("allgather", "reduce_scatter")))
     return [CommEvent(name=f"tp.{op}.experts.{name}", axis="tp", op=op, nbytes=size, dtype=plan.compute_dtype,
                       group=group, concurrent=concurrent, count=per, where="critical", phase=phase)
@@ -293,7 +296,7 @@ def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]
     size = _dispatch_bytes(model, plan)
     group, concurrent = ctx.mesh.group_of("ep"), ctx.mesh.groups["ep"]
     per = plan.microbatches * ctx.moe_layers
-    repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if plan.recompute == "full" else ())
+    repeats = (("fwd", "fwd", 1), ("bwd", "bwd", 1)) + ((("recompute", "bwd", 1),) if reruns_experts(plan) else ())
     return [CommEvent(name=f"{axis}.alltoall.{kind}.{name}", axis=axis, op="alltoall", nbytes=size,
                       dtype=plan.compute_dtype, group=group, concurrent=concurrent, count=per * n, where="critical",
                       phase=phase) for name, phase, n in repeats]
@@ -302,8 +305,10 @@ def _alltoall_events(ctx: StageContext, axis: str, kind: str) -> list[CommEvent]
 def _dispatch_bytes(model: ModelSpec, plan: ParallelPlan) -> int:
     """Bytes one MoE layer's dispatch (and its combine) moves on a rank per microbatch: the rows of the
     busiest rank of the all-to-all under the plan's routing (``perfmodel.plan.routing.dispatch_rows``:
-    every token copy balanced, capacity rows padded, a histogram's uneven splits) of h activations."""
-    return int(dispatch_rows(model, plan)) * model.hidden_size * DTYPE_BYTES[plan.compute_dtype]
+    every token copy balanced, capacity rows padded, a histogram's uneven splits) of the experts' width: h, or a
+    LatentMoE's latent width (Megatron-Core's MoELayer projects the tokens before the dispatch: the dispatcher only
+    sees latent-dim tensors, megatron/core/transformer/moe/moe_layer.py @ d98e8a64dd lines 423-428, 488-490)."""
+    return int(dispatch_rows(model, plan)) * model.expert_width * DTYPE_BYTES[plan.compute_dtype]
 
 
 def dispatch_events(ctx: StageContext) -> list[CommEvent]:

@@ -31,6 +31,10 @@ MTP = "mtp_layers=1"
 # apply_moe_token_drop's defaults (src/megatron/bridge/training/utils/moe_token_drop.py): capacity factor 1,
 # every expert's input padded to its capacity, the router not forced to balance
 TOKENDROP = "moe_capacity_factor=1,moe_pad_to_capacity=true"
+# Nemotron 3 Super's, Ultra's (and 3.5 Lightning's, in its catalog model) recipes train two multi-token-prediction depths
+# on one module's weights (mtp_num_layers 2, mtp_use_repeated_layer True: recipes/nemotronh/nemotron_3_super.py @ v0.4.0
+# lines 93-98, h100/nemotron_3_ultra.py @ 067f987df0 lines 61-64), as the table's FLOPs a token count them
+NEMOTRON_MTP = "mtp_layers=2,mtp_use_repeated_layer=true"
 # the table's model names -> commpress catalog models (perfmodel/catalog/models.toml), with changed keys
 # (perfmodel.workload: NAME:key=value,...); a name not here is kept and reported as not predicted
 MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
@@ -39,15 +43,27 @@ MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B":
           "DeepSeekV3 (tokendrop)": f"deepseek-v3:{MTP},{TOKENDROP}",
           "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_30B_a3B (tokendrop)": f"qwen3-30b-a3b:{TOKENDROP}",
           "Qwen3_235B_a22B": "qwen3-235b-a22b", "Qwen3_235B_a22B (tokendrop)": f"qwen3-235b-a22b:{TOKENDROP}",
-          "GPT OSS 120B": "gpt-oss-120b", "Kimi_K2": "kimi-k2"}
+          "GPT OSS 120B": "gpt-oss-120b", "Kimi_K2": "kimi-k2",
+          "Nemotron_3_Nano": "nemotron-3-nano", "Nemotron_3_5_Lightning": "nemotron-3.5-lightning",
+          "Nemotron_3_Super": f"nemotron-3-super:{NEMOTRON_MTP}", "Nemotron_3_Ultra": f"nemotron-3-ultra:{NEMOTRON_MTP}"}
 DENSE = ("LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B")
+# Nemotron 3's recipes reduce gradients in bf16 (grad_reduce_in_fp32 False: perf_recipes/nemotronh/common.py
+# _apply_nemotron_3_{nano,super,ultra}_perf_defaults @ 067f987df0; scripts/performance/configs/nemotronh/
+# nemotron_3_llm_pretrain.py set_nemotron_3_*_common_configs @ v0.4.0)
+BF16_GRADS = DENSE + ("Nemotron",)
+# Nemotron 3 Ultra's recipes run Megatron-FSDP (HSDP inside a 64-GPU NVLink domain: _apply_nemotron_3_ultra_fsdp_hsdp,
+# perf_recipes/nemotronh/common.py @ 067f987df0, called by its GB200 and GB300 recipes) with fine-grained offloading of
+# the experts' MLP activations, though the table leaves fsdp empty
+FSDP_RECIPES = ("Nemotron_3_Ultra",)
 # the experts' tensor parallelism the table does not state: 1 in every MoE recipe (expert_tensor_parallel_size
 # = 1: src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py, recipes/deepseek/h100/deepseek_v3.py, perf_recipes/*/
 # @ 067f987df0), where Megatron-Core's default would be tp
 EXPERT_TP = 1
 # why a model of the table is not predicted
-UNMODELLED = {"Nemotron": "hybrid Mamba-Transformer layers are not modelled",
-              "DeepSeekV4": "DeepSeek-V4's architecture is not published in a form the catalog can hold"}
+UNMODELLED = {"DeepSeekV4": "DeepSeek-V4's compressed sparse attention (its DSA indexer), hyper-connections and "
+                            "hash-routed MoE layers are not modelled (Megatron-Bridge docs/models/deepseek/deepseek-v4.md)"}
+# the table's hybrid Mamba-Transformer MoE models: their own source (bridge-hybrid), apart from the MoE rows
+HYBRID = ("Nemotron",)
 SYSTEMS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300", "DGX-GB200": "gb200-nvl72",
            "DGX-GB300": "gb300-nvl72"}
 # the table's precision names -> perfmodel.plan.precision's. 'FP8' (containers 26.02 on) is the same
@@ -98,7 +114,9 @@ ASSUMPTIONS = ("framework nemo (Megatron-Bridge on Megatron-Core); FSDP > 0 -> M
                "else the distributed optimizer, zero 1 with overlapped gradient reduce-scatter and parameter "
                "all-gather; FP8-CS, FP8 and MXFP8 gather fp8 parameters (policy fp8-param-gather, the recipes' "
                "fp8_param_gather); Llama gradients reduced in bf16 (the Llama 3 performance configs set "
-               "grad_reduce_in_fp32 False), other models' in fp32; tp > 1 -> sequence parallel and TP communication "
+               "grad_reduce_in_fp32 False) and so Nemotron 3's (its recipes set it False too), other models' in fp32; "
+               "Nemotron 3 Super and Ultra (and 3.5 Lightning) with two repeated MTP depths, Nemotron 3 Ultra as "
+               "zero 3 (its recipes run Megatron-FSDP HSDP and offload activations: memory unchecked); tp > 1 -> sequence parallel and TP communication "
                "overlap (not under NVFP4: the recipes turn it off); dense rows without recompute (the recipes "
                "recompute a few layers or offload activations to the CPU on some GB200/GB300 FSDP and H100 "
                "plans: not modelled), MoE rows with their recipe's (RECIPES); VP > 1 -> interleaved 1F1B with VP "
@@ -321,16 +339,17 @@ def _row(row: dict, where: str) -> dict:
     precision = PRECISIONS.get(row["precision"], row["precision"])
     return dict(
         system=row["system"], model=MODELS.get(name, ""), model_label=f"{name} {row['task']} {container}",
-        family="dense" if name in DENSE else "moe", cluster=SYSTEMS.get(row["system"], row["system"]), gpus=gpus,
+        family="dense" if name in DENSE else "hybrid" if name.startswith(HYBRID) else "moe", cluster=SYSTEMS.get(row["system"], row["system"]), gpus=gpus,
         tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, dp=_dp(row, where),
         mbs=tables.integer(where, row, "micro_batch_size", "mbs"),
         gbs=tables.integer(where, row, "global_batch_size", "gbs"),
         seq_len=tables.integer(where, row, "seq_len", "seq_len"),
-        zero=3 if _int(where, row, "fsdp", 0) else 1, etp=None if name in DENSE else EXPERT_TP,
+        zero=3 if _int(where, row, "fsdp", 0) or name.startswith(FSDP_RECIPES) else 1,
+        etp=None if name in DENSE else EXPERT_TP,
         pipeline_layout=_layout(name, pp, vp),
         **recipe_plan(recipe(container, name, row["system"], row["precision"])),
         sequence_parallel=str(tp > 1), tp_overlap=str(tp > 1 and precision != "nvfp4"),
-        grad_dtype="bf16" if name in DENSE else "fp32",
+        grad_dtype="bf16" if name.startswith(BF16_GRADS) else "fp32",
         precision=precision, framework="nemo", policy=PARAM_GATHER_POLICY.get(precision, "none"),
         memory_unchecked=_unchecked(row, where),
         measured_tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"], task=row["task"],
@@ -341,7 +360,7 @@ def _row(row: dict, where: str) -> dict:
 
 def _unchecked(row: dict, where: str) -> str:
     """Why a row's fit in memory is not checked ('' where it is)."""
-    if _int(where, row, "fsdp", 0) and row["system"] != "DGX-H100":
+    if (_int(where, row, "fsdp", 0) and row["system"] != "DGX-H100") or row["model"].startswith(FSDP_RECIPES):
         return OFFLOADED
     if (row["nemo_container"], row["system"], row["model"]) in STATED_ELSEWHERE:
         return STATED_ELSEWHERE[(row["nemo_container"], row["system"], row["model"])]

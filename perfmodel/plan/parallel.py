@@ -33,6 +33,7 @@ from perfmodel.plan.recompute import resolve as resolve_recompute
 from perfmodel.plan.mesh import GROUP_KINDS as MESH_GROUP_KINDS
 from perfmodel.plan.precision import HIGH_PRECISIONS, LOW_PRECISIONS, resolve as resolve_precision
 from perfmodel.plan.routing import resolve as resolve_routing
+from perfmodel.step import mamba
 from perfmodel.step.schedule import SCHEDULES
 from perfmodel.workload import ModelSpec
 from topologies import bounds
@@ -252,6 +253,8 @@ def make_plan(model: ModelSpec, gpus: int, request: PlanRequest | None = None, *
     if model.num_heads % tp or model.num_kv_heads % tp:
         raise InputError("tp", tp, f"a divisor of num_heads {model.num_heads} and num_kv_heads "
                          f"{model.num_kv_heads}")
+    if model.mamba_layers:
+        mamba.check_tp(model, tp)      # whole Mamba heads and groups a rank (Megatron-Core's MambaMixer)
     if pp > model.num_layers:
         raise InputError("pp", pp, f"at most num_layers {model.num_layers}")
     gbs = mbs * dp if r.gbs is None else r.gbs

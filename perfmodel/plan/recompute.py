@@ -19,20 +19,22 @@ microbatch (``dropped_bytes``: what it no longer keeps; ``perfmodel.step.recompu
 * ``mlp``: a dense layer's MLP, checkpointed whole: drops its kept activations but its input
   (Korthikanti's 16 sbh, tp-split, its down projection's 8 sbh input at the stored bytes) and reruns
   its GEMMs and activation.
+* ``moe``: a MoE layer's MLP, checkpointed whole: drops its dispatched copies and its experts'
+  activations (what ``moe_act`` drops among them), keeping its input; reruns everything of the layer
+  but its attention block (``StageCompute.moe_split``), the dispatch and combine all-to-alls included
+  (``perfmodel.events``: a recompute pass of each).
 
-Not modelled (refused in one line): ``moe`` and ``shared_experts`` (rerunning a MoE layer reruns
-its dispatch and combine, all-to-alls the event list does not repeat) and the hybrid models' ``gdn_*``,
-``gdp_*`` and ``mhc`` modules. Only Megatron-Core's stacks (``megatron-core``, ``nemo``) take the
+Not modelled (refused in one line): ``shared_experts`` apart from its MoE layer, and the hybrid models'
+``gdn_*``, ``gdp_*`` and ``mhc`` modules. Only Megatron-Core's stacks (``megatron-core``, ``nemo``) take the
 list: other stacks' ``selective`` is their own policy (``perfmodel.plan.framework``).
 """
 from __future__ import annotations
 
 from topologies.errors import InputError
 
-MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
+MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe")
 DEFAULT_MODULES = ("core_attn",)           # Megatron-Core's default recompute_modules
-REFUSED = {"moe": "rerunning a MoE layer reruns its all-to-alls, which the model does not repeat",
-           "shared_experts": "not modelled apart from the MoE layer it belongs to"}
+REFUSED = {"shared_experts": "not modelled apart from the MoE layer it belongs to: name moe"}
 STACKS = ("megatron-core", "nemo")         # the stacks whose selective recompute takes the list
 NORMS = 2                                  # input_layernorm and pre_mlp_layernorm
 NORM_OUTPUT_SBH = 2.0                      # each norm's output: a GEMM input of 2 bytes per element
@@ -71,6 +73,12 @@ def named(plan) -> bool:
     return plan.recompute == "selective" and tuple(plan.recompute_modules) != DEFAULT_MODULES
 
 
+def reruns_experts(plan) -> bool:
+    """Whether backward reruns the MoE layers' dispatch, experts and combine: a full recompute, or
+    selective with ``moe``."""
+    return plan.recompute == "full" or (plan.recompute == "selective" and "moe" in plan.recompute_modules)
+
+
 def reruns_attention(plan) -> bool:
     """Whether backward reruns attention's forward: a full recompute, or selective with ``core_attn``."""
     return plan.recompute == "full" or (plan.recompute == "selective" and "core_attn" in plan.recompute_modules)
@@ -89,7 +97,10 @@ def dropped_bytes(model, plan, moe: bool, stored: float = 2.0) -> float:
             - model.activation_bytes_per_layer(b, s, tp, plan.sequence_parallel, "selective")
     if "layernorm" in mods:
         out += NORMS * tokens * h * stored / sp
-    if "moe_act" in mods and moe:
+    if "moe" in mods and moe:         # its dispatched copies and expert activations (moe_act's among them)
+        out += tokens * model.expert_copies * (model.expert_width * stored / sp + model.expert_load
+                                               * (2.0 * model.expert_up_width + stored * model.moe_ffn_hidden_size) / tp)
+    elif "moe_act" in mods and moe:
         out += tokens * model.expert_copies * model.expert_load * model.moe_ffn_hidden_size * stored / tp
     if "mla_up_proj" in mods and model.is_mla:
         out += tokens * 2.0 * (2 * model.q_width + model.out_width) / tp

@@ -70,7 +70,7 @@ class StageCompute:
     attention_bwd_s: float = 0.0  # the backward's (recompute not included): fused twice the forward's
     host_fwd_s: float = 0.0      # host seconds to issue the forward's kernels (0: not modelled)
     host_bwd_s: float = 0.0      # host seconds to issue the backward's kernels, recompute included
-    moe_split: tuple = ()        # the stage's MoE layers: (count, attention fwd, MLP fwd, attention bwd, MLP bwd) s
+    moe_split: tuple = ()        # the stage's MoE layers (_moe_split): count, attention and MLP s fwd and bwd, ...
 
 
 # Kernels of one layer's forward in Megatron-LM with its fused kernels: per GEMM of
@@ -278,8 +278,9 @@ def _selective_kernels(model: ModelSpec, plan: ParallelPlan, layers: int, moe_la
     attention layers') and the named modules' (``perfmodel.step.recompute``)."""
     attending = layers * model.attention_layers / model.num_layers if model.is_hybrid else layers
     attention = attending * ATTENTION_KERNELS if reruns_attention(plan) else 0
+    experts = _moe_mlp_kernels(model, plan) if moe_layers and "moe" in plan.recompute_modules else 0
     return attention + (layers - moe_layers) * rerun_kernels(model, plan, False) \
-        + moe_layers * rerun_kernels(model, plan, True)
+        + moe_layers * (rerun_kernels(model, plan, True) + experts)
 
 
 def _stage_kinds(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
@@ -474,6 +475,8 @@ class LayerTimes(NamedTuple):
     moe: float = 0.0           # 1 for a MoE layer (a count when summed over a stage's layers)
     attention_block_fwd: float = 0.0   # of a MoE layer's forward: its attention GEMMs and scores and values
     attention_block_bwd: float = 0.0   # of its backward (perfmodel.step.expert_overlap's segments)
+    attention_block_gemm: float = 0.0  # of attention_block_fwd: the GEMMs
+    attention_block_flops: float = 0.0  # of flops: the attention block's (GEMMs, scores and values)
 
 
 def _kept_bytes(model: ModelSpec, plan: ParallelPlan, symbol: str, moe: bool = False) -> float:
@@ -527,7 +530,8 @@ def _moe_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe, s
     q = quantize_s(model, plan, dev, rec, moe=True, symbol=symbol)
     return LayerTimes(gemm, attn + launch_attn, memory, flops + flops_attn, attn_bwd + 2 * launch_attn, gemm_bwd, *q,
                       attention_flops=flops_attn, moe=1.0, attention_block_fwd=block + attn + launch_attn,
-                      attention_block_bwd=block_bwd + attn_bwd + 2 * launch_attn)
+                      attention_block_bwd=block_bwd + attn_bwd + 2 * launch_attn, attention_block_gemm=block,
+                      attention_block_flops=sum(2.0 * m * n * k for m, n, k, _ in attention) + flops_attn)
 
 
 def _mamba_layer(model: ModelSpec, plan: ParallelPlan, dev: Device, rec: Recipe) -> LayerTimes:
@@ -756,7 +760,7 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
     forward = total(lambda x: x.gemm_fwd + x.attention_fwd + x.scan_fwd + x.memory_fwd + x.quantize_fwd)
     fwd = forward + end_fwd + weights + amax
     attention_again = reruns_attention(plan)                             # attention's forward again
-    modules = _modules_rerun(model, plan, dev, layers, moe_layers)       # selective's named modules
+    modules = _modules_rerun(model, plan, dev, layers, moe_layers, groups)   # selective's named modules
     recompute = {"none": lambda: 0.0, "selective": lambda: attention_again * total(lambda x: x.attention_fwd)
                  + modules.seconds, "full": lambda: forward}[plan.recompute]()
     bwd = total(lambda x: x.gemm_bwd + x.attention_bwd + x.scan_bwd + 2 * x.memory_fwd + x.quantize_bwd) \
@@ -778,25 +782,40 @@ def stage_compute(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int
 
 
 def _moe_split(groups: list) -> tuple:
-    """(count, attention fwd, MLP fwd, attention bwd, MLP bwd) seconds of a stage's MoE layers per microbatch
-    (``StageCompute.moe_split``: the compute each segment of Megatron-Core's expert overlap hides behind); ()
-    without MoE layers."""
+    """(count, attention fwd, MLP fwd, attention bwd, MLP bwd, MLP GEMM fwd, MLP FLOPs) of a stage's MoE layers
+    per microbatch (seconds; ``StageCompute.moe_split``: the compute each segment of Megatron-Core's expert
+    overlap hides behind, and what a ``moe`` recompute reruns); () without MoE layers."""
     moe = [(n, x) for n, x in groups if x.moe]
     if not moe:
         return ()
     fwd = sum(n * (x.gemm_fwd + x.attention_fwd + x.scan_fwd + x.memory_fwd + x.quantize_fwd) for n, x in moe)
     bwd = sum(n * (x.gemm_bwd + x.attention_bwd + x.scan_bwd + 2 * x.memory_fwd + x.quantize_bwd) for n, x in moe)
     att_fwd, att_bwd = (sum(n * getattr(x, f) for n, x in moe) for f in ("attention_block_fwd", "attention_block_bwd"))
-    return sum(n for n, _ in moe), att_fwd, fwd - att_fwd, att_bwd, bwd - att_bwd
+    gemm = sum(n * (x.gemm_fwd - x.attention_block_gemm) for n, x in moe)
+    flops = sum(n * (x.flops - x.attention_block_flops) for n, x in moe)
+    return sum(n for n, _ in moe), att_fwd, fwd - att_fwd, att_bwd, bwd - att_bwd, gemm, flops
 
 
-def _modules_rerun(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, moe_layers: int) -> Rerun:
+def _modules_rerun(model: ModelSpec, plan: ParallelPlan, dev: Device, layers: int, moe_layers: int,
+                   groups: list) -> Rerun:
     """What a stage's selective recompute of named modules reruns per microbatch (``perfmodel.step.
-    recompute``; MoE layers at the busiest expert-parallel rank's rows, ``routing.loaded``)."""
+    recompute``; MoE layers at the busiest expert-parallel rank's rows, ``routing.loaded``; ``moe``: the MoE
+    layers' MLPs from their own times, ``_moe_split``)."""
     dense = rerun(model, plan, dev, False)
     moe = rerun(routing.loaded(model, plan), plan, dev, True) if moe_layers else Rerun()
     n = layers - moe_layers
-    return Rerun(*(n * a + moe_layers * b for a, b in zip(dense, moe)))
+    out = Rerun(*(n * a + moe_layers * b for a, b in zip(dense, moe)))
+    split = _moe_split(groups) if plan.recompute == "selective" and "moe" in plan.recompute_modules else ()
+    if split:
+        out = Rerun(out.seconds + split[2], out.gemm_s + split[5], out.flops + split[6],
+                    out.kernels + split[0] * _moe_mlp_kernels(model, plan))
+    return out
+
+
+def _moe_mlp_kernels(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Forward kernels of a MoE layer but its attention block's (what a ``moe`` recompute issues again)."""
+    k = layer_kernels(model, plan, True)     # less attention's GEMMs and its half of the memory-bound kernels
+    return k["gemm"] - len(attention_gemms(model, plan)) + k["memory"] - MEMORY_KERNELS // 2
 
 
 def _head_gemm_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> float:

@@ -105,7 +105,7 @@ def segment_hidden(split: tuple, ep_fwd: float, ep_bwd: float, dispatch_share: f
     segment (module doc): per MoE layer the backward's combine behind the forward's attention block, both
     dispatches behind both MLPs, the forward's combine behind the backward's attention block; ``split`` is
     ``StageCompute.moe_split`` and ``dispatch_share`` the dispatch's part of each direction's seconds."""
-    n, att_fwd, mlp_fwd, att_bwd, mlp_bwd = split
+    n, att_fwd, mlp_fwd, att_bwd, mlp_bwd = split[:5]
     total = ep_fwd + ep_bwd
     if n <= 0 or total <= 0:
         return 0.0, 0.0

@@ -1,8 +1,8 @@
 """What selective recompute of named modules reruns in backward (``perfmodel.plan.recompute``).
 
 Per layer and microbatch on one GPU, ``rerun`` gives the seconds, the FLOPs and the kernels of the
-forward work the plan's modules (other than ``core_attn``, whose rerun is attention's forward, which
-``perfmodel.step.compute`` already prices) repeat inside backward:
+forward work the plan's modules repeat inside backward (``core_attn``'s rerun, attention's forward, and
+``moe``'s, the MoE layer's MLP, ``perfmodel.step.compute`` prices from the layer's own times):
 
 * ``layernorm``: the two norms, memory-bound, each reading and writing its ``h``-wide rows in the
   compute dtype (sequence-split under sequence parallelism), one kernel each;
@@ -84,21 +84,29 @@ MODULE_KERNELS = {"layernorm": NORMS, "moe_act": 1, "mla_up_proj": 3, "mlp": 3}
 
 
 def _applies(name: str, model, moe: bool) -> bool:
-    return {"moe_act": moe, "mla_up_proj": model.is_mla, "mlp": not moe}.get(name, name != "core_attn")
+    """Whether ``name``'s rerun is this module's to price on a layer (``core_attn`` and ``moe`` are
+    ``perfmodel.step.compute``'s: attention's forward, the MoE layer's MLP from its split)."""
+    return {"moe_act": moe, "mla_up_proj": model.is_mla, "mlp": not moe}.get(name, name not in ("core_attn", "moe"))
 
 
 def rerun_kernels(model, plan, moe: bool) -> int:
-    """Kernels one layer's named modules (``core_attn`` aside) issue again in backward."""
+    """Kernels one layer's named modules (``core_attn`` and ``moe`` aside) issue again in backward."""
     if plan.recompute != "selective":
         return 0
     return sum(MODULE_KERNELS[n] - (n == "mla_up_proj" and not model.q_lora_rank)
-               for n in plan.recompute_modules if _applies(n, model, moe))
+               for n in _named(plan) if _applies(n, model, moe))
+
+
+def _named(plan) -> tuple:
+    """The plan's modules, ``moe_act`` left to ``moe`` where both are named (the layer reruns whole)."""
+    mods = plan.recompute_modules
+    return tuple(n for n in mods if not (n == "moe_act" and "moe" in mods))
 
 
 def rerun(model, plan, dev, moe: bool) -> Rerun:
-    """The forward work one layer's named modules rerun in backward (module doc; ``core_attn`` not
-    included); nothing where the plan is not selective."""
+    """The forward work one layer's named modules rerun in backward (module doc; ``core_attn`` and ``moe``
+    not included); nothing where the plan is not selective."""
     if plan.recompute != "selective":
         return Rerun()
-    parts = [_module(name, model, plan, dev, moe) for name in plan.recompute_modules]
+    parts = [_module(name, model, plan, dev, moe) for name in _named(plan)]
     return Rerun(*(sum(p[i] for p in parts) for i in range(4)))

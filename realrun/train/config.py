@@ -124,8 +124,9 @@ class TrainConfig:
                              "tensor parallelism; realrun trains its experts at etp = tp)")
         if not arch.plain_attention:
             raise InputError("model", self.model, "multi-head or grouped-query attention of hidden_size / num_heads-"
-                             "wide heads, no sliding window and no multi-token prediction (what realrun.train.model "
-                             "builds); perfmodel predicts the others")
+                             "wide heads, no sliding window, no multi-token prediction, no hybrid layer pattern, a "
+                             "gelu or swiglu MLP and experts of hidden_size input (what realrun.train.model builds); "
+                             "perfmodel predicts the others")
         if arch.vocab_size < 256:
             raise InputError("model.vocab_size", arch.vocab_size, "at least 256 (the corpus is bytes)")
         self._check_recipe(parse_policy(self.policy).recipe)

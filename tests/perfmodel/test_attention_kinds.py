@@ -262,4 +262,5 @@ def test_the_bridge_moe_rows_of_the_new_models_are_predicted():
         == "deepseek-v3"
     drop = load_model(named["Qwen3_30B_a3B (tokendrop)"]["model"])
     assert drop.moe_pad_to_capacity and drop.moe_capacity_factor == 1.0
-    assert "Mamba" in named["Nemotron_3_Nano"]["skip"]
+    assert not named["Nemotron_3_Nano"]["skip"] and load_model(named["Nemotron_3_Nano"]["model"]).is_hybrid
+    assert "sparse attention" in named["DeepSeekV4 Flash"]["skip"]

@@ -42,8 +42,9 @@ def test_the_file_has_the_columns_and_every_line_reads():
 
 
 def test_every_predicted_moe_row_of_the_table_has_its_recipe():
-    """DeepSeek-V3, Qwen3, GPT-OSS and Kimi-K2 (Nemotron and DeepSeek-V4 are not predicted): a line for every
-    table row and for each parenthesised MX alternative; Nemotron 3's rows up to 26.06.01 have theirs too."""
+    """DeepSeek-V3, Qwen3, GPT-OSS and Kimi-K2 (DeepSeek-V4 is not predicted): a line for every table row and
+    for each parenthesised MX alternative; Nemotron 3's rows up to 26.06.01 have theirs too (26.08's keep the
+    defaults, as ASSUMPTIONS says)."""
     missing = []
     for i, raw in enumerate(RAW, 2):
         if raw["model"] not in bridge.MODELS or raw["model"] in bridge.DENSE:
@@ -51,7 +52,7 @@ def test_every_predicted_moe_row_of_the_table_has_its_recipe():
         for row in bridge.bridge_row(raw, f"row {i}"):
             if not row["recipe"]:
                 missing.append(row["model_label"])
-    assert missing == []
+    assert missing and all(m.startswith("Nemotron_3_") and "26.08" in m for m in missing)
     nemotron = [r for r in bridge.bridge_rows([r for r in RAW if r["model"].startswith("Nemotron_3_")
                                                and r["nemo_container"] != "26.08"])]
     assert len(nemotron) >= 40 and all(r["recipe"] and r["ep_kernels"] == "hybridep" for r in nemotron)

@@ -27,8 +27,8 @@ def _plan(name: str, gpus: int, **kw):
 
 def test_names_in_megatrons_order_and_refusals():
     assert plan_recompute.parse("mla_up_proj, layernorm") == ("layernorm", "mla_up_proj")
-    with pytest.raises(InputError, match="all-to-alls") as e:
-        plan_recompute.parse("moe")
+    with pytest.raises(InputError, match="name moe") as e:
+        plan_recompute.parse("shared_experts")
     assert e.value.field == "recompute_modules"
     with pytest.raises(InputError, match="Megatron-Core's names"):
         plan_recompute.parse("layernorms")
@@ -112,6 +112,29 @@ def test_cli_flag_and_its_refusal(cli):
     ok = cli(*args, "--recompute-modules", "layernorm,mla_up_proj", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["plan"]["recompute_modules"] == ["layernorm", "mla_up_proj"]
-    bad = cli(*args, "--recompute-modules", "moe")
+    bad = cli(*args, "--recompute-modules", "shared_experts")
     err = bad.stderr.strip()
     assert bad.returncode == 2 and "recompute_modules" in err and len(err.splitlines()) == 1
+
+
+def test_moe_reruns_the_layers_mlp_and_its_all_to_alls():
+    model, plan = _plan("qwen3-30b-a3b", 8, ep=8, mbs=2, gbs=64, seq=4096, recompute="selective",
+                        recompute_modules="moe,moe_act")
+    assert plan.recompute_modules == ("moe_act", "moe")
+    assert plan_recompute.reruns_experts(plan) and not plan_recompute.reruns_attention(plan)
+    busy = loaded(model, plan)
+    tokens = plan.mbs * plan.local_seq
+    assert plan_recompute.dropped_bytes(busy, plan, True) == pytest.approx(tokens * busy.expert_copies * (
+        busy.expert_width * 2 + busy.expert_load * 2 * (busy.expert_up_width + busy.moe_ffn_hidden_size)))
+    dev = device("h100-sxm")
+    layers, moe = model.num_layers, model.moe_layers_in(0, model.num_layers)
+    base = compute.stage_compute(model, make_plan(model, 8, ep=8, mbs=2, gbs=64, seq=4096), dev, layers, True, True,
+                                 moe)
+    again = compute.stage_compute(model, plan, dev, layers, True, True, moe)
+    assert again.recompute_s == pytest.approx(base.moe_split[2])          # the MoE MLPs' forward, once more
+    assert again.hardware_flops == pytest.approx(base.hardware_flops + base.moe_split[6])
+    plain = predict("qwen3-30b-a3b", "dgx-h100", gpus=8, ep=8, mbs=2, gbs=64, seq=4096, recompute="selective",
+                    allow_oom=True)
+    rerun = predict("qwen3-30b-a3b", "dgx-h100", gpus=8, ep=8, mbs=2, gbs=64, seq=4096, recompute="selective",
+                    recompute_modules="moe", allow_oom=True)
+    assert rerun.breakdown["ep_comm_s"] == pytest.approx(plain.breakdown["ep_comm_s"] * 3 / 2, rel=1e-6)
