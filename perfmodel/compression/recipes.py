@@ -167,7 +167,7 @@ APPROXIMATIONS = {
     "loco": "the moving average, int8 state and reset priced and inflated as plain error feedback; the "
             "two-phase all-reduce (or ZeRO's reduce-scatter) instead of DeepSpeed's hierarchical all-to-all",
     "onebit-adam": "the momentum's contraction taken as the gradient's; the variance freeze costs no steps; "
-                   "commpress's sign carries mean|x| per 256 values (DeepSpeed: the RMS of each chunk)",
+                   "commpress's sign carries mean|x| per 2048 values (DeepSpeed: the RMS of each chunk)",
     "zero-one-adam": "as onebit-adam; without the run's length its ~16 uncompressed variance steps per doubling "
                      "are not charged and its local steps not credited (each step priced with its 1-bit "
                      "synchronisation; record_cost(..., steps=N) prices both); realrun runs both",

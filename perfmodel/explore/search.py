@@ -54,7 +54,7 @@ from functools import lru_cache
 
 from perfmodel.axes import AXES, fed_back
 from perfmodel.compression import compile_spec
-from perfmodel.explore.convergence import Regime, axis_inflation, load_regime, recipe_cost, recipe_error
+from perfmodel.explore.convergence import Regime, axis_inflation, load_regime, recipe_cost, recipe_error, run_cost
 from perfmodel.explore.cost import board_power_W, parse_prices, parse_tokens, training_cost
 from perfmodel.explore.cost import pareto_front as cost_front
 from perfmodel.explore.executors import check_executor
@@ -307,7 +307,8 @@ def _search(space: PlanSpace, opts: SearchOptions) -> SearchResult:
     tag = search_tag(space.model, where, space.gbs, {a: sorted(s) for a, s in admitted.items()}, budget, fixed)
     rows, skipped, resumed = run_families(jobs, total, opts.progress, (opts.executor, opts.workers, opts.scheduler),
                                   opts.stream, opts.resume, tag)
-    add_accuracy_cost(rows, regime, batch_tokens)
+    add_accuracy_cost(rows, regime, batch_tokens,
+                      math.ceil(costing["tokens"] / costing["tokens_per_step"]) if costing else None)
     result = _result(rows, total, skipped, time.perf_counter() - start, dropped, budget, clusters, costing)
     result.resumed, result.regime = resumed, regime
     return result
@@ -412,12 +413,13 @@ def pareto_front(rows: list, keys: tuple = ("uncompensated_error", "effective_st
     return cost_front(rows, keys)
 
 
-def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
+def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int, steps: int | None = None) -> None:
     """What each row's policy costs in training (``perfmodel.explore.convergence``): ``steps_inflation``
     (steps to the uncompressed run's loss over its steps), ``effective_step_time_s`` (step time
-    times it: seconds per uncompressed step of progress, what the ranking sorts by) and
-    ``uncompensated_error`` (the per-axis errors of axes without error feedback in quadrature:
-    what no later step corrects)."""
+    times it: seconds per uncompressed step of progress, what the ranking sorts by; a recipe's
+    uncompressed steps at the plan's uncompressed step time: its warm-up share, or with the run's
+    ``steps`` (a token budget's) its ``Recipe.modes``) and ``uncompensated_error`` (the per-axis
+    errors of axes without error feedback in quadrature: what no later step corrects)."""
     phi = regime.deterministic_fraction(batch_tokens)
     for r in rows:
         compressed, feedback = _policy_axes(r["policy"])
@@ -430,8 +432,19 @@ def add_accuracy_cost(rows: list, regime: Regime, batch_tokens: int) -> None:
                 uncompensated += r[f"error_{axis}"] ** 2
         # a recipe's uncompressed warm-up runs at the same plan's uncompressed step time
         uncompressed_s = r["step_time_s"] * r["speedup_vs_same_plan_uncompressed"]
-        r["steps_inflation"], r["effective_step_time_s"] = recipe_cost(recipe, factor, r["step_time_s"], uncompressed_s)
+        if recipe is not None and steps:   # step by step; a local step priced as a synchronised one (no breakdown)
+            r["steps_inflation"], r["effective_step_time_s"] = run_cost(
+                _modes(r["policy"], steps), factor, r["step_time_s"], uncompressed_s, r["step_time_s"])
+        else:
+            r["steps_inflation"], r["effective_step_time_s"] = recipe_cost(recipe, factor, r["step_time_s"],
+                                                                           uncompressed_s)
         r["uncompensated_error"] = math.sqrt(uncompensated)
+
+
+@lru_cache(maxsize=64)
+def _modes(policy: str, steps: int) -> list:
+    """``Recipe.modes`` of ``policy``'s recipe over ``steps`` (cached: rows share their policies)."""
+    return parse_policy(policy).recipe.modes(steps)
 
 
 @lru_cache(maxsize=4096)

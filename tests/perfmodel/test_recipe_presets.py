@@ -193,3 +193,19 @@ def test_a_recipe_run_priced_step_by_step():
     with pytest.raises(InputError) as err:
         record_cost(rec, steps=0)
     assert err.value.field == "steps"
+
+
+def test_with_a_token_budget_the_search_prices_a_recipe_step_by_step():
+    from perfmodel.explore.convergence import run_cost
+
+    base = {"step_time_s": 1.0, "speedup_vs_same_plan_uncompressed": 3.0,
+            **{f"error_{a}": 0.0 for a in ("dp", "tp", "pp", "zero", "ep", "ep_combine", "cp")}}
+    rows = [{**base, "policy": p} for p in ("onebit-adam", "zero-one-adam")]
+    add_accuracy_cost(rows, Regime(1e6, "test"), 1e6, steps=100)
+    onebit, zero_one = rows
+    assert onebit["steps_inflation"] == pytest.approx(1.0) and zero_one["steps_inflation"] == pytest.approx(1.0)
+    assert onebit["effective_step_time_s"] == pytest.approx((15 * 3.0 + 85 * 1.0) / 100)    # 15 warm-up steps
+    exact = RECIPES["zero-one-adam"].modes(100).count("exact")   # steps 1-16, 18-48 by 2, 52-100 by 4
+    assert exact == 16 + 16 + 13
+    assert zero_one["effective_step_time_s"] == pytest.approx(run_cost(["exact"] * 45 + ["gradient"] * 55,
+                                                                       1.0, 1.0, 3.0, 1.0)[1])
