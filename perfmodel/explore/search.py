@@ -386,7 +386,7 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
         r["speedup_vs_best_uncompressed"] = best["step_time_s"] / r["step_time_s"] if best else float("nan")
         r["speedup_to_target"] = best["step_time_s"] / r["effective_step_time_s"] if best else float("nan")
         if costing:
-            r.update(training_cost(r, costing["tokens"], costing["tokens_per_step"],
+            r.update(training_cost(_run_row(r), costing["tokens"], costing["tokens_per_step"],
                                    costing["price"].get(r["cluster"]), costing["power_W"][r["cluster"]]))
     best = min(best_by_cluster.values(), key=lambda r: r["step_time_s"], default=None)
     keys = front_keys(rows)
@@ -395,6 +395,14 @@ def _result(rows: list, plans: int, skipped: int, seconds: float, dropped: dict,
                         plans=plans, skipped_oom=skipped, evaluated=len(rows), seconds=seconds, dropped=dropped,
                         budget=budget, clusters=clusters, best_uncompressed_by_cluster=best_by_cluster,
                         front_keys=keys, tokens=costing["tokens"] if costing else None)
+
+
+def _run_row(row: dict) -> dict:
+    """``row`` as ``training_cost`` reads it: a recipe's step time the run's mean (its uncompressed
+    steps at the plan's uncompressed time: ``effective_step_time_s`` over ``steps_inflation``)."""
+    if _recipe(row["policy"]) is None:
+        return row
+    return {**row, "step_time_s": row["effective_step_time_s"] / row["steps_inflation"]}
 
 
 def front_keys(rows: list) -> tuple:

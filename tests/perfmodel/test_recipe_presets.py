@@ -209,3 +209,19 @@ def test_with_a_token_budget_the_search_prices_a_recipe_step_by_step():
     assert exact == 16 + 16 + 13
     assert zero_one["effective_step_time_s"] == pytest.approx(run_cost(["exact"] * 45 + ["gradient"] * 55,
                                                                        1.0, 1.0, 3.0, 1.0)[1])
+
+
+def test_a_recipes_training_cost_counts_its_warmup_at_the_uncompressed_step_time():
+    import perfmodel
+
+    got = perfmodel.search("bert-large", "commodity-25g", gpus=64, gbs=1024, tokens=1e9, max_mbs=8, zero=(0,),
+                           schedules=("1f1b",), sequence_parallel=(False,), hpz=(False,),
+                           candidates="dp=none;presets=powersgd|onebit-adam")
+    steps = 1e9 / (1024 * load_model("bert-large").seq_len)
+    rows = [r for r in got.rows if r["tp"] == 1 and r["pp"] == 1 and r["mbs"] == 8]
+    assert {r["policy"] for r in rows} == {"none", "powersgd", "onebit-adam"}
+    for r in rows:
+        assert r["steps"] == math.ceil(steps * r["steps_inflation"])
+        assert r["time_to_train_s"] == pytest.approx(r["steps"] * r["effective_step_time_s"] / r["steps_inflation"])
+        if r["policy"] != "none":    # the warm-up steps are slower than the compressed ones
+            assert r["time_to_train_s"] > r["steps"] * r["step_time_s"]
