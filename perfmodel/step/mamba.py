@@ -30,7 +30,8 @@ attention's full s x s.
 Cost model of the scan (``ssd_s``): its products are batched GEMMs over every chunk and head of the microbatch, one
 Triton grid each, so each is priced as one GEMM of its aggregate shape at the device's cube-root efficiency
 table (``Device.table_gemm_time_s``, what flash attention's batched products use), never faster than the traffic
-it must move at the streaming bandwidth: the layer's x, B, C, dt read and y written (2 bytes an element), the chunk
+it must move at ``SSD_BANDWIDTH_FRACTION`` of the streaming bandwidth (what the Triton kernels were measured to
+reach over it on an H100): the layer's x, B, C, dt read and y written (2 bytes an element), the chunk
 states (n_heads x head_dim x d_state elements a chunk: ``_chunk_state_fwd`` writes them in fp32, ``_state_passing_fwd``
 reads them and writes them in the activations' dtype, ``_chunk_scan_fwd`` reads those: ``STATE_BYTES`` an element)
 and ``C B^T`` (Q x Q a chunk and group, written by ``_bmm_chunk_fwd`` in fp32 and read back: ``CB_BYTES``)
@@ -74,6 +75,12 @@ DEFAULTS = {"mamba_state_dim": 128, "mamba_head_dim": 64, "mamba_num_heads": 0, 
 STATE_BYTES, CB_BYTES = 12, 8
 # The backward in forwards' worth: the forward's states recomputed (1) and the gradients' products (2)
 SSD_BACKWARD_PASSES = 3
+# Of the streaming bandwidth, what the scan's Triton kernels reach over the traffic above: measured forward
+# throughput of mamba_chunk_scan_combined on one H100 (vLLM pull request #27299, comment of 2025-10-25, the
+# "Original" column: 1.21e7 - 1.29e7 tokens/s at 4K - 16K tokens, 1.07e7 - 1.18e7 at 32K - 256K, for 128 heads of
+# 64, one group, d_state 128) against this module's traffic bound for that shape (2.18e7 tokens/s on h100-sxm): the
+# median, 1.18e7 / 2.18e7
+SSD_BANDWIDTH_FRACTION = 0.54
 # Kernels of the combined scan's forward: chunk_cumsum, the conv1d, chunk_state, state_passing, bmm_chunk (C B^T)
 # and chunk_scan (the same file); backward runs two per forward one, as every kernel here
 SCAN_KERNELS = 6
@@ -151,7 +158,7 @@ def ssd_s(model: ModelSpec, plan: ParallelPlan, dev: Device) -> tuple[float, flo
     """(forward s, backward s, forward FLOPs) of one layer's scan on one GPU per microbatch (module doc)."""
     dt = plan.compute_dtype
     products = sum(dev.table_gemm_time_s(m, n, k, dt) for m, n, k in ssd_products(model, plan))
-    fwd = max(products, ssd_traffic_bytes(model, plan) / dev.stream_Bps)
+    fwd = max(products, ssd_traffic_bytes(model, plan) / (dev.stream_Bps * SSD_BANDWIDTH_FRACTION))
     flops = plan.local_seq * plan.mbs * ssd_flops_per_token(model) / plan.tp
     return fwd, SSD_BACKWARD_PASSES * fwd, flops
 
