@@ -90,11 +90,11 @@ def _ef_options(text: str, kwargs: tuple) -> dict:
     for key, value in kwargs:
         if key in out:
             raise InputError(f"ef.{key}", value, "each option once")
-        if key == "beta" and not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1:
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if key == "beta" and number and 0 <= value < 1:
             out[key] = float(value)
-        elif key == "state" and value in EF_STATES:
-            out[key] = value
-        elif key == "reset" and not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= 1 << 31:
+        elif (key == "state" and value in EF_STATES) or \
+                (key == "reset" and number and isinstance(value, int) and 0 <= value <= 1 << 31):
             out[key] = value
         else:
             allowed = {"beta": "a moving-average weight in [0, 1)", "state": " or ".join(EF_STATES),

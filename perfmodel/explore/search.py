@@ -26,7 +26,8 @@ run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as 
   error feedback 5%: fp8 passes, int4 needs error feedback.
 * **Ranking**: by time to target, the step time times the policy's steps inflation (the steps
   it needs to reach the uncompressed run's loss: ``perfmodel.explore.convergence``, ``convergence``
-  gives the regime; a recipe's uncompressed warm-up share at the plan's uncompressed step time), with the speedup over the *best uncompressed plan* (the number a user comes
+  gives the regime; a recipe's uncompressed warm-up share at the plan's uncompressed step time),
+  with the speedup over the *best uncompressed plan* (the number a user comes
   for), over the same plan uncompressed and in time to target; the **Pareto front** of that time
   against the uncompensated error (the errors of axes without error feedback in quadrature, as
   chained stages add: error feedback's own error is paid in the inflation instead).

@@ -79,7 +79,8 @@ def test_loco_error_feedback_options_round_trip_and_are_checked():
     assert codec.error == compile_spec("ef(int4)").error and codec.error_feedback
     assert codec.wire_bytes(4096, 4) == compile_spec("int4").wire_bytes(4096, 4)
     for text, field in (("ef(int4,beta=1)", "ef.beta"), ("ef(int4,state=fp8)", "ef.state"),
-                        ("ef(int4,reset=-1)", "ef.reset"), ("ef(int4,when=1)", "ef.when"), ("ef(int4,3)", "compressor")):
+                        ("ef(int4,reset=-1)", "ef.reset"), ("ef(int4,when=1)", "ef.when"),
+                        ("ef(int4,3)", "compressor")):
         with pytest.raises(InputError) as err:
             compile_spec(text)
         assert err.value.field == field
