@@ -35,9 +35,9 @@ per uncompressed step (and ``w + (1 - w) k`` steps). Given the run's length, ``R
 each step does (realrun's optimizer runs that list), and ``convergence.record_cost(..., steps=N)``
 prices a 0/1 Adam run step by step, its local steps without their synchronisation. What is
 approximated is in ``APPROXIMATIONS`` (and docs/policies.md): the variance freeze costs no steps;
-without the run's length 0/1 Adam's few uncompressed variance steps (16 per doubling of the interval, about 200 of a 100k-step run) are not
-charged and its local steps are not credited (every step priced with its 1-bit synchronisation: an
-upper bound on its time); realrun runs all of them.
+without the run's length 0/1 Adam's few uncompressed variance steps (16 per doubling of the
+interval, about 200 of a 100k-step run) are not charged and its local steps are not credited (every
+step priced with its 1-bit synchronisation: an upper bound on its time); realrun runs all of them.
 """
 from __future__ import annotations
 
