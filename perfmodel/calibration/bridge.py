@@ -95,14 +95,13 @@ RECOMPUTED = {("GPT OSS 120B", system) for system in ("DGX-B200", "DGX-GB200", "
 RECOMPUTED_WHY = ("the recipe recomputes the layernorms and the experts' activation (recompute_modules layernorm, "
                   "moe_act); with that the memory model still over-counts these runs (B200 ep 8: 190.7 GiB), for a "
                   "reason not identified: memory not checked")
-# DeepSeek-V3's and Kimi-K2's perf recipes hold memory the model does not: recompute_modules (layernorm, mla_up_proj,
-# moe_act), the experts' paged stash, fine-grained activation offloading and a precision-aware optimizer with bf16
-# moments (src/megatron/bridge/perf_recipes/deepseek/common.py @ 267f756: _deepseek_v3_common sets selective
-# recompute; _enable_deepseek_full_iteration_mxfp8 moe_paged_stash; _enable_deepseek_precision_aware_optimizer)
+# DeepSeek-V3's and Kimi-K2's perf recipes hold memory the model does not: the experts' paged stash, fine-grained
+# activation offloading and a precision-aware optimizer with bf16 moments (src/megatron/bridge/perf_recipes/deepseek/
+# common.py @ 267f756: _enable_deepseek_full_iteration_mxfp8 moe_paged_stash; _enable_deepseek_precision_aware_
+# optimizer; their selective recompute, _deepseek_v3_common, the plan takes from megatron_bridge_recipes.csv)
 STASHED = ("DeepSeekV3", "Kimi_K2")
-STASHED_WHY = ("the recipe recomputes modules (layernorm, mla_up_proj, moe_act), stashes the experts' activations "
-               "in paged buffers and keeps bf16 optimizer moments, which perfmodel.plan.memory does not model: memory "
-               "not checked")
+STASHED_WHY = ("the recipe stashes the experts' activations in paged buffers and keeps bf16 optimizer moments, which "
+               "perfmodel.plan.memory does not model (its recompute of modules it does): memory not checked")
 # rows whose stated plan differs from the recipe of its container in the way memory depends on: container
 # 26.02.01's GB300 Llama 3 70B rows state micro-batch 2 with no FSDP, virtual stages or offloading, where every
 # GB300 70B recipe (llama3_workload_base_configs.py, V1 and V2) runs MXFP8 and NVFP4 at micro-batch 1 with
