@@ -107,6 +107,7 @@ BOUNDS: dict[str, tuple[str, float, float]] = {
     "moe_first_dense": (INT, 0, 2**14),
     "moe_capacity_factor": (NUMBER, 0.0, 1e4),   # published 1-2 (Switch 1.25, GShard 2)
     "moe_load_imbalance": (NUMBER, 1.0, 1e4),    # the most loaded expert over its fair share
+    "moe_latent_size": (INT, 0, 2**20),          # LatentMoE's expert width (Nemotron 3 Super: 1024); <= hidden_size
     # measured routing histograms (perfmodel.plan.routing): tokens routed to one expert (the largest runs train
     # ~4e13 tokens x top-8: 3e14), and the file (64 MiB hold 4M counts of 16 characters, 280x DeepSeek-V3's 58 x 256)
     "tokens_per_expert": (NUMBER, 0.0, 1e16),

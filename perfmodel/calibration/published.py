@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
@@ -29,6 +29,7 @@ import tempfile
 from perfmodel.calibration import tables
 from perfmodel.calibration.bridge import COLUMNS as BRIDGE_COLUMNS
 from perfmodel.calibration.bridge import bridge_row
+from perfmodel.calibration.regimes import regime_of
 from perfmodel.plan.framework import DEFAULT_FRAMEWORK
 from perfmodel.plan.precision import PRECISION_NAMES
 from topologies.errors import InputError
@@ -68,6 +69,7 @@ class RowResult:
     skipped: str = ""
     memory_GiB: float | None = None   # per GPU, perfmodel.plan.memory's peak stage (training rows)
     fits: bool | None = None          # that memory within the GPU's (a measured run did fit)
+    regime: dict = field(default_factory=dict)   # where the row stands (perfmodel.calibration.regimes.REGIME_KEYS)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -355,7 +357,7 @@ def predicted_rows(source: Source, folder: Path = PUBLISHED_DIR) -> list[tuple[d
         if result.predicted is not None and not (math.isfinite(result.predicted) and result.predicted > 0):
             raise InputError(f"{where}.predicted", result.predicted, f"a prediction above 0 for {result.label} (the "
                              "model gives none for this row, e.g. a collective of one GPU: its error is no number)")
-        out.append((row, result))
+        out.append((row, replace(result, regime=regime_of(source, row))))
     return out
 
 

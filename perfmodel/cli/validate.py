@@ -17,6 +17,10 @@ def add_validate(sub) -> None:
                    "sources.toml names each source's CSV table (a file inside the folder), bounds.json (optional) "
                    "each source's MAPE bound; a malformed entry, cell or bound is refused in one line naming the "
                    "file, the line or key, and the column")
+    v.add_argument("--by", metavar="KEY,KEY",
+                   help="also group each source's rows by their regime and print MAPE, bias and the worst row per "
+                   "group: keys among model, cluster, precision, framework, gpus, op (e.g. --by model,cluster; "
+                   "with --json each source gains 'regimes'); the per-row tables are then left out")
     v.add_argument("--json", action="store_true", help="JSON: per source its summary and rows")
     v.add_argument("--csv", metavar="FILE", help="write every row (source, measured, predicted, error) as CSV")
     v.add_argument("--plot", metavar="FILE.png", help="draw predicted against measured (.png, .svg or .pdf)")
@@ -32,6 +36,7 @@ def run_validate(args) -> None:
     from pathlib import Path
 
     from perfmodel.calibration import published as pub
+    from perfmodel.calibration import regimes
     from perfmodel.report.plots import check_picture
 
     folder = Path(args.dir) if args.dir else pub.PUBLISHED_DIR
@@ -39,7 +44,10 @@ def run_validate(args) -> None:
         check_writable(args.csv, "csv")
     check_picture(args.plot)
     bounds = pub.load_bounds(folder)    # a malformed bound is refused before anything is predicted
+    keys = regimes.parse_keys(args.by) if args.by else ()
     reports = pub.validate_published(args.published, folder)
+    if keys:
+        reports = [dict(r, regimes=regimes.by_regime(r["results"], keys)) for r in reports]
     if args.csv:
         buffer = io.StringIO()
         csv.writer(buffer).writerows(pub.results_csv_rows(reports))
@@ -48,6 +56,8 @@ def run_validate(args) -> None:
         pub.plot_published(reports, args.plot)
     if args.json:
         print(dump_json([dict(r, bound=bounds.get(r["source"])) for r in reports]))
+    elif keys:
+        _regime_report(reports, bounds, keys)
     else:
         _validate_report(reports, bounds)
     bad = pub.check_bounds(reports, bounds) if args.check_bounds else []
@@ -67,6 +77,19 @@ def _validate_report(reports, bounds) -> None:
         print()
         print(table(("row", f"measured {unit}", "predicted", "error", "memory/GPU", "skipped"), rows,
                     title=f"# {rep['source']}: {rep['title']}"))
+
+
+def _regime_report(reports, bounds, keys) -> None:
+    """The summary, then per source its rows' groups by ``keys`` (``perfmodel.calibration.regimes``)."""
+    from perfmodel.calibration.published import summary_markdown
+
+    print(summary_markdown(reports, bounds))
+    for rep in reports:
+        rows = [(*(g[k] for k in keys), g["rows"], f"{g['mape']:.1%}", f"{g['bias']:+.1%}",
+                 f"{g['worst_label']} ({g['worst_error']:+.1%})") for g in rep["regimes"]]
+        print()
+        print(table((*keys, "rows", "MAPE", "bias", "worst row"), rows,
+                    title=f"# {rep['source']} by {', '.join(keys)}: {rep['title']}"))
 
 
 def _memory_cell(row) -> str:

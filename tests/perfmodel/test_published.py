@@ -36,7 +36,10 @@ def test_every_predicted_source_has_a_bound_and_rows(reports, published):
     bounds = pub.load_bounds(published)
     predicted = {r["source"] for r in reports if r["predicted"]}
     assert predicted == set(bounds)
-    assert all(r["predicted"] >= 5 for r in reports if r["predicted"])
+    # a table's MAPE means something over five rows or more; a training report is one run (its bound is tight)
+    single_runs = {"deepseek-v3-h800"}
+    assert all(r["predicted"] >= 5 or r["source"] in single_runs for r in reports if r["predicted"])
+    assert all(bounds[s] <= 0.1 for s in single_runs)
 
 
 def test_every_measured_training_run_fits_its_gpus_memory(reports):
