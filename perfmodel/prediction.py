@@ -229,7 +229,11 @@ def _check_fits(setup: _Setup, opts: PredictOptions, policies: list) -> None:
     fp8 primary weights where one of ``policies`` gathers them (the record's ``fits`` is per policy)."""
     rec = recipe(setup.plan.precision)
     rec.check(setup.dev)
-    memory = _memory(setup, any(p.gathers_fp8_params for p in policies))
+    for pol in policies:
+        if pol.recipe is not None:
+            pol.recipe.check_zero(setup.plan.zero)
+    memory = _memory(setup, any(p.gathers_fp8_params for p in policies),
+                     min((_feedback(setup, p) for p in policies), default=0.0))
     if memory["total"] > setup.dev.hbm_bytes and not opts.allow_oom:
         need, have = memory["total"] / 2**30, setup.dev.hbm_bytes / 2**30
         raise InputError("memory", f"{need:.1f} GiB", f"does not fit: needs {need:.1f} GiB of {have:.1f} GiB "
@@ -245,23 +249,30 @@ def _finish(setup: _Setup, pol, timing, engine: str, plain: float | None = None)
         base = plain
     else:
         base = _uncompressed_step(s.arch, s.plan, (s.built, s.dev, s.calib, s.slowdown), engine)
-    memory = _memory(s, pol.gathers_fp8_params)
+    memory = _memory(s, pol.gathers_fp8_params, _feedback(s, pol))
     fits = memory["total"] <= s.dev.hbm_bytes
     return _record(s.arch, s.built, s.dev, s.plan, pol, timing, dict(memory), fits, base, engine)
 
 
-def _memory(setup: _Setup, fp8_params: bool) -> dict:
+def _memory(setup: _Setup, fp8_params: bool, feedback: float = 0.0) -> dict:
     """The plan's peak memory on its GPU: the setup's (a low precision's weight copies as the GPU's
-    architecture keeps them), or with fp8 primary weights where the parameter gathers carry fp8
-    (``fp8_params``) into an 8-bit recipe's GEMMs (``perfmodel.plan.memory``)."""
-    if not (fp8_params and recipe(setup.plan.precision).eight_bit):
+    architecture keeps them), with fp8 primary weights where the parameter gathers carry fp8
+    (``fp8_params``) into an 8-bit recipe's GEMMs, and a compression recipe's state of ``feedback``
+    bytes per parameter (``perfmodel.plan.memory``)."""
+    fp8 = fp8_params and recipe(setup.plan.precision).eight_bit
+    if not fp8 and not feedback:
         return setup.memory
-    return _fp8_params_memory(setup.arch, setup.plan, _hpz_ranks(setup.plan, setup.built), setup.dev.arch)
+    return _policy_memory(setup.arch, setup.plan, _hpz_ranks(setup.plan, setup.built), setup.dev.arch, fp8, feedback)
+
+
+def _feedback(setup: _Setup, pol) -> float:
+    """Bytes per parameter of ``pol``'s recipe state on one GPU of the plan's dp group (0: none)."""
+    return pol.recipe.state_bytes(setup.plan.dp) if pol.recipe is not None else 0.0
 
 
 @lru_cache(maxsize=4096)
-def _fp8_params_memory(arch, plan, hpz_ranks: int, gpu_arch: str) -> dict:
-    return peak_memory(arch, plan, hpz_ranks, gpu_arch, fp8_params=True)
+def _policy_memory(arch, plan, hpz_ranks: int, gpu_arch: str, fp8_params: bool, feedback: float) -> dict:
+    return peak_memory(arch, plan, hpz_ranks, gpu_arch, fp8_params=fp8_params, feedback=feedback)
 
 
 def _draw(timing, plan, pol, opts: PredictOptions, title: str) -> None:
@@ -348,13 +359,16 @@ def compare(model: str, cluster: str, policies, plan: PlanRequest | None = None,
             options: PredictOptions | None = None, **kw) -> list[StepRecord]:
     """The same plan under several policies (a list, or a string as ``split_policies`` takes);
     ``trace``: one timeline file with every policy's stages (``perfmodel.report.trace``); ``timeline``:
-    the same as one picture. ``plan``, ``options`` and keywords as ``predict`` takes them."""
+    the same as one picture. ``plan``, ``options`` and keywords as ``predict`` takes them. The plan is
+    refused where no policy fits it in memory; a policy that alone does not (a recipe's error-feedback
+    state) is timed with ``fits`` False."""
     request, opts = request_and_options(plan, options, **kw)
     _check_outputs(opts.trace, opts.timeline)
     names = split_policies(policies) if isinstance(policies, str) else list(policies)
+    _check_fits(_setup(model, cluster, request, opts), opts, [parse_policy(p) for p in names])
     events: list | None = [] if opts.trace is not None or opts.timeline is not None else None
     records = [predict(model, cluster, request, replace(opts, policy=p, trace=events, trace_pid=100 * i,
-                                                        timeline=None))
+                                                        timeline=None, allow_oom=True))
                for i, p in enumerate(names)]
     if opts.trace is not None:
         write_trace(opts.trace, events)

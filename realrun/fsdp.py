@@ -171,6 +171,8 @@ def compress_fsdp(model: torch.nn.Module, spec_or_policy="none", threads: int | 
     ``threads``: the codec threads of this rank (default: the host's cores over the ranks on
     it, ``realrun.threads``)."""
     policy = as_policy(spec_or_policy)
+    if policy.recipe is not None:
+        policy.recipe.check_zero(3)      # FSDP2 shards like ZeRO-3: refused where the recipe's reference is not
     owner = FSDPCompression(policy, None if threads is None else codec_threads(threads))
     served = [(name or "root", m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
     if not served:

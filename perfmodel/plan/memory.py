@@ -103,11 +103,13 @@ def in_flight(plan: ParallelPlan, stage: int) -> float:
 
 
 def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int, hpz_ranks: int = 1,
-                   arch: str = "", fp8_params: bool = False) -> dict:
+                   arch: str = "", fp8_params: bool = False, feedback: float = 0.0) -> dict:
     """Bytes per GPU of pipeline ``stage`` by kind, and their ``total``. With hpZ, the secondary
     copy of the weights is partitioned over ``hpz_ranks`` (the dp group's ranks in a node). ``arch``:
     the GPU's architecture (whether per-tensor FP8 keeps a transposed weight copy); ``fp8_params``:
-    an fp8 parameter gather (module doc)."""
+    an fp8 parameter gather (module doc); ``feedback``: a compression recipe's state in bytes per
+    parameter the GPU holds (``Recipe.state_bytes``: its error-feedback buffers, 0/1 Adam's
+    accumulator), charged as ``error_feedback``."""
     first, last = stage == 0, stage == plan.pp - 1
     start = plan.stage_first_layer(stage, model.num_layers)
     dense, experts = stage_param_split(model, plan, layers, first, last, start)
@@ -126,6 +128,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
                              / shards(plan, "weights")),
         "low_precision_weights": copies * quantized,
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
+        "error_feedback": params * feedback,
         "gradients": sharded("gradients", DTYPE_BYTES[plan.grad_dtype]),
         "optimizer": sharded("optimizer", OPTIMIZER_BYTES),
         "activations": _activations(model, plan, layers, start, in_flight(plan, stage))
@@ -248,10 +251,11 @@ def low_precision_activation_delta(model: ModelSpec, plan: ParallelPlan, moe: bo
 
 
 def peak_memory(model: ModelSpec, plan: ParallelPlan, hpz_ranks: int = 1, arch: str = "",
-                fp8_params: bool = False) -> dict:
+                fp8_params: bool = False, feedback: float = 0.0) -> dict:
     """The stage with the largest total (the one that must fit)."""
     layers = plan.stage_layers(model.num_layers)
-    per_stage = [memory_per_gpu(model, plan, s, n, hpz_ranks, arch, fp8_params) for s, n in enumerate(layers)]
+    per_stage = [memory_per_gpu(model, plan, s, n, hpz_ranks, arch, fp8_params, feedback)
+                 for s, n in enumerate(layers)]
     return max(per_stage, key=lambda d: d["total"])
 
 

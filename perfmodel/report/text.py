@@ -107,17 +107,19 @@ def _err_axes(records) -> tuple:
 def compare_report(records) -> str:
     phases, err_axes = shown_phases(records), _err_axes(records)
     head = ("policy", "step_s", "speedup", "samples/s", "TFLOPS", "MFU%") + tuple(p.short for p in phases) \
-        + tuple(f"err {a}" for a in err_axes)
+        + tuple(f"err {a}" for a in err_axes) + ("mem GiB",)
     rows = []
     for r in records:
         e = r.error_estimate
         rows.append((r.policy, r.step_time_s, r.speedup_vs_uncompressed, r.samples_per_s,
                      r.model_tflops_per_gpu, 100 * r.mfu) + tuple(r.breakdown[p.name] for p in phases)
-                    + tuple(e.get(a, 0.0) for a in err_axes))
+                    + tuple(e.get(a, 0.0) for a in err_axes)
+                    + (f"{r.memory_per_gpu_bytes / 2**30:.1f}" + ("" if r.fits else " (OOM)"),))
     first = records[0]
     note = ("# seconds per step by kind (compute, TP and PP communication, exposed DP/ZeRO communication, "
             "compression kernels, pipeline bubble, optimizer, overlap slowdown); err = relative RMS error per axis "
-            "(dp: gradients, zero: gathered parameters, tp and pp: activations and their gradients)")
+            "(dp: gradients, zero: gathered parameters, tp and pp: activations and their gradients); mem GiB: "
+            "peak per GPU with the policy's state (OOM: does not fit)")
     return "\n".join([f"{first.model} on {first.cluster}: {first.gpus} x {first.gpu}", _plan_line(first), note,
                       table(head, rows)])
 

@@ -180,7 +180,7 @@ def test_a_recipe_run_priced_step_by_step():
     from perfmodel.prediction import predict
 
     policy = "zero-one-adam,var_freeze=0.5,local_step_scaler=50"
-    rec = predict("bert-large", "commodity-25g", gpus=64, mbs=16, gbs=1024, policy=policy)
+    rec = predict("bert-large", "commodity-25g", gpus=64, mbs=8, gbs=512, policy=policy)   # its state: 17.4 GiB at mbs 16
     modes = parse_policy(policy).recipe.modes(1000)
     exact, local = modes.count("exact"), modes.count("local")
     assert 16 < exact < 200 and local > 300                                    # variance steps; local steps
@@ -226,3 +226,28 @@ def test_a_recipes_training_cost_counts_its_warmup_at_the_uncompressed_step_time
         assert r["time_to_train_s"] == pytest.approx(r["steps"] * r["effective_step_time_s"] / r["steps_inflation"])
         if r["policy"] != "none":    # the warm-up steps are slower than the compressed ones
             assert r["time_to_train_s"] > r["steps"] * r["step_time_s"]
+
+
+@pytest.mark.parametrize("name,per_param", [
+    ("powersgd", 4.0),                                   # PowerSGDState's fp32 error dict, whole gradient
+    ("loco", (1 + 4 / 256) * (1 + 1 / 64)),              # int8 worker error + the server's 1/dp chunk
+    ("onebit-adam", 4.0 + 4.0 / 64)])                    # DeepSpeed's fp32 worker_error and server_error
+def test_a_recipes_state_is_charged_to_memory(name, per_param):
+    from perfmodel.prediction import compare
+
+    none, rec = compare("bert-large", "commodity-25g", ["none", name], gpus=64, mbs=16, gbs=1024)
+    assert none.memory_breakdown["error_feedback"] == 0.0
+    params = rec.memory_breakdown["error_feedback"] / per_param
+    assert params == pytest.approx(load_model("bert-large").params, rel=0.02)
+    assert rec.memory_per_gpu_bytes - none.memory_per_gpu_bytes == pytest.approx(params * per_param)
+
+
+def test_predict_refuses_a_recipe_under_a_zero_stage_it_does_not_run(cli):
+    from perfmodel.prediction import predict
+
+    with pytest.raises(InputError, match="ZeRO"):
+        predict("bert-large", "commodity-25g", gpus=64, mbs=16, gbs=1024, zero=1, policy="onebit-adam")
+    assert predict("bert-large", "commodity-25g", gpus=64, mbs=16, gbs=1024, zero=1, policy="loco").fits
+    proc = cli("perfmodel", "predict", "--model", "bert-large", "--cluster", "commodity-25g", "--gpus", "64",
+               "--zero", "2", "--policy", "powersgd", check_rc=2)
+    assert "zero=2" in proc.stderr and "DDP communication hook" in proc.stderr and len(proc.stderr.splitlines()) == 1

@@ -60,6 +60,10 @@ def test_a_model_without_fsdp2_modules_or_a_bad_policy_is_refused_in_one_line():
         compress_fsdp(torch.nn.Linear(4, 4), "")
     with pytest.raises(InputError):
         compress_fsdp(torch.nn.Linear(4, 4), "int8(block=-1)")
+    with pytest.raises(InputError, match="DDP communication hook"):     # PowerSGD: no ZeRO-3 in its reference
+        compress_fsdp(torch.nn.Linear(4, 4), "powersgd")
+    with pytest.raises(InputError, match="fully_shard"):                 # LoCo runs under ZeRO-3
+        compress_fsdp(torch.nn.Linear(4, 4), "loco")
 
 
 def test_the_ddp_hook_refuses_a_policy_that_leaves_gradients_uncompressed():
