@@ -77,7 +77,8 @@ def step_report(r) -> str:
              f"samples/s     {r.samples_per_s:10.2f}     tokens/s {r.tokens_per_s:,.0f}",
              f"TFLOPS/GPU    {r.model_tflops_per_gpu:10.2f}     (hardware {r.hardware_tflops_per_gpu:.2f}, "
              f"{_mfu_text(r)})",
-             f"memory/GPU    {r.memory_per_gpu_bytes / GiB:10.1f} GiB" + ("" if r.fits else "  DOES NOT FIT"), ""]
+             f"memory/GPU    {r.memory_per_gpu_bytes / GiB:10.1f} GiB" + ("" if r.fits else "  DOES NOT FIT"),
+             *_to_target_lines(r), ""]
     lines.append(table(("breakdown", "seconds", "%"), _breakdown_rows(r)))
     wire = [(axis, tier, nbytes / 1e9) for axis, tiers in r.wire_bytes.items() for tier, nbytes in tiers.items()]
     if wire:
@@ -86,6 +87,21 @@ def step_report(r) -> str:
     if errors:
         lines += ["", table(("axis", "error estimate (relative RMS)"), errors)]
     return "\n".join(lines)
+
+
+def _to_target_lines(r) -> list[str]:
+    """A lossy policy's time to the uncompressed loss (``perfmodel.explore.convergence.record_cost``:
+    the steps inflation, a recipe's uncompressed warm-up): nothing for a lossless one."""
+    from perfmodel.explore.convergence import default_regime, record_cost
+
+    if not any(r.error_estimate.values()):
+        return []
+    cost = record_cost(r)
+    uncompressed = r.step_time_s * r.speedup_vs_uncompressed
+    warm = f", {cost['warmup']:.0%} of the steps uncompressed warm-up" if cost["warmup"] else ""
+    return [f"to target     {cost['effective_step_time_s']:10.3f} s   speedup "
+            f"{uncompressed / cost['effective_step_time_s']:.3f}x in time to the uncompressed loss "
+            f"(steps x {cost['steps_inflation']:.3f}{warm}; {default_regime().source})"]
 
 
 ERR_AXES = REPORTED   # the error columns every table has (the optional axes' where used)

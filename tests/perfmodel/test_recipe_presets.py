@@ -251,3 +251,15 @@ def test_predict_refuses_a_recipe_under_a_zero_stage_it_does_not_run(cli):
     proc = cli("perfmodel", "predict", "--model", "bert-large", "--cluster", "commodity-25g", "--gpus", "64",
                "--zero", "2", "--policy", "powersgd", check_rc=2)
     assert "zero=2" in proc.stderr and "DDP communication hook" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_predict_text_gives_a_recipes_time_to_target(cli):
+    from perfmodel.explore.convergence import record_cost
+    from perfmodel.prediction import predict
+
+    args = ("--model", "bert-large", "--cluster", "commodity-25g", "--gpus", "64", "--mbs", "8", "--gbs", "512")
+    out = cli("perfmodel", "predict", *args, "--policy", "onebit-adam", check_rc=0).stdout
+    line = next(x for x in out.splitlines() if x.startswith("to target"))
+    cost = record_cost(predict("bert-large", "commodity-25g", gpus=64, mbs=8, gbs=512, policy="onebit-adam"))
+    assert f"{cost['effective_step_time_s']:.3f} s" in line and "15% of the steps uncompressed warm-up" in line
+    assert "to target" not in cli("perfmodel", "predict", *args, check_rc=0).stdout     # lossless: no line
