@@ -1,0 +1,72 @@
+"""The memory model on sharded runs (issue 40, item 5): every ZeRO-3 / FSDP run a published table
+says ran is predicted to fit its GPUs (the ``fits memory`` column of ``perfmodel validate
+--published``), and ZeRO++'s secondary partition and the compression recipes' error-feedback state
+are charged as their sources size them."""
+import pytest
+
+from perfmodel import predict
+from perfmodel.calibration import published, tables
+from perfmodel.compression.recipes import RECIPES
+
+ZERO3_SOURCES = ("llm-foundry-a100-2023", "llm-foundry-h100-2023", "torchtitan-a100-2024")
+
+
+@pytest.mark.parametrize("key", ZERO3_SOURCES)
+def test_every_published_zero3_run_is_predicted_to_fit(key):
+    """A measured run fitted on its GPUs: each of the source's rows is checked and fits."""
+    (report,) = published.validate_published(key)
+    rows = [r for r in report["results"] if r.error is not None]
+    assert rows and report["fit_checked"] == len(rows)
+    assert report["unfit"] == [], report["unfit"]
+    assert all(r.memory_GiB < 80 for r in rows)
+
+
+def test_the_llm_foundry_rows_are_fsdp_full_shard():
+    """The new sources are ZeRO-3 over every GPU (FSDP FULL_SHARD), as the table's column says."""
+    for key in ZERO3_SOURCES[:2]:
+        source = published.load_sources()[key]
+        rows = published.source_rows(source)
+        assert len(rows) >= 5
+        assert all(r["zero"] == "3" and r["dp"] == r["gpus"] for r in rows)
+        assert all("FULL_SHARD" in r["assumptions"] or "full sharding" in source.title for r in rows)
+
+
+def test_the_deepspeed_zero3_granite_run_fits():
+    """The one DeepSpeed ZeRO-3 row (not a source: one row) is predicted to fit its 80 GB too."""
+    path = published.PUBLISHED_DIR / "deepspeed_zero3_granite_a100.csv"
+    (_, row), = tables.read_table(path, "file", "the Granite table")
+    r = predict(published.row_model(row), row["cluster"], gpus=int(row["gpus"]), **published.row_plan(row),
+                allow_oom=True)
+    assert r.fits
+
+
+PLAN = dict(model="gpt3-13b", cluster="lassen", gpus=384, tp=1, pp=1, zero=3, mbs=1, gbs=384, recompute="full",
+            framework="deepspeed", allow_oom=True)
+
+
+def test_hpz_secondary_partition_is_the_weights_over_the_node():
+    """ZeRO++ hpZ (Wang et al. 2023, section 3.2): a second copy of the fp16 weights partitioned over a
+    node's GPUs (4 on Lassen), on top of ZeRO-3's primary partition over all 384: 96 times the primary
+    shard; and the ZeRO++ run still fits a 16 GB V100."""
+    plain, hpz = predict(**PLAN, policy="zeropp"), predict(**PLAN, policy="zeropp", hpz=True)
+    primary = hpz.memory_breakdown["weights"]
+    assert plain.memory_breakdown["hpz_secondary"] == 0.0
+    assert hpz.memory_breakdown["hpz_secondary"] == pytest.approx(primary * 384 / 4, rel=1e-9)
+    assert hpz.memory_per_gpu_bytes - plain.memory_per_gpu_bytes == pytest.approx(
+        hpz.memory_breakdown["hpz_secondary"], rel=1e-9)
+    assert hpz.fits
+
+
+@pytest.mark.parametrize("preset, zero", [("loco", 1), ("loco", 3), ("onebit-adam", 0), ("zero-one-adam", 0)])
+def test_error_feedback_state_is_charged_per_parameter_held(preset, zero):
+    """A recipe's error state: every worker's error for the gradient it holds before the reduction (the
+    full local gradient, whatever the ZeRO stage) and the server's for its 1/dp chunk
+    (``Recipe.state_bytes``); nothing without a recipe."""
+    plan = dict(model="llama2-7b", cluster="dgx-a100", gpus=32, tp=1, pp=1, zero=zero, mbs=1, gbs=256, seq=4096,
+                recompute="full", allow_oom=True)
+    none, rec = predict(**plan), predict(**plan, policy=preset)
+    assert none.memory_breakdown["error_feedback"] == 0.0
+    held = none.memory_breakdown["gradients"] / 4 * (32 if zero >= 2 else 1)   # fp32 gradients, before ZeRO-2/3
+    expected = held * RECIPES[preset].state_bytes(32)
+    assert rec.memory_breakdown["error_feedback"] == pytest.approx(expected, rel=1e-6)
+    assert rec.memory_per_gpu_bytes - none.memory_per_gpu_bytes == pytest.approx(expected, rel=1e-6)
