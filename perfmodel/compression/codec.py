@@ -44,22 +44,26 @@ class Applied:
     decompress_bytes: float
 
 
-def _apply(node, stream: Stream) -> Applied:
+def _apply(node, stream: Stream, kernels=None) -> Applied:
+    """``node`` applied to ``stream``; ``kernels`` (a ``DeviceKernels``, or None) prices a family's kernels
+    from a published measurement where it has one (``perfmodel.compression.kernels``)."""
     if isinstance(node, Family):
         node.accepts(stream.dtype)
         out, meta = node.transform(stream)
-        return Applied(values=out, meta_bytes=meta,
-                       compress_bytes=node.compress_traffic(stream) * stream.nbytes,
-                       decompress_bytes=node.decompress_traffic(stream) * stream.nbytes)
+        comp, decomp = node.compress_traffic(stream), node.decompress_traffic(stream)
+        if kernels is not None:
+            comp, decomp = kernels.traffic(node, "compress", comp), kernels.traffic(node, "decompress", decomp)
+        return Applied(values=out, meta_bytes=meta, compress_bytes=comp * stream.nbytes,
+                       decompress_bytes=decomp * stream.nbytes)
     if isinstance(node, EF):
-        inner = _apply(node.inner, stream)
+        inner = _apply(node.inner, stream, kernels)
         extra = EF_TRAFFIC * stream.nbytes + inner.decompress_bytes
         return Applied(values=inner.values, meta_bytes=inner.meta_bytes,
                        compress_bytes=inner.compress_bytes + extra,
                        decompress_bytes=inner.decompress_bytes)
     meta = comp = decomp = 0.0
     for part in node:
-        step = _apply(part, stream)
+        step = _apply(part, stream, kernels)
         stream, meta = step.values, meta + step.meta_bytes
         comp, decomp = comp + step.compress_bytes, decomp + step.decompress_bytes
     return Applied(values=stream, meta_bytes=meta, compress_bytes=comp, decompress_bytes=decomp)
@@ -143,13 +147,16 @@ def _text(node) -> str:
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Codec:
     """A compressor spec compiled for the cost model (see module doc). Parsed once at the edge
-    and carried as it is; equal (and hashed) by its canonical text, so it keys caches."""
+    and carried as it is; equal (and hashed) by its canonical text, so it keys caches. ``kernels``
+    (``on(device)``) prices its kernels from the published measurements that apply on one device;
+    None: the traffic model everywhere."""
 
     text: str
     root: object
+    kernels: object = None
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Codec) and other.text == self.text
+        return isinstance(other, Codec) and other.text == self.text and other.kernels == self.kernels
 
     def __hash__(self) -> int:
         return hash(self.text)
@@ -207,10 +214,19 @@ class Codec:
         if not any(f.NAME in ratios for f in self.families):
             return self
         root = _map(self.root, calibrated)
-        return Codec(text=_text(root), root=root)
+        return Codec(text=_text(root), root=root, kernels=self.kernels)
+
+    def on(self, device) -> Codec:
+        """This codec with its kernels priced for ``device`` (a ``perfmodel.devices.Device``): a published
+        measurement of the device's GPU, or of its architecture scaled by streaming bandwidth, replaces a
+        family's traffic model (catalog/codec_kernels.toml); itself where none applies."""
+        from perfmodel.compression.kernels import device_kernels
+
+        kernels = device_kernels(device)
+        return self if kernels == self.kernels else replace(self, kernels=kernels)
 
     def apply(self, count: int, dtype_bytes: int) -> Applied:
-        return _apply(self.root, Stream(count, float(count * dtype_bytes), message_dtype(dtype_bytes)))
+        return _apply(self.root, Stream(count, float(count * dtype_bytes), message_dtype(dtype_bytes)), self.kernels)
 
     def wire_bytes(self, count: int, dtype_bytes: int, ndim: int = 1) -> int:
         """Bytes of the payload for ``count`` values: header plus body, exact for exact specs
