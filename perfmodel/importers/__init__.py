@@ -1,0 +1,96 @@
+"""Other tools' files as a model and a plan: ``--from FORMAT:PATH`` (docs/importers.md).
+
+``load("hf:config.json")`` reads one file (``FORMATS``: ``hf`` a Hugging Face config.json,
+``perfmodel.importers.hf``; ``megatron`` a Megatron-LM launch script or argument list,
+``perfmodel.importers.megatron``; ``deepspeed`` a DeepSpeed config, ``perfmodel.plan.deepspeed``) into
+(model, plan keywords, lines); ``merge`` combines several, a later file's keys over an earlier's;
+``predict(sources, cluster, **plan)`` predicts the imported job, a keyword over every file.
+"""
+from __future__ import annotations
+
+from perfmodel.importers.common import Imported, ImportedModel, build_model, model_toml
+from topologies.errors import InputError
+
+FORMATS = ("hf", "megatron", "deepspeed")
+
+
+def read(spec: str) -> Imported:
+    """One ``FORMAT:PATH`` read into an Imported (refusals raised: one InputError, a line each in
+    ``refused``)."""
+    fmt, sep, path = spec.partition(":")
+    if not sep or fmt not in FORMATS or not path:
+        raise InputError("from", spec, "FORMAT:PATH with FORMAT one of " + ", ".join(FORMATS)
+                         + " (e.g. hf:config.json, megatron:train.sh)")
+    if fmt == "hf":
+        from perfmodel.importers import hf
+        return hf.load(path)
+    if fmt == "megatron":
+        from perfmodel.importers import megatron
+        return megatron.load(path)
+    from perfmodel.plan.deepspeed import read_config
+    read_config(path)                       # readable JSON now; its plan needs the cluster (at predict)
+    return Imported("deepspeed", deepspeed=path, lines=[f"deepspeed: {path} -> its plan and policy, mapped "
+                                                        "once the cluster is known (as --deepspeed)"])
+
+
+def merge(parts: list[Imported]) -> Imported:
+    """The imports combined in order: a later one's model keys, plan keywords and DeepSpeed config over
+    an earlier one's; lines and policy items of all."""
+    out = Imported("+".join(p.fmt for p in parts))
+    for part in parts:
+        out.model.update(part.model)
+        out.plan.update(part.plan)
+        out.lines += part.lines
+        out.policy += [p for p in part.policy if p not in out.policy]
+        out.name = part.name if part.model else out.name
+        out.deepspeed = part.deepspeed or out.deepspeed
+    return out
+
+
+def load(specs: str | list[str]) -> tuple[ImportedModel | None, dict, list[str]]:
+    """(model, plan keywords, lines) of one ``FORMAT:PATH`` or several (``merge``): the model is None where
+    the files give no model keys; the plan keywords are ``predict``'s (a DeepSpeed config's under
+    ``deepspeed``, compression items under ``policy_items``)."""
+    specs = [specs] if isinstance(specs, str) else list(specs)
+    both = merge([read(s) for s in specs])
+    model = build_model(both.model, both.name, ", ".join(specs)) if both.model else None
+    plan = dict(both.plan)
+    if both.deepspeed:
+        plan["deepspeed"] = both.deepspeed
+    if both.policy:
+        plan["policy_items"] = list(both.policy)
+    return model, plan, both.lines
+
+
+def predict(sources: str | list[str], cluster: str, model=None, policy: str = "none", **plan):
+    """``perfmodel.prediction.predict`` of the imported job on ``cluster``: the files' model (unless
+    ``model``), their plan with ``plan``'s keywords over it, their policy items added to ``policy``."""
+    from perfmodel.prediction import predict as predict_step
+
+    imported, fields, _ = load(sources)
+    fields = {**fields, **plan}
+    policy = _policy(policy, fields.pop("policy_items", []))
+    deepspeed = fields.pop("deepspeed", None)
+    if deepspeed:
+        fields, policy = _deepspeed(deepspeed, cluster, fields, policy)
+    chosen = model if model is not None else imported
+    if chosen is None:
+        raise InputError("model", None, "a model: the imported files give none (add --from hf:config.json or "
+                         "give model=)")
+    return predict_step(chosen, cluster, policy=policy, **fields)
+
+
+def _policy(policy: str, items: list) -> str:
+    return ",".join(([policy] if policy != "none" else []) + items) or "none"
+
+
+def _deepspeed(path: str, cluster: str, fields: dict, policy: str) -> tuple[dict, str]:
+    from perfmodel.plan.deepspeed import map_config, read_config
+    from topologies import cluster_for
+
+    built, ranks = cluster_for(cluster, nodes=fields.get("nodes"), gpus=fields.get("gpus"))
+    ds = map_config(read_config(path), built.gpus_per_host, ranks, fields.get("tp", 1), fields.get("pp", 1))
+    return {**ds.plan, **fields}, _policy(policy, ds.policy_items)
+
+
+__all__ = ["FORMATS", "Imported", "ImportedModel", "load", "merge", "model_toml", "predict", "read"]

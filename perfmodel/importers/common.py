@@ -1,0 +1,94 @@
+"""What the importers share: an import's result (``Imported``), its lines, its refusals, and the model
+it describes built and validated as a model file is (``perfmodel.workload``).
+
+An importer reads one file into model-file keys (possibly only some: a launch script without a vocabulary
+size), ``predict`` keywords (PlanRequest's field names) and one line per key: mapped (``megatron:
+--tensor-model-parallel-size 8 -> tp 8``), ignored with its reason (``megatron: --lr 3e-4 ignored (no
+effect on the step time)``), or refused. Every refusal of a file is collected and raised at once, one
+``InputError`` whose ``refused`` attribute holds a line each (the CLIs print them before the error).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfmodel.workload import MODEL_KEYS, ModelSpec, load_model
+from topologies.errors import InputError
+
+NO_TIME = "no effect on the step time"
+
+
+class ImportedModel(ModelSpec):
+    """A ModelSpec read from another tool's file, shown by its name (``str``) in the CLIs' headers."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass
+class Imported:
+    """One import: the format, the model-file keys and plan keywords it gave, and its lines."""
+
+    fmt: str                                      # hf, megatron, deepspeed
+    model: dict = field(default_factory=dict)     # model-file keys (perfmodel.workload), possibly some only
+    plan: dict = field(default_factory=dict)      # predict keywords: tp, pp, mbs, gbs, precision, ...
+    lines: list = field(default_factory=list)     # "fmt: KEY VALUE -> what" / "... ignored (why)"
+    refused: list = field(default_factory=list)   # "KEY VALUE: why, what is supported"
+    name: str = ""                                # the model's name (the file's stem)
+    policy: list = field(default_factory=list)    # compression policy items (--fp8-param-gather)
+    deepspeed: str | None = None                  # a DeepSpeed config's path (its plan needs the cluster)
+
+    def mapped(self, key: str, value, what: str) -> None:
+        self.lines.append(f"{self.fmt}: {key} {_show(value)} -> {what}".replace(" '' ", " "))
+
+    def ignored(self, key: str, value, why: str = NO_TIME) -> None:
+        self.lines.append(f"{self.fmt}: {key} {_show(value)} ignored ({why})".replace(" '' ", " "))
+
+    def refuse(self, key: str, value, why: str) -> None:
+        self.refused.append(f"{key} {_show(value)}: {why}".replace(" '' ", " "))
+
+    def check(self, path: str) -> Imported:
+        """Itself, or InputError naming every refused key (a line each in ``refused``)."""
+        if self.refused:
+            err = InputError(f"{self.fmt}:{path}", "; ".join(r.split(":")[0] for r in self.refused),
+                             "keys the model cannot honour (a prediction without them would be wrong): "
+                             + " | ".join(self.refused))
+            err.refused = [f"{self.fmt}: cannot honour {r}" for r in self.refused]
+            raise err
+        return self
+
+
+def _show(value) -> str:
+    if isinstance(value, str):
+        return value if value else "''"
+    return json.dumps(value)
+
+
+def read_text(fmt: str, path: str) -> str:
+    """The text of ``path``, or InputError naming the format and the path."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(fmt, path, f"a readable {fmt} file ({getattr(err, 'strerror', None) or err})") from None
+
+
+def build_model(keys: dict, name: str, sources: str) -> ImportedModel:
+    """The model ``keys`` describe, validated as a model file (``perfmodel.workload``); a missing required key
+    is refused naming it and the sources read."""
+    missing = [k for k in MODEL_KEYS if k not in keys]
+    if missing:
+        raise InputError("model", ", ".join(missing), f"given by the imported files ({sources}) or by --model: "
+                         "a Megatron launch script without --vocab-size needs it, or --from hf:config.json before it")
+    spec = load_model(ModelSpec(name=name, **keys))     # validated: one line naming a bad key
+    return ImportedModel(**{f: getattr(spec, f) for f in spec.__dataclass_fields__})
+
+
+def model_toml(spec: ModelSpec, lines: list) -> str:
+    """A model file of ``spec`` (the keys it sets apart from their defaults), its source lines as comments."""
+    from perfmodel.workload import _spec_keys
+
+    out = [f"# {spec.name}: written by perfmodel import"] + [f"# {line}" for line in lines]
+    for key, value in _spec_keys(spec).items():
+        out.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,150 @@
+"""A launch script's training arguments, read without running it (``perfmodel.importers.megatron``).
+
+What the example launch scripts of Megatron-LM use, followed as bash would: line continuations,
+comments, ``NAME=value`` and ``export NAME=value`` (``${NAME:-default}``, ``$((a*b))``), arrays
+``NAME=( ... )`` and ``NAME+=( ... )`` expanded by ``${NAME[@]}`` (an element "--flag value" split in
+two, as an unquoted expansion splits it), and ``if`` / ``elif`` / ``else`` / ``fi`` on ``[ ]`` and
+``[[ ]]`` tests of strings (``==``, ``=``, ``!=``, ``-n``, ``-z``, ``||``, ``&&``). A variable the script
+does not set (a positional ``$1``, the environment) expands to ``UNSET`` marks: a test sees it empty,
+as bash does; a flag whose value holds one is refused naming the variable. The arguments are those
+after the first ``*.py`` of the first line that runs one (``torchrun ... pretrain_gpt.py ...``); a
+file without such a line is an argument list itself.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+
+UNSET = "\x00UNSET:{}\x00"
+UNSET_RE = re.compile("\x00UNSET:(\\w+)\x00")
+_VAR = re.compile(r"\$(?:\{(\w+)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|(\w+))")
+_ARITH = re.compile(r"\$\(\((.*?)\)\)")
+_ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?(\w+)(\+?=)(.*)$", re.S)
+
+
+def unset_names(text: str) -> list[str]:
+    """The unset variables ``text`` holds (their marks from ``expand``)."""
+    return UNSET_RE.findall(text)
+
+
+class Script:
+    """The variables, arrays and launch arguments of one script (module doc)."""
+
+    def __init__(self, text: str):
+        self.vars: dict[str, str] = {}
+        self.arrays: dict[str, list[str]] = {}
+        self.args: list[str] | None = None
+        self._run(_logical_lines(text))
+
+    def expand(self, text: str) -> str:
+        """``text`` with ``$((...))``, ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``${NAME[@]}``
+        replaced (an array by its elements quoted for shlex; an unset name by its UNSET mark)."""
+        text = re.sub(r"\$\(([^()]*)\)", lambda m: UNSET.format("COMMAND"), text) if "$(" in text and \
+            "$((" not in text else text
+        text = _VAR.sub(self._one, text)
+        return _ARITH.sub(lambda m: _arith(m.group(1)), text)
+
+    def _one(self, m) -> str:
+        name, array, default = m.group(1) or m.group(4), m.group(2), m.group(3)
+        if array:
+            return " ".join(shlex.quote(e) for e in self.arrays.get(name, []))
+        if name in self.arrays:
+            return shlex.quote(self.arrays[name][0]) if self.arrays[name] else ""
+        if name in self.vars and (self.vars[name] or default is None):
+            return self.vars[name]
+        if default is not None:
+            return " ".join(_words(self.expand(default)))
+        return UNSET.format(name)
+
+    def _run(self, lines: list[str]) -> None:
+        active = [True]          # each enclosing if's branch taken
+        taken = [True]           # whether a branch of each enclosing if was taken already
+        i = 0
+        while i < len(lines):
+            line = lines[i].strip()
+            i += 1
+            head = line.split(None, 1)[0] if line else ""
+            if head in ("if", "elif"):
+                cond = self._test(line.split(None, 1)[1].rsplit("then", 1)[0].rstrip("; "))
+                if head == "if":
+                    active.append(all(active) and cond)
+                    taken.append(cond)
+                else:
+                    active[-1] = not taken[-1] and cond
+                    taken[-1] = taken[-1] or cond
+            elif head == "else":
+                active[-1], taken[-1] = not taken[-1], True
+            elif head == "fi" and len(active) > 1:
+                active.pop()
+                taken.pop()
+            elif all(active) and line:
+                i = self._statement(line, lines, i)
+
+    def _statement(self, line: str, lines: list[str], i: int) -> int:
+        m = _ASSIGN.match(line)
+        if m and m.group(3).lstrip().startswith("("):
+            body = m.group(3).lstrip()[1:]
+            while ")" not in _strip_comment(body) and i < len(lines):
+                body += "\n" + lines[i]
+                i += 1
+            words = [w for part in _strip_comment(body).rsplit(")", 1)[0].split("\n")
+                     for w in _words(self.expand(part))]
+            self.arrays[m.group(1)] = (self.arrays.get(m.group(1), []) if m.group(2) == "+=" else []) + words
+        elif m:
+            words = _words(self.expand(m.group(3)))
+            self.vars[m.group(1)] = " ".join(words) if words else ""
+        elif self.args is None:
+            words = _words(self.expand(line))
+            scripts = [k for k, w in enumerate(words) if w.endswith(".py")]
+            if scripts:
+                self.args = _split_flags(words[scripts[0] + 1:])
+        return i
+
+    def _test(self, text: str) -> bool:
+        """A ``[ ]`` / ``[[ ]]`` string test (unset variables empty, as bash has them)."""
+        for sep, join in ((" || ", any), (" && ", all)):
+            if sep in text:
+                return join(self._test(part) for part in text.split(sep))
+        words = [UNSET_RE.sub("", w) for w in _words(self.expand(text.strip()))]
+        words = [w for w in words if w not in ("[", "]", "[[", "]]")]
+        if len(words) == 2 and words[0] in ("-n", "-z"):
+            return bool(words[1]) == (words[0] == "-n")
+        if len(words) == 3 and words[1] in ("==", "=", "!="):
+            return (words[0] == words[2]) == (words[1] != "!=")
+        return False
+
+
+def read_args(text: str) -> list[str]:
+    """The training arguments of a launch script, or of an argument list (module doc)."""
+    script = Script(text)
+    if script.args is not None:
+        return script.args
+    return _split_flags([w for line in _logical_lines(text) for w in _words(script.expand(line))])
+
+
+def _logical_lines(text: str) -> list[str]:
+    return [line for line in text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines()]
+
+
+def _strip_comment(text: str) -> str:
+    return "\n".join(" ".join(_words(part, keep_quotes=True)) for part in text.split("\n"))
+
+
+def _words(text: str, keep_quotes: bool = False) -> list[str]:
+    lex = shlex.shlex(text, posix=not keep_quotes)
+    lex.whitespace_split, lex.commenters = True, "#"
+    try:
+        return list(lex)
+    except ValueError:                 # an unclosed quote: the words before it
+        return text.split("#", 1)[0].split()
+
+
+def _split_flags(words: list[str]) -> list[str]:
+    """``words`` with each "--flag value" word split in two (an unquoted array element's)."""
+    return [part for w in words for part in (w.split() if w.startswith("--") and " " in w else [w])]
+
+
+def _arith(expr: str) -> str:
+    if unset_names(expr) or not re.fullmatch(r"[\d\s+*/()-]+", expr.replace("$", "")):
+        return UNSET.format("ARITHMETIC")
+    return str(int(eval(expr.replace("/", "//"), {"__builtins__": {}})))   # digits and + - * / ( ) only
