@@ -11,11 +11,13 @@ from __future__ import annotations
 import sys
 
 from perfmodel.cli import breakeven, calibrate, catalog, collective, predict, search, sweep, validate
+from perfmodel.cli import importer
 from perfmodel.cli.common import EPILOG, RAW
 from topologies.clikit import Parser, run
 
 # in the order --help lists them
 _MODULES = (predict, sweep, search, breakeven, catalog, collective, validate, calibrate)
+_MODULES += (importer,)   # perfmodel import (perfmodel.cli.importer)
 _SUBCOMMANDS = {name: pair for module in _MODULES for name, pair in module.COMMANDS.items()}
 COMMANDS = {name: run_it for name, (_, run_it) in _SUBCOMMANDS.items()}
 
