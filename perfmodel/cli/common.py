@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import cache
 
 from perfmodel.collectives.library import library
 from perfmodel.compression.policy import PRESETS
@@ -68,7 +69,9 @@ batch_size, microbatch_size = bounded("gbs"), bounded("mbs")
 
 def cluster_args(p) -> None:
     """--model, --cluster and the job's size (--gpus or --nodes)."""
-    p.add_argument("--model", required=True, help="catalog model (perfmodel catalog models) or a model TOML path")
+    p.add_argument("--model", help="catalog model (perfmodel catalog models) or a model TOML path (or from --from)")
+    p.add_argument("--from", dest="sources", action=FromAction, metavar="FORMAT:PATH", default=[],
+                   help=FROM_HELP)
     p.add_argument("--cluster", required=True, help="catalog cluster (perfmodel catalog clusters) or a cluster "
                    "TOML path")
     p.add_argument("--gpus", type=int, help="GPUs in the job; not a whole number of nodes: as few nodes as hold "
@@ -85,6 +88,67 @@ def plan_args(p, sweep: bool = False) -> None:
     if not sweep:
         _output_args(p)
     _option_args(p)
+    for action in p._actions:          # which flags the command line gives: they win over --from
+        if action.dest not in ("help", "sources"):
+            action.__class__ = _tracked(type(action))
+
+
+FROM_HELP = ("take the model and plan from another tool's file: hf:config.json (a Hugging Face config), "
+             "megatron:train.sh (a Megatron-LM launch script or argument list), deepspeed:ds.json (as "
+             "--deepspeed); repeatable, a later file over an earlier one, and a flag given on the command line "
+             "over both; the mapping is printed on stderr, a key each (docs: importers.md)")
+# a predict keyword an importer gives -> the argparse dest that holds it
+FROM_DESTS = {"bucket_bytes": "bucket"}
+
+
+@cache
+def _tracked(cls):
+    """``cls`` recording its dest as given on the command line (``explicit``)."""
+    def call(self, parser, namespace, values, option_string=None):
+        explicit(namespace).add(self.dest)
+        cls.__call__(self, parser, namespace, values, option_string)
+    return type(f"Tracked{cls.__name__}", (cls,), {"__call__": call})
+
+
+def explicit(namespace) -> set:
+    """The dests given on the command line so far."""
+    if not hasattr(namespace, "from_explicit"):
+        namespace.from_explicit = set()
+    return namespace.from_explicit
+
+
+class FromAction(argparse.Action):
+    """``--from FORMAT:PATH``: the file read (``perfmodel.importers``) and its plan and model set on the
+    arguments, but where the command line gives them (module doc of perfmodel.importers)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from perfmodel.importers import build_model, merge, read
+
+        try:
+            parts = getattr(namespace, "from_parts", []) + [read(values)]
+        except InputError as err:
+            for line in getattr(err, "refused", ()):
+                print(f"perfmodel: {line}", file=sys.stderr)
+            raise
+        namespace.from_parts, namespace.sources = parts, [*namespace.sources, values]
+        both = merge(parts)
+        dests = {a.dest for a in parser._actions}
+        given = explicit(namespace)
+        fields = {**both.plan, **({"deepspeed": both.deepspeed} if both.deepspeed else {})}
+        namespace.from_unused = []
+        for key, value in fields.items():
+            dest = FROM_DESTS.get(key, key)
+            if dest not in dests:
+                namespace.from_unused.append(f"{key} {value} not used (this command does not take it)")
+            elif dest not in given:
+                setattr(namespace, dest, value)
+        namespace.from_fields = fields
+        namespace.from_model_error = None
+        if both.model and "model" not in given:
+            try:
+                namespace.model = build_model(both.model, both.name, ", ".join(namespace.sources))
+            except InputError as err:
+                namespace.model, namespace.from_model_error = None, err
 
 
 # perfmodel's words beside a degree's own help text (perfmodel.plan.degrees)
@@ -226,6 +290,7 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
     """The plan and option fields the arguments give, by their names in PlanRequest and
     PredictOptions (a sweep varies the layout itself: without tp, pp, dp, zero, ...)."""
     library(args.library)   # an unknown name is refused before any work
+    _say_imported(args)
     kw = dict(calibration=args.calibration, library=args.library, gpus=args.gpus, nodes=args.nodes, gbs=args.gbs,
               seq=args.seq,
               sequence_parallel=args.sequence_parallel, schedule=args.schedule, compute_dtype=args.compute_dtype,
@@ -242,8 +307,29 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
     return kw
 
 
+def _say_imported(args) -> None:
+    """The --from files' lines on stderr; no model from them nor --model: one line saying so."""
+    for part in getattr(args, "from_parts", []):
+        for line in part.lines:
+            print(f"perfmodel: {line}", file=sys.stderr)
+    given = explicit(args)
+    overridden = [f"{key} {value} not used (--{FROM_DESTS.get(key, key).replace('_', '-')} given)"
+                  for key, value in getattr(args, "from_fields", {}).items() if FROM_DESTS.get(key, key) in given]
+    for line in getattr(args, "from_unused", []) + overridden:
+        print(f"perfmodel: from: {line}", file=sys.stderr)
+    if getattr(args, "sources", None) and "model" in given:
+        print(f"perfmodel: from: the model is --model {args.model} (given)", file=sys.stderr)
+    if args.model is None:
+        raise getattr(args, "from_model_error", None) or InputError("model", None, "a catalog model or TOML "
+                                                                    "path (--model), or --from hf:config.json")
+
+
 def request(args, policy: str = "none") -> tuple[PlanRequest, PredictOptions]:
-    """The PlanRequest and PredictOptions of predict and compare (a DeepSpeed config applied)."""
+    """The PlanRequest and PredictOptions of predict and compare (a DeepSpeed config applied, and the
+    --from files' policy items)."""
+    items = [i for part in getattr(args, "from_parts", []) for i in part.policy]
+    if items:
+        policy = ",".join(([policy] if policy != "none" else []) + list(dict.fromkeys(items)))
     kw, policy = _deepspeed(args, plan_kwargs(args), policy)
     return request_and_options(policy=policy, trace=args.trace, timeline=args.timeline, **kw)
 

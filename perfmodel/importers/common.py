@@ -40,28 +40,35 @@ class Imported:
     deepspeed: str | None = None                  # a DeepSpeed config's path (its plan needs the cluster)
 
     def mapped(self, key: str, value, what: str) -> None:
-        self.lines.append(f"{self.fmt}: {key} {_show(value)} -> {what}".replace(" '' ", " "))
+        self.lines.append(f"{self.fmt}: {_pair(key, value)} -> {what}")
 
     def ignored(self, key: str, value, why: str = NO_TIME) -> None:
-        self.lines.append(f"{self.fmt}: {key} {_show(value)} ignored ({why})".replace(" '' ", " "))
+        self.lines.append(f"{self.fmt}: {_pair(key, value)} ignored ({why})")
 
     def refuse(self, key: str, value, why: str) -> None:
-        self.refused.append(f"{key} {_show(value)}: {why}".replace(" '' ", " "))
+        self.refused.append(f"{_pair(key, value)}: {why}")
 
     def check(self, path: str) -> Imported:
         """Itself, or InputError naming every refused key (a line each in ``refused``)."""
         if self.refused:
-            err = InputError(f"{self.fmt}:{path}", "; ".join(r.split(":")[0] for r in self.refused),
-                             "keys the model cannot honour (a prediction without them would be wrong): "
-                             + " | ".join(self.refused))
+            err = InputError(f"{self.fmt}:{path}", "; ".join(r.split(": ")[0] for r in self.refused),
+                             "keys this importer maps or ignores (a prediction without these would be wrong; "
+                             "each one's reason: " + " | ".join(r.split(": ", 1)[1] for r in self.refused) + ")")
             err.refused = [f"{self.fmt}: cannot honour {r}" for r in self.refused]
             raise err
         return self
 
 
+def _pair(key: str, value) -> str:
+    shown = _show(value)
+    return f"{key} {shown}" if shown else key
+
+
 def _show(value) -> str:
+    from perfmodel.importers.shell import UNSET_RE
+
     if isinstance(value, str):
-        return value if value else "''"
+        return UNSET_RE.sub(r"$\1", value).strip()
     return json.dumps(value)
 
 

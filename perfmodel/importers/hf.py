@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfmodel.importers.common import Imported, read_text
+from perfmodel.importers.common import Imported, _show, read_text
 from topologies.errors import InputError
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
@@ -121,12 +121,12 @@ def from_config(cfg: dict, name: str = "hf-model") -> Imported:
 def _one(out: Imported, cfg: dict, family: str, experts: dict, key: str, value) -> None:
     if key in DIRECT:
         out.model[DIRECT[key]] = value
-        out.mapped(key, value, DIRECT[key])
+        out.mapped(key, value, f"{DIRECT[key]} {_show(value)}")
     elif key in experts:
         _expert_key(out, cfg, key, value, experts[key])
     elif key in MLA and family in MLA_FAMILIES:
         out.model[MLA[key]] = value
-        out.mapped(key, value, MLA[key])
+        out.mapped(key, value, f"{MLA[key]} {value}")
     elif key == "q_lora_rank" and family in MLA_FAMILIES:
         out.model["q_lora_rank"] = value or 0
         out.mapped(key, value, "q_lora_rank" + ("" if value else " 0 (a plain query projection)"))
@@ -146,7 +146,8 @@ def _one(out: Imported, cfg: dict, family: str, experts: dict, key: str, value) 
     elif key in IGNORED:
         out.ignored(key, value, IGNORED[key])
     else:
-        out.refuse(key, value, f"a key of {family}'s config.json that this importer maps (perfmodel.importers.hf)")
+        out.refuse(key, value, f"not a key of {family}'s config.json that this importer maps or ignores "
+                   "(perfmodel.importers.hf lists them)")
 
 
 def _expert_key(out: Imported, cfg: dict, key: str, value, target: str) -> None:
@@ -155,7 +156,7 @@ def _expert_key(out: Imported, cfg: dict, key: str, value, target: str) -> None:
                    "commpress from the first MoE one)")
         return
     out.model[target] = value
-    out.mapped(key, value, target)
+    out.mapped(key, value, f"{target} {value}")
 
 
 def _head_dim(out: Imported, cfg: dict, value) -> None:
@@ -163,7 +164,7 @@ def _head_dim(out: Imported, cfg: dict, value) -> None:
         out.ignored("head_dim", value, "hidden_size / num_attention_heads already")
     else:
         out.model["head_dim"] = value
-        out.mapped("head_dim", value, "head_dim")
+        out.mapped("head_dim", value, f"head_dim {value}")
 
 
 def _kv_heads(out: Imported, cfg: dict, family: str) -> None:
@@ -175,7 +176,7 @@ def _kv_heads(out: Imported, cfg: dict, family: str) -> None:
         out.mapped("num_key_value_heads", cfg["num_key_value_heads"], f"num_kv_heads {value} (MLA: every head "
                    "its own keys and values)")
     else:
-        out.mapped("num_key_value_heads", value, "num_kv_heads")
+        out.mapped("num_key_value_heads", value, f"num_kv_heads {value}")
     if value is not None:
         out.model["num_kv_heads"] = value
 
@@ -195,7 +196,7 @@ def _sequence(out: Imported, cfg: dict) -> None:
         out.refuse("max_position_embeddings", None, "the model's context (or give --seq)")
         return
     out.model["seq_len"] = seq
-    out.mapped(why, seq, "seq_len (the pre-training context; --seq sets the job's)")
+    out.mapped(why, seq, f"seq_len {seq} (the pre-training context; --seq sets the job's)")
     if scaling:
         out.ignored("rope_scaling", scaling.get("rope_type", scaling.get("type", "")),
                     f"the context extension to max_position_embeddings {cfg.get('max_position_embeddings')}: "
@@ -212,7 +213,7 @@ def _window(out: Imported, cfg: dict, key: str, value) -> None:
         return
     if key == "sliding_window":
         out.model["sliding_window"] = value
-        out.mapped(key, value, "sliding_window")
+        out.mapped(key, value, f"sliding_window {value}")
         return
     sliding = [t == "sliding_attention" for t in value]
     full = [i for i, s in enumerate(sliding) if not s]

@@ -37,7 +37,6 @@ from pathlib import Path
 
 from perfmodel.importers.common import NO_TIME, Imported, read_text
 from perfmodel.importers.shell import read_args, unset_names
-from topologies.errors import InputError
 
 MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
               "--num-attention-heads": "num_heads", "--seq-length": "seq_len", "--num-experts": "num_experts",
@@ -157,10 +156,10 @@ def from_args(words: list[str], name: str = "megatron-model") -> Imported:
         elif flag in PLAN_FLAGS:
             key, value = PLAN_FLAGS[flag]
             out.plan[key] = value
-            out.mapped(flag, "", f"{key} {value}")
+            out.mapped(flag, "", f"{key} {str(value).lower()}")
         elif not _known(flag):
-            out.refuse(flag, " ".join(values), "a flag this importer maps or ignores (perfmodel.importers.megatron, "
-                       "Megatron-LM @ d98e8a64dd)")
+            out.refuse(flag, " ".join(values), "not a flag this importer maps or ignores (perfmodel.importers."
+                       "megatron lists them, Megatron-LM @ d98e8a64dd)")
         elif _ignored(flag):
             out.ignored(flag, " ".join(values), _ignored(flag))
     if not out.refused:
@@ -183,7 +182,7 @@ def _int(out: Imported, flag: str, values: list, into: dict, key: str) -> int | 
     except (IndexError, ValueError):
         out.refuse(flag, " ".join(values), "an integer")
         return None
-    out.mapped(flag, into[key], key)
+    out.mapped(flag, into[key], f"{key} {into[key]}")
     return into[key]
 
 
@@ -257,7 +256,7 @@ def _heads(out: Imported, flags: dict) -> None:
             out.ignored("--kv-channels", channels, "hidden_size / num_heads already")
         else:
             m["head_dim"] = int(channels)
-            out.mapped("--kv-channels", channels, "head_dim")
+            out.mapped("--kv-channels", channels, f"head_dim {channels}")
 
 
 def _vocab(out: Imported, flags: dict) -> None:
@@ -299,7 +298,7 @@ def _experts(out: Imported, flags: dict) -> None:
     factor = _value(out, flags, "--moe-expert-capacity-factor")
     if factor is not None:
         m["moe_capacity_factor"] = float(factor)
-        out.mapped("--moe-expert-capacity-factor", factor, "moe_capacity_factor")
+        out.mapped("--moe-expert-capacity-factor", factor, f"moe_capacity_factor {float(factor)}")
     if "--moe-pad-expert-input-to-capacity" in flags:
         m["moe_pad_to_capacity"] = True
         out.mapped("--moe-pad-expert-input-to-capacity", "", "moe_pad_to_capacity true")
@@ -309,7 +308,7 @@ def _layer_freq(out: Imported, text: str) -> None:
     """``--moe-layer-freq``: N (every N-th layer from layer 0) or a pattern such as [0]*3+[1]*58."""
     if text.isdigit():
         out.model["moe_layer_freq"] = int(text)
-        out.mapped("--moe-layer-freq", text, "moe_layer_freq")
+        out.mapped("--moe-layer-freq", text, f"moe_layer_freq {text}")
         return
     try:
         pattern = _eval_pattern(text)
@@ -363,7 +362,7 @@ def _schedule(out: Imported, flags: dict) -> None:
     layout = _value(out, flags, "--pipeline-model-parallel-layout")
     if layout is not None:
         out.plan["pipeline_layout"] = layout
-        out.mapped("--pipeline-model-parallel-layout", layout, "pipeline_layout")
+        out.mapped("--pipeline-model-parallel-layout", layout, f"pipeline_layout {layout}")
     virtual = _value(out, flags, "--virtual-pipeline-model-parallel-size") or \
         _value(out, flags, "--num-virtual-stages-per-pipeline-rank")
     per_stage = _value(out, flags, "--num-layers-per-virtual-pipeline-stage")
@@ -386,7 +385,8 @@ def _precision(out: Imported, flags: dict) -> None:
             out.refuse("--fp8-recipe", recipe, "one of " + ", ".join(FP8_RECIPES))
             return
         out.plan["precision"] = FP8_RECIPES[recipe]
-        out.mapped("--fp8-format --fp8-recipe", f"{fmt} {recipe}", f"precision {FP8_RECIPES[recipe]}")
+        out.mapped(f"--fp8-format {fmt} --fp8-recipe", recipe + ("" if "--fp8-recipe" in flags else " (default)"),
+                   f"precision {FP8_RECIPES[recipe]}")
     if _value(out, flags, "--fp4-format") is not None:
         out.plan["precision"] = "nvfp4"
         out.mapped("--fp4-format", flags["--fp4-format"][0], "precision nvfp4")
@@ -411,7 +411,8 @@ def _recompute(out: Imported, flags: dict) -> None:
     out.mapped("--recompute-granularity", granularity, f"recompute {granularity}")
     if "--recompute-modules" in flags and granularity == "selective":
         out.plan["recompute_modules"] = ",".join(flags["--recompute-modules"])
-        out.mapped("--recompute-modules", " ".join(flags["--recompute-modules"]), "recompute_modules")
+        out.mapped("--recompute-modules", " ".join(flags["--recompute-modules"]),
+                   f"recompute_modules {out.plan['recompute_modules']}")
     for flag in ("--recompute-method", "--recompute-num-layers"):
         if flag in flags:
             out.ignored(flag, " ".join(flags[flag]), "uniform recompute reruns every layer whatever its chunks")
@@ -427,7 +428,7 @@ def _dispatcher(out: Imported, flags: dict) -> None:
             out.refuse("--moe-flex-dispatcher-backend", backend, " or ".join(DISPATCH_BACKENDS))
             return
         out.plan["ep_kernels"] = DISPATCH_BACKENDS[backend]
-        out.mapped("--moe-token-dispatcher-type --moe-flex-dispatcher-backend", f"flex {backend}",
+        out.mapped("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend", backend,
                    f"ep_kernels {backend}")
     elif kind == "alltoall":
         out.mapped("--moe-token-dispatcher-type", kind, "all-to-all dispatch (ep_kernels nccl)")
