@@ -50,7 +50,7 @@ def run_import(args) -> None:
         check_writable(args.toml, "toml")
     model, plan, lines = load(args.sources)
     if args.toml and model is not None:
-        atomic_write(args.toml, lambda h: h.write(model_toml(model, lines)))
+        atomic_write(args.toml, lambda h: h.write(model_toml(model, lines).encode()))
     if args.json:
         print(dump_json({"model": _spec_keys(model) if model else None, "plan": plan, "imported": lines}))
         return

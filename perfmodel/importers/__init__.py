@@ -35,14 +35,17 @@ def read(spec: str) -> Imported:
 
 def merge(parts: list[Imported]) -> Imported:
     """The imports combined in order: a later one's model keys, plan keywords and DeepSpeed config over
-    an earlier one's; lines and policy items of all."""
+    an earlier one's (but its format's defaults, ``Imported.defaults``, under them); lines and policy
+    items of all."""
     out = Imported("+".join(p.fmt for p in parts))
     for part in parts:
         out.model.update(part.model)
+        for key, value in part.defaults.items():     # a format's default yields to an earlier file's key
+            out.model.setdefault(key, value)
         out.plan.update(part.plan)
         out.lines += part.lines
         out.policy += [p for p in part.policy if p not in out.policy]
-        out.name = part.name if part.model else out.name
+        out.name = part.name if part.model and not out.name else out.name
         out.deepspeed = part.deepspeed or out.deepspeed
     return out
 

@@ -36,6 +36,7 @@ class Imported:
     lines: list = field(default_factory=list)     # "fmt: KEY VALUE -> what" / "... ignored (why)"
     refused: list = field(default_factory=list)   # "KEY VALUE: why, what is supported"
     name: str = ""                                # the model's name (the file's stem)
+    defaults: dict = field(default_factory=dict)  # model keys the format defaults: under an earlier file's
     policy: list = field(default_factory=list)    # compression policy items (--fp8-param-gather)
     deepspeed: str | None = None                  # a DeepSpeed config's path (its plan needs the cluster)
 

@@ -70,13 +70,13 @@ IGNORED = {**{k: "metadata" for k in METADATA},
            "rope_interleave": "rope: the positions' rotation, no effect on the step time",
            "attention_dropout": "dropout: elementwise, inside the fused attention kernel",
            "hidden_dropout": "dropout: elementwise, inside the fused kernels",
-           "rms_norm_eps": "numerics (the norm is rmsnorm)",
+           "rms_norm_eps": "numerics; the norm is rmsnorm",
            "attention_bias": "biases: under 0.1% of the parameters, left out as the catalog's models do",
            "mlp_bias": "biases: under 0.1% of the parameters, left out as the catalog's models do",
            "swiglu_limit": "a clamp inside SwiGLU: elementwise, fused",
            "quantization_config": "the checkpoint's storage format; the GEMMs' precision is --precision",
            "max_window_layers": "used only with use_sliding_window true",
-           "use_sliding_window": "false: the window is unused"}
+           "use_sliding_window": "the window is unused"}
 
 
 def load(path: str) -> Imported:

@@ -198,14 +198,15 @@ def _value(out: Imported, flags: dict, flag: str, default=None):
 
 def _model(out: Imported, flags: dict) -> None:
     m = out.model
-    m.setdefault("activation", "gelu")
+    d = out.defaults        # Megatron's defaults: under a model key an earlier file gave (perfmodel.importers.merge)
+    d["activation"] = "gelu"
     if "--swiglu" in flags or "--squared-relu" in flags:
         m["activation"] = "swiglu" if "--swiglu" in flags else "relu2"
         out.mapped("--swiglu" if "--swiglu" in flags else "--squared-relu", "", f"activation {m['activation']}")
     norm = _value(out, flags, "--normalization", "LayerNorm")
     if norm not in ("LayerNorm", "RMSNorm"):
         out.refuse("--normalization", norm, "LayerNorm or RMSNorm")
-    m["norm"] = norm.lower().replace("layernorm", "layernorm")
+    (m if "--normalization" in flags else d)["norm"] = norm.lower()
     if "--normalization" in flags:
         out.mapped("--normalization", norm, f"norm {m['norm']} (" + ("no biases)" if norm == "RMSNorm" else
                                                                       "biases on every linear layer)"))
@@ -213,13 +214,16 @@ def _model(out: Imported, flags: dict) -> None:
         if flag in flags:
             out.ignored(flag, "", "biases follow the norm in commpress's model (rmsnorm: none); under 0.1% "
                         "of the parameters")
-    m["tied_embeddings"] = "--untie-embeddings-and-output-weights" not in flags
-    out.mapped("--untie-embeddings-and-output-weights", "", "tied_embeddings false") if not m["tied_embeddings"] \
-        else out.lines.append("megatron: --untie-embeddings-and-output-weights absent -> tied_embeddings true")
+    if "--untie-embeddings-and-output-weights" in flags:
+        m["tied_embeddings"] = False
+        out.mapped("--untie-embeddings-and-output-weights", "", "tied_embeddings false")
+    else:
+        d["tied_embeddings"] = True
+        out.lines.append("megatron: --untie-embeddings-and-output-weights absent -> tied_embeddings true")
     if "hidden_size" in m and "ffn_hidden_size" not in m:
         h = m["hidden_size"]
-        m["ffn_hidden_size"] = int(4 * h * 2 / 3 / 64) * 64 if m["activation"] == "swiglu" else 4 * h
-        out.lines.append(f"megatron: --ffn-hidden-size absent -> ffn_hidden_size {m['ffn_hidden_size']} "
+        d["ffn_hidden_size"] = int(4 * h * 2 / 3 / 64) * 64 if m.get("activation") == "swiglu" else 4 * h
+        out.lines.append(f"megatron: --ffn-hidden-size absent -> ffn_hidden_size {d['ffn_hidden_size']} "
                          "(Megatron's default)")
     _heads(out, flags)
     _vocab(out, flags)
@@ -247,7 +251,8 @@ def _heads(out: Imported, flags: dict) -> None:
         return
     if "num_heads" in m:
         groups_ = _value(out, flags, "--num-query-groups", m["num_heads"])
-        m["num_kv_heads"] = int(groups_) if "--group-query-attention" in flags else m["num_heads"]
+        (m if "--group-query-attention" in flags else out.defaults)["num_kv_heads"] = \
+            int(groups_) if "--group-query-attention" in flags else m["num_heads"]
         out.mapped("--group-query-attention --num-query-groups", groups_, f"num_kv_heads {m['num_kv_heads']}") \
             if "--group-query-attention" in flags else None
     channels = _value(out, flags, "--kv-channels")
@@ -282,7 +287,7 @@ def _experts(out: Imported, flags: dict) -> None:
     if not m.get("num_experts"):
         return
     m.setdefault("moe_top_k", 2)
-    m.setdefault("moe_ffn_hidden_size", m.get("ffn_hidden_size", 0))
+    m.setdefault("moe_ffn_hidden_size", m.get("ffn_hidden_size", out.defaults.get("ffn_hidden_size", 0)))
     shared = _value(out, flags, "--moe-shared-expert-intermediate-size")
     if shared is not None:
         if int(shared) % m["moe_ffn_hidden_size"]:
