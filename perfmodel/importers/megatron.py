@@ -43,7 +43,9 @@ MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--f
               "--moe-router-topk": "moe_top_k", "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
               "--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_nope_head_dim",
               "--qk-pos-emb-head-dim": "qk_rope_head_dim", "--v-head-dim": "v_head_dim",
-              "--mtp-num-layers": "mtp_layers", "--window-attn-skip-freq": "window_attn_skip_freq"}
+              "--mtp-num-layers": "mtp_layers", "--window-attn-skip-freq": "window_attn_skip_freq",
+              "--mamba-state-dim": "mamba_state_dim", "--mamba-head-dim": "mamba_head_dim",
+              "--mamba-num-groups": "mamba_num_groups", "--mamba-num-heads": "mamba_num_heads"}
 PLAN_INTS = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
              "--context-parallel-size": "cp", "--expert-model-parallel-size": "ep",
              "--expert-tensor-parallel-size": "etp", "--micro-batch-size": "mbs", "--global-batch-size": "gbs",
@@ -69,7 +71,8 @@ USED = ("--group-query-attention", "--num-query-groups", "--kv-channels", "--swi
         "--recompute-num-layers", "--recompute-modules", "--moe-token-dispatcher-type",
         "--moe-flex-dispatcher-backend", "--ddp-bucket-size", "--fp8-param-gather", "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy", "--overlap-param-gather", "--disable-bias-linear", "--add-bias-linear",
-        "--max-position-embeddings", "--tokenizer-type", "--tokenizer-model")
+        "--max-position-embeddings", "--tokenizer-type", "--tokenizer-model", "--hybrid-layer-pattern",
+        "--quick-geglu", "--softmax-type", "--megatron-fsdp-grad-comm-dtype")
 PATHS = ("--vocab-file", "--tokenizer-model", "--tokenizer-type")     # unset there: absent
 # flag prefix -> why it does not change the step's time
 IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log", "--logging-level", "--profile",
@@ -96,7 +99,7 @@ IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log",
            **dict.fromkeys(("--rotary-", "--position-embedding-type", "--no-position-embedding", "--rope-",
                             "--mscale", "--norm-epsilon", "--apply-layernorm-1p", "--qk-layernorm",
                             "--attention-dropout", "--hidden-dropout", "--no-rope-fusion", "--init-model-with-meta",
-                            "--use-rotary-position-embeddings"),
+                            "--use-rotary-position-embeddings", "--glu-linear-offset", "--activation-func-clamp-value"),
                            "positions, norms' numerics and dropout: elementwise, " + NO_TIME),
            **dict.fromkeys(("--use-mcore-models", "--transformer-impl", "--attention-backend", "--use-flash-attn",
                             "--moe-grouped-gemm", "--moe-permute-fusion", "--cross-entropy-loss-fusion",
@@ -105,7 +108,8 @@ IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log",
                             "--empty-unused-memory-level", "--calculate-per-token-loss", "--use-nccl-ub",
                             "--fsdp-double-buffer", "--no-persist-layer-norm", "--bias-",
                             "--moe-use-legacy-grouped-gemm", "--disable-tp-comm", "--tp-comm-",
-                            "--fsdp-manual-registration", "--disable-bf16-reduced-precision-matmul"),
+                            "--fsdp-manual-registration", "--disable-bf16-reduced-precision-matmul", "--spec",
+                            "--megatron-fsdp-main-grads-dtype"),
                            "the fused kernels --kernels fused assumes, or the host's housekeeping"),
            **dict.fromkeys(("--step-batch-size-schedule", "--rampup-batch-size"),
                            "a batch ramp-up: the prediction is the step at --global-batch-size")}
@@ -198,9 +202,12 @@ def _value(out: Imported, flags: dict, flag: str, default=None):
 
 def _model(out: Imported, flags: dict) -> None:
     m = out.model
+    _hybrid_and_gpt_oss(out, flags)
     d = out.defaults        # Megatron's defaults: under a model key an earlier file gave (perfmodel.importers.merge)
     d["activation"] = "gelu"
-    if "--swiglu" in flags or "--squared-relu" in flags:
+    if "--quick-geglu" in flags:
+        m["activation"] = "swiglu"
+    elif "--swiglu" in flags or "--squared-relu" in flags:
         m["activation"] = "swiglu" if "--swiglu" in flags else "relu2"
         out.mapped("--swiglu" if "--swiglu" in flags else "--squared-relu", "", f"activation {m['activation']}")
     norm = _value(out, flags, "--normalization", "LayerNorm")
@@ -233,6 +240,28 @@ def _model(out: Imported, flags: dict) -> None:
         if flag in flags and not unset_names(" ".join(flags[flag])):
             out.ignored(flag, " ".join(flags[flag]), "the positions' table and the tokenizer: seq_len is "
                         "--seq-length, vocab_size --vocab-size")
+
+
+def _hybrid_and_gpt_oss(out: Imported, flags: dict) -> None:
+    """``--hybrid-layer-pattern`` (its length the layers: Megatron ignores --num-layers then, arguments.py
+    line 793), GPT-OSS's ``--quick-geglu`` (a gated MLP, priced as swiglu as the catalog's gpt-oss-120b) and
+    ``--softmax-type`` (its attention sinks: a logit per head, left out as the catalog's model leaves them)."""
+    pattern = _value(out, flags, "--hybrid-layer-pattern")
+    if pattern is not None:
+        out.model.update(hybrid_layer_pattern=pattern, num_layers=len(pattern))
+        out.mapped("--hybrid-layer-pattern", pattern, f"hybrid_layer_pattern, num_layers {len(pattern)}")
+    if "--quick-geglu" in flags:
+        out.mapped("--quick-geglu", "", "activation swiglu (a gated MLP; GPT-OSS's clamped GLU priced as SwiGLU)")
+    kind = _value(out, flags, "--softmax-type")
+    if kind is not None:
+        out.ignored("--softmax-type", kind, "attention sinks: a logit per head, left out as the catalog's "
+                    "gpt-oss-120b leaves them")
+    comm = _value(out, flags, "--megatron-fsdp-grad-comm-dtype")
+    if comm in ("bf16", "fp16", "fp32"):
+        out.plan["grad_dtype"] = comm
+        out.mapped("--megatron-fsdp-grad-comm-dtype", comm, f"grad_dtype {comm}")
+    elif comm is not None:
+        out.ignored("--megatron-fsdp-grad-comm-dtype", comm, "the main gradients' dtype: grad_dtype stays")
 
 
 def _heads(out: Imported, flags: dict) -> None:
@@ -273,6 +302,10 @@ def _vocab(out: Imported, flags: dict) -> None:
     elif files:
         out.ignored("--vocab-file", " ".join(flags["--vocab-file"]), "a tokenizer's file: give --vocab-size")
     if vocab is None:
+        tokenizer = " ".join(_value(out, flags, f, "") or "" for f in ("--tokenizer-type", "--tokenizer-model"))
+        out.lines.append(f"megatron: --vocab-size absent: vocab_size is not read from the tokenizer "
+                         f"({' '.join(tokenizer.split()) or 'none named'}): --from hf:config.json before this file "
+                         "or --model gives it")
         return
     tp = int(out.plan.get("tp", 1))
     multiple = int(_value(out, flags, "--make-vocab-size-divisible-by", 128)) * tp

@@ -93,12 +93,16 @@ class Script:
         elif m:
             words = _words(self.expand(m.group(3)))
             self.vars[m.group(1)] = " ".join(words) if words else ""
-        elif self.args is None:
-            words = _words(self.expand(line))
-            scripts = [k for k, w in enumerate(words) if w.endswith(".py")]
-            if scripts:
-                self.args = _split_flags(words[scripts[0] + 1:])
+            self._launch(_words(self.vars[m.group(1)]))      # a command kept in a variable (TRAINING_CMD="...")
+        else:
+            self._launch(_words(self.expand(line)))
         return i
+
+    def _launch(self, words: list[str]) -> None:
+        """The arguments after the first ``*.py`` of ``words`` (the first such with flags after it)."""
+        scripts = [k for k, w in enumerate(words) if w.endswith(".py")]
+        if self.args is None and scripts and any(w.startswith("--") for w in words[scripts[0] + 1:]):
+            self.args = _split_flags(words[scripts[0] + 1:])
 
     def _test(self, text: str) -> bool:
         """A ``[ ]`` / ``[[ ]]`` string test (unset variables empty, as bash has them)."""
@@ -123,7 +127,24 @@ def read_args(text: str) -> list[str]:
 
 
 def _logical_lines(text: str) -> list[str]:
-    return [line for line in text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines()]
+    """The script's lines, continuations joined, and a quoted string over several lines one line."""
+    out, pending = [], ""
+    for line in text.replace("\\\r\n", " ").replace("\\\n", " ").splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        if not _open_quote(pending):
+            out.append(pending)
+            pending = ""
+    return out + ([pending] if pending else [])
+
+
+def _open_quote(text: str) -> bool:
+    lex = shlex.shlex(text, posix=True)
+    lex.whitespace_split, lex.commenters = True, "#"
+    try:
+        list(lex)
+    except ValueError:
+        return True
+    return False
 
 
 def _strip_comment(text: str) -> str:
