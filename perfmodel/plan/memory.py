@@ -26,6 +26,17 @@ in bf16, so the layers' GEMM inputs (Korthikanti's QKV and MLP-up inputs, 2 sbh 
 MLP-down input, 8 sbh, TP-split) shrink to the recipe's bytes; the attention output, which flash
 attention keeps in bf16 for its own backward, is saved a second time, quantized
 (``low_precision_activation_delta``). Master weights, gradients and optimizer states do not change.
+
+ZeRO-3 (``zero3_gathered``): beyond its shards a GPU holds the parameters it has gathered for the unit
+computing and for the one prefetched behind it, and the unit's unsharded gradients until their
+reduce-scatter. PyTorch FSDP's rate limiter holds "only two consecutive FSDP instances (the current
+instance running computation and the next instance whose all-gather is prefetched)"
+(torch/distributed/fsdp/fully_sharded_data_parallel.py, ``limit_all_gathers``, default True; FSDP2 and
+Megatron-FSDP prefetch one unit likewise); DeepSpeed prefetches ``stage3_prefetch_bucket_size`` parameters
+(5e7; the stack's ``zero3_prefetch_params``, ``perfmodel.plan.framework``). A unit is a transformer layer
+or the stage's embedding or head, whichever is largest (DeepSpeed's units are submodules: the layer is
+an upper bound). Parameters below DeepSpeed's ``stage3_param_persistence_threshold`` (1e5: norms,
+biases) stay gathered: a layer's norms are well under 0.1% of it, not charged.
 """
 from __future__ import annotations
 
@@ -34,6 +45,7 @@ from functools import lru_cache
 
 from perfmodel.axes import AXES
 from perfmodel.dtypes import DTYPE_BYTES
+from perfmodel.plan.framework import framework_profile
 from perfmodel.plan.parallel import ParallelPlan
 from perfmodel.plan.precision import recipe
 from perfmodel.plan.recompute import NORMS, dropped_bytes
@@ -128,6 +140,7 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
                              / shards(plan, "weights")),
         "low_precision_weights": copies * quantized,
         "hpz_secondary": params * DTYPE_BYTES[plan.compute_dtype] / hpz_ranks if plan.hpz else 0.0,
+        "zero3_gathered": zero3_gathered(model, plan, layers, first, last, params, fp8_params),
         "error_feedback": params * feedback,
         "gradients": sharded("gradients", DTYPE_BYTES[plan.grad_dtype]),
         "optimizer": sharded("optimizer", OPTIMIZER_BYTES),
@@ -139,6 +152,24 @@ def memory_per_gpu(model: ModelSpec, plan: ParallelPlan, stage: int, layers: int
     }
     out["total"] = sum(out.values())
     return out
+
+
+def zero3_gathered(model: ModelSpec, plan: ParallelPlan, layers: int, first: bool, last: bool,
+                   params: float, fp8_params: bool = False) -> float:
+    """Bytes ZeRO-3 holds beyond its shards on a GPU of a stage of ``layers`` layers holding ``params``
+    parameters before sharding (module doc): the unit computing and the one prefetched (a whole unit, or
+    the stack's ``zero3_prefetch_params`` where it prefetches by count) in the compute dtype, and the
+    unit's gradients in the gradient dtype; with an fp8 parameter gather (``fp8_params``) into an 8-bit
+    recipe a layer arrives at the recipe's weight bytes. 0 below ZeRO-3 or where nothing is sharded."""
+    if plan.zero != 3 or shards(plan, "weights") == 1 or not layers:
+        return 0.0
+    ends = _dense_stage_params(model, plan, 0, first, last)    # the embedding and the head: a unit each
+    rec, wide = recipe(plan.precision), DTYPE_BYTES[plan.compute_dtype]
+    layer = ((params - ends) / layers, rec.stored_bytes("weight") if fp8_params and rec.eight_bit else wide)
+    unit, width = max(layer, (ends / max(1, first + last), wide), key=lambda u: u[0] * u[1])
+    ahead = framework_profile(plan.framework).zero3_prefetch_params
+    prefetch = min(ahead, unit) if ahead else unit
+    return (unit + prefetch) * width + unit * DTYPE_BYTES[plan.grad_dtype]
 
 
 def _mtp_activations(model: ModelSpec, plan: ParallelPlan) -> float:

@@ -7,6 +7,7 @@ import pytest
 from perfmodel import predict
 from perfmodel.calibration import published, tables
 from perfmodel.compression.recipes import RECIPES
+from perfmodel.workload import load_model
 
 ZERO3_SOURCES = ("llm-foundry-a100-2023", "llm-foundry-h100-2023", "torchtitan-a100-2024")
 
@@ -70,3 +71,35 @@ def test_error_feedback_state_is_charged_per_parameter_held(preset, zero):
     expected = held * RECIPES[preset].state_bytes(32)
     assert rec.memory_breakdown["error_feedback"] == pytest.approx(expected, rel=1e-6)
     assert rec.memory_per_gpu_bytes - none.memory_per_gpu_bytes == pytest.approx(expected, rel=1e-6)
+
+
+def _gathered(framework: str, gpus: int = 64, **kw):
+    plan = dict(gpus=gpus, tp=1, pp=1, zero=3, mbs=1, gbs=gpus, seq=4096, recompute="full", framework=framework,
+                allow_oom=True)
+    plan.update(kw)
+    return predict("llama2-7b", "dgx-a100", **plan).memory_breakdown["zero3_gathered"]
+
+
+def test_zero3_holds_the_unit_computing_and_the_one_prefetched():
+    """FSDP's rate limiter: two consecutive units' gathered bf16 parameters and one unit's fp32 gradients
+    before their reduce-scatter (torch FSDP ``limit_all_gathers``); a Llama 2 7B layer (202M parameters)
+    is larger than its embedding or head (131M each)."""
+    layer = load_model("llama2-7b").layer_params()
+    assert _gathered("torchtitan") == pytest.approx(layer * (2 * 2 + 4), rel=1e-9)
+    assert _gathered("torchtitan", grad_dtype="bf16") == pytest.approx(layer * (2 * 2 + 2), rel=1e-9)
+
+
+def test_deepspeed_prefetches_its_bucket_not_a_whole_layer():
+    """DeepSpeed gathers ``stage3_prefetch_bucket_size`` (5e7) parameters ahead (the deepspeed profile)."""
+    layer = load_model("llama2-7b").layer_params()
+    assert _gathered("deepspeed") == pytest.approx((layer + 5e7) * 2 + layer * 4, rel=1e-9)
+    assert _gathered("deepspeed") < _gathered("torchtitan")
+
+
+def test_nothing_gathered_below_zero3_or_unsharded():
+    assert _gathered("torchtitan", zero=1) == 0.0
+    assert _gathered("torchtitan", gpus=1, gbs=1) == 0.0
+
+
+def test_tensor_parallelism_splits_the_gathered_unit():
+    assert _gathered("megatron-core", gpus=64, tp=2) == pytest.approx(_gathered("megatron-core") / 2, rel=1e-9)
