@@ -1,7 +1,7 @@
 """``perfmodel``: predict collectives and training steps with compressed communication.
 
 One module per subcommand, each with ``COMMANDS`` = {name: (add its parser, run it)}: ``predict``
-(predict and compare), ``sweep``, ``search``, ``breakeven``, ``catalog``, ``collective``,
+(predict and compare), ``advise``, ``sweep``, ``search``, ``breakeven``, ``catalog``, ``collective``,
 ``validate``, ``calibrate``; ``common`` holds what several share (the cluster and plan
 arguments, the PlanRequest and PredictOptions they build). ``main(argv)`` parses and runs one;
 ``entry`` is the console script.
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sys
 
-from perfmodel.cli import breakeven, calibrate, catalog, collective, predict, search, sweep, validate
+from perfmodel.cli import advise, breakeven, calibrate, catalog, collective, predict, search, sweep, validate
 from perfmodel.cli import importer
 from perfmodel.cli.common import EPILOG, RAW
 from topologies.clikit import Parser, run
 
 # in the order --help lists them
-_MODULES = (predict, sweep, search, breakeven, catalog, collective, validate, calibrate)
+_MODULES = (predict, advise, sweep, search, breakeven, catalog, collective, validate, calibrate)
 _MODULES += (importer,)   # perfmodel import (perfmodel.cli.importer)
 _SUBCOMMANDS = {name: pair for module in _MODULES for name, pair in module.COMMANDS.items()}
 COMMANDS = {name: run_it for name, (_, run_it) in _SUBCOMMANDS.items()}

@@ -156,3 +156,11 @@ def test_the_rows_models_share_one_temporary_folder():
     b = pub._model_toml(2048, 2, 16, 50257, 512)
     assert os.path.dirname(a) == os.path.dirname(b) == str(pub._toml_folder())
     assert os.path.basename(a) != os.path.basename(b)
+
+
+def test_the_packaged_regime_errors_are_todays(reports):
+    """perfmodel advise's uncertainty bands read catalog/regime_errors.json: it must be what
+    scripts/regime_errors.py makes of today's validation (rerun it after a model change)."""
+    from perfmodel.explore.uncertainty import REGIME_FILE, regime_table
+
+    assert json.loads(REGIME_FILE.read_text()) == json.loads(json.dumps(regime_table(reports)))
