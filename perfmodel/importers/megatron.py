@@ -186,7 +186,7 @@ def _int(out: Imported, flag: str, values: list, into: dict, key: str) -> int | 
     except (IndexError, ValueError):
         out.refuse(flag, " ".join(values), "an integer")
         return None
-    out.mapped(flag, into[key], f"{key} {into[key]}")
+    out.mapped(flag, into[key], f"{key} {into[key]}" + (" (and the plan's seq)" if key == "seq_len" else ""))
     return into[key]
 
 
@@ -386,6 +386,8 @@ def _window(out: Imported, flags: dict) -> None:
 
 def _plan(out: Imported, flags: dict) -> None:
     p = out.plan
+    if "seq_len" in out.model:          # the job's sequence too: under another model (--model) it still holds
+        p["seq"] = out.model["seq_len"]
     if "--overlap-grad-reduce" not in flags:
         p["dp_overlap"] = False
         out.lines.append("megatron: --overlap-grad-reduce absent -> dp_overlap false (Megatron's default)")

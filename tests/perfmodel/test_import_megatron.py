@@ -17,7 +17,7 @@ def test_launch_script_maps_model_and_plan():
                                                                                          False)
     assert (model.num_experts, model.moe_top_k, model.moe_ffn_hidden_size, model.moe_shared_experts) == (32, 4, 1024, 1)
     assert (model.moe_first_dense, model.moe_layer_freq) == (2, 1)
-    assert plan == {"tp": 2, "pp": 2, "ep": 4, "sequence_parallel": True, "zero": 1, "dp_overlap": True, "mbs": 1,
+    assert plan == {"seq": 4096, "tp": 2, "pp": 2, "ep": 4, "sequence_parallel": True, "zero": 1, "dp_overlap": True, "mbs": 1,
                     "gbs": 256, "compute_dtype": "bf16", "recompute": "selective",
                     "recompute_modules": "moe_act,layernorm", "precision": "fp8-tensorwise", "ep_kernels": "deepep"}
     assert "megatron: --tensor-model-parallel-size 2 -> tp 2" in lines
