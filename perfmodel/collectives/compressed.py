@@ -14,7 +14,10 @@ algorithm on the payload. Reduction with a non-reducible codec needs one of:
 * ``hierarchical``: all-reduce: uncompressed in-host reduce-scatter, two-phase across hosts
   on the shard, uncompressed in-host all-gather: only the slow hop is compressed;
   reduce-scatter (ZeRO++ qgZ): compressed all-to-all in the host, reduce, compressed
-  all-to-all across hosts.
+  all-to-all across hosts. A two-level codec (SDP4Bit's ``tlq``: ``TwoLevel.tiers``) uses its
+  intra-node spec inside the host and its inter-node spec across hosts (``tiers``); SDP4Bit's
+  chunked pipelining of the two all-to-alls (``--gradient-alltoall-pipeline``) is not priced:
+  the two phases run back to back.
 
 ``Msg`` gives a piece's payload size and kernel traffic; builders return an AlgoCost.
 Where the sum must be the same bits on every rank, a rank decodes its own payload too (it
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from perfmodel.collectives.fabric import Ctx
 from perfmodel.collectives.transfers import AlgoCost, Transfer, concurrent, tagged
 from perfmodel.collectives.plain import lg, pairwise_alltoall, ring_gather
-from perfmodel.compression import Codec
+from perfmodel.compression import Codec, compile_spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,18 @@ class Msg:
     def d(self, nbytes: float) -> float:
         """Device traffic to decompress a piece of ``nbytes``."""
         return self._applied(nbytes)[2]
+
+
+def tiers(m: Msg) -> tuple[Msg, Msg]:
+    """(inside the host, across hosts): a two-level codec's two messages (a single family with
+    ``tiers``: SDP4Bit's ``tlq``), else ``m`` for both."""
+    fams = m.codec.families
+    split = getattr(fams[0], "tiers", None) if len(fams) == 1 else None
+    if split is None:
+        return m, m
+    intra, inter = (Msg(size_bytes=m.size_bytes, dtype_bytes=m.dtype_bytes, codec=compile_spec(spec),
+                        kernel_scale=m.kernel_scale) for spec in split())
+    return intra, inter
 
 
 def ring_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
@@ -111,6 +126,7 @@ def two_phase_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
 def hierarchical_allreduce(ctx: Ctx, m: Msg) -> AlgoCost:
     S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
     shard, n = S / r, S / (r * N)
+    m = tiers(m)[1]   # only the hop across hosts is compressed
     across = (concurrent(Transfer(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall")),
               concurrent(Transfer(ctx.inter, N - 1, (N - 1) * m.w(n), "allgather")))
     return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) / r * S, "alltoall")),) + across
@@ -137,12 +153,14 @@ def hierarchical_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:
     """ZeRO++'s qgZ (Wang et al. 2023): an all-to-all of compressed slices inside the host, each
     rank reduces its host's slice in full precision, compresses it again and an all-to-all
     across hosts leaves it its shard. Across hosts each rank sends 1/r of what a flat two-phase
-    reduce-scatter sends; two compressions (hops 2)."""
+    reduce-scatter sends; two compressions (hops 2). A two-level codec (``tiers``) compresses
+    each all-to-all with its own tier (SDP4Bit: 8 bits inside, 4 across)."""
     S, N, r = m.size_bytes, ctx.hosts, ctx.ranks_per_host
     local, n = S / r, S / (r * N)
-    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) * m.w(local), "alltoall")),
-                            concurrent(Transfer(ctx.inter, N - 1, (N - 1) * m.w(n), "alltoall"))),
-                    kernel_bytes=m.c(S) + r * m.d(local) + m.c(local) + N * m.d(n), launches=4, hops=2)
+    a, b = tiers(m)
+    return AlgoCost(rounds=(concurrent(Transfer(ctx.intra, r - 1, (r - 1) * a.w(local), "alltoall")),
+                            concurrent(Transfer(ctx.inter, N - 1, (N - 1) * b.w(n), "alltoall"))),
+                    kernel_bytes=a.c(S) + r * a.d(local) + b.c(local) + N * b.d(n), launches=4, hops=2)
 
 
 def recursive_doubling_reduce_scatter(ctx: Ctx, m: Msg) -> AlgoCost:

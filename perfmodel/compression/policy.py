@@ -3,7 +3,7 @@
     policy := item ("," item)*
     item   := preset | axis "=" spec | axis ".min=" size | recipe_item "=" number
     preset := none | hybrid | mzhybrid | zhybrid | zeropp | deepseek | fp8-param-gather
-            | powersgd | loco | onebit-adam | zero-one-adam | naive:SPEC
+            | powersgd | loco | onebit-adam | zero-one-adam | sdp4bit | naive:SPEC
 
 Items apply left to right, so ``hybrid,dp=topk(0.01)+int8`` starts from the hybrid preset
 and overrides DP. Axes name the kind of tensor at every ZeRO stage: ``dp`` (gradient
@@ -56,6 +56,14 @@ Presets (``PRESETS``; each axis's spec and minimum message size):
   exponentially spaced steps and, after ``var_freeze``, local steps (0/1 Adam). A recipe's items tune
   it after its name: ``onebit-adam,warmup=0.2`` (``recipes.ITEMS``); each needs a recipe before it.
 
+* ``sdp4bit`` is SDP4Bit (Jia et al., NeurIPS 2024, arXiv 2410.15526; its Megatron-LM fork's
+  ``megatron/quantization_helper.py``): ``zero=qwd`` (qWD: the parameter all-gather sends 4-bit groups of 2048
+  of the step's weight *difference*, added by every rank to the weights it holds, so its error is the
+  difference's: ``perfmodel.compression.quantizers.WeightDifference``) and ``dp=tlq`` (TLq-HS: a 32-point
+  Hadamard transform, then the reduce-scatter's all-to-all in 8-bit groups of 128 inside the node and
+  4-bit ones across nodes: ``TwoLevel``, priced by the hierarchical reduce-scatter). Its reference runs
+  Megatron's distributed optimizer, so it is a recipe whose ZeRO stages are 1 and 2 (``recipes.RECIPES``).
+
 ``PRESET_SOURCES`` says where each preset comes from (``perfmodel catalog policies``).
 
 The MoE axes: ``ep=`` compresses the dispatch (tokens towards their experts), ``ep_combine=`` the
@@ -91,6 +99,7 @@ PRESETS = {
     "loco": {"dp": ("ef(int4,beta=0.8,state=int8,reset=1024)", 0)},
     "onebit-adam": {"dp": ("ef(sign(block=2048))", 0)},
     "zero-one-adam": {"dp": ("ef(sign(block=2048))", 0)},
+    "sdp4bit": {"dp": ("tlq(intra=8,inter=4,block=128,hadamard=32)", 0), "zero": ("qwd(bits=4,block=2048)", 0)},
 }
 PRESET_SOURCES = {
     "hybrid": "Xu et al. 2024, arXiv 2409.02423 (lossy gradients, lossless activations); zero: ZeRO++ qwZ",
@@ -108,6 +117,9 @@ PRESET_SOURCES = {
                    "adam.py (freeze_step) and deepspeed/runtime/comm/nccl.py compressed_allreduce",
     "zero-one-adam": "Lu et al. 2022, 0/1 Adam (arXiv 2202.06009); DeepSpeed deepspeed/runtime/fp16/onebit/"
                      "zoadam.py (var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper)",
+    "sdp4bit": "Jia et al. 2024, SDP4Bit (NeurIPS; arXiv 2410.15526): qWD 4-bit weight differences (group 2048), "
+               "TLq-HS 8-bit intra-node / 4-bit inter-node gradients (group 128) after a 32-point Hadamard; "
+               "github.com/jindajia/SDP4Bit README and megatron/quantization_helper.py",
 }
 
 
@@ -210,7 +222,7 @@ def parse_policy(text: str) -> CompressionPolicy:
         if sep and key.strip() in RECIPE_ITEMS:
             if recipe is None:
                 raise InputError("policy", item, f"{key.strip()}= after a recipe preset: "
-                                 "powersgd, loco, onebit-adam or zero-one-adam")
+                                 "powersgd, loco, onebit-adam, zero-one-adam or sdp4bit")
             tuned[key.strip()] = value.strip()
             continue
         axis, _, attr = key.strip().partition(".")

@@ -1,7 +1,7 @@
 """What a published compression recipe does beyond its per-axis specs: warm-up, what it compresses,
 where its error is fed back, and the optimizer changes that come with it.
 
-A policy preset (``perfmodel.compression.policy``) says which spec each axis uses; four presets are
+A policy preset (``perfmodel.compression.policy``) says which spec each axis uses; five presets are
 recipes whose reference implementations do more than that, and this module says what, with the
 reference's defaults and where each comes from:
 
@@ -27,6 +27,15 @@ reference's defaults and where each comes from:
   ``local_step_scaler`` = 32678 steps up to ``local_step_clipper`` = 16. ``var_freeze`` is a share of the
   run (default 1: never, the tutorial's advice: "setting it to a sufficiently large number (larger than
   the total number of steps) ... still enjoys the non-trivial communication reduction").
+
+* ``sdp4bit`` (Jia et al., NeurIPS 2024, arXiv 2410.15526; its Megatron-LM fork's ``megatron/
+  quantization_helper.py``): no warm-up, no optimizer change; its mechanisms are its two specs (``tlq`` on
+  the gradients' reduce-scatter, ``qwd`` on the parameter all-gather). It runs Megatron's distributed
+  optimizer (``--use-distributed-optimizer``, the README's scripts): ZeRO stages 1 and 2, where every rank
+  holds the whole bf16 weights that the gathered differences are added to (``dequantize_add_bf16``), so the
+  previous weights qWD needs cost no memory beyond the plan's own (state 0); under ZeRO-3 they would be a
+  whole second copy of the weights on every rank, and the recipe is refused there (as at ZeRO-0, which has no
+  parameter all-gather).
 
 ``Recipe.run_time`` is the time to reach the uncompressed run's loss: the warm-up share ``w`` of the
 steps at the uncompressed step time, the rest at the compressed one times the convergence model's
@@ -90,7 +99,10 @@ class Recipe:
         if zero not in self.zero_stages:
             why = {"powersgd": "PyTorch's PowerSGD is a DDP communication hook",
                    "onebit-adam": "DeepSpeed's engine.py: '1bit-Adam is not compatible with ZeRO'",
-                   "zero-one-adam": "DeepSpeed's engine.py: '0/1 Adam is not compatible with ZeRO'"}.get(self.name, "")
+                   "zero-one-adam": "DeepSpeed's engine.py: '0/1 Adam is not compatible with ZeRO'",
+                   "sdp4bit": "its reference runs Megatron's distributed optimizer; its weight differences are added "
+                              "to the whole weights each rank holds, which ZeRO-3 does not keep and ZeRO-0 "
+                              "does not gather"}.get(self.name, "")
             raise InputError("zero", zero, f"{' or '.join(map(str, self.zero_stages))} with policy {self.name} ({why})")
 
     def warmup_steps(self, steps: int) -> int:
@@ -155,6 +167,10 @@ RECIPES = {
                             zero_stages=(0,),
                             source="DeepSpeed onebit/zoadam.py: var_freeze_step, var_update_scaler=16, "
                                    "local_step_scaler=32678, local_step_clipper=16 (momentum_accumulator: 4 B more)"),
+    "sdp4bit": Recipe(name="sdp4bit", server_feedback=False, zero_stages=(1, 2),
+                      source="SDP4Bit megatron/quantization_helper.py QuantizationHelper (wq_group_size=2048, "
+                             "gq_group_size_inter=128, hadamard_order=5) under --use-distributed-optimizer; the "
+                             "previous weights are the model's own bf16 weights (dequantize_add_bf16): no state"),
 }
 
 # the policy items a recipe takes (``onebit-adam,warmup=0.2``): its fields that a user tunes
@@ -171,6 +187,9 @@ APPROXIMATIONS = {
     "zero-one-adam": "as onebit-adam; without the run's length its ~16 uncompressed variance steps per doubling "
                      "are not charged and its local steps not credited (each step priced with its 1-bit "
                      "synchronisation; record_cost(..., steps=N) prices both); realrun runs both",
+    "sdp4bit": "rms(dw)/rms(w) of qWD's error an assumption (quantizers.DEFAULT_WEIGHT_DELTA); the chunked "
+               "pipelining of the two all-to-alls not priced (back to back); on one node its error is still "
+               "both tiers'",
 }
 
 

@@ -13,7 +13,7 @@ run), as ``predict`` takes a PlanRequest and PredictOptions, or their fields as 
   policies are their product, per plan only over the axes
   that carry traffic in that plan (tp 1 has no TP traffic: its TP candidates collapse to one),
   and the whole policies of ``presets=`` beside it (by default the recipes ``powersgd``, ``loco``,
-  ``onebit-adam`` and ``zero-one-adam``, in the plans whose ZeRO stage each runs under, where dp
+  ``onebit-adam``, ``zero-one-adam`` and ``sdp4bit``, in the plans whose ZeRO stage each runs under, where dp
   carries traffic: ``perfmodel.compression.recipes``).
 * **Error budget** (``--max-error``): the relative RMS error of one application of a spec on
   unit-Gaussian data (the model's ``error`` convention) must be at most the axis's budget. On
@@ -72,7 +72,7 @@ PRESETS_KEY = "presets"     # whole policies tried beside the product (recipes: 
 DEFAULT_CANDIDATES = ("dp=none|fp16|int8|ef(topk(0.01))+int8|ef(powersgd(rank=4));"
                       "tp=none|fp16|int8;pp=none|fp16|int8;zero=none|int8;"
                       "ep=none|fp8|int8;ep_combine=none|int8;cp=none|fp16|int8;"
-                      "presets=powersgd|loco|onebit-adam|zero-one-adam")
+                      "presets=powersgd|loco|onebit-adam|zero-one-adam|sdp4bit")
 DEFAULT_MAX_ERROR = {name: axis.max_error for name, axis in AXES.items()}   # declared per axis
 
 

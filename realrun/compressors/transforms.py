@@ -10,7 +10,7 @@ arrays) and otherwise runs the numpy reference below. Stateful transforms (randk
 read a ``CompressorState``: seed, step number and the tensor's key.
 
 Non-finite input (documented, tested): block quantizers and sign decode a block holding a
-NaN or Inf as all NaN; top-k and rand-k keep what they select as it is; PowerSGD spreads
+NaN or Inf as all NaN; the Hadamard transform spreads a NaN or Inf over its block; top-k and rand-k keep what they select as it is; PowerSGD spreads
 NaN through the product; zfp and sz3 refuse non-finite input; casts follow casts.py;
 lossless codecs are bit-exact.
 """
@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from perfmodel.compression import families
+from perfmodel.compression import families, quantizers
 from realrun.compressors import backends, casts, dtypes
 from topologies.errors import InputError
 
@@ -350,6 +350,77 @@ class SignTransform(BlockQuantTransform):
         scale = np.repeat(np.frombuffer(meta, dtype=np.float32), self.block)[:n]
         sign = np.unpackbits(values, bitorder="little")[:n].astype(np.float64) * 2 - 1
         return be.narrow(np.clip(sign * scale, -top, top).astype(wide), dtype, ctx)
+
+
+def hadamard_rotate(y, block: int, scale: float, xp=np):
+    """``scale`` times the Walsh-Hadamard transform (the +-1 matrix H) of every whole ``block`` of ``y``,
+    in float64; a last partial block stays as it is. H H = block I, so ``scale`` 1/block one way and 1
+    the other is the inverse pair."""
+    whole = len(y) // block * block
+    out = y.astype(xp.float64)
+    if not whole:
+        return out
+    b = out[:whole].reshape(-1, block)
+    h = 1
+    with np.errstate(invalid="ignore", over="ignore"):   # NaN and Inf spread over their block (module doc)
+        while h < block:   # butterflies: pairs (i, i + h) inside each 2h-long run
+            v = b.reshape(len(b), -1, 2, h)
+            top, bottom = v[:, :, 0, :].copy(), v[:, :, 1, :]
+            v[:, :, 0, :] += bottom
+            v[:, :, 1, :] = top - bottom
+            h *= 2
+        out[:whole] *= scale
+    return out
+
+
+@quantizers.Hadamard.implements("numpy")
+class HadamardTransform(Transform):
+    """SDP4Bit's smoother (``perfmodel.compression.quantizers.Hadamard``): each whole ``block`` rotated,
+    values of the input's type out. Encode is H x / block, so no value grows (|y| <= max|x|: nothing
+    overflows the type), decode H y (clipped to the type's range); a block quantizer that follows is
+    scale-invariant, so its error is the orthonormal rotation's."""
+
+    def encode(self, x, ctx):
+        be = backends.of(x)
+        block = self.params["block"]
+        return be.narrow(hadamard_rotate(be.widen(x), block, 1.0 / block, be.xp), x.dtype), b""
+
+    def decode(self, values, meta, n, dtype, ctx):
+        be = backends.of(values)
+        top = dtypes.finfo_max(dtype)
+        y = hadamard_rotate(be.widen(values), self.params["block"], 1.0, be.xp)
+        with np.errstate(invalid="ignore"):
+            y = be.xp.clip(y, -top, top)
+        return be.narrow(y.astype(dtypes.compute_dtype(dtype)), dtype)
+
+
+@quantizers.TwoLevel.implements("numpy")
+class TwoLevelTransform(Transform):
+    """SDP4Bit's TLq-HS on one tensor: the Hadamard transform, then the intra-node quantizer (what a
+    flat reduction or one node runs; the inter-node tier is the hierarchical reduce-scatter's)."""
+
+    def __init__(self, family):
+        super().__init__(family)
+        intra = families.make_family(f"int{self.params['intra']}", (), (("block", self.params["block"]),))
+        self.quant = intra.implementation("numpy")(intra)
+        h = self.params["hadamard"]
+        smooth = families.make_family("hadamard", (), (("block", h),)) if h else None
+        self.smooth = HadamardTransform(smooth) if smooth is not None else None
+
+    def encode(self, x, ctx):
+        if self.smooth is not None:
+            x = self.smooth.encode(x, ctx)[0]
+        return self.quant.encode(x, ctx)
+
+    def decode(self, values, meta, n, dtype, ctx):
+        y = self.quant.decode(values, meta, n, dtype, ctx)
+        return self.smooth.decode(y, b"", n, dtype, ctx) if self.smooth is not None else y
+
+
+@quantizers.WeightDifference.implements("numpy")
+class WeightDifferenceTransform(BlockQuantTransform):
+    """SDP4Bit's qWD on the wire: ``bits``-bit groups of what it is given (the caller gives it the weight
+    difference: ``realrun.train.zero``); the numpy reference quantizer (any width from 2 to 8 bits)."""
 
 
 def select_largest(x, k: int, xp=np):
