@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from perfmodel.cli.common import RAW
 from topologies.clikit import atomic_write, check_writable, dump_json
+from topologies.errors import InputError
 
 IMPORT_EPILOG = """examples:
   perfmodel import hf:config.json --toml llama.toml
@@ -43,18 +44,27 @@ def plan_flags(plan: dict) -> str:
 
 
 def run_import(args) -> None:
-    from perfmodel.importers import load, model_toml
+    from perfmodel.importers import build_model, merge, model_toml, plan_of, read
     from perfmodel.workload import _spec_keys
 
     if args.toml:
         check_writable(args.toml, "toml")
-    model, plan, lines = load(args.sources)
+    both = merge([read(s) for s in args.sources])
+    plan, lines, model, missing = plan_of(both), both.lines, None, None
+    try:
+        model = build_model(both.model, both.name, ", ".join(args.sources)) if both.model else None
+    except InputError as err:         # the mapping and the plan shown, then the model's missing key
+        missing = err
     if args.toml and model is not None:
         atomic_write(args.toml, lambda h: h.write(model_toml(model, lines).encode()))
     if args.json:
-        print(dump_json({"model": _spec_keys(model) if model else None, "plan": plan, "imported": lines}))
+        print(dump_json({"model": _spec_keys(model) if model else None, "plan": plan, "imported": lines,
+                         "missing": str(missing) if missing else None}))
         return
     print("\n".join(lines))
+    if missing is not None:
+        print(f"plan: {plan_flags(plan) or '(none)'}")
+        raise missing
     if model is not None:
         print(f"model: {model.name}: {model.params / 1e9:.2f}B parameters ({model.active_params / 1e9:.2f}B active)"
               + (f", written to {args.toml}" if args.toml else " (--toml FILE writes it)"))

@@ -57,12 +57,18 @@ def load(specs: str | list[str]) -> tuple[ImportedModel | None, dict, list[str]]
     specs = [specs] if isinstance(specs, str) else list(specs)
     both = merge([read(s) for s in specs])
     model = build_model(both.model, both.name, ", ".join(specs)) if both.model else None
+    return model, plan_of(both), both.lines
+
+
+def plan_of(both: Imported) -> dict:
+    """The predict keywords of an import (a DeepSpeed config's under ``deepspeed``, compression items
+    under ``policy_items``)."""
     plan = dict(both.plan)
     if both.deepspeed:
         plan["deepspeed"] = both.deepspeed
     if both.policy:
         plan["policy_items"] = list(both.policy)
-    return model, plan, both.lines
+    return plan
 
 
 def predict(sources: str | list[str], cluster: str, model=None, policy: str = "none", **plan):
@@ -96,4 +102,4 @@ def _deepspeed(path: str, cluster: str, fields: dict, policy: str) -> tuple[dict
     return {**ds.plan, **fields}, _policy(policy, ds.policy_items)
 
 
-__all__ = ["FORMATS", "Imported", "ImportedModel", "load", "merge", "model_toml", "predict", "read"]
+__all__ = ["FORMATS", "Imported", "ImportedModel", "load", "merge", "model_toml", "plan_of", "predict", "read"]

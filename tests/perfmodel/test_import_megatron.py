@@ -131,3 +131,13 @@ def test_from_deepspeed_is_the_deepspeed_flag(tmp_path, capsys):
         assert main(["predict", "--model", "gpt3-1.3b", "--cluster", "dgx-h100", "--gpus", "8", *flag, "--json"]) == 0
         out, err = capsys.readouterr()
         assert '"zero": 1' in out and "deepspeed: zero_optimization.stage=1 -> --zero 1" in err
+
+
+def test_import_shows_the_plan_before_a_missing_vocabulary(tmp_path, capsys):
+    script = tmp_path / "train.sh"
+    script.write_text("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+                      "--seq-length 128 --tensor-model-parallel-size 2\n")
+    with pytest.raises(InputError, match="vocab_size"):
+        main(["import", f"megatron:{script}"])
+    out = capsys.readouterr().out
+    assert "plan: --tp 2" in out and "megatron: --vocab-size absent" in out
