@@ -1,9 +1,12 @@
 """A Hugging Face ``config.json`` as a model file (``perfmodel --from hf:config.json``).
 
-The field names are those of transformers' configuration classes (huggingface/transformers @ v4.56.0,
+The field names are those of transformers' configuration classes (huggingface/transformers,
 src/transformers/models/FAMILY/configuration_FAMILY.py: ``LlamaConfig``, ``MistralConfig``,
 ``MixtralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig``, ``DeepseekV2Config``,
-``DeepseekV3Config``, ``GptOssConfig``), picked by ``model_type``. Every key is mapped onto a model-file
+``DeepseekV3Config`` (read @ 001f85b38f: its ``__init__`` keywords), ``GptOssConfig``), and of the hub's
+config.json files they load (DeepSeek's ``moe_layer_freq`` and ``num_nextn_predict_layers`` come from
+deepseek-ai's own configuration_deepseek.py; transformers v5 saves ``rope_scaling`` as
+``rope_parameters``), picked by ``model_type``. Every key is mapped onto a model-file
 key (``perfmodel.workload``), ignored with its reason (initializer_range: no effect on the time), or
 refused naming what is supported. The shared ones:
 
@@ -182,7 +185,7 @@ def _kv_heads(out: Imported, cfg: dict, family: str) -> None:
 
 
 def _sequence(out: Imported, cfg: dict) -> None:
-    scaling = cfg.get("rope_scaling") or {}
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}   # rope_parameters: transformers v5
     if not isinstance(scaling, dict):
         out.refuse("rope_scaling", scaling, "an object or null")
         return
@@ -197,7 +200,7 @@ def _sequence(out: Imported, cfg: dict) -> None:
         return
     out.model["seq_len"] = seq
     out.mapped(why, seq, f"seq_len {seq} (the pre-training context; --seq sets the job's)")
-    if scaling:
+    if scaling and "rope_parameters" not in cfg:
         out.ignored("rope_scaling", scaling.get("rope_type", scaling.get("type", "")),
                     f"the context extension to max_position_embeddings {cfg.get('max_position_embeddings')}: "
                     "rope's positions, no effect on the step time")

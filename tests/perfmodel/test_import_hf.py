@@ -94,3 +94,11 @@ def test_import_writes_a_model_toml(tmp_path, capsys):
     assert main(["import", f"hf:{DATA}/mixtral-8x7b.json", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["model"]["num_experts"] == 8 and shown["imported"][0].startswith("hf: model_type mixtral")
+
+
+def test_transformers_v5_rope_parameters_give_the_pretraining_context():
+    with open(f"{DATA}/llama-3.1-8b.json") as handle:
+        cfg = json.load(handle)
+    cfg["rope_parameters"] = {**cfg.pop("rope_scaling"), "rope_theta": cfg.pop("rope_theta")}
+    imported = from_config(cfg).check("config.json")
+    assert imported.model["seq_len"] == 8192
