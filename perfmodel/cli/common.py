@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from functools import cache
 
 from perfmodel.collectives.library import library
@@ -117,6 +118,17 @@ def explicit(namespace) -> set:
     return namespace.from_explicit
 
 
+@contextmanager
+def say_refused(prefix: str = "perfmodel: "):
+    """An importer's refusal: a line per refused key on stderr, then the error (one line, exit code 2)."""
+    try:
+        yield
+    except InputError as err:
+        for line in getattr(err, "refused", ()):
+            print(f"{prefix}{line}", file=sys.stderr)
+        raise
+
+
 class FromAction(argparse.Action):
     """``--from FORMAT:PATH``: the file read (``perfmodel.importers``) and its plan and model set on the
     arguments, but where the command line gives them (module doc of perfmodel.importers)."""
@@ -124,12 +136,8 @@ class FromAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from perfmodel.importers import build_model, merge, read
 
-        try:
+        with say_refused():
             parts = getattr(namespace, "from_parts", []) + [read(values)]
-        except InputError as err:
-            for line in getattr(err, "refused", ()):
-                print(f"perfmodel: {line}", file=sys.stderr)
-            raise
         namespace.from_parts, namespace.sources = parts, [*namespace.sources, values]
         both = merge(parts)
         dests = {a.dest for a in parser._actions}
@@ -367,12 +375,8 @@ def _deepspeed(args, kw: dict, policy: str) -> tuple[dict, str]:
     from topologies import cluster_for
 
     built, ranks = cluster_for(args.cluster, nodes=args.nodes, gpus=args.gpus)
-    try:
+    with say_refused("perfmodel: deepspeed: cannot honour "):
         ds = map_config(read_config(args.deepspeed), built.gpus_per_host, ranks, args.tp, args.pp)
-    except InputError as err:
-        for line in getattr(err, "refused", ()):
-            print(f"perfmodel: deepspeed: cannot honour {line}", file=sys.stderr)
-        raise
     for line in ds.mapped:
         print(f"perfmodel: deepspeed: {line}", file=sys.stderr)
     if ds.ignored:

@@ -1,7 +1,7 @@
 """``perfmodel import``: another tool's files as commpress's model TOML and plan flags (``perfmodel.importers``)."""
 from __future__ import annotations
 
-from perfmodel.cli.common import RAW
+from perfmodel.cli.common import RAW, say_refused
 from topologies.clikit import atomic_write, check_writable, dump_json
 from topologies.errors import InputError
 
@@ -49,7 +49,8 @@ def run_import(args) -> None:
 
     if args.toml:
         check_writable(args.toml, "toml")
-    both = merge([read(s) for s in args.sources])
+    with say_refused():
+        both = merge([read(s) for s in args.sources])
     plan, lines, model, missing = plan_of(both), both.lines, None, None
     try:
         model = build_model(both.model, both.name, ", ".join(args.sources)) if both.model else None

@@ -52,9 +52,8 @@ class Imported:
     def check(self, path: str) -> Imported:
         """Itself, or InputError naming every refused key (a line each in ``refused``)."""
         if self.refused:
-            err = InputError(f"{self.fmt}:{path}", "; ".join(r.split(": ")[0] for r in self.refused),
-                             "keys this importer maps or ignores (a prediction without these would be wrong; "
-                             "each one's reason: " + " | ".join(r.split(": ", 1)[1] for r in self.refused) + ")")
+            err = InputError(f"{self.fmt}:{path}", " | ".join(self.refused),
+                             "only keys this importer maps or ignores (a prediction without these would be wrong)")
             err.refused = [f"{self.fmt}: cannot honour {r}" for r in self.refused]
             raise err
         return self

@@ -91,8 +91,8 @@ def load(path: str) -> Imported:
         raise InputError("hf", path, f"a config.json (valid JSON: {err})") from None
     if not isinstance(cfg, dict):
         raise InputError("hf", path, "a config.json (a JSON object)")
-    return from_config(cfg, Path(path).parent.name if Path(path).name == "config.json" else Path(path).stem) \
-        .check(path)
+    where = Path(path).resolve()
+    return from_config(cfg, where.parent.name if where.name == "config.json" else where.stem).check(path)
 
 
 def from_config(cfg: dict, name: str = "hf-model") -> Imported:
