@@ -10,7 +10,9 @@ all-reduce of ``realrun.comm`` (error-feedback residuals are kept per bucket ind
 preset (``perfmodel.compression.recipes``) that compresses gradients (``powersgd``, ``loco``) brings its
 warm-up: ``total_steps`` (the run's) sets ``warmup_steps`` to its share (PowerSGD's 10%:
 ``start_powerSGD_iter``); one that compresses Adam's momentum (``onebit-adam``, ``zero-one-adam``) is
-refused in one line: a gradient hook never sees the momentum (``realrun train --policy`` runs them).
+refused in one line: a gradient hook never sees the momentum (``realrun train --policy`` runs them); so is
+one whose reference does not run under DDP (``sdp4bit``: Megatron's distributed optimizer, ZeRO-1; ``realrun
+train --zero 1 --policy sdp4bit`` runs it).
 ``state.stats`` holds totals (bytes in and out, compress, decompress and communication
 seconds) and ``state.per_step`` one entry per optimizer step.
 
@@ -61,6 +63,10 @@ def _spec(spec_or_policy: str) -> str:
         raise InputError("spec_or_policy", spec_or_policy, "a policy that compresses gradients: "
                          f"{policy.recipe.name} compresses Adam's momentum inside its optimizer (DeepSpeed's), which "
                          "a DDP gradient hook never sees; run it with realrun train --policy")
+    if policy.recipe is not None and 0 not in policy.recipe.zero_stages:
+        raise InputError("spec_or_policy", spec_or_policy, "a policy a DDP hook runs (ZeRO-0): "
+                         f"{policy.recipe.name} runs under ZeRO {' or '.join(map(str, policy.recipe.zero_stages))} "
+                         f"(its reference's sharded optimizer); run it with realrun train --zero 1 --policy")
     spec = policy.axis("dp").spec
     if spec == "none" and str(spec_or_policy).strip() != "none":   # e.g. fp8-param-gather: nothing for DDP to do
         raise InputError("spec_or_policy", spec_or_policy, "a compressor spec, or a policy that compresses the dp "

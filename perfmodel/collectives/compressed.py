@@ -16,8 +16,9 @@ algorithm on the payload. Reduction with a non-reducible codec needs one of:
   reduce-scatter (ZeRO++ qgZ): compressed all-to-all in the host, reduce, compressed
   all-to-all across hosts. A two-level codec (SDP4Bit's ``tlq``: ``TwoLevel.tiers``) uses its
   intra-node spec inside the host and its inter-node spec across hosts (``tiers``); SDP4Bit's
-  chunked pipelining of the two all-to-alls (``--gradient-alltoall-pipeline``) is not priced:
-  the two phases run back to back.
+  chunked pipelining of the two all-to-alls (``--gradient-alltoall-pipeline``, 8 in its scripts)
+  is not priced: the chunks of ``transfers.evaluate`` overlap the kernels with the wire, and the
+  in-node phase and the one across nodes still run back to back.
 
 ``Msg`` gives a piece's payload size and kernel traffic; builders return an AlgoCost.
 Where the sum must be the same bits on every rank, a rank decodes its own payload too (it

@@ -124,7 +124,8 @@ class Hadamard(Family):
     EXAMPLES = ("hadamard", "hadamard(block=64)+int8", "hadamard(fused=false)+int4(block=128)")
     PARAMS = (Param(name="block", kind=int, default=SDP4BIT_HADAMARD, check=_power_of_two,
                     allowed="a power of two from 2 to 65536"),
-              Param(name="fused", kind=bool, default=True, check=lambda v: isinstance(v, bool), allowed="true or false"))
+              Param(name="fused", kind=bool, default=True, check=lambda v: isinstance(v, bool),
+                    allowed="true or false"))
 
     def layout(self, count, dtype):
         return Layout(count, dtype, 0)

@@ -10,9 +10,9 @@ arrays) and otherwise runs the numpy reference below. Stateful transforms (randk
 read a ``CompressorState``: seed, step number and the tensor's key.
 
 Non-finite input (documented, tested): block quantizers and sign decode a block holding a
-NaN or Inf as all NaN; the Hadamard transform spreads a NaN or Inf over its block; top-k and rand-k keep what they select as it is; PowerSGD spreads
-NaN through the product; zfp and sz3 refuse non-finite input; casts follow casts.py;
-lossless codecs are bit-exact.
+NaN or Inf as all NaN; the Hadamard transform spreads a NaN or Inf over its block; top-k and
+rand-k keep what they select as it is; PowerSGD spreads NaN through the product; zfp and sz3
+refuse non-finite input; casts follow casts.py; lossless codecs are bit-exact.
 """
 from __future__ import annotations
 

@@ -4,7 +4,11 @@ Per gradient bucket, flattened: a reduce-scatter over the DP group under the pol
 spec (gradients; ``ef(...)`` keeps a residual per bucket) leaves each rank the sum of its shard
 (realrun's split: as even as possible, earlier ranks one longer); each rank steps AdamW on its
 shard only (so Adam's moments take 1/dp of the memory); an all-gather under the policy's
-``zero`` spec (parameters) puts the updated shards back together on every rank. With ``none``
+``zero`` spec (parameters) puts the updated shards back together on every rank. A weight-difference
+spec (SDP4Bit's ``qwd``: ``perfmodel.compression.quantizers.sends_differences``) gathers instead each
+shard's difference from the weights every rank holds, and every rank adds the decoded differences to
+its weights (SDP4Bit's ``sub_quantize`` and ``dequantize_add_bf16``); the shard, Adam's fp32 master,
+stays exact, so a step's quantization error is in the next step's difference. With ``none``
 on both axes this is the unsharded step up to float rounding of the sums (tested). Parameters
 outside the dp replicas' buckets (``whole``: the routed experts under expert parallelism, reduced
 over their expert-data-parallel group first) step with a plain AdamW of their own, unsharded.
@@ -15,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from perfmodel.compression.quantizers import sends_differences
 from realrun.comm import Comm, CommStats
 from realrun.comm.algorithms import split
 from realrun.train.accuracy import RelativeError
@@ -53,6 +58,12 @@ class ShardedOptimizer:
         optim = now(self.shards[0].device) - start
         for i, (params, shard) in enumerate(zip(self.groups, self.shards)):
             codec = self.zero_axis.codec_for(shard.numel() * shard.element_size() * self.dp)
+            if sends_differences(codec):   # module doc: qWD
+                held = _flat(params, "data")
+                diff = self.comm.allgather(shard.detach() - held[self.parts[i]], codec, key=f"params{i}",
+                                           stats=gather_stats)
+                _unflatten(params, held + diff)
+                continue
             full = self.comm.allgather(shard.detach(), codec, key=f"params{i}", stats=gather_stats)
             _unflatten(params, full)
             shard.data.copy_(full[self.parts[i]])   # what every rank now holds (lossy zero specs too)
