@@ -124,7 +124,8 @@ class Device:
         return 2.0 * m * n * k / (self.peak(self.peak_key(dtype)) * self.efficiency(m, n, k, dtype))
 
     def kernel_time_s(self, traffic_bytes: float, launches: int = 1) -> float:
-        """Memory-bound kernel: launches x launch overhead + traffic / streaming bandwidth."""
+        """Memory-bound kernel: launches x launch overhead + traffic / streaming bandwidth (a codec's traffic is
+        its family's, or the equivalent traffic of a published measurement: ``Codec.on``)."""
         if traffic_bytes <= 0 and launches <= 0:
             return 0.0
         return launches * self.launch_s + traffic_bytes / self.stream_Bps

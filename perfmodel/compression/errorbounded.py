@@ -63,7 +63,8 @@ class Zfp(Family):
 class Sz3(Family):
     """SZ3 error-bounded (Liang et al., ICDE 2023): ``abs`` or ``rel`` (to the value range)
     bound; size is data-dependent (``ratio`` or the default, measured at abs 1e-4).
-    Equivalent traffic of 10 bytes per input byte is an assumption to calibrate."""
+    Equivalent traffic of 10 bytes per input byte is an assumption to calibrate where
+    catalog/codec_kernels.toml has no measurement (A100: cuSZp, the GPU SZ-class compressor)."""
 
     NAME, EXACT = "sz3", False
     EXAMPLES = ("sz3(abs=1e-3)", "sz3(rel=1e-3)")

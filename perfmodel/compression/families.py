@@ -15,10 +15,11 @@ fixed-rate zfp) and ``input / ratio`` where it depends on the data (zfp toleranc
 sz3, lossless, mpc), the ratio a parameter whose default is the family's ``DEFAULT_RATIO``
 and which calibration replaces. Kernel cost is memory traffic: ``compress_traffic`` and
 ``decompress_traffic`` are bytes of device memory read plus written per input byte;
-``device.py`` turns them into time through the device's streaming bandwidth. Compute-heavy
-codecs (zfp, sz3, lossless, mpc) carry an equivalent traffic that is an assumption until
-calibrated. ``error`` is the relative RMS error of one application, ``||x' - x|| / ||x||``,
-for i.i.d. unit-Gaussian data (the convention stated in docs/design.md).
+``perfmodel.devices`` turns them into time through the device's streaming bandwidth. Compute-heavy
+codecs (zfp, sz3, lossless, mpc) carry an equivalent traffic, an assumption wherever no published
+measurement replaces it (``perfmodel.compression.kernels``, catalog/codec_kernels.toml: per GPU and
+architecture, docs/codec-costs.md) and until calibrated. ``error`` is the relative RMS error of one
+application, ``||x' - x|| / ||x||``, for i.i.d. unit-Gaussian data (the convention stated in docs/design.md).
 """
 from __future__ import annotations
 

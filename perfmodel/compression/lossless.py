@@ -18,7 +18,8 @@ def _fixed_traffic(self, stream):
 @register
 class Lossless(Family):
     """A lossless byte codec after an optional byte/bit shuffle (stands in for MPC and
-    nvCOMP). Data-dependent ratio; equivalent traffic 6 bytes per input byte (assumption).
+    nvCOMP). Data-dependent ratio; equivalent traffic 6 bytes per input byte, an assumption where
+    catalog/codec_kernels.toml has no measurement (A100: nvCOMP LZ4 for codec=lz4, DietGPU for zstd).
     Takes any typed input: floats, or the bytes of a quantizer."""
 
     NAME, LOSSLESS, EXACT = "lossless", True, False
