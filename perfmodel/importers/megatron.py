@@ -169,7 +169,16 @@ def from_args(words: list[str], name: str = "megatron-model") -> Imported:
     if not out.refused:
         _model(out, flags)
         _plan(out, flags)
+        _unsaid(out, flags)
     return out
+
+
+def _unsaid(out: Imported, flags: dict) -> None:
+    """A line for each flag no mapping read (one that only matters beside a flag the file does not give)."""
+    said = " ".join(line.split(" -> ")[0].split(" ignored (")[0] for line in out.lines).split()
+    for flag, values in flags.items():
+        if flag not in said:
+            out.ignored(flag, " ".join(values), "it matters only beside a flag this file does not give")
 
 
 def _known(flag: str) -> bool:

@@ -141,3 +141,13 @@ def test_import_shows_the_plan_before_a_missing_vocabulary(tmp_path, capsys):
         main(["import", f"megatron:{script}"])
     out = capsys.readouterr().out
     assert "plan: --tp 2" in out and "megatron: --vocab-size absent" in out
+
+
+def test_every_flag_has_its_line():
+    from perfmodel.importers.megatron import groups
+
+    with open(f"{DATA}/train_moe.sh") as handle:
+        words = read_args(handle.read())
+    lines = from_args(words + ["--make-vocab-size-divisible-by", "64"]).lines
+    for flag in [*groups(words), "--make-vocab-size-divisible-by"]:
+        assert any(flag in line.split(" -> ")[0] for line in lines), flag
