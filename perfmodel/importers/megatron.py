@@ -320,7 +320,10 @@ def _vocab(out: Imported, flags: dict) -> None:
     multiple = int(_value(out, flags, "--make-vocab-size-divisible-by", 128)) * tp
     padded = -(-int(vocab) // multiple) * multiple
     out.model["vocab_size"] = padded
-    out.mapped("--vocab-size", vocab, f"vocab_size {padded} (padded to a multiple of "
+    key = "--vocab-size" + (f" {vocab} --make-vocab-size-divisible-by" if "--make-vocab-size-divisible-by" in flags
+                            else "")
+    out.mapped(key, flags["--make-vocab-size-divisible-by"][0] if " --make" in key else vocab,
+               f"vocab_size {padded} (padded to a multiple of "
                f"--make-vocab-size-divisible-by x tp = {multiple}, as Megatron pads it)")
 
 
