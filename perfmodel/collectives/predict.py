@@ -82,7 +82,7 @@ def _best(op, size_bytes, dtype, codec, ctx, algorithm, chunks):
         if algorithm not in table:
             raise InputError("algorithm", algorithm, _allowed_text(op, codec))
         table = {algorithm: table[algorithm]}
-    msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec,
+    msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES[dtype], codec=codec.on(ctx.device),
               kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
     costs = {name: build(ctx, msg) for name, build in table.items()}
     if not codec.is_none and ctx.call:

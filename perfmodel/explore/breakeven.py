@@ -70,7 +70,7 @@ def breakeven(model: str, cluster: str, target, plan=None, options: PredictOptio
     fams = _families(families)
     specs = _specs(opts.policy, fams, base)
     dev = device(cluster_for(cluster, nodes=request.nodes, gpus=request.gpus)[0].gpu_model)
-    own = {s: _own_GBps(s, base.device(dev).stream_Bps) for s in specs}
+    own = {s: _own_GBps(s, base.device(dev)) for s in specs}
     plain = step_seconds(model, cluster, request, replace(opts, policy="none", calibration=base))
 
     def speedup(gbps: float) -> float:
@@ -127,12 +127,13 @@ def _specs(policy: str, families: tuple, calib) -> tuple:
     return tuple(out)
 
 
-def _own_GBps(spec: str, stream_Bps: float) -> tuple:
-    """The model's own (compress, decompress) throughput of ``spec`` on fp32 values (GB/s): its
-    memory traffic per input byte over the device's streaming bandwidth."""
+def _own_GBps(spec: str, dev) -> tuple:
+    """The model's own (compress, decompress) throughput of ``spec`` on fp32 values (GB/s) on ``dev``:
+    its memory traffic per input byte (a published kernel measurement's where the catalog holds one,
+    ``perfmodel.compression.kernels``) over the device's streaming bandwidth."""
     from perfmodel.compression import compile_spec
 
     count = 1 << 20
-    out = compile_spec(spec).apply(count, 4)
-    raw = 4 * count
+    out = compile_spec(spec).on(dev).apply(count, 4)
+    raw, stream_Bps = 4 * count, dev.stream_Bps
     return (stream_Bps * raw / out.compress_bytes / 1e9, stream_Bps * raw / max(out.decompress_bytes, 1.0) / 1e9)
