@@ -15,9 +15,12 @@
    time that its all-gather leaves (on 4 emulated hosts a quick profile fitted 0.78 of the
    link that way and 0.62 with the all-to-all's own runs; validation's all-to-alls at
    100 Mbit/s were predicted 14-24% short with the first, -5% to +7% with the second).
-4. On an emulated cluster, compressed all-reduces of ``IN_RUN`` at ``IN_RUN_SIZES``: their
-   kernels timed inside the run (the in-run factor) and the seconds beyond wire and kernels
-   (the runtime's per-call term, ``runtime.calls``).
+4. On an emulated cluster (``--quick`` too), compressed all-reduces of ``IN_RUN`` at
+   ``IN_RUN_SIZES``: their kernels timed inside the run (the in-run factor) and the seconds
+   beyond wire and kernels (the runtime's per-call term, ``runtime.calls``), both priced from
+   the CPU they took over the host's share (``perfmodel.calibration.fit.kernel_seconds`` and
+   ``call_seconds``), as compute and the kernels alone are: the wall seconds of a run on this
+   shared machine also hold the time other work kept the ranks off their cores.
 
 The bandwidths and sizes are deliberately not those ``realrun validate`` uses (100 Mbit/s,
 1 Gbit/s; 2, 8, 32 MiB), so validation predicts runs the model was not fitted on.
@@ -81,7 +84,7 @@ def measure(runner, compressors=COMPRESSORS, quick: bool = False, iters: int = 3
                 _say(f"uncompressed all-reduce on 2 of its hosts: {len(sizes)} sizes x "
                      f"{len(CALIBRATED_ALGORITHMS)} algorithms")
                 records += runner.collectives(config, 2)
-        if runner.emulated and not quick:   # the emulated hosts' shared cores are what it measures
+        if runner.emulated:   # the emulated hosts' shared cores are what it measures
             records += _in_run(runner, compressors, iters)
     finally:
         runner.restore()

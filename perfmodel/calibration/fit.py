@@ -19,9 +19,12 @@ large ones):
    work timed on the device): the device's GEMM efficiency table and streaming rate.
 5. **The runtime's own costs**: per ``op:algorithm`` of the compressed collective records, the
    seconds beyond what the fitted tiers and kernels explain, ``call + per_byte x size``
-   (``runtime.calls``); from the CPU seconds of the uncompressed records (``cpu_s``), the CPU
-   the transport burns, ``cpu_call + cpu_per_byte x bytes sent`` (``runtime.transport``). Both
-   with standard errors from the fit's Jacobian.
+   (``runtime.calls``; on hosts with a fixed CPU share the calling thread's CPU beyond its
+   kernels over the share, ``call_seconds``, as the in-run kernel factor is the codec's CPU over
+   the share, ``kernel_seconds``: wall seconds there hold the machine's other load); from the
+   CPU seconds of the uncompressed records (``cpu_s``), the CPU the transport burns,
+   ``cpu_call + cpu_per_byte x bytes sent`` (``runtime.transport``). Both with standard errors
+   from the fit's Jacobian.
 
 Residuals and R^2 of every fit go into the profile under ``fits``.
 """
@@ -51,13 +54,18 @@ from topologies.errors import InputError
 def phases_of(record: dict, cluster: str, calibration=None, with_pair: bool = False):
     """The model's AlgoCost of what realrun ran for a collective record (``world`` ranks); with
     ``with_pair``, also whether the group is two ranks on two hosts (its primitives ``@pair``)."""
+    ctx, cost = _priced(record, cluster, calibration)
+    return (cost, ctx.ranks == 2 and ctx.hosts == 2) if with_pair else cost
+
+
+def _priced(record: dict, cluster: str, calibration=None) -> tuple:
+    """(context, AlgoCost) of what realrun ran for a collective record on ``cluster``."""
     built = build_cluster(cluster)
     if record["world"] > built.gpus:
         raise InputError("world", record["world"], f"at most the {built.gpus} ranks of {cluster}")
     ctx = resolve_context(built, record["world"], "packed", (), calibration)
-    cost = runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx,
-                        calibration)[1]
-    return (cost, ctx.ranks == 2 and ctx.hosts == 2) if with_pair else cost
+    return ctx, runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx,
+                             calibration)[1]
 
 
 def _features(cost, pair: bool = False) -> dict:
@@ -334,21 +342,50 @@ def _terms(design, y) -> tuple[np.ndarray, np.ndarray, float]:
     return sol.x / scale, np.sqrt(np.abs(np.diag(cov))) / scale, float(np.mean(np.abs(res)))
 
 
+def kernel_seconds(r: dict) -> float | None:
+    """The kernel seconds of a compressed collective record as the model prices kernels: on a host
+    with a fixed CPU share, the CPU its compress and decompress calls took inside the run over the
+    share (``kernel_cpu_s``; as ``compute_seconds`` prices compute), None where the record has no
+    such CPU (its wall seconds also hold the time other work kept the rank off its core: not a
+    kernel's cost); elsewhere the wall seconds (``compress_s + decompress_s``)."""
+    if not r.get("cpu_share"):
+        return r["compress_s"] + r["decompress_s"]
+    return r["kernel_cpu_s"] / r["cpu_share"] if r.get("kernel_cpu_s", 0) > 0 else None
+
+
+def call_seconds(r: dict, timed) -> float | None:
+    """The seconds a compressed collective record took beyond what the fitted tiers and kernels
+    explain (``timed``: its ``evaluate``): on a host with a fixed CPU share, the CPU of the calling
+    thread beyond its kernels (the runtime's Python, payload assembly and copies; gloo moves the
+    bytes on threads of its own) over the share, the kernels' CPU measured (``kernel_cpu_s``) or
+    else as priced (``timed.kernel_s`` at the share); None without that thread's CPU. Elsewhere
+    the wall seconds beyond ``timed``."""
+    if not r.get("cpu_share"):
+        return r["time_s"] - timed.time_s
+    if not r.get("thread_cpu_s", 0) > 0:
+        return None
+    kernels = r["kernel_cpu_s"] / r["cpu_share"] if r.get("kernel_cpu_s", 0) > 0 else timed.kernel_s
+    return r["thread_cpu_s"] / r["cpu_share"] - kernels
+
+
 def fit_runtime(records: list[dict], cluster: str, profile: dict) -> tuple[dict, dict]:
-    """(runtime section, report): the per-call terms of compressed collectives and the transport's
-    CPU (module doc, fit 5); each from at least 3 records of 2 sizes or more, else left out."""
+    """(runtime section, report): the per-call terms of compressed collectives (``call_seconds``)
+    and the transport's CPU (module doc, fit 5); each from at least 3 records of 2 sizes or more,
+    else left out."""
     calib = _calibration(profile)
     calls, report = {}, {}
     for key, rows in _by_call(records).items():
         excess, sizes = [], []
         for r in rows:
-            excess.append(r["time_s"] - _predicted(r, cluster, calib))
-            sizes.append(r["size_bytes"])
-        if len(rows) < 3 or len(set(sizes)) < 2 or statistics.median(excess) <= 0:
+            extra = call_seconds(r, _timed(r, cluster, calib))
+            if extra is not None:
+                excess.append(extra)
+                sizes.append(r["size_bytes"])
+        if len(excess) < 3 or len(set(sizes)) < 2 or statistics.median(excess) <= 0:
             continue
         x, sd, mape = _terms([[1.0, size] for size in sizes], excess)
         calls[key] = {"call_us": x[0] * 1e6, "ns_per_byte": x[1] * 1e9, "call_us_sd": sd[0] * 1e6,
-                      "ns_per_byte_sd": sd[1] * 1e9, "records": len(rows)}
+                      "ns_per_byte_sd": sd[1] * 1e9, "records": len(excess)}
         report[key] = {"mape_of_excess": mape}
     out = {"calls": calls} if calls else {}
     transport = _fit_transport(records, cluster, calib)
@@ -370,12 +407,11 @@ def _by_call(records) -> dict:
     return out
 
 
-def _predicted(record: dict, cluster: str, calib) -> float:
-    """The model's time of a record from the tiers and kernels fitted so far (no runtime term)."""
-    built = build_cluster(record.get("cluster", cluster))
-    ctx = resolve_context(built, record["world"], "packed", (), calib)
-    cost = runtime_cost(record["op"], record["size_bytes"], record["compressor"], record["algorithm"], ctx, calib)[1]
-    return evaluate(cost, ctx.device, chunks=1).time_s
+def _timed(record: dict, cluster: str, calib):
+    """The model's ``Timed`` of a record from the tiers and kernels fitted so far (no runtime term
+    where ``calib`` has none)."""
+    ctx, cost = _priced(record, record.get("cluster", cluster), calib)
+    return evaluate(cost, ctx.device, chunks=1)
 
 
 def _fit_transport(records: list[dict], cluster: str, calib) -> dict:
@@ -392,23 +428,22 @@ def _fit_transport(records: list[dict], cluster: str, calib) -> dict:
 
 def fit_in_run(records: list[dict], cluster: str, profile: dict) -> dict:
     """{spec: {"in_run": {size: factor}, "records"}}: per calibrated spec and message size, the
-    median over its compressed collective records of the kernel seconds measured inside the run
-    (compress + decompress, slowest rank) over those the profile's kernel numbers predict for the
-    same algorithm and ranks."""
+    median over its compressed collective records of the kernel seconds inside the run
+    (``kernel_seconds``: on a host with a fixed share the CPU the codec took over the share, as the
+    kernel benchmark's numbers are priced; slowest rank) over those the profile's kernel numbers
+    predict for the same algorithm and ranks. A record on such a host without its codec's CPU
+    gives no factor (its wall seconds would price the machine's load as the kernels' cost)."""
     rows = [r for r in records if r["kind"] == "collective" and r["world"] > 1
-            and r["compressor"] in profile.get("kernels", {}) and r["compress_s"] + r["decompress_s"] > 0]
+            and r["compressor"] in profile.get("kernels", {}) and (kernel_seconds(r) or 0) > 0]
     if not rows:
         return {}
     calib = _calibration(profile)
     ratios: dict = {}
     for r in rows:
-        built = build_cluster(r.get("cluster", cluster))
-        ctx = resolve_context(built, r["world"], "packed", (), calib)
-        cost = runtime_cost(r["op"], r["size_bytes"], r["compressor"], r["algorithm"], ctx, calib)[1]
-        predicted = evaluate(cost, ctx.device, chunks=1).kernel_s
+        predicted = _timed(r, cluster, calib).kernel_s
         if predicted > 0:
             by_size = ratios.setdefault(r["compressor"], {})
-            by_size.setdefault(str(r["size_bytes"]), []).append((r["compress_s"] + r["decompress_s"]) / predicted)
+            by_size.setdefault(str(r["size_bytes"]), []).append(kernel_seconds(r) / predicted)
     return {spec: {"in_run": {size: statistics.median(v) for size, v in sorted(sizes.items(), key=lambda x: int(x[0]))},
                    "records": sum(len(v) for v in sizes.values())} for spec, sizes in sorted(ratios.items())}
 

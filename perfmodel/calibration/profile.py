@@ -25,13 +25,16 @@ computing at once measured; other rank counts use the explicit core share (perfm
 ``cpu_share``) of the alone numbers. ``in_run`` ({message bytes: factor}) is how much longer
 the spec's kernels took inside compressed collectives on N ranks than ``shared`` predicts, by
 message size (measured in calibration's compressed runs: ranks not in lockstep, inputs that
-no longer fit in cache); between sizes it is interpolated in log size, outside them the
+no longer fit in cache; on hosts with a fixed CPU share the codec's CPU over the share, as the
+kernel numbers themselves are, not its wall seconds, which hold the machine's other load:
+``perfmodel.calibration.fit.kernel_seconds``); between sizes it is interpolated in log size, outside them the
 nearest measured size holds. It applies where the shared numbers do.
 
 ``runtime`` is the runtime's own cost, measured where it runs (realrun on gloo): ``calls`` per
 ``op:algorithm`` of its compressed collectives the seconds a call takes beyond its wire time and
 kernels (Python, payload assembly and parsing, the extra tensor copies), ``call_us +
-ns_per_byte x message bytes``; ``transport`` the CPU its socket transport burns per call and
+ns_per_byte x message bytes`` (on hosts with a fixed CPU share the calling thread's CPU beyond
+its kernels over the share: ``perfmodel.calibration.fit.call_seconds``); ``transport`` the CPU its socket transport burns per call and
 per byte a rank sends, which a host with a fixed CPU share takes from the compute beside an
 overlapped transfer (perfmodel.engines.analytical). Both may carry ``*_sd`` (standard errors)
 and ``records``.

@@ -6,11 +6,17 @@ rendezvous, no listening socket) or ``... --env CONFIG OUT`` (an env:// launch: 
 Lines in ``perfmodel.calibration.measurements``' schema. Each iteration starts at a barrier and the slowest
 rank's time counts; ``time_s`` is the median over iterations. ``cpu_s`` is the CPU the busiest
 rank's process (every thread: Python, codecs, the transport's socket threads) spent per call,
-median over iterations.
+median over iterations; ``thread_cpu_s`` the CPU of the thread that called the collective (the
+codecs and the runtime's Python: gloo moves the bytes on threads of its own), and
+``kernel_cpu_s`` the CPU its compress and decompress calls took (where the wire's statistics
+count it: ``CommStats.compress_cpu_s``). On a host with a fixed CPU share these are what
+calibration prices kernels and the runtime's own work from (``perfmodel.calibration.fit``):
+wall seconds inside a run also hold the time other work on the machine kept the rank waiting.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -46,11 +52,11 @@ def _case(op, spec, alg, x, exact, iters, warmup, threads=None):
         if inplace:
             work.copy_(x)
         dist.barrier()
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu, own = time.perf_counter(), time.process_time(), time.thread_time()
         result = call(st)
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        elapsed, cpu, own = time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - own
         if i >= warmup:
-            times.append([elapsed, st.compress_s, st.decompress_s, st.bytes_out, cpu])
+            times.append([elapsed, st.compress_s, st.decompress_s, st.bytes_out, cpu, own, kernel_cpu(st)])
     worst = torch.tensor(times, dtype=torch.float64, device=x.device)   # NCCL reduces device tensors only
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     err = float(torch.linalg.norm((result - exact).double()) / max(float(torch.linalg.norm(exact.double())), 1e-30))
@@ -58,6 +64,13 @@ def _case(op, spec, alg, x, exact, iters, warmup, threads=None):
     dist.all_reduce(stats[:1], op=dist.ReduceOp.MAX)
     dist.all_reduce(stats[1:], op=dist.ReduceOp.SUM)
     return worst.cpu().numpy(), float(stats[0].item()), int(stats[1].item())
+
+
+def kernel_cpu(stats) -> float:
+    """CPU seconds of a call's compress and decompress calls where its statistics count them
+    (``compress_cpu_s``, ``decompress_cpu_s``), else NaN (not measured)."""
+    parts = (getattr(stats, "compress_cpu_s", None), getattr(stats, "decompress_cpu_s", None))
+    return math.nan if None in parts else float(sum(parts))
 
 
 WRONG_SIGMAS = 10.0      # a lossy result's element is wrong beyond 10x the spec's predicted RMS error
@@ -154,4 +167,14 @@ def _record(cfg, size, spec, alg, worst, err, world) -> dict:
                        time_min_s=float(t.min()), time_max_s=float(t.max()),
                        compress_s=float(np.median(worst[:, 1])), decompress_s=float(np.median(worst[:, 2])),
                        max_rel_error=err, iters=int(cfg.iters), cpu_s=float(np.median(worst[:, 4])),
-                       busbw_factor=busbw_factor(cfg.op, world))
+                       busbw_factor=busbw_factor(cfg.op, world), **cpu_fields(worst))
+
+
+def cpu_fields(worst) -> dict:
+    """``thread_cpu_s`` and, where measured (not NaN), ``kernel_cpu_s`` of a case: the busiest rank's,
+    median over iterations (columns 5 and 6 of ``worst``)."""
+    out = {"thread_cpu_s": float(np.median(worst[:, 5]))}
+    kernel = worst[:, 6]
+    if not np.isnan(kernel).any():
+        out["kernel_cpu_s"] = float(np.median(kernel))
+    return out
