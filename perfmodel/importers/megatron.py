@@ -35,7 +35,7 @@ import ast
 import re
 from pathlib import Path
 
-from perfmodel.importers.common import NO_TIME, Imported, read_text
+from perfmodel.importers.common import NO_TIME, Imported, _show, read_text
 from perfmodel.importers.shell import read_args, unset_names
 
 MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
@@ -313,8 +313,8 @@ def _vocab(out: Imported, flags: dict) -> None:
     if vocab is None:
         tokenizer = " ".join(_value(out, flags, f, "") or "" for f in ("--tokenizer-type", "--tokenizer-model"))
         out.lines.append(f"megatron: --vocab-size absent: vocab_size is not read from the tokenizer "
-                         f"({' '.join(tokenizer.split()) or 'none named'}): --from hf:config.json before this file "
-                         "or --model gives it")
+                         f"({_show(' '.join(tokenizer.split())) or 'none named'}): --from hf:config.json before "
+                         "this file or --model gives it")
         return
     tp = int(out.plan.get("tp", 1))
     multiple = int(_value(out, flags, "--make-vocab-size-divisible-by", 128)) * tp

@@ -4,7 +4,8 @@ What the example launch scripts of Megatron-LM use, followed as bash would: line
 comments, ``NAME=value`` and ``export NAME=value`` (``${NAME:-default}``, ``$((a*b))``), arrays
 ``NAME=( ... )`` and ``NAME+=( ... )`` expanded by ``${NAME[@]}`` (an element "--flag value" split in
 two, as an unquoted expansion splits it), and ``if`` / ``elif`` / ``else`` / ``fi`` on ``[ ]`` and
-``[[ ]]`` tests of strings (``==``, ``=``, ``!=``, ``-n``, ``-z``, ``||``, ``&&``). A variable the script
+``[[ ]]`` tests of strings (``==``, ``=``, ``!=``, ``-n``, ``-z``, ``||``, ``&&``), and ``case WORD in
+PATTERN) ... ;; esac`` (glob patterns, ``a|b``). A variable the script
 does not set (a positional ``$1``, the environment) expands to ``UNSET`` marks: a test sees it empty,
 as bash does; a flag whose value holds one is refused naming the variable. The arguments are those
 after the first ``*.py`` of the first line that runs one (``torchrun ... pretrain_gpt.py ...``); a
@@ -12,6 +13,7 @@ file without such a line is an argument list itself.
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 
@@ -19,6 +21,7 @@ UNSET = "\x00UNSET:{}\x00"
 UNSET_RE = re.compile("\x00UNSET:(\\w+)\x00")
 _VAR = re.compile(r"\$(?:\{(\w+)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|(\w+))")
 _ARITH = re.compile(r"\$\(\((.*?)\)\)")
+_PATTERN = re.compile(r"^\(?\s*([^()=\s][^()=]*?)\s*\)(.*)$")     # a case branch: PATTERN) [statement]
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?(\w+)(\+?=)(.*)$", re.S)
 
 
@@ -57,8 +60,9 @@ class Script:
         return UNSET.format(name)
 
     def _run(self, lines: list[str]) -> None:
-        active = [True]          # each enclosing if's branch taken
-        taken = [True]           # whether a branch of each enclosing if was taken already
+        active = [True]          # each enclosing if's (or case's) branch taken
+        taken = [True]           # whether a branch of each enclosing if or case was taken already
+        cases = [None]           # the word of each enclosing case (None: an if)
         i = 0
         while i < len(lines):
             line = lines[i].strip()
@@ -69,16 +73,29 @@ class Script:
                 if head == "if":
                     active.append(all(active) and cond)
                     taken.append(cond)
+                    cases.append(None)
                 else:
                     active[-1] = not taken[-1] and cond
                     taken[-1] = taken[-1] or cond
             elif head == "else":
                 active[-1], taken[-1] = not taken[-1], True
-            elif head == "fi" and len(active) > 1:
+            elif head == "case" and line.endswith(" in"):
+                active.append(False)
+                taken.append(False)
+                cases.append(" ".join(_words(self.expand(line[4:-3]))))
+            elif head in ("fi", "esac") and len(active) > 1:
                 active.pop()
                 taken.pop()
-            elif all(active) and line:
-                i = self._statement(line, lines, i)
+                cases.pop()
+            elif cases[-1] is not None and _PATTERN.match(line):
+                pattern, rest = _PATTERN.match(line).groups()
+                hit = not taken[-1] and any(fnmatch.fnmatchcase(cases[-1], p) for p in
+                                            _words(self.expand(pattern.replace("|", " "))))
+                active[-1], taken[-1] = hit, taken[-1] or hit
+                if hit and all(active) and rest.strip(" ;"):
+                    i = self._statement(rest.strip().removesuffix(";;").strip(), lines, i)
+            elif all(active) and line and line != ";;":
+                i = self._statement(line.removesuffix(";;").strip() if cases[-1] is not None else line, lines, i)
 
     def _statement(self, line: str, lines: list[str], i: int) -> int:
         m = _ASSIGN.match(line)

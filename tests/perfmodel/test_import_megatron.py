@@ -17,8 +17,8 @@ def test_launch_script_maps_model_and_plan():
                                                                                          False)
     assert (model.num_experts, model.moe_top_k, model.moe_ffn_hidden_size, model.moe_shared_experts) == (32, 4, 1024, 1)
     assert (model.moe_first_dense, model.moe_layer_freq) == (2, 1)
-    assert plan == {"seq": 4096, "tp": 2, "pp": 2, "ep": 4, "sequence_parallel": True, "zero": 1, "dp_overlap": True, "mbs": 1,
-                    "gbs": 256, "compute_dtype": "bf16", "recompute": "selective",
+    assert plan == {"seq": 4096, "tp": 2, "pp": 2, "ep": 4, "sequence_parallel": True, "zero": 1, "dp_overlap": True,
+                    "mbs": 1, "gbs": 256, "compute_dtype": "bf16", "recompute": "selective",
                     "recompute_modules": "moe_act,layernorm", "precision": "fp8-tensorwise", "ep_kernels": "deepep"}
     assert "megatron: --tensor-model-parallel-size 2 -> tp 2" in lines
     assert "megatron: --lr 3e-4 ignored (the optimizer's, learning rate's and numerics' settings: no effect on " \
@@ -57,8 +57,9 @@ eval $CMD
 
 
 def test_virtual_pipeline_and_layer_pattern():
-    imp = from_args("--num-layers 32 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 "
-                    "--num-experts 8 --moe-layer-freq ([0]*2+[1]*30)".split())
+    args = "--num-layers 32 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2 " \
+        "--num-experts 8 --moe-layer-freq ([0]*2+[1]*30)"
+    imp = from_args(args.split())
     assert imp.plan["schedule"] == "interleaved:4" and imp.model["moe_first_dense"] == 2
 
 
@@ -151,3 +152,20 @@ def test_every_flag_has_its_line():
     lines = from_args(words + ["--make-vocab-size-divisible-by", "64"]).lines
     for flag in [*groups(words), "--make-vocab-size-divisible-by"]:
         assert any(flag in line.split(" -> ")[0] for line in lines), flag
+
+
+def test_case_statement_takes_its_branch():
+    script = """
+SCALE="small" # or "big"
+case "${SCALE}" in
+    "big")
+        L=64
+        ;;
+    small|tiny) L=8 ;;
+    *)
+        echo "unknown"; exit 1
+        ;;
+esac
+torchrun pretrain_gpt.py --num-layers $L --bf16
+"""
+    assert read_args(script) == ["--num-layers", "8", "--bf16"]
