@@ -109,7 +109,7 @@ def from_config(cfg: dict, name: str = "hf-model") -> Imported:
     experts = EXPERTS.get(family, {})
     for key, value in cfg.items():
         if key in ("model_type", "rope_scaling", "max_position_embeddings", "initial_context_length",
-                   "num_key_value_heads"):
+                   "max_sequence_length", "num_key_value_heads"):
             continue
         _one(out, cfg, family, experts, key, value)
     _sequence(out, cfg)
@@ -193,6 +193,8 @@ def _sequence(out: Imported, cfg: dict) -> None:
         seq, why = scaling["original_max_position_embeddings"], "rope_scaling.original_max_position_embeddings"
     elif "initial_context_length" in cfg:
         seq, why = cfg["initial_context_length"], "initial_context_length"
+    elif "max_sequence_length" in cfg:              # LLaMA 1's early HF conversions
+        seq, why = cfg["max_sequence_length"], "max_sequence_length"
     else:
         seq, why = cfg.get("max_position_embeddings"), "max_position_embeddings"
     if seq is None:

@@ -14,7 +14,8 @@ DATA = "tests/perfmodel/data/importers"
 
 @pytest.mark.parametrize("name,catalog", [
     ("llama-3.1-8b", "llama3-8b"), ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("deepseek-v3", "deepseek-v3:mtp_layers=1"),
-    ("gpt-oss-120b", "gpt-oss-120b"), ("mixtral-8x7b", "mixtral-8x7b")])
+    ("gpt-oss-120b", "gpt-oss-120b"), ("mixtral-8x7b", "mixtral-8x7b"), ("deepseek-v2-lite", "deepseek-v2-lite"),
+    ("llama-2-7b", "llama2-7b"), ("llama-7b-v1", "llama2-7b:seq_len=2048")])
 def test_imported_configs_count_the_catalogs_parameters(name, catalog):
     model, plan, lines = load(f"hf:{DATA}/{name}.json")
     assert plan == {}
