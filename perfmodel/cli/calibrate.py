@@ -10,6 +10,11 @@ CALIBRATE_EPILOG = """examples:
   perfmodel calibrate kernels.jsonl collectives.jsonl --cluster emulated:hosts=4,bandwidth=1gbit -o profile.json
   perfmodel collective allreduce --cluster emulated:hosts=4,bandwidth=1gbit --size 64MiB \
       --compressor none,int8 --calibration profile.json
+  perfmodel calibrate --from-file nccl-tests:all_reduce_perf.txt --cluster dgx-h100 -o h100.json
+"""
+CHECK_EPILOG = """examples:
+  perfmodel check-step --log megatron-log:train.log --model llama3-8b --cluster dgx-h100 --gpus 8 --tp 1 \
+      --mbs 1 --gbs 128 --seq 8192
 """
 
 
@@ -21,10 +26,16 @@ def add_calibrate(sub) -> None:
                          "with a robust loss. Prints residuals and R^2; writes a versioned profile that every "
                          "perfmodel command takes with --calibration.", epilog=CALIBRATE_EPILOG,
                          formatter_class=RAW)
-    cal.add_argument("records", nargs="+", help="JSON Lines files written by realrun bench --json; every field of "
+    cal.add_argument("records", nargs="*", help="JSON Lines files written by realrun bench --json; every field of "
                      "every record is checked (its type and declared bound, and no record a fit cannot use: a kernel "
                      "record of 0 bytes or 0 wire bytes, times implying a rate past any device's), one line naming "
                      "the file, line and field")
+    cal.add_argument("--from-file", action="append", default=[], metavar="KIND:PATH",
+                     help="a file of another tool: nccl-tests:OUT.txt (all_reduce_perf ... stdout) or "
+                     "nccl-tests:OUT.json (its -J JSON); nccl-tests.OP:PATH names the op where the file does not "
+                     "(allreduce, reduce_scatter, alltoall are fitted); repeatable. What the file did not contain "
+                     "is said a line each; a file with nothing usable is refused naming its line. Training logs "
+                     "(megatron-log, torchtitan-log, deepspeed-log) check a prediction: perfmodel check-step")
     cal.add_argument("-o", "--output", required=True, help="the profile to write (JSON, atomically; only once "
                      "every fitted value is within its declared bound, as perfmodel checks a profile it reads)")
     cal.add_argument("--cluster", help="cluster the collective records ran on, where a record does not name it "
@@ -37,22 +48,111 @@ def run_calibrate(args) -> None:
 
     from perfmodel.calibration.fit import fit_profile, summary, worst_residuals
     from perfmodel.calibration.measurements import read_records
+    from perfmodel.calibration.userfiles import read_from_file, tier_errors
 
+    if not args.records and not args.from_file:
+        raise InputError("records", None, "realrun bench JSON Lines files or --from-file KIND:PATH")
     check_writable(args.output, "output")
-    records = [r for path in args.records for r in read_records(path)]
+    users = [read_from_file(spec, args.cluster) for spec in args.from_file]
+    records = [r for path in args.records for r in read_records(path)] + [r for u in users for r in u.records]
     cluster = args.cluster or next((r["cluster"] for r in records if "cluster" in r), None)
     if cluster is None:
         raise InputError("cluster", None, "--cluster NAME (the records do not name the cluster they ran on)")
-    profile = fit_profile(records, cluster, sources=args.records)
+    profile = fit_profile(records, cluster, sources=args.records + [u.path for u in users])
+    errors = tier_errors(records, cluster, profile)
+    if errors:
+        profile["fits"]["tiers"]["errors"] = {k: v for k, v in errors.items() if k not in ("cov", "keys")}
     atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))
     if args.json:
         print(dump_json(profile))
         return
     print(f"# perfmodel calibrate: {len(records)} records -> {args.output} (cluster {cluster})")
-    print(table(("fitted", "value", "fit"), summary(profile)))
+    for u in users:
+        say_file(u)
+    print(table(("fitted", "value", "fit"), summary(profile) + error_rows(errors)))
     print()
     print(table(("cluster", "algorithm", "size", "measured_s", "fitted_s", "residual"), worst_residuals(profile),
                 title="# largest residuals of the tier fit (all are in the profile under fits)"))
+    for u in users:
+        say_busbw(u, cluster, profile, errors)
 
 
-COMMANDS = {"calibrate": (add_calibrate, run_calibrate)}
+def say_file(user) -> None:
+    """What a user file was and, a line each, what it did not contain."""
+    a = user.about
+    print(f"# {user.path}: {len(user.records)} {a['op']} rows on {a['world']} ranks, {a.get('hosts') or '?'} host(s), "
+          f"{', '.join(a.get('devices') or ['device not named'])}")
+    for line in user.missing:
+        print(f"# {user.path}: {line}")
+
+
+def error_rows(errors: dict) -> list[tuple]:
+    """Rows (what, value, fit) of the tier fit's standard errors."""
+    if not errors:
+        return []
+    note = f"residual sd {100 * errors['residual_sd']:.1f}%" + ("" if errors["separable"] else
+                                                               "; base and alpha not separable (one world size)")
+    rows = [("tier base", f"+- {errors['base_us_sd']:.2f} us", note)]
+    for cls, prims in errors["primitives"].items():
+        for prim, e in prims.items():
+            rows.append((f"  {cls} {prim}", f"alpha +- {e['step_us_sd']:.2f} us, bw_fraction +- "
+                         f"{e['bw_fraction_sd']:.3f}", "standard errors"))
+    return rows
+
+
+def say_busbw(user, cluster: str, profile: dict, errors: dict) -> None:
+    from perfmodel.calibration.userfiles import WITHIN, busbw_check
+
+    if not errors:
+        return
+    rows = [(r["size_bytes"], f"{r['measured_busbw_GBps']:.2f}", f"{r['fitted_busbw_GBps']:.2f}",
+             f"{100 * (r['measured_busbw_GBps'] / r['fitted_busbw_GBps'] - 1):+.1f}%",
+             f"+-{100 * r['relative_error']:.1f}%", "yes" if r["within"] else "NO")
+            for r in busbw_check(user, cluster, profile, errors)]
+    print()
+    print(table(("size", "busbw", "fitted", "diff", "error", f"within {WITHIN:g} sd"), rows,
+                title=f"# {user.path}: measured busbw (GB/s) against the profile's"))
+
+
+def add_check_step(sub) -> None:
+    from perfmodel.cli.common import cluster_args, plan_args
+
+    ck = sub.add_parser("check-step", help="a training log's measured step time against the prediction",
+                        description="Read the step lines of a Megatron-LM, torchtitan or DeepSpeed log, skip the "
+                        "first warm-up steps, and compare the median step (and its spread) with perfmodel's "
+                        "prediction of the same plan (with --calibration, the calibrated one). A check, not a "
+                        "fit: one step time cannot tell compute from communication (docs: calibrate-from-files.md).",
+                        epilog=CHECK_EPILOG, formatter_class=RAW)
+    ck.add_argument("--log", required=True, metavar="KIND:PATH", help="megatron-log:PATH, torchtitan-log:PATH or "
+                    "deepspeed-log:PATH (torchtitan's tps and DeepSpeed's CurrSamplesPerSec become step seconds "
+                    "with the plan's --gbs, --seq and GPUs)")
+    cluster_args(ck)
+    plan_args(ck)
+    ck.add_argument("--policy", default="none", help="compression policy of the logged run")
+
+
+def run_check_step(args) -> None:
+    from perfmodel.calibration.userfiles import LOG_KINDS, check_step, read_step_log, split_spec
+    from perfmodel.cli.common import request
+    from perfmodel.prediction import predict
+
+    kind, path, _ = split_spec(args.log)
+    if kind not in LOG_KINDS:
+        raise InputError("log", args.log, "KIND:PATH with KIND one of " + ", ".join(LOG_KINDS))
+    log = read_step_log(path, kind)
+    r = predict(args.model, args.cluster, *request(args, args.policy))
+    out = check_step(log, r.step_time_s, gbs=r.plan["gbs"], seq=r.plan["seq"], gpus=r.plan["gpus"])
+    if args.json:
+        print(dump_json(out))
+        return
+    print(f"# perfmodel check-step: {path} ({kind}, {out['unit']}), first {out['warmup_steps']} steps skipped "
+          f"(warm-up), {out['steps']} step lines used")
+    for line in out["missing"]:
+        print(f"# {path}: {line}")
+    print(table(("measured_median_s", "spread_s", "min_s", "max_s", "predicted_s", "error", "within spread"),
+                [(f"{out['median_s']:.4f}", f"{out['spread_s']:.4f}", f"{out['min_s']:.4f}", f"{out['max_s']:.4f}",
+                  f"{out['predicted_s']:.4f}", f"{100 * out['relative_error']:+.1f}%",
+                  "yes" if out["within_spread"] else "no")]))
+
+
+COMMANDS = {"calibrate": (add_calibrate, run_calibrate), "check-step": (add_check_step, run_check_step)}
