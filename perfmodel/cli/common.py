@@ -315,11 +315,15 @@ def plan_kwargs(args, sweep: bool = False) -> dict:
     return kw
 
 
+def imported_lines(args) -> list[str]:
+    """The --from files' lines, a key each (what --json gives under "imported")."""
+    return [line for part in getattr(args, "from_parts", []) for line in part.lines]
+
+
 def _say_imported(args) -> None:
     """The --from files' lines on stderr; no model from them nor --model: one line saying so."""
-    for part in getattr(args, "from_parts", []):
-        for line in part.lines:
-            print(f"perfmodel: {line}", file=sys.stderr)
+    for line in imported_lines(args):
+        print(f"perfmodel: {line}", file=sys.stderr)
     given = explicit(args)
     overridden = [f"{key} {value} not used (--{FROM_DESTS.get(key, key).replace('_', '-')} given)"
                   for key, value in getattr(args, "from_fields", {}).items() if FROM_DESTS.get(key, key) in given]

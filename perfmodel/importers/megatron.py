@@ -289,8 +289,7 @@ def _heads(out: Imported, flags: dict) -> None:
         return
     if "num_heads" in m:
         groups_ = _value(out, flags, "--num-query-groups", m["num_heads"])
-        (m if "--group-query-attention" in flags else out.defaults)["num_kv_heads"] = \
-            int(groups_) if "--group-query-attention" in flags else m["num_heads"]
+        m["num_kv_heads"] = int(groups_) if "--group-query-attention" in flags else m["num_heads"]   # with the heads
         out.mapped("--group-query-attention --num-query-groups", groups_, f"num_kv_heads {m['num_kv_heads']}") \
             if "--group-query-attention" in flags else None
     channels = _value(out, flags, "--kv-channels")
