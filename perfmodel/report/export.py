@@ -135,6 +135,7 @@ def programs(step, timing) -> list[Program]:
     out = []
     for s, events in enumerate(timing.stage_events):
         prog = Program(s)
+        events = list(events) + _shared_tail(timing.stage_events, step.plan, s)
         inside = [e for e in events if e.where in INSIDE and e.axis != "pp"]   # pp: the transfers
         last, waits, ops = (), (), []      # what the next operation waits for; each operation's pieces
         for _, _, what, data in _timeline(trace, s):
@@ -151,6 +152,16 @@ def programs(step, timing) -> list[Program]:
         _after_backward(prog, step, calls, events, timing, ops[-1] if ops else [], last)
         out.append(prog)
     return out
+
+
+def _shared_tail(stage_events: list, plan, s: int) -> list:
+    """Other stages' tail events whose groups hold ranks of stage ``s`` (the tied embedding's
+    all-reduce, which the model lists on the first stage only): ``s`` calls them too, or its
+    partners would wait for it."""
+    ranks = {g[s] for g in mesh_for(plan).groups["pp"]}
+    own = {e.name for e in stage_events[s]}
+    return [e for t, events in enumerate(stage_events) if t != s for e in events
+            if e.where == "tail" and e.name not in own and any(r in ranks for g in e.concurrent for r in g)]
 
 
 def _timeline(trace: list, s: int) -> list:
