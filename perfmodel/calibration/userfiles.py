@@ -414,9 +414,10 @@ def tier_errors(records: list[dict], cluster: str, profile: dict) -> dict:
         cov = np.linalg.pinv(jac.T @ jac) * (float(res @ res) / dof if dof > 0 else math.nan)
     sd = np.sqrt(np.abs(np.diag(cov)))
     separable = int(np.linalg.matrix_rank(jac)) == len(x)
-    if not separable:   # one world size: every row has the same steps, base and alpha share one latency
+    if not separable:   # one world size: every row has the same steps (base and alpha: one latency)
         sd[:1 + len(keys["step"])] = math.nan
-    out = {"separable": separable, "base_us_sd": sd[0] * 1e6, "residual_sd": math.sqrt(float(res @ res) / dof) if dof > 0 else math.nan,
+    out = {"separable": separable, "base_us_sd": sd[0] * 1e6,
+           "residual_sd": math.sqrt(float(res @ res) / dof) if dof > 0 else math.nan,
            "primitives": {}, "cov": cov.tolist(), "keys": keys}
     n = len(keys["step"])
     for i, (cls, prim) in enumerate(keys["beta"]):
@@ -438,7 +439,8 @@ def tier_design(records: list[dict], cluster: str, keys: dict | None = None):
             and r["time_s"] > 0 and r["world"] > 1]
     feats = [_features(*phases_of(r, r.get("cluster", cluster), with_pair=True)) for r in rows]
     keep = [i for i, (f, r) in enumerate(zip(feats, rows))
-            if not (any(p.endswith(PAIR) for _, p in f) and r["size_bytes"] < PAIR_MIN_BYTES)] or list(range(len(rows)))
+            if not (any(p.endswith(PAIR) for _, p in f) and r["size_bytes"] < PAIR_MIN_BYTES)] \
+        or list(range(len(rows)))
     feats = [feats[i] for i in keep]
     beta = keys["beta"] if keys else sorted({k for f in feats for k in f})
     step = keys["step"] if keys else sorted({(c, p.removesuffix(PAIR)) for c, p in beta})
@@ -468,7 +470,8 @@ def busbw_check(user: UserFile, cluster: str, profile: dict, errors: dict) -> li
     for r, row in zip(rows, design):
         t = float(row @ x)
         error = math.hypot(math.sqrt(max(float(row @ cov @ row), 0.0)) / t, errors.get("residual_sd", math.nan))
-        measured, fitted = r["busbw_factor"] * r["size_bytes"] / 1e9 / r["time_s"], r["busbw_factor"] * r["size_bytes"] / 1e9 / t
+        gbytes = r["busbw_factor"] * r["size_bytes"] / 1e9
+        measured, fitted = gbytes / r["time_s"], gbytes / t
         out.append({"size_bytes": r["size_bytes"], "measured_busbw_GBps": measured, "fitted_busbw_GBps": fitted,
                     "relative_error": error, "within": abs(measured / fitted - 1.0) <= WITHIN * error})
     return out

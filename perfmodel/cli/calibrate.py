@@ -141,7 +141,7 @@ def run_check_step(args) -> None:
         raise InputError("log", args.log, "KIND:PATH with KIND one of " + ", ".join(LOG_KINDS))
     log = read_step_log(path, kind)
     r = predict(args.model, args.cluster, *request(args, args.policy))
-    out = check_step(log, r.step_time_s, gbs=r.plan["gbs"], seq=r.plan["seq"], gpus=r.plan["gpus"])
+    out = check_step(log, r.step_time_s, gbs=r.plan["gbs"], seq=r.plan["seq"], gpus=r.gpus)
     if args.json:
         print(dump_json(out))
         return
