@@ -2,6 +2,8 @@
 says ran is predicted to fit its GPUs (the ``fits memory`` column of ``perfmodel validate
 --published``), and ZeRO++'s secondary partition and the compression recipes' error-feedback state
 are charged as their sources size them."""
+from pathlib import Path
+
 import pytest
 
 from perfmodel import predict
@@ -118,3 +120,27 @@ def test_what_zero3_shards_shrinks_with_the_gpus_as_torchtitan_measured():
     assert (small["total"] - large["total"]) / 2**30 == pytest.approx(82.4 - 67.0, rel=0.05)
     for kind in ("activations", "logits", "zero3_gathered", "reserve"):
         assert small[kind] == large[kind]
+
+
+def test_llm_foundrys_a100_40gb_runs_fit_on_a100_40gb(tmp_path):
+    """The 78 FSDP runs of llm-foundry's A100 40GB table (llm-foundry-a100-40gb-2023; the catalog has no
+    such cluster yet) on DGX A100 nodes with A100 SXM 40GB: every one predicted to fit its 40 GB."""
+    import csv
+
+    import topologies
+
+    base = (Path(topologies.__file__).parent / "catalog" / "dgx-a100.toml").read_text()
+    cluster = tmp_path / "dgx-a100-40gb.toml"
+    cluster.write_text(base.replace('name = "dgx-a100"', 'name = "dgx-a100-40gb"')
+                       .replace('gpu = "a100-sxm-80gb"', 'gpu = "a100-sxm-40gb"'))
+    source = published.load_sources()["llm-foundry-a100-40gb-2023"]
+    rows = published.source_rows(source)
+    with open(tmp_path / "rows.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**r, "cluster": str(cluster)} for r in rows)
+    (tmp_path / "sources.toml").write_text(f'[a100-40gb]\nkind = "training"\nfile = "rows.csv"\ntitle = "{source.title}"\n')
+    (report,) = published.validate_published("a100-40gb", tmp_path)
+    assert report["predicted"] == len(rows) == 78
+    assert report["fit_checked"] == 78 and report["unfit"] == []
+    assert max(r.memory_GiB for r in report["results"]) < 40
