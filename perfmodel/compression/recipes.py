@@ -187,7 +187,8 @@ APPROXIMATIONS = {
     "zero-one-adam": "as onebit-adam; without the run's length its ~16 uncompressed variance steps per doubling "
                      "are not charged and its local steps not credited (each step priced with its 1-bit "
                      "synchronisation; record_cost(..., steps=N) prices both); realrun runs both",
-    "sdp4bit": "rms(dw)/rms(w) of qWD's error an assumption (quantizers.DEFAULT_WEIGHT_DELTA); the chunked "
+    "sdp4bit": "qWD's error scaled by rms(dw)/rms(w) measured on the small GPT only (quantizers.DEFAULT_WEIGHT_DELTA, "
+               "0.01; it falls with the learning rate); the chunked "
                "pipelining of the two all-to-alls not priced (back to back); on one node its error is still "
                "both tiers'",
 }
