@@ -30,7 +30,7 @@ Each collective names its group in ``pg_name``; ``comm_group.json`` maps it to i
 (the subset written: no protoc at install time).
 
 **SimAI** (aliyun/SimAI @ cef83f9d, ``astra-sim-alibabacloud/astra-sim/workload/Workload.cc``,
-``initialize_workload``, lines 1136-1540): a header line ``HYBRID_TRANSFORMER_FWD_IN_BCKWD
+``initialize_workload``, lines 1136-1550): a header line ``HYBRID_TRANSFORMER_FWD_IN_BCKWD
 model_parallel_NPU_group: tp ep: ep pp: pp vpp: V ga: microbatches all_gpus: N checkpoints: 0
 checkpoint_initiates: 0 pp_comm: BYTES`` (as aliyun/aicb @ 23eec3c4,
 ``workload_generator/SimAI_training_workload_generator.py``, ``dump_file``, writes it), the row count,
@@ -207,11 +207,12 @@ def step_pp_events(step) -> list:
 
 
 def _op_calls(inside: list, kind: str, chunk: int, m: int, virtual: int) -> list:
-    """The events called inside one operation, interleaved one call of each in turn (a layer's
-    collectives in order): ``round(count / m)`` per microbatch, a chunk every ``virtual``-th of them."""
+    """The events called inside one operation, one-off ones first, then one call of each in turn (a
+    layer's collectives in order): ``round(count / m)`` per microbatch, a chunk every ``virtual``-th."""
     phase = "fwd" if kind == "F" else "bwd"
     per = [(e, [i for i in range(int(round(e.count / m))) if i % virtual == chunk]) for e in inside
            if e.phase == phase]
+    per.sort(key=lambda p: len(p[1]) > 1)     # one-off calls first: the embedding's forward, the head's backward
     out = []
     for k in range(max((len(idx) for _, idx in per), default=0)):
         out += [e for e, idx in per if k < len(idx)]
@@ -362,7 +363,7 @@ def export_chakra(folder: str, model: str, cluster: str, plan=None, options=None
         files.append(path)
         nodes[r] = len(prog.items)
     group_path = os.path.join(folder, "comm_group.json")
-    text = json.dumps({str(i): list(g) for g, i in groups.items()}, indent=1)
+    text = "{\n" + ",\n".join(f' "{i}": {json.dumps(list(g))}' for g, i in groups.items()) + "\n}\n"
     atomic_write(group_path, lambda h: h.write(text.encode()))
     return {"files": files, "comm_group": group_path, "ranks": len(ranks), "nodes": nodes}
 
