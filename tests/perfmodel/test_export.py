@@ -5,12 +5,13 @@ the protobuf package that writes them), by et_def.proto's field numbers (mlcommo
 schema/protobuf/et_def.proto); the SimAI file with a parser that follows SimAI's own
 (aliyun/SimAI @ cef83f9d, astra-sim-alibabacloud/astra-sim/workload/Workload.cc, initialize_workload:
 the first line's tokens read as ``key: value`` at lines 1155-1191 and 1257-1262, the row count at
-1274-1278, twelve whitespace-separated fields per row at 1284-1311, comm types by prefix at 1320-1480).
+1274-1278, twelve whitespace-separated fields per row at 1284-1311, comm types by prefix at 1320-1492).
 """
 from __future__ import annotations
 
 import json
 import struct
+import subprocess
 import sys
 from collections import Counter, defaultdict
 
@@ -22,7 +23,18 @@ from perfmodel.prediction import predict
 from perfmodel.report.export import export_chakra, export_simai, predicted_step, programs
 from topologies import InputError
 
-pytest.importorskip("google.protobuf", reason="the Chakra export needs the protobuf package (the 'export' extra)")
+
+
+def _has_protobuf() -> bool:
+    try:
+        import google.protobuf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_protobuf = pytest.mark.skipif(not _has_protobuf(), reason="the Chakra export needs the protobuf package "
+                                    "(pip install 'commpress[export]')")
 
 COMP, SEND, RECV, COLL = 4, 5, 6, 7           # et_def.proto NodeType
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER = 0, 2, 6, 7
@@ -169,6 +181,7 @@ def _export(tmp_path, case, policy):
     return result, {int(p.name.split(".")[1]): read_et(p) for p in folder.glob("commpress.*.et")}, groups
 
 
+@needs_protobuf
 @pytest.mark.parametrize("case", [PIPELINE, RING, EXPERTS, INTERLEAVED],
                          ids=["pipeline", "cp-ring-zero3", "experts", "interleaved-des"])
 def test_chakra_reads_back(tmp_path, case):
@@ -249,6 +262,7 @@ def replay(ranks: dict, groups: dict) -> int:
     return len(done)
 
 
+@needs_protobuf
 def test_chakra_sizes_are_the_predicted_wire_bytes(tmp_path):
     model, cluster, kw = PIPELINE
     step, timing = predicted_step(model, cluster, policy="dp=int8", **kw)
@@ -280,6 +294,7 @@ def test_chakra_sizes_are_the_predicted_wire_bytes(tmp_path):
     assert "dp.allreduce.buckets" in seen
 
 
+@needs_protobuf
 def test_chakra_compute_is_the_model_compute(tmp_path):
     model, cluster, kw = PIPELINE
     step, timing = predicted_step(model, cluster, **kw)
@@ -291,6 +306,7 @@ def test_chakra_compute_is_the_model_compute(tmp_path):
         assert ops == pytest.approx(m * st.compute, rel=1e-9)
 
 
+@needs_protobuf
 def test_chakra_ranks_subset_and_bad_rank(tmp_path):
     model, cluster, kw = PIPELINE
     result = export_chakra(str(tmp_path / "two"), model, cluster, ranks=[0, 7], **kw)
@@ -304,6 +320,12 @@ def test_chakra_without_protobuf_refuses_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="protobuf"):
         export_chakra(str(tmp_path / "x"), *PIPELINE[:2], **PIPELINE[2])
     assert not (tmp_path / "x").exists()
+    code = ("import sys; sys.modules['google.protobuf'] = None; from perfmodel.cli import entry; "
+            f"sys.argv = ['perfmodel', 'predict', '--model', 'gpt2-small', '--cluster', 'dgx-a100', '--gpus', '8', "
+            f"'--export-chakra', {str(tmp_path / 'y')!r}]; entry()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "protobuf" in proc.stderr, proc.stderr
+    assert not (tmp_path / "y").exists()
 
 
 # --- SimAI ---------------------------------------------------------------------------------------
@@ -363,6 +385,7 @@ def test_simai_says_what_it_leaves_out(tmp_path):
 
 # --- CLI -----------------------------------------------------------------------------------------
 
+@needs_protobuf
 def test_cli_exports(tmp_path, cli):
     model, cluster, _ = PIPELINE
     args = ["--model", model, "--cluster", cluster, "--gpus", "8", "--tp", "2", "--pp", "2", "--gbs", "16",
