@@ -292,7 +292,21 @@ def _finish(out: UserFile) -> UserFile:
         raise InputError(f"{out.path}: world", out.about["world"], "at least 2 ranks (one rank moves nothing)")
     if not out.records:
         raise InputError(out.path, "no usable row", "result rows with a time and no wrong elements")
+    cluster = out.records[0].get("cluster")
+    if cluster and out.about.get("hosts"):
+        _say_placement(out, cluster)
     return out
+
+
+def _say_placement(out: UserFile, cluster: str) -> None:
+    """A line where the file's ranks per host differ from the cluster's GPUs per host: the fit
+    places the ranks packed on the cluster, not as the file ran them."""
+    from topologies import build_cluster
+
+    per_host, hosts = build_cluster(cluster).gpus_per_host, out.about["hosts"]
+    if out.about["world"] != hosts * per_host and -(-out.about["world"] // per_host) != hosts:
+        out.missing.append(f"placement: {out.about['world']} ranks on {hosts} host(s) in the file; the fit packs "
+                           f"them {per_host} to a host of {cluster}")
 
 
 # ---------------------------------------------------------------- training logs

@@ -1,6 +1,8 @@
 """``perfmodel calibrate``: fit a calibration profile from measured records."""
 from __future__ import annotations
 
+import math
+
 from perfmodel.cli.common import RAW
 from topologies.clikit import atomic_write, check_writable, dump_json, table
 from topologies.errors import InputError
@@ -61,7 +63,7 @@ def run_calibrate(args) -> None:
     profile = fit_profile(records, cluster, sources=args.records + [u.path for u in users])
     errors = tier_errors(records, cluster, profile)
     if errors:
-        profile["fits"]["tiers"]["errors"] = {k: v for k, v in errors.items() if k not in ("cov", "keys")}
+        profile["fits"]["tiers"]["errors"] = _finite({k: v for k, v in errors.items() if k not in ("cov", "keys")})
     atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))
     if args.json:
         print(dump_json(profile))
@@ -75,6 +77,13 @@ def run_calibrate(args) -> None:
                 title="# largest residuals of the tier fit (all are in the profile under fits)"))
     for u in users:
         say_busbw(u, cluster, profile, errors)
+
+
+def _finite(value):
+    """``value`` with every NaN as None (strict JSON: a standard error the records do not determine)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def say_file(user) -> None:
@@ -92,12 +101,17 @@ def error_rows(errors: dict) -> list[tuple]:
         return []
     note = f"residual sd {100 * errors['residual_sd']:.1f}%" + ("" if errors["separable"] else
                                                                "; base and alpha not separable (one world size)")
-    rows = [("tier base", f"+- {errors['base_us_sd']:.2f} us", note)]
+    rows = [("tier base", f"+- {_sd(errors['base_us_sd'], ' us')}", note)]
     for cls, prims in errors["primitives"].items():
         for prim, e in prims.items():
-            rows.append((f"  {cls} {prim}", f"alpha +- {e['step_us_sd']:.2f} us, bw_fraction +- "
-                         f"{e['bw_fraction_sd']:.3f}", "standard errors"))
+            rows.append((f"  {cls} {prim}", f"alpha +- {_sd(e['step_us_sd'], ' us')}, bw_fraction +- "
+                         f"{_sd(e['bw_fraction_sd'], '', 3)}", "standard errors"))
     return rows
+
+
+def _sd(value: float, unit: str, digits: int = 2) -> str:
+    """A standard error, or '-' where the records do not determine it."""
+    return f"{value:.{digits}f}{unit}" if math.isfinite(value) else "-"
 
 
 def say_busbw(user, cluster: str, profile: dict, errors: dict) -> None:
@@ -147,6 +161,10 @@ def run_check_step(args) -> None:
         return
     print(f"# perfmodel check-step: {path} ({kind}, {out['unit']}), first {out['warmup_steps']} steps skipped "
           f"(warm-up), {out['steps']} step lines used")
+    if out["unit"] == "tokens/s/device":
+        print(f"# step seconds = gbs x seq / (GPUs x tps) = {r.plan['gbs']} x {r.plan['seq']} / ({r.gpus} x tps)")
+    elif out["unit"] == "samples/s":
+        print(f"# step seconds = gbs / CurrSamplesPerSec = {r.plan['gbs']} / CurrSamplesPerSec")
     for line in out["missing"]:
         print(f"# {path}: {line}")
     print(table(("measured_median_s", "spread_s", "min_s", "max_s", "predicted_s", "error", "within spread"),

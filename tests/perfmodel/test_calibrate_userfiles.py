@@ -20,6 +20,14 @@ def perfmodel(*args):
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
 
 
+def test_ranks_per_host_unlike_the_cluster_are_said(tmp_path):
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text("".join(line.replace("node001", "node002") if any(f"Rank  {i} " in line for i in range(4, 8))
+                            else line for line in TXT.read_text().splitlines(keepends=True)))
+    got = u.read_nccl_tests(str(path), cluster="dgx-h100")
+    assert got.about["hosts"] == 2 and any(line.startswith("placement: 8 ranks on 2 host(s)") for line in got.missing)
+
+
 def test_stdout_and_json_give_the_same_records():
     txt, jsn = u.read_nccl_tests(str(TXT)), u.read_nccl_tests(str(JSN))
     assert txt.about["op"] == jsn.about["op"] == "allreduce"
@@ -95,7 +103,7 @@ def test_calibrate_cli_from_file(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "12 allreduce rows on 8 ranks" in out.stdout and "bw_fraction +-" in out.stdout
     assert "within 2 sd" in out.stdout and " NO" not in out.stdout
-    profile = json.loads((tmp_path / "p.json").read_text())
+    profile = json.loads((tmp_path / "p.json").read_text(), parse_constant=pytest.fail)   # strict JSON: no NaN
     assert "bw_fraction_sd" in json.dumps(profile["fits"]["tiers"]["errors"])
 
 
