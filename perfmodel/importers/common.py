@@ -9,7 +9,9 @@ effect on the step time)``), or refused. Every refusal of a file is collected an
 """
 from __future__ import annotations
 
+import ast
 import json
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,3 +101,40 @@ def model_toml(spec: ModelSpec, lines: list) -> str:
     for key, value in _spec_keys(spec).items():
         out.append(f"{key} = {json.dumps(value)}")
     return "\n".join(out) + "\n"
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.floordiv,
+        ast.FloorDiv: operator.floordiv}
+MAX_VALUE = 2**62            # an integer or a list's length past this is refused, never computed
+
+
+def bounded_eval(text: str):
+    """``text`` as an expression of integers and lists of integers under + - * / (a shell's ``$((...))``,
+    Megatron's ``--moe-layer-freq`` pattern): ValueError for anything else, a division by zero, or a
+    result (a list's length) past ``MAX_VALUE`` or 10^6 elements."""
+    try:
+        return _node(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ZeroDivisionError, RecursionError) as err:
+        raise ValueError(text) from err
+
+
+def _node(node):
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.List):
+        return [_node(e) for e in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_node(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _node(node.left), _node(node.right)
+        sizes = [len(v) if isinstance(v, list) else abs(v) for v in (left, right)]
+        if isinstance(left, list) or isinstance(right, list):
+            if sizes[0] * sizes[1] > 10**6 if isinstance(node.op, ast.Mult) else sum(sizes) > 10**6:
+                raise ValueError("a list past 10^6 elements")
+        elif sizes[0] > MAX_VALUE or sizes[1] > MAX_VALUE:
+            raise ValueError("an integer past 2^62")
+        try:
+            return _OPS[type(node.op)](left, right)
+        except TypeError as err:
+            raise ValueError(str(err)) from None
+    raise ValueError(ast.dump(node))

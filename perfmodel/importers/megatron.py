@@ -31,11 +31,10 @@ rate's settings, initialisation, the router's scoring) are ignored and listed; a
 """
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
-from perfmodel.importers.common import NO_TIME, Imported, _show, read_text
+from perfmodel.importers.common import NO_TIME, Imported, _show, bounded_eval, read_text
 from perfmodel.importers.shell import read_args, unset_names
 
 MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
@@ -73,6 +72,8 @@ USED = ("--group-query-attention", "--num-query-groups", "--kv-channels", "--swi
         "--data-parallel-sharding-strategy", "--overlap-param-gather", "--disable-bias-linear", "--add-bias-linear",
         "--max-position-embeddings", "--tokenizer-type", "--tokenizer-model", "--hybrid-layer-pattern",
         "--quick-geglu", "--softmax-type", "--megatron-fsdp-grad-comm-dtype")
+UNSET_WHY = {"ARITHMETIC": "a value: $((...)) of integers and + - * / only (this one is not evaluated)",
+             "COMMAND": "a value: a command substitution $(...) is not run"}
 PATHS = ("--vocab-file", "--tokenizer-model", "--tokenizer-type")     # unset there: absent
 # flag prefix -> why it does not change the step's time
 IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log", "--logging-level", "--profile",
@@ -152,7 +153,7 @@ def from_args(words: list[str], name: str = "megatron-model") -> Imported:
             out.ignored(flag, f"${unset[0]}", "a path the script leaves to its caller")
             continue
         if unset and _known(flag) and not _ignored(flag):
-            out.refuse(flag, f"${unset[0]}", f"a value: the script does not set {unset[0]}")
+            out.refuse(flag, f"${unset[0]}", UNSET_WHY.get(unset[0], f"a value: the script does not set {unset[0]}"))
         elif flag in MODEL_INTS:
             _int(out, flag, values, out.model, MODEL_INTS[flag])
         elif flag in PLAN_INTS:
@@ -375,10 +376,8 @@ def _layer_freq(out: Imported, text: str) -> None:
 
 def _eval_pattern(text: str) -> list:
     """Megatron's moe_freq_type pattern (arguments.py, ``_eval_pattern``): lists of 0/1, + and * only."""
-    if not re.fullmatch(r"[\[\]\d\s,+*()]+", text):
-        raise ValueError(text)
-    value = eval(compile(ast.parse(text, mode="eval"), "pattern", "eval"), {"__builtins__": {}})
-    if not isinstance(value, list):
+    value = bounded_eval(text)
+    if not isinstance(value, list) or set(value) - {0, 1}:
         raise ValueError(text)
     return value
 

@@ -17,10 +17,12 @@ import fnmatch
 import re
 import shlex
 
+from perfmodel.importers.common import bounded_eval
+
 UNSET = "\x00UNSET:{}\x00"
 UNSET_RE = re.compile("\x00UNSET:(\\w+)\x00")
 _VAR = re.compile(r"\$(?:\{(\w+)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|(\w+))")
-_ARITH = re.compile(r"\$\(\((.*?)\)\)")
+_ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")     # $((...)), two levels of (...)
 _PATTERN = re.compile(r"^\(?\s*([^()=\s][^()=]*?)\s*\)(.*)$")     # a case branch: PATTERN) [statement]
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?(\w+)(\+?=)(.*)$", re.S)
 
@@ -183,6 +185,9 @@ def _split_flags(words: list[str]) -> list[str]:
 
 
 def _arith(expr: str) -> str:
-    if unset_names(expr) or not re.fullmatch(r"[\d\s+*/()-]+", expr.replace("$", "")):
+    """``$((expr))`` of integers (+ - * /), else the ARITHMETIC mark (a flag holding it is refused)."""
+    try:
+        value = bounded_eval(expr.replace("$", ""))
+    except ValueError:
         return UNSET.format("ARITHMETIC")
-    return str(int(eval(expr.replace("/", "//"), {"__builtins__": {}})))   # digits and + - * / ( ) only
+    return str(value) if isinstance(value, int) else UNSET.format("ARITHMETIC")

@@ -169,3 +169,16 @@ esac
 torchrun pretrain_gpt.py --num-layers $L --bf16
 """
     assert read_args(script) == ["--num-layers", "8", "--bf16"]
+
+
+@pytest.mark.parametrize("value,fragment", [("$((9**9**9))", "not evaluated"), ("$((4/0))", "not evaluated"),
+                                            ("$(nproc)", "command substitution")])
+def test_hostile_expansions_are_refused_not_run(value, fragment):
+    with pytest.raises(InputError) as err:
+        from_args(read_args(f"torchrun pretrain_gpt.py --tensor-model-parallel-size {value}")).check("x")
+    assert fragment in err.value.refused[0]
+
+
+def test_hostile_layer_pattern_is_refused_not_built():
+    imp = from_args(["--num-layers", "4", "--num-experts", "4", "--moe-layer-freq", "[0]*99999*99999"])
+    assert imp.refused and imp.refused[0].startswith("--moe-layer-freq")
