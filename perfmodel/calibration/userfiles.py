@@ -9,9 +9,9 @@ The formats are those of NVIDIA/nccl-tests v2.19.6 (a0b82b2), ``src/util.cu``:
 ``writeDeviceReport`` (lines 622-735: the ``# nThread N nGpus G ...`` header, one
 ``#  Rank R Group G Pid P on HOST device D [BUS] NAME`` line per rank; JSON ``config`` with
 ``nthreads``, ``ngpus`` and ``devices``, one entry per process as ``parseRankInfo`` reads only a
-process's first line), ``writeResultHeader`` (738-768: ``time`` or, with ``-C``, ``cputime``;
+process's first line), ``writeResultHeader`` (739-766: ``time`` or, with ``-C``, ``cputime``;
 per-iteration columns ``i_min i_max i_p99 i_cv%`` with ``-I``), ``writeBenchmarkLinePreamble``
-and ``writeBenchmarkLineBody`` (452-523: ``size count type redop root`` then out-of-place and
+and ``writeBenchmarkLineBody`` (454-524: ``size count type redop root`` then out-of-place and
 in-place ``time algbw busbw #wrong``, ``N/A`` without validation; JSON ``results[]`` with
 ``out_of_place``/``in_place`` {``time``, ``alg_bw``, ``bus_bw``, ``nwrong``}).  ``-J FILE.json``
 exists from v2.17.3 on (``src/common.cu`` 1189, 1294; JSON ``version`` 3 in v2.19.6); booleans are
@@ -25,12 +25,12 @@ expectedBytes)``), as realrun's ``size_bytes``. Each row becomes an uncompressed
 **Training logs** (``megatron-log``, ``torchtitan-log``, ``deepspeed-log``): the step lines of
 Megatron-LM core_v0.15.3 ``megatron/training/training.py`` 1592-1598 (``iteration N/M | ...
 elapsed time per iteration (ms): T |``, the mean over the log interval), torchtitan v0.2.2
-``torchtitan/components/metrics.py`` (``step: N  loss: ...  tps: T  ...``, tokens per second per
-device over the log interval; step seconds = global tokens per step / (GPUs x tps)) and DeepSpeed
+``torchtitan/components/metrics.py`` ``MetricsProcessor.log`` (line 396: ``step: N  loss: ...
+tps: T  ...``, tokens per second per device over the log interval; step seconds = global tokens per step / (GPUs x tps)) and DeepSpeed
 v0.19.5 ``deepspeed/utils/timer.py`` 264-272 (``global_step=N, RunningAvgSamplesPerSec=..,
-CurrSamplesPerSec=S``: the step's seconds = ``train_batch_size`` / S) and 141-149 (with
+CurrSamplesPerSec=S``: the step's seconds = ``train_batch_size`` / S) and 141-151 (with
 ``wall_clock_breakdown``, ``time (ms) | fwd: F | bwd: B | ... | step: O``: F + B + O, the global
-timers of ``deepspeed/runtime/engine.py`` 223-226). The first ``WARMUP_STEPS`` steps are
+timers of ``deepspeed/runtime/engine.py`` 224-227). The first ``WARMUP_STEPS`` steps are
 skipped. A step time checks a prediction (``check_step``); it is not fitted.
 """
 from __future__ import annotations
