@@ -26,7 +26,8 @@ expectedBytes)``), as realrun's ``size_bytes``. Each row becomes an uncompressed
 Megatron-LM core_v0.15.3 ``megatron/training/training.py`` 1592-1598 (``iteration N/M | ...
 elapsed time per iteration (ms): T |``, the mean over the log interval), torchtitan v0.2.2
 ``torchtitan/components/metrics.py`` ``MetricsProcessor.log`` (line 396: ``step: N  loss: ...
-tps: T  ...``, tokens per second per device over the log interval; step seconds = global tokens per step / (GPUs x tps)) and DeepSpeed
+tps: T  ...``, tokens per second per device over the log interval; step seconds = global tokens
+per step / (GPUs x tps)) and DeepSpeed
 v0.19.5 ``deepspeed/utils/timer.py`` 264-272 (``global_step=N, RunningAvgSamplesPerSec=..,
 CurrSamplesPerSec=S``: the step's seconds = ``train_batch_size`` / S) and 141-151 (with
 ``wall_clock_breakdown``, ``time (ms) | fwd: F | bwd: B | ... | step: O``: F + B + O, the global
