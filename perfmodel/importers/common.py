@@ -15,7 +15,8 @@ import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.workload import MODEL_KEYS, ModelSpec, load_model
+from perfmodel.workload import MODEL_KEYS, ModelSpec
+from perfmodel.workload import _validate as validate_model
 from topologies.errors import InputError
 
 NO_TIME = "no effect on the step time"
@@ -89,7 +90,10 @@ def build_model(keys: dict, name: str, sources: str) -> ImportedModel:
     if missing:
         raise InputError("model", ", ".join(missing), f"given by the imported files ({sources}) or by --model: "
                          "a Megatron launch script without --vocab-size needs it, or --from hf:config.json before it")
-    spec = load_model(ModelSpec(name=name, **keys))     # validated: one line naming a bad key
+    for key, value in keys.items():                     # a model key holds a number, true/false or text
+        if not isinstance(value, (int, float, str)):
+            raise InputError(f"model.{key}", value, "a number, true or false, or text (as a model file has it)")
+    spec = validate_model(dict(keys), name)             # as a model file is: one line naming a bad key
     return ImportedModel(**{f: getattr(spec, f) for f in spec.__dataclass_fields__})
 
 

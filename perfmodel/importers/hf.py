@@ -154,6 +154,9 @@ def _one(out: Imported, cfg: dict, family: str, experts: dict, key: str, value) 
 
 
 def _expert_key(out: Imported, cfg: dict, key: str, value, target: str) -> None:
+    if target == "moe_layer_freq" and (type(value) is not int or value < 1):
+        out.refuse(key, value, "an integer >= 1")
+        return
     if target == "moe_layer_freq" and value != 1 and cfg.get("first_k_dense_replace", 0) % value:
         out.refuse(key, value, "1, or a divisor of first_k_dense_replace (HF counts MoE layers from layer 0, "
                    "commpress from the first MoE one)")
@@ -163,7 +166,7 @@ def _expert_key(out: Imported, cfg: dict, key: str, value, target: str) -> None:
 
 
 def _head_dim(out: Imported, cfg: dict, value) -> None:
-    if value is None or (value * cfg.get("num_attention_heads", 0) == cfg.get("hidden_size")):
+    if value is None or (type(value) is int and value * cfg.get("num_attention_heads", 0) == cfg.get("hidden_size")):
         out.ignored("head_dim", value, "hidden_size / num_attention_heads already")
     else:
         out.model["head_dim"] = value
@@ -220,6 +223,9 @@ def _window(out: Imported, cfg: dict, key: str, value) -> None:
         out.model["sliding_window"] = value
         out.mapped(key, value, f"sliding_window {value}")
         return
+    if not isinstance(value, list):
+        out.refuse(key, value, "a list of sliding_attention and full_attention, a layer each")
+        return
     sliding = [t == "sliding_attention" for t in value]
     full = [i for i, s in enumerate(sliding) if not s]
     freq = full[0] + 1 if full else 0
@@ -239,7 +245,7 @@ def _qwen_sparse(out: Imported, cfg: dict, key: str, value) -> None:
         else:
             out.mapped(key, value, "moe_layer_freq 1")
         return
-    if value != list(range(len(value))):
+    if not isinstance(value, list) or value != list(range(len(value))):
         out.refuse(key, value, "[] or the first layers [0, 1, ..., k-1] (dense layers elsewhere are not modelled)")
         return
     if value:

@@ -194,20 +194,34 @@ def _int(out: Imported, flag: str, values: list, into: dict, key: str) -> int | 
     try:
         into[key] = int(values[0])
     except (IndexError, ValueError):
-        out.refuse(flag, " ".join(values), "an integer")
+        into[key] = -1
+    if into[key] < 0:
+        into.pop(key)
+        out.refuse(flag, " ".join(values), "an integer >= 0")
         return None
     out.mapped(flag, into[key], f"{key} {into[key]}" + (" (and the plan's seq)" if key == "seq_len" else ""))
     return into[key]
 
 
-def _value(out: Imported, flags: dict, flag: str, default=None):
+def _value(out: Imported, flags: dict, flag: str, default=None, kind=str):
+    """The one value of ``flag`` (``default`` where absent), as ``kind``: int (>= 1) or float (>= 0); a
+    value that is not one is refused (and ``default`` returned)."""
     values = flags.get(flag)
     if values is None:
         return default
     if len(values) != 1:
         out.refuse(flag, " ".join(values), "one value")
         return default
-    return values[0]
+    if kind is str:
+        return values[0]
+    try:
+        value = kind(values[0])
+    except ValueError:
+        value = -1
+    if value < (1 if kind is int else 0):
+        out.refuse(flag, values[0], "an integer >= 1" if kind is int else "a number >= 0")
+        return default
+    return value
 
 
 def _model(out: Imported, flags: dict) -> None:
@@ -289,21 +303,21 @@ def _heads(out: Imported, flags: dict) -> None:
                         "--qk-pos-emb-head-dim and --v-head-dim wide")
         return
     if "num_heads" in m:
-        groups_ = _value(out, flags, "--num-query-groups", m["num_heads"])
-        m["num_kv_heads"] = int(groups_) if "--group-query-attention" in flags else m["num_heads"]   # with the heads
+        groups_ = _value(out, flags, "--num-query-groups", m["num_heads"], int)
+        m["num_kv_heads"] = groups_ if "--group-query-attention" in flags else m["num_heads"]   # with the heads
         out.mapped("--group-query-attention --num-query-groups", groups_, f"num_kv_heads {m['num_kv_heads']}") \
             if "--group-query-attention" in flags else None
-    channels = _value(out, flags, "--kv-channels")
+    channels = _value(out, flags, "--kv-channels", None, int)
     if channels is not None:
-        if "hidden_size" in m and "num_heads" in m and int(channels) * m["num_heads"] == m["hidden_size"]:
+        if "hidden_size" in m and "num_heads" in m and channels * m["num_heads"] == m["hidden_size"]:
             out.ignored("--kv-channels", channels, "hidden_size / num_heads already")
         else:
-            m["head_dim"] = int(channels)
+            m["head_dim"] = channels
             out.mapped("--kv-channels", channels, f"head_dim {channels}")
 
 
 def _vocab(out: Imported, flags: dict) -> None:
-    vocab = _value(out, flags, "--vocab-size")
+    vocab = _value(out, flags, "--vocab-size", None, int)
     files = [Path(f).name for f in flags.get("--vocab-file", []) if not unset_names(f)]
     if vocab is None and files and files[0] in TOKENIZER_VOCAB:
         vocab = TOKENIZER_VOCAB[files[0]]
@@ -316,9 +330,8 @@ def _vocab(out: Imported, flags: dict) -> None:
                          f"({_show(' '.join(tokenizer.split())) or 'none named'}): --from hf:config.json before "
                          "this file or --model gives it")
         return
-    tp = int(out.plan.get("tp", 1))
-    multiple = int(_value(out, flags, "--make-vocab-size-divisible-by", 128)) * tp
-    padded = -(-int(vocab) // multiple) * multiple
+    multiple = _value(out, flags, "--make-vocab-size-divisible-by", 128, int) * max(1, out.plan.get("tp", 1))
+    padded = -(-vocab // multiple) * multiple
     out.model["vocab_size"] = padded
     key = "--vocab-size" + (f" {vocab} --make-vocab-size-divisible-by" if "--make-vocab-size-divisible-by" in flags
                             else "")
@@ -333,22 +346,22 @@ def _experts(out: Imported, flags: dict) -> None:
         return
     m.setdefault("moe_top_k", 2)
     m.setdefault("moe_ffn_hidden_size", m.get("ffn_hidden_size", out.defaults.get("ffn_hidden_size", 0)))
-    shared = _value(out, flags, "--moe-shared-expert-intermediate-size")
+    shared = _value(out, flags, "--moe-shared-expert-intermediate-size", None, int)
     if shared is not None:
-        if int(shared) % m["moe_ffn_hidden_size"]:
+        if not m["moe_ffn_hidden_size"] or shared % m["moe_ffn_hidden_size"]:
             out.refuse("--moe-shared-expert-intermediate-size", shared, f"a multiple of --moe-ffn-hidden-size "
                        f"{m['moe_ffn_hidden_size']} (shared experts as wide as the routed ones)")
         else:
-            m["moe_shared_experts"] = int(shared) // m["moe_ffn_hidden_size"]
+            m["moe_shared_experts"] = shared // m["moe_ffn_hidden_size"]
             out.mapped("--moe-shared-expert-intermediate-size", shared, f"moe_shared_experts "
                        f"{m['moe_shared_experts']}")
     freq = _value(out, flags, "--moe-layer-freq")
     if freq is not None:
         _layer_freq(out, freq)
-    factor = _value(out, flags, "--moe-expert-capacity-factor")
+    factor = _value(out, flags, "--moe-expert-capacity-factor", None, float)
     if factor is not None:
-        m["moe_capacity_factor"] = float(factor)
-        out.mapped("--moe-expert-capacity-factor", factor, f"moe_capacity_factor {float(factor)}")
+        m["moe_capacity_factor"] = factor
+        out.mapped("--moe-expert-capacity-factor", factor, f"moe_capacity_factor {factor}")
     if "--moe-pad-expert-input-to-capacity" in flags:
         m["moe_pad_to_capacity"] = True
         out.mapped("--moe-pad-expert-input-to-capacity", "", "moe_pad_to_capacity true")
@@ -356,7 +369,7 @@ def _experts(out: Imported, flags: dict) -> None:
 
 def _layer_freq(out: Imported, text: str) -> None:
     """``--moe-layer-freq``: N (every N-th layer from layer 0) or a pattern such as [0]*3+[1]*58."""
-    if text.isdigit():
+    if text.isdigit() and int(text) > 0:
         out.model["moe_layer_freq"] = int(text)
         out.mapped("--moe-layer-freq", text, f"moe_layer_freq {text}")
         return
@@ -413,19 +426,19 @@ def _schedule(out: Imported, flags: dict) -> None:
     if layout is not None:
         out.plan["pipeline_layout"] = layout
         out.mapped("--pipeline-model-parallel-layout", layout, f"pipeline_layout {layout}")
-    virtual = _value(out, flags, "--virtual-pipeline-model-parallel-size") or \
-        _value(out, flags, "--num-virtual-stages-per-pipeline-rank")
-    per_stage = _value(out, flags, "--num-layers-per-virtual-pipeline-stage")
+    virtual = _value(out, flags, "--virtual-pipeline-model-parallel-size", None, int) or \
+        _value(out, flags, "--num-virtual-stages-per-pipeline-rank", None, int)
+    per_stage = _value(out, flags, "--num-layers-per-virtual-pipeline-stage", None, int)
     if per_stage is not None:
-        layers, pp = out.model.get("num_layers", 0), out.plan.get("pp", 1)
-        if not layers or layers % (pp * int(per_stage)):
+        layers, pp = out.model.get("num_layers", 0), max(1, out.plan.get("pp", 1))
+        if not layers or layers % (pp * per_stage):
             out.refuse("--num-layers-per-virtual-pipeline-stage", per_stage, f"a divisor of num_layers / pp "
                        f"({layers} / {pp})")
             return
-        virtual = layers // (pp * int(per_stage))
-    if virtual is not None and int(virtual) > 1:
-        out.plan["schedule"] = f"interleaved:{int(virtual)}"
-        out.lines.append(f"megatron: virtual pipeline stages {virtual} -> schedule interleaved:{int(virtual)}")
+        virtual = layers // (pp * per_stage)
+    if virtual is not None and virtual > 1:
+        out.plan["schedule"] = f"interleaved:{virtual}"
+        out.lines.append(f"megatron: virtual pipeline stages {virtual} -> schedule interleaved:{virtual}")
 
 
 def _precision(out: Imported, flags: dict) -> None:
@@ -495,10 +508,10 @@ def _data_parallel(out: Imported, flags: dict) -> None:
             return
         out.plan["zero"] = SHARDING[strategy]
         out.mapped("--use-megatron-fsdp --data-parallel-sharding-strategy", strategy, f"zero {SHARDING[strategy]}")
-    bucket = _value(out, flags, "--ddp-bucket-size")
+    bucket = _value(out, flags, "--ddp-bucket-size", None, int)
     if bucket is not None:
         width = 2 if out.plan.get("grad_dtype") == "bf16" else 4
-        out.plan["bucket_bytes"] = int(bucket) * width
+        out.plan["bucket_bytes"] = bucket * width
         out.mapped("--ddp-bucket-size", bucket, f"bucket_bytes {out.plan['bucket_bytes']} ({width}-byte gradients)")
     if "--overlap-param-gather" in flags:
         out.ignored("--overlap-param-gather", "", "the framework's: megatron-core charges the parameter gather "

@@ -103,3 +103,19 @@ def test_transformers_v5_rope_parameters_give_the_pretraining_context():
     cfg["rope_parameters"] = {**cfg.pop("rope_scaling"), "rope_theta": cfg.pop("rope_theta")}
     imported = from_config(cfg).check("config.json")
     assert imported.model["seq_len"] == 8192
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "head_dim", "qk_nope_head_dim", "layer_types", "moe_layer_freq",
+                                 "mlp_only_layers", "rope_scaling", "num_key_value_heads"])
+@pytest.mark.parametrize("value", ["x", 0, -1, None, [1], {"a": 1}, 1.5, 10**30])
+def test_hostile_values_give_one_line_errors(key, value):
+    from perfmodel.importers import merge
+    from perfmodel.importers.common import build_model
+
+    with open(f"{DATA}/deepseek-v3.json") as handle:
+        cfg = json.load(handle)
+    cfg[key] = value
+    try:
+        build_model(merge([from_config(cfg).check("config.json")]).model, "x", "config.json")
+    except InputError as err:
+        assert "\n" not in str(err)

@@ -182,3 +182,19 @@ def test_hostile_expansions_are_refused_not_run(value, fragment):
 def test_hostile_layer_pattern_is_refused_not_built():
     imp = from_args(["--num-layers", "4", "--num-experts", "4", "--moe-layer-freq", "[0]*99999*99999"])
     assert imp.refused and imp.refused[0].startswith("--moe-layer-freq")
+
+
+@pytest.mark.parametrize("flag", ["--num-query-groups", "--kv-channels", "--vocab-size", "--make-vocab-size-divisible-by",
+                                  "--moe-shared-expert-intermediate-size", "--moe-expert-capacity-factor",
+                                  "--num-layers-per-virtual-pipeline-stage", "--ddp-bucket-size",
+                                  "--tensor-model-parallel-size", "--moe-layer-freq", "--window-size"])
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "[1]"])
+def test_hostile_values_give_one_line_errors(flag, value):
+    from perfmodel.importers.common import build_model
+
+    args = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-experts 4 " \
+        "--moe-ffn-hidden-size 32 --vocab-size 100 --pipeline-model-parallel-size 2 --seq-length 64"
+    try:
+        build_model(merge([from_args([*args.split(), flag, value]).check("x")]).model, "x", "x")
+    except InputError as err:
+        assert "\n" not in str(err)
