@@ -306,7 +306,7 @@ def _chakra_classes():
                    label=f.LABEL_REPEATED)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    get = message_factory.GetMessageClass
+    get = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
     return tuple(get(pool.FindMessageTypeByName(f"ChakraProtoMsg.{n}"))
                  for n in ("GlobalMetadata", "Node", "AttributeProto"))
 
