@@ -500,3 +500,29 @@ def read_from_file(spec: str, cluster: str | None = None) -> UserFile:
         raise InputError("from-file", spec, f"nccl-tests:PATH (a {kind}'s step times check a prediction, they fit "
                          f"nothing: perfmodel check-step --log {kind}:{path} --model ... --cluster ...)")
     return read_nccl_tests(path, op, cluster)
+
+
+def calibrate(records: list[dict], cluster: str | None, specs=(), sources=()) -> tuple[dict, list, dict]:
+    """(profile, user files, tier errors): the profile ``perfmodel calibrate`` fits
+    (``fit.fit_profile``) from ``records`` and the ``KIND:PATH`` files ``specs``, with the tier fit's
+    standard errors under ``fits.tiers.errors`` (NaN written as None). ``cluster`` None: the one the
+    records name."""
+    from perfmodel.calibration.fit import fit_profile
+
+    users = [read_from_file(spec, cluster) for spec in specs]
+    records = list(records) + [r for u in users for r in u.records]
+    cluster = cluster or next((r["cluster"] for r in records if "cluster" in r), None)
+    if cluster is None:
+        raise InputError("cluster", None, "--cluster NAME (the records do not name the cluster they ran on)")
+    profile = fit_profile(records, cluster, sources=[*sources, *(u.path for u in users)])
+    errors = tier_errors(records, cluster, profile)
+    if errors:
+        profile["fits"]["tiers"]["errors"] = _finite({k: v for k, v in errors.items() if k not in ("cov", "keys")})
+    return profile, users, errors
+
+
+def _finite(value):
+    """``value`` with every NaN as None (strict JSON: a standard error the records do not determine)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return None if isinstance(value, float) and math.isnan(value) else value

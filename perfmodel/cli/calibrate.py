@@ -25,8 +25,10 @@ def add_calibrate(sub) -> None:
                          description="Fit alpha, beta and base latency per tier class (uncompressed collective "
                          "records), kernel throughput per compressor and direction and the launch cost "
                          "(kernel records), and measured ratios of data-dependent specs; scipy least squares "
-                         "with a robust loss. Prints residuals and R^2; writes a versioned profile that every "
-                         "perfmodel command takes with --calibration.", epilog=CALIBRATE_EPILOG,
+                         "with a robust loss. Prints residuals, R^2 and the tier fit's standard errors; writes a "
+                         "versioned profile that every perfmodel command takes with --calibration. Records come "
+                         "from realrun bench, or from nccl-tests output (--from-file; docs: "
+                         "calibrate-from-files.md).", epilog=CALIBRATE_EPILOG,
                          formatter_class=RAW)
     cal.add_argument("records", nargs="*", help="JSON Lines files written by realrun bench --json; every field of "
                      "every record is checked (its type and declared bound, and no record a fit cannot use: a kernel "
@@ -48,27 +50,22 @@ def add_calibrate(sub) -> None:
 def run_calibrate(args) -> None:
     import json
 
-    from perfmodel.calibration.fit import fit_profile, summary, worst_residuals
+    from perfmodel.calibration.fit import summary, worst_residuals
     from perfmodel.calibration.measurements import read_records
-    from perfmodel.calibration.userfiles import read_from_file, tier_errors
+    from perfmodel.calibration.userfiles import calibrate
 
     if not args.records and not args.from_file:
         raise InputError("records", None, "realrun bench JSON Lines files or --from-file KIND:PATH")
     check_writable(args.output, "output")
-    users = [read_from_file(spec, args.cluster) for spec in args.from_file]
-    records = [r for path in args.records for r in read_records(path)] + [r for u in users for r in u.records]
-    cluster = args.cluster or next((r["cluster"] for r in records if "cluster" in r), None)
-    if cluster is None:
-        raise InputError("cluster", None, "--cluster NAME (the records do not name the cluster they ran on)")
-    profile = fit_profile(records, cluster, sources=args.records + [u.path for u in users])
-    errors = tier_errors(records, cluster, profile)
-    if errors:
-        profile["fits"]["tiers"]["errors"] = _finite({k: v for k, v in errors.items() if k not in ("cov", "keys")})
+    records = [r for path in args.records for r in read_records(path)]
+    profile, users, errors = calibrate(records, args.cluster, args.from_file, args.records)
+    cluster = profile["fits"]["cluster"]
     atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))
     if args.json:
         print(dump_json(profile))
         return
-    print(f"# perfmodel calibrate: {len(records)} records -> {args.output} (cluster {cluster})")
+    print(f"# perfmodel calibrate: {len(records) + sum(len(u.records) for u in users)} records -> {args.output} "
+          f"(cluster {cluster})")
     for u in users:
         say_file(u)
     print(table(("fitted", "value", "fit"), summary(profile) + error_rows(errors)))
@@ -77,13 +74,6 @@ def run_calibrate(args) -> None:
                 title="# largest residuals of the tier fit (all are in the profile under fits)"))
     for u in users:
         say_busbw(u, cluster, profile, errors)
-
-
-def _finite(value):
-    """``value`` with every NaN as None (strict JSON: a standard error the records do not determine)."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def say_file(user) -> None:

@@ -139,3 +139,16 @@ def test_check_step_cli():
     got = json.loads(out.stdout)
     assert got["warmup_steps"] == u.WARMUP_STEPS and got["steps"] == 10
     assert got["relative_error"] == pytest.approx(got["predicted_s"] / got["median_s"] - 1)
+
+
+def test_a_cluster_is_needed():
+    with pytest.raises(InputError, match="--cluster"):
+        u.calibrate([], None, [f"nccl-tests:{TXT}"])    # nccl-tests files do not name a commpress cluster
+
+
+def test_python_api_calibrate():
+    profile, users, errors = u.calibrate([], "dgx-h100", [f"nccl-tests:{TXT}", f"nccl-tests:{JSN}"])
+    assert [x.about["world"] for x in users] == [8, 8] and len(errors["cov"]) == 3
+    saved = profile["fits"]["tiers"]["errors"]
+    assert saved["base_us_sd"] is None and saved["primitives"]["nvlink"]["allreduce"]["bw_fraction_sd"] > 0
+    assert profile["provenance"]["records"] == [str(TXT), str(JSN)]
