@@ -185,7 +185,8 @@ def test_hostile_layer_pattern_is_refused_not_built():
 
 
 @pytest.mark.parametrize("flag", ["--num-query-groups", "--kv-channels", "--vocab-size",
-                                  "--make-vocab-size-divisible-by", "--moe-shared-expert-intermediate-size", "--moe-expert-capacity-factor",
+                                  "--make-vocab-size-divisible-by", "--moe-shared-expert-intermediate-size",
+                                  "--moe-expert-capacity-factor",
                                   "--num-layers-per-virtual-pipeline-stage", "--ddp-bucket-size",
                                   "--tensor-model-parallel-size", "--moe-layer-freq", "--window-size"])
 @pytest.mark.parametrize("value", ["abc", "0", "-3", "[1]"])
