@@ -18,7 +18,9 @@ algorithm on the payload. Reduction with a non-reducible codec needs one of:
   intra-node spec inside the host and its inter-node spec across hosts (``tiers``); SDP4Bit's
   chunked pipelining of the two all-to-alls (``--gradient-alltoall-pipeline``, 8 in its scripts)
   is not priced: the chunks of ``transfers.evaluate`` overlap the kernels with the wire, and the
-  in-node phase and the one across nodes still run back to back.
+  in-node phase and the one across nodes still run back to back. The hierarchical all-reduce
+  (``dp=tlq`` under ZeRO-0) compresses only its hops across hosts, with the inter tier; its error
+  is still reported from ``tlq``'s own (both tiers' in quadrature), under the two 4-bit hops'.
 
 ``Msg`` gives a piece's payload size and kernel traffic; builders return an AlgoCost.
 Where the sum must be the same bits on every rank, a rank decodes its own payload too (it
