@@ -209,9 +209,12 @@ def _sequence(out: Imported, cfg: dict) -> None:
         out.ignored("rope_scaling", scaling.get("rope_type", scaling.get("type", "")),
                     f"the context extension to max_position_embeddings {cfg.get('max_position_embeddings')}: "
                     "rope's positions, no effect on the step time")
-    if why != "max_position_embeddings" and "max_position_embeddings" in cfg:
-        out.ignored("max_position_embeddings", cfg["max_position_embeddings"], f"the extended context; {why} "
-                    "is the pre-training one")
+    elif "rope_scaling" in cfg and not cfg["rope_scaling"]:
+        out.ignored("rope_scaling", cfg["rope_scaling"], "no context extension")
+    for key in ("initial_context_length", "max_sequence_length", "max_position_embeddings"):
+        if key in cfg and key != why:
+            out.ignored(key, cfg[key], f"{why} is the pre-training context" + (
+                "; this one is the extended context" if key == "max_position_embeddings" else ""))
 
 
 def _window(out: Imported, cfg: dict, key: str, value) -> None:

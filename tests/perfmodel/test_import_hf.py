@@ -24,13 +24,20 @@ def test_imported_configs_count_the_catalogs_parameters(name, catalog):
     assert all(line.startswith("hf: ") for line in lines)
 
 
-def test_every_key_has_its_line():
-    with open(f"{DATA}/deepseek-v3.json") as handle:
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-2-7b", "llama-7b-v1", "qwen3-30b-a3b", "deepseek-v3",
+                                  "deepseek-v2-lite", "gpt-oss-120b", "mixtral-8x7b"])
+def test_every_key_has_its_line(name):
+    with open(f"{DATA}/{name}.json") as handle:
         cfg = json.load(handle)
     imported = from_config(cfg)
     assert not imported.refused
     for key in cfg:
         assert any(line.startswith(f"hf: {key} ") for line in imported.lines), key
+
+
+def test_deepseek_v3_lines():
+    with open(f"{DATA}/deepseek-v3.json") as handle:
+        imported = from_config(json.load(handle))
     assert "hf: initializer_range 0.02 ignored (initialisation: no effect on the step time)" in imported.lines
     assert imported.model["attention"] == "mla" and imported.model["mtp_layers"] == 1
     assert imported.model["seq_len"] == 4096          # rope_scaling.original_max_position_embeddings
