@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import operator
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from perfmodel.workload import _validate as validate_model
 from topologies.errors import InputError
 
 NO_TIME = "no effect on the step time"
+# an unset shell variable's mark in an expanded word (perfmodel.importers.shell), shown as $NAME
+UNSET = "\x00UNSET:{}\x00"
+UNSET_RE = re.compile("\x00UNSET:(\\w+)\x00")
 
 
 class ImportedModel(ModelSpec):
@@ -63,13 +67,12 @@ class Imported:
 
 
 def _pair(key: str, value) -> str:
-    shown = _show(value)
+    shown = show(value)
     return f"{key} {shown}" if shown else key
 
 
-def _show(value) -> str:
-    from perfmodel.importers.shell import UNSET_RE
-
+def show(value) -> str:
+    """A key's value as a line shows it: text as it is (an unset variable as $NAME), the rest as JSON."""
     if isinstance(value, str):
         return UNSET_RE.sub(r"$\1", value).strip()
     return json.dumps(value)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfmodel.importers.common import Imported, _show, read_text
+from perfmodel.importers.common import Imported, show, read_text
 from topologies.errors import InputError
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
@@ -124,7 +124,7 @@ def from_config(cfg: dict, name: str = "hf-model") -> Imported:
 def _one(out: Imported, cfg: dict, family: str, experts: dict, key: str, value) -> None:
     if key in DIRECT:
         out.model[DIRECT[key]] = value
-        out.mapped(key, value, f"{DIRECT[key]} {_show(value)}")
+        out.mapped(key, value, f"{DIRECT[key]} {show(value)}")
     elif key in experts:
         _expert_key(out, cfg, key, value, experts[key])
     elif key in MLA and family in MLA_FAMILIES:

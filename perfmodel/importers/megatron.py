@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from perfmodel.importers.common import NO_TIME, Imported, _show, bounded_eval, read_text
+from perfmodel.importers.common import NO_TIME, Imported, show, bounded_eval, read_text
 from perfmodel.importers.shell import read_args, unset_names
 
 MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
@@ -327,7 +327,7 @@ def _vocab(out: Imported, flags: dict) -> None:
     if vocab is None:
         tokenizer = " ".join(_value(out, flags, f, "") or "" for f in ("--tokenizer-type", "--tokenizer-model"))
         out.lines.append(f"megatron: --vocab-size absent: vocab_size is not read from the tokenizer "
-                         f"({_show(' '.join(tokenizer.split())) or 'none named'}): --from hf:config.json before "
+                         f"({show(' '.join(tokenizer.split())) or 'none named'}): --from hf:config.json before "
                          "this file or --model gives it")
         return
     multiple = _value(out, flags, "--make-vocab-size-divisible-by", 128, int) * max(1, out.plan.get("tp", 1))

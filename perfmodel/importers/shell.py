@@ -17,10 +17,8 @@ import fnmatch
 import re
 import shlex
 
-from perfmodel.importers.common import bounded_eval
+from perfmodel.importers.common import UNSET, UNSET_RE, bounded_eval
 
-UNSET = "\x00UNSET:{}\x00"
-UNSET_RE = re.compile("\x00UNSET:(\\w+)\x00")
 _VAR = re.compile(r"\$(?:\{(\w+)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|(\w+))")
 _ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")     # $((...)), two levels of (...)
 _PATTERN = re.compile(r"^\(?\s*([^()=\s][^()=]*?)\s*\)(.*)$")     # a case branch: PATTERN) [statement]
