@@ -14,27 +14,30 @@ config dataclasses its ``ArgumentGroupFactory`` turns into flags), read from a l
   ``--moe-expert-capacity-factor``, ``--moe-pad-expert-input-to-capacity``), MLA
   (``--multi-latent-attention``, ``--q-lora-rank``, ``--kv-lora-rank``, ``--qk-head-dim``,
   ``--qk-pos-emb-head-dim``, ``--v-head-dim``), ``--mtp-num-layers``, ``--window-size``,
-  ``--window-attn-skip-freq``;
+  ``--window-attn-skip-freq``, a hybrid model's ``--hybrid-layer-pattern`` and ``--mamba-*`` shape, GPT-OSS's
+  ``--quick-geglu`` (priced as SwiGLU) and ``--softmax-type`` (its sinks left out, as the catalog does);
 * the plan: every degree (``--tensor-model-parallel-size`` ... ``--expert-tensor-parallel-size``), the
   virtual pipeline (``--num-layers-per-virtual-pipeline-stage``, ``--virtual-pipeline-model-parallel-size``),
-  the stages' split, ``--sequence-parallel``, the batch sizes, ``--bf16`` / ``--fp16``, ``--fp8-format``
+  the stages' split (``--decoder-first/last-pipeline-num-layers``, ``--account-for-embedding/loss-in-pipeline-split``,
+  ``--pipeline-model-parallel-layout``), ``--sequence-parallel``, the batch sizes, ``--seq-length`` (the plan's too), ``--bf16`` / ``--fp16``, ``--fp8-format``
   with ``--fp8-recipe`` (and ``--fp4-format``), ``--fp8-dot-product-attention``, recompute
-  (``--recompute-granularity``, ``--recompute-method`` uniform, ``--recompute-modules``),
-  ``--use-distributed-optimizer`` (ZeRO-1) and Megatron FSDP's sharding strategy, ``--overlap-grad-reduce``
+  (``--recompute-granularity``, ``--recompute-method`` uniform, ``--recompute-modules``, ``--recompute-activations``),
+  ``--use-distributed-optimizer`` (ZeRO-1), Megatron FSDP's sharding strategy and gradient dtype, ``--use-torch-fsdp2``, ``--overlap-grad-reduce``
   (absent: off, Megatron's default), ``--tp-comm-overlap``, ``--ddp-bucket-size``, ``--grad-reduce-in-bf16``,
   the MoE dispatcher (``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend``,
   ``--moe-enable-deepep``, ``--overlap-moe-expert-parallel-comm``), ``--fp8-param-gather`` (the
   ``fp8-param-gather`` policy).
 
 Flags with no effect on a step's time (logging, checkpointing, data, the optimizer's and the learning
-rate's settings, initialisation, the router's scoring) are ignored and listed; any other flag is refused.
+rate's settings, initialisation, the router's scoring) are ignored and listed; any other flag is refused, and so
+is a mapped flag whose value is a variable the script does not set.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from perfmodel.importers.common import NO_TIME, Imported, show, bounded_eval, read_text
+from perfmodel.importers.common import NO_TIME, Imported, bounded_eval, read_text, show
 from perfmodel.importers.shell import read_args, unset_names
 
 MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
