@@ -123,8 +123,8 @@ def test_what_zero3_shards_shrinks_with_the_gpus_as_torchtitan_measured():
 
 
 def test_llm_foundrys_a100_40gb_runs_fit_on_a100_40gb(tmp_path):
-    """The 78 FSDP runs of llm-foundry's A100 40GB table (llm-foundry-a100-40gb-2023; the catalog has no
-    such cluster yet) on DGX A100 nodes with A100 SXM 40GB: every one predicted to fit its 40 GB."""
+    """The 78 FSDP runs of llm-foundry's A100 40GB table (llm-foundry-a100-40gb-2023) on DGX A100 nodes
+    with A100 SXM 40GB, built here from dgx-a100 as the catalog's dgx-a100-40gb is: every one fits 40 GB."""
     import csv
 
     import topologies
