@@ -18,14 +18,16 @@ config dataclasses its ``ArgumentGroupFactory`` turns into flags), read from a l
   ``--quick-geglu`` (priced as SwiGLU) and ``--softmax-type`` (its sinks left out, as the catalog does);
 * the plan: every degree (``--tensor-model-parallel-size`` ... ``--expert-tensor-parallel-size``), the
   virtual pipeline (``--num-layers-per-virtual-pipeline-stage``, ``--virtual-pipeline-model-parallel-size``),
-  the stages' split (``--decoder-first/last-pipeline-num-layers``, ``--account-for-embedding/loss-in-pipeline-split``,
-  ``--pipeline-model-parallel-layout``), ``--sequence-parallel``, the batch sizes, ``--seq-length`` (the plan's too), ``--bf16`` / ``--fp16``, ``--fp8-format``
-  with ``--fp8-recipe`` (and ``--fp4-format``), ``--fp8-dot-product-attention``, recompute
-  (``--recompute-granularity``, ``--recompute-method`` uniform, ``--recompute-modules``, ``--recompute-activations``),
-  ``--use-distributed-optimizer`` (ZeRO-1), Megatron FSDP's sharding strategy and gradient dtype, ``--use-torch-fsdp2``, ``--overlap-grad-reduce``
-  (absent: off, Megatron's default), ``--tp-comm-overlap``, ``--ddp-bucket-size``, ``--grad-reduce-in-bf16``,
-  the MoE dispatcher (``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend``,
-  ``--moe-enable-deepep``, ``--overlap-moe-expert-parallel-comm``), ``--fp8-param-gather`` (the
+  the stages' split (``--decoder-first/last-pipeline-num-layers``,
+  ``--account-for-embedding/loss-in-pipeline-split``, ``--pipeline-model-parallel-layout``),
+  ``--sequence-parallel``, the batch sizes, ``--seq-length`` (the plan's too), ``--bf16`` / ``--fp16``,
+  ``--fp8-format`` with ``--fp8-recipe`` (and ``--fp4-format``), ``--fp8-dot-product-attention``, recompute
+  (``--recompute-granularity``, ``--recompute-method`` uniform, ``--recompute-modules``,
+  ``--recompute-activations``), ``--use-distributed-optimizer`` (ZeRO-1), Megatron FSDP's sharding strategy
+  and gradient dtype, ``--use-torch-fsdp2``, ``--overlap-grad-reduce`` (absent: off, Megatron's default),
+  ``--tp-comm-overlap``, ``--ddp-bucket-size``, ``--grad-reduce-in-bf16``, the MoE dispatcher
+  (``--moe-token-dispatcher-type``, ``--moe-flex-dispatcher-backend``, ``--moe-enable-deepep``,
+  ``--overlap-moe-expert-parallel-comm``), ``--fp8-param-gather`` (the
   ``fp8-param-gather`` policy).
 
 Flags with no effect on a step's time (logging, checkpointing, data, the optimizer's and the learning
