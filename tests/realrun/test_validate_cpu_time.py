@@ -180,3 +180,22 @@ def test_a_quick_calibration_times_the_compressed_runs_too():
     compressed = {(c.compressor, c.algorithm, c.size_bytes) for cfg in runner.configs for c in cfg.cases
                   if c.compressor != "none"}
     assert compressed == {(spec, alg, size) for spec, alg in IN_RUN for size in IN_RUN_SIZES}
+
+
+@pytest.mark.distributed
+def test_a_benchmark_records_the_calling_threads_cpu():
+    """Two local ranks: every record has the calling thread's CPU (codecs and the runtime's
+    Python), at most the process's (gloo's threads too); the codec's CPU where the wire counts it,
+    never more than that thread's."""
+    pytest.importorskip("torch", reason="torch is not installed (the real extra)")
+    from realrun.bench import BenchConfig
+    from realrun.bench.launch import run_collectives
+
+    config = BenchConfig.grid(op="allreduce", sizes=[2**18], compressors=["none", "int8"],
+                              algorithms=["two_phase"], iters=2, warmup=1, world=2)
+    records = run_collectives(config)
+    assert len(records) == 2
+    for r in records:
+        assert 0 < r["thread_cpu_s"] <= r["cpu_s"] * 1.05   # the busiest rank's of each, medians
+        if "kernel_cpu_s" in r:
+            assert 0 <= r["kernel_cpu_s"] <= r["thread_cpu_s"] * 1.05
