@@ -104,6 +104,7 @@ def _read_text(path: str) -> str:
 RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s.*?iters:\s*(\d+)\s+agg iters")
 TEST_NAME = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+ROW = re.compile(r"^\s*\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s")   # size count type redop root ...
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$|^\d\d:\d\d:\d\d$")
 
 
@@ -140,6 +141,7 @@ def _known_op(path: str, op: str) -> str:
 def _nccl_stdout(path: str, text: str, op: str | None, cluster: str | None) -> UserFile:
     out = UserFile(path, "nccl-tests")
     ranks, hosts, devices, header, program, per_iter, time_name, rows = {}, set(), set(), None, None, False, None, []
+    other = 0
     for number, line in enumerate(text.splitlines(), 1):
         if m := RANK_LINE.match(line):
             ranks[int(m[1])] = m[2]
@@ -151,8 +153,10 @@ def _nccl_stdout(path: str, text: str, op: str | None, cluster: str | None) -> U
             program = m[1]
         elif line.startswith("#") and " size " in f" {line} " and "count" in line:
             per_iter, time_name = "i_min" in line, line.split()[6]
-        elif line.strip() and not line.startswith("#"):
+        elif ROW.match(line):
             rows.append((number, line))
+        elif line.strip() and not line.startswith("#"):
+            other += 1
     if time_name == "cputime":
         raise InputError(f"{path}: time column", "cputime", "the collective's time (nccl-tests run without -C)")
     if not rows:
@@ -160,6 +164,8 @@ def _nccl_stdout(path: str, text: str, op: str | None, cluster: str | None) -> U
                          "redop root, then time algbw busbw #wrong out-of-place and in-place")
     op = _op_of(path, program, op, out, "1")
     world = _world_stdout(path, ranks, header, out)
+    if other:
+        out.missing.append(f"{other} other lines (not nccl-tests' header or table: NCCL_DEBUG output?) ignored")
     iters = header[2] if header else None
     out.about = {"op": op, "world": world, "hosts": len(hosts) or None, "devices": sorted(devices),
                  "program": program}

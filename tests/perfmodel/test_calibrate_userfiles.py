@@ -48,12 +48,13 @@ def test_what_the_file_lacks_is_said(tmp_path):
     cut = [" ".join(line.split()[:9]) if line in rows else line for line in cut]
     first = next(i for i, line in enumerate(cut) if line.strip() and not line.startswith("#"))
     cut[first] = cut[first].rsplit(" ", 1)[0] + " 3"
+    cut.insert(first, "node001:41872:41872 [0] NCCL INFO Channel 00/24 :    0   1   2   3   4   5   6   7")
     path = tmp_path / "all_reduce_perf.txt"
     path.write_text("\n".join(cut) + "\n")
     got = u.read_nccl_tests(str(path))
     said = "\n".join(got.missing)
     assert "no '#  Rank' lines" in said and "from the file name" in said and "out-of-place: not in the file" in said
-    assert "3 wrong elements, row not used" in said
+    assert "3 wrong elements, row not used" in said and "1 other lines" in said
     assert len(got.records) == len(rows) - 1 and got.about["world"] == 8
 
 
