@@ -47,6 +47,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from perfmodel.engines import engine_for
 from perfmodel.engines.analytical import cost
@@ -313,6 +314,8 @@ def _chakra_classes():
 
 def _varint(n: int) -> bytes:
     """protolib's length prefix: a base-128 varint."""
+    if n < 0x80:
+        return bytes((n,))
     out = bytearray()
     while True:
         bits, n = n & 0x7F, n >> 7
@@ -321,8 +324,8 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _delimited(message) -> bytes:
-    body = message.SerializeToString()
+def _delimited(body: bytes) -> bytes:
+    """A message's bytes after their length (protolib's stream)."""
     return _varint(len(body)) + body
 
 
@@ -342,26 +345,33 @@ def export_chakra(folder: str, model: str, cluster: str, plan=None, options=None
     groups: dict = {}
     for r in everyone:          # group ids fixed over all ranks, whichever are written
         pp = mesh.group_of("pp", r)
-        for item in progs[pp.index(r)].items:
-            if item.kind == "coll":
-                groups.setdefault(_group(item.call.event, r), len(groups) + 1)
+        for event in dict.fromkeys(i.call.event for i in progs[pp.index(r)].items if i.kind == "coll"):
+            groups.setdefault(_group(event, r), len(groups) + 1)
     policy = request_and_options(plan, options, **kw)[1].policy
+    templates = [[_template(node_cls, attr_cls, i, item) for i, item in enumerate(prog.items)] for prog in progs]
+    attr = _AttrBytes(attr_cls)
+    events = [list(dict.fromkeys(i.call.event for i in prog.items if i.kind == "coll")) for prog in progs]
     files, nodes = [], {}
     for r in ranks:
         pp = mesh.group_of("pp", r)
-        prog = progs[pp.index(r)]
+        s = pp.index(r)
         path = os.path.join(folder, f"{name}.{r}.et")
         meta = meta_cls(version="0.0.4", attr=[attr_cls(name="schema", string_val=CHAKRA_SCHEMA),
                                                attr_cls(name="commpress_policy", string_val=policy),
                                                attr_cls(name="commpress_model", string_val=str(model)),
                                                attr_cls(name="commpress_cluster", string_val=str(cluster)),
                                                attr_cls(name="commpress_rank", int64_val=r),
-                                               attr_cls(name="commpress_stage", int64_val=prog.stage)])
-        blobs = [_delimited(meta)] + [_delimited(_node(node_cls, attr_cls, i, item, r, pp, mesh, groups))
-                                      for i, item in enumerate(prog.items)]
+                                               attr_cls(name="commpress_stage", int64_val=s)])
+        pg = {id(e): attr("pg_name", string_val=str(groups[_group(e, r)])) for e in events[s]}
+        blobs = [_delimited(meta.SerializeToString())]
+        for item, template in zip(progs[s].items, templates[s]):
+            if item.kind == "coll":
+                blobs.append(_delimited(template + pg[id(item.call.event)]))
+            else:
+                blobs.append(_delimited(template + _peers(attr, item, r, pp)))
         atomic_write(path, lambda h, b=blobs: h.write(b"".join(b)))
         files.append(path)
-        nodes[r] = len(prog.items)
+        nodes[r] = len(progs[s].items)
     group_path = os.path.join(folder, "comm_group.json")
     text = "{\n" + ",\n".join(f' "{i}": {json.dumps(list(g))}' for g, i in groups.items()) + "\n}\n"
     atomic_write(group_path, lambda h: h.write(text.encode()))
@@ -387,10 +397,19 @@ def check_exports(chakra: str | None = None, simai: str | None = None) -> None:
 
 def _group(event, rank: int) -> tuple:
     """The group of ``event`` that ``rank`` is in (one of ``concurrent``)."""
-    return next((tuple(g) for g in event.concurrent if rank in g), tuple(event.group))
+    return _group_index(event.concurrent).get(rank, tuple(event.group))
 
 
-def _node(node_cls, attr_cls, i: int, item: Item, rank: int, pp: tuple, mesh, groups: dict):
+@lru_cache(maxsize=1024)
+def _group_index(concurrent) -> dict:
+    """{rank: its group} of a set of concurrent groups."""
+    return {r: tuple(g) for g in reversed(concurrent) for r in g}
+
+
+def _template(node_cls, attr_cls, i: int, item: Item) -> bytes:
+    """A node's bytes but for the attributes that differ between the ranks of its stage (the
+    group: ``pg_name``; the peers: ``_peers``), which are appended to them (a repeated field's entries
+    may follow the message's other fields: the encoding is a concatenation of fields)."""
     node = node_cls(id=i, name=item.name, type=CHAKRA_NODE[item.kind], data_deps=list(item.deps))
     attrs = [attr_cls(name="is_cpu_op", bool_val=False)]
     if item.kind == "comp":
@@ -403,16 +422,34 @@ def _node(node_cls, attr_cls, i: int, item: Item, rank: int, pp: tuple, mesh, gr
                   attr_cls(name="commpress_compressor", string_val=call.compressor),
                   attr_cls(name="commpress_axis", string_val=call.event.axis)]
     if item.kind == "coll":
-        group = _group(item.call.event, rank)
-        attrs += [attr_cls(name="comm_type", int64_val=CHAKRA_COLL[item.call.event.op]),
-                  attr_cls(name="pg_name", string_val=str(groups[group]))]
+        attrs.append(attr_cls(name="comm_type", int64_val=CHAKRA_COLL[item.call.event.op]))
     elif item.kind in ("send", "recv"):
-        peer = _ring_peer(item, rank) if item.ring else pp[item.peer]
-        src, dst = (rank, peer) if item.kind == "send" else (peer, rank)
-        attrs += [attr_cls(name="comm_src", int32_val=src), attr_cls(name="comm_dst", int32_val=dst),
-                  attr_cls(name="comm_tag", int32_val=item.tag)]
+        attrs.append(attr_cls(name="comm_tag", int32_val=item.tag))
     node.attr.extend(attrs)
-    return node
+    return node.SerializeToString()
+
+
+class _AttrBytes:
+    """Node.attr entries (field 10) as bytes, each encoded once by protobuf."""
+
+    def __init__(self, attr_cls):
+        self.attr_cls, self.cache = attr_cls, {}
+
+    def __call__(self, name: str, **value) -> bytes:
+        key = (name, *value.items())
+        if key not in self.cache:
+            body = self.attr_cls(name=name, **value).SerializeToString()
+            self.cache[key] = bytes([10 << 3 | 2]) + _varint(len(body)) + body
+        return self.cache[key]
+
+
+def _peers(attr: _AttrBytes, item: Item, rank: int, pp: tuple) -> bytes:
+    """A transfer's ``comm_src`` and ``comm_dst`` on ``rank`` (nothing for a compute node)."""
+    if item.kind not in ("send", "recv"):
+        return b""
+    peer = _ring_peer(item, rank) if item.ring else pp[item.peer]
+    src, dst = (rank, peer) if item.kind == "send" else (peer, rank)
+    return attr("comm_src", int32_val=src) + attr("comm_dst", int32_val=dst)
 
 
 def _ring_peer(item: Item, rank: int) -> int:
