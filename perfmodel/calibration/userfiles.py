@@ -148,6 +148,9 @@ def _nccl_stdout(path: str, text: str, op: str | None, cluster: str | None) -> U
             hosts.add(m[2])
             devices.add(m[3].strip())
         elif m := HEADER.match(line):
+            if header:
+                raise InputError(f"{path}:{number}", "a second '# nThread' header", "one nccl-tests run per file "
+                                 "(split the file; give each with its own --from-file)")
             header = (int(m[1]), int(m[2]), int(m[3]))
         elif m := TEST_NAME.match(line):
             program = m[1]

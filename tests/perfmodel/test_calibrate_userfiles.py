@@ -73,6 +73,14 @@ def test_nothing_usable_is_refused_in_one_line(tmp_path, text, where):
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr
 
 
+def test_two_runs_in_one_file_are_refused(tmp_path):
+    path = tmp_path / "all_reduce_perf.txt"
+    path.write_text(TXT.read_text() * 2)
+    with pytest.raises(InputError, match="one nccl-tests run per file") as err:
+        u.read_nccl_tests(str(path))
+    assert err.value.field == f"{path}:{len(TXT.read_text().splitlines()) + 3}"
+
+
 def test_an_op_the_fit_cannot_price_and_a_log_are_refused(tmp_path):
     path = tmp_path / "all_gather_perf.txt"
     path.write_text(TXT.read_text().replace("all_reduce_perf", "all_gather_perf"))
