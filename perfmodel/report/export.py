@@ -23,9 +23,12 @@ length as a varint (``src/third_party/utils/protolib.py``, ``encodeMessage``); C
 ``duration_micros``, COMM_COLL_NODE with ``comm_type`` and ``comm_size`` (int64, as
 ``src/converter/text_converter.py`` @ 34f95f96 writes them), COMM_SEND_NODE / COMM_RECV_NODE with
 ``comm_src``, ``comm_dst``, ``comm_tag``; ``is_cpu_op`` false; dependencies as ``data_deps``;
-the attribute names ASTRA-sim's feeder reads (astra-sim/chakra ``src/feeder_v3/et_feeder_node.cpp``).
-Each collective names its group in ``pg_name``; ``comm_group.json`` maps it to its ranks (ASTRA-sim's
-``--comm-group-configuration``). The messages are encoded by the ``protobuf`` package (the
+the attribute names ASTRA-sim reads (astra-sim/astra-sim @ 518bd513, ``astra-sim/workload/Workload.cc``:
+``issue_coll_comm`` line 337 on, the send and receive at 395-403, through astra-sim/chakra's
+``src/feeder_v3/et_feeder_node.cpp``). Each collective names its group in ``pg_name``;
+``comm_group.json`` maps it to its ranks, ``{"1": [0, 1], ...}`` (ASTRA-sim's
+``--comm-group-configuration``, read by ``initialize_comm_groups``, line 75; ids from 1: ``""`` and
+``"0"`` mean every rank, ``extract_comm_group``, line 589). The messages are encoded by the ``protobuf`` package (the
 ``export`` extra) from a descriptor built here with et_def.proto's message, field and enum numbers
 (the subset written: no protoc at install time).
 
