@@ -241,8 +241,9 @@ def _nccl_json(path: str, text: str, op: str | None, cluster: str | None) -> Use
         where = f"{path}: results[{i}]"
         try:
             parsed = {"size": int(r["size"]), "count": int(r["count"]), "type": r["type"], "redop": r["redop"],
-                      "out": _json_set(r.get("out_of_place"), r.get("actual_iterations")),
-                      "in": _json_set(r.get("in_place"), r.get("actual_iterations"))}
+                      "out": _json_set(where, r.get("out_of_place")), "in": _json_set(where, r.get("in_place"))}
+        except InputError:
+            raise
         except (KeyError, TypeError, ValueError):
             raise InputError(where, r, "size, count, type, redop and out_of_place/in_place {time, bus_bw, "
                              "nwrong}") from None
@@ -250,12 +251,13 @@ def _nccl_json(path: str, text: str, op: str | None, cluster: str | None) -> Use
     return _finish(out)
 
 
-def _json_set(entry, iters) -> tuple | None:
+def _json_set(where: str, entry) -> tuple | None:
+    """(time us, busbw, wrong or None) of one half of a JSON result (None where absent)."""
     if entry is None:
         return None
-    time_key = "time" if "time" in entry else "cpu_time"
-    if time_key == "cpu_time":
-        raise InputError("nccl-tests JSON", "cpu_time", "the collective's time (nccl-tests run without -C)")
+    if "time" not in entry and "cpu_time" in entry:
+        raise InputError(f"{where}.cpu_time", entry["cpu_time"], "the collective's time (nccl-tests run without -C)")
+    time_key = "time"
     wrong = entry.get("nwrong")
     return float(entry[time_key]), float(entry["bus_bw"]), None if wrong is None else float(wrong)
 

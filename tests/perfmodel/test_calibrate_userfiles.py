@@ -161,3 +161,13 @@ def test_python_api_calibrate():
     saved = profile["fits"]["tiers"]["errors"]
     assert saved["base_us_sd"] is None and saved["primitives"]["nvlink"]["allreduce"]["bw_fraction_sd"] > 0
     assert profile["provenance"]["records"] == [str(TXT), str(JSN)]
+
+
+def test_json_cpu_time_is_refused_naming_the_result(tmp_path):
+    doc = json.loads(JSN.read_text())
+    doc["results"][2]["out_of_place"] = {"cpu_time": 5.0, "alg_bw": 1.0, "bus_bw": 1.0, "nwrong": 0}
+    path = tmp_path / "all_reduce.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="without -C") as err:
+        u.read_nccl_tests(str(path))
+    assert err.value.field == f"{path}: results[2].cpu_time"
