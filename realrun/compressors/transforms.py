@@ -420,7 +420,12 @@ class TwoLevelTransform(Transform):
 @quantizers.WeightDifference.implements("numpy")
 class WeightDifferenceTransform(BlockQuantTransform):
     """SDP4Bit's qWD on the wire: ``bits``-bit groups of what it is given (the caller gives it the weight
-    difference: ``realrun.train.zero``); the numpy reference quantizer (any width from 2 to 8 bits)."""
+    difference: ``realrun.train.zero``); a backend's quantize kernel at 4 and 8 bits, the numpy reference
+    at other widths."""
+
+    @property
+    def KERNEL(self) -> bool:  # noqa: N802 (BlockQuantTransform's flag, per instance here)
+        return self.n_bits() in (4, 8)
 
 
 def select_largest(x, k: int, xp=np):
