@@ -8,7 +8,7 @@ from topologies.errors import InputError
 from topologies.fabrics import fat_tree, torus
 from topologies.nodes import nvswitch_node
 
-EXPECTED_GPUS_PER_NODE = {"dgx-a100": 8, "dgx-h100": 8, "dgx-h200": 8, "h800": 8, "lassen": 4,
+EXPECTED_GPUS_PER_NODE = {"dgx-a100": 8, "dgx-a100-40gb": 8, "dgx-h100": 8, "dgx-h200": 8, "h800": 8, "lassen": 4,
                           "frontier": 8, "commodity-25g": 8, "dgx-b200": 8, "dgx-b300": 8,
                           "gb200-nvl72": 4, "gb300-nvl72": 4, "mi300x": 8}
 
