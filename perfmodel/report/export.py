@@ -309,7 +309,7 @@ def _chakra_classes():
     node.field.add(name="attr", number=10, type=f.TYPE_MESSAGE, type_name=".ChakraProtoMsg.AttributeProto",
                    label=f.LABEL_REPEATED)
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
+    pool.AddSerializedFile(proto.SerializeToString())
     get = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
     return tuple(get(pool.FindMessageTypeByName(f"ChakraProtoMsg.{n}"))
                  for n in ("GlobalMetadata", "Node", "AttributeProto"))
