@@ -173,6 +173,10 @@ def compress_fsdp(model: torch.nn.Module, spec_or_policy="none", threads: int | 
     policy = as_policy(spec_or_policy)
     if policy.recipe is not None:
         policy.recipe.check_zero(3)      # FSDP2 shards like ZeRO-3: refused where the recipe's reference is not
+    from perfmodel.compression.quantizers import sends_differences
+    if sends_differences(policy.axis("zero").codec):
+        raise InputError("policy", spec_or_policy, "a zero spec FSDP2 gathers: qwd sends weight differences, "
+                         "which need the whole previous weights on every rank (ZeRO-1/2: realrun train --zero 1)")
     owner = FSDPCompression(policy, None if threads is None else codec_threads(threads))
     served = [(name or "root", m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
     if not served:

@@ -4,7 +4,7 @@ Each family is a class in the module of its kind, with its own constants beside 
 contract they all follow is ``perfmodel.compression.contract``:
 
 - ``casts``: none, fp16, bf16, fp8;
-- ``quantizers``: int8, int4, qsgd, sign (blockwise, one fp32 scale per block);
+- ``quantizers``: int8, int4, qsgd, sign (blockwise, one fp32 scale per block); SDP4Bit's hadamard, tlq and qwd;
 - ``sparsifiers``: topk, randk;
 - ``lowrank``: powersgd;
 - ``errorbounded``: zfp, sz3;

@@ -114,9 +114,9 @@ def test_variance_and_synchronisation_schedules_follow_zoadam():
 
 def test_the_search_tries_the_presets_where_their_zero_stage_allows():
     cands = parse_candidates(DEFAULT_CANDIDATES)
-    assert cands["presets"] == list(RECIPE_PRESETS)
+    assert cands["presets"] == [*RECIPE_PRESETS, "sdp4bit"]
     admitted, _ = _admitted(DEFAULT_CANDIDATES, {a: 0.01 for a in ("dp", "tp", "pp", "zero", "ep", "ep_combine", "cp")})
-    assert admitted["presets"] == list(RECIPE_PRESETS)
+    assert admitted["presets"] == [*RECIPE_PRESETS, "sdp4bit"]
     spec = load_model("gpt3-1.3b")
     plan = dict(tp=1, pp=1, dp=8, zero=0)
     assert plan_policies(plan, {"dp": ["none"], "presets": list(RECIPE_PRESETS)}, spec)[1:] == list(RECIPE_PRESETS)
