@@ -98,7 +98,7 @@ def _loop_parsers(sub) -> None:
     cal.add_argument("--model", default=None, help="the models whose training compute is "
                      "timed, comma-separated (default gpt-tiny,gpt-tiny-moe: what validate --training trains; "
                      "each at tp 1 and 2 and cp 1 and 2, the MoE one's experts also at ep 2)")
-    cal.add_argument("--quick", action="store_true", help="fewer sizes (about a minute)")
+    cal.add_argument("--quick", action="store_true", help="fewer sizes (a few minutes: the compressed runs included)")
     cal.add_argument("--iters", type=int, default=3)
     val = _command(sub, "validate", "predict held-out runs, run them, report how close the model came",
                    "A grid disjoint from calibration (sizes 2/8/32 MiB, 100 Mbit/s and 1 Gbit/s, compressed "

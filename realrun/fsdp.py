@@ -102,7 +102,7 @@ class FSDPCompression:
 
 def _zero_stats() -> dict:
     return {"calls": 0, "bytes_in": 0, "bytes_out": 0, "plain_bytes": 0, "compress_s": 0.0, "decompress_s": 0.0,
-            "wall_s": 0.0}
+            "compress_cpu_s": 0.0, "decompress_cpu_s": 0.0, "wall_s": 0.0}
 
 
 class _Collective:

@@ -3,7 +3,8 @@
 One JSON object per line (JSON Lines). ``kind`` is ``collective`` (a timed collective) or
 ``kernel`` (a compressor alone). Times are seconds, sizes bytes; ``time_s`` of a collective is
 the median over iterations of the slowest rank; an optional ``cpu_s`` is the CPU seconds per call
-of the busiest rank's process (all its threads).
+of the busiest rank's process (all its threads), ``thread_cpu_s`` that of the thread that called
+the collective and ``kernel_cpu_s`` that of its compress and decompress calls (realrun.bench.worker).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ BOUNDED = {"world": "world", "concurrent": "world", "size_bytes": "size_bytes", 
            "bytes": "size_bytes", "m": "gemm_size", "n": "gemm_size", "k": "gemm_size", "flops": "flops",
            "scores": "flops", "cpu_share": "cpu_share"}
 # seconds of one call: 0 (not measured: an uncompressed spec's kernels) or within ``measured_s``
-SECONDS = ("time_s", "time_min_s", "time_max_s", "compress_s", "decompress_s", "cpu_s")
+SECONDS = ("time_s", "time_min_s", "time_max_s", "compress_s", "decompress_s", "cpu_s", "thread_cpu_s",
+           "kernel_cpu_s")
 COUNTS = ("iters", "wrong")                  # whole numbers >= 0
 FACTORS = ("max_rel_error", "busbw_factor")  # numbers >= 0 (a relative error is inf where the input held a 0)
 FLAGS = ("accumulate",)

@@ -21,12 +21,16 @@ from realrun.compressors import Compressor
 
 @dataclass
 class CommStats:
-    """What collective calls moved and spent: payload bytes in and out, kernel seconds."""
+    """What collective calls moved and spent: payload bytes in and out, kernel seconds (wall) and
+    the CPU seconds of the calling thread in them (``*_cpu_s``: what calibration prices kernels
+    from on a host with a fixed CPU share, realrun.bench.worker)."""
 
     bytes_in: int = 0
     bytes_out: int = 0
     compress_s: float = 0.0
     decompress_s: float = 0.0
+    compress_cpu_s: float = 0.0
+    decompress_cpu_s: float = 0.0
 
     def add(self, other: CommStats) -> None:
         for f in fields(self):
@@ -110,7 +114,7 @@ class BoundWire:
         """Payload bytes of ``x`` (a uint8 view of ``x`` for none: no copy); ``part`` names the
         piece of the tensor (a ring chunk) for stateful compressors."""
         w = self.wire
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         if w.none:
             data = as_u8(x)
         elif w.gpu:
@@ -119,16 +123,18 @@ class BoundWire:
             data = w.c.compress(x, key=f"{self.key}/{part}").data
         self._sync()
         self.stats.compress_s += time.perf_counter() - start
+        self.stats.compress_cpu_s += time.thread_time() - cpu
         self.stats.bytes_in += x.nbytes
         self.stats.bytes_out += len(data)
         return data
 
     def unpack(self, data, dtype) -> np.ndarray:
         """Values back (a view of the received bytes for none: read, don't keep)."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         out = as_u8(data).view(dtype) if self.wire.none else self.wire.c.decompress(data).reshape(-1)
         self._sync()
         self.stats.decompress_s += time.perf_counter() - start
+        self.stats.decompress_cpu_s += time.thread_time() - cpu
         return out
 
     def _sync(self) -> None:
