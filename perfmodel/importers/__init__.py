@@ -2,7 +2,9 @@
 
 ``load("hf:config.json")`` reads one file (``FORMATS``: ``hf`` a Hugging Face config.json,
 ``perfmodel.importers.hf``; ``megatron`` a Megatron-LM launch script or argument list,
-``perfmodel.importers.megatron``; ``deepspeed`` a DeepSpeed config, ``perfmodel.plan.deepspeed``) into
+``perfmodel.importers.megatron``; ``torchtitan`` a torchtitan job config TOML,
+``perfmodel.importers.torchtitan``; ``nemo`` a Megatron-Bridge run_config.yaml or a NeMo 1 YAML,
+``perfmodel.importers.nemo``; ``deepspeed`` a DeepSpeed config, ``perfmodel.plan.deepspeed``) into
 (model, plan keywords, lines); ``merge`` combines several, a later file's keys over an earlier's;
 ``predict(sources, cluster, **plan)`` predicts the imported job, a keyword over every file.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 from perfmodel.importers.common import Imported, ImportedModel, build_model, model_toml
 from topologies.errors import InputError
 
-FORMATS = ("hf", "megatron", "deepspeed")
+FORMATS = ("hf", "megatron", "torchtitan", "nemo", "deepspeed")
 
 
 def read(spec: str) -> Imported:
@@ -27,6 +29,12 @@ def read(spec: str) -> Imported:
     if fmt == "megatron":
         from perfmodel.importers import megatron
         return megatron.load(path)
+    if fmt == "torchtitan":
+        from perfmodel.importers import torchtitan
+        return torchtitan.load(path)
+    if fmt == "nemo":
+        from perfmodel.importers import nemo
+        return nemo.load(path)
     from perfmodel.plan.deepspeed import read_config
     read_config(path)                       # readable JSON now; its plan needs the cluster (at predict)
     return Imported("deepspeed", deepspeed=path, lines=[f"deepspeed: {path} -> its plan and policy, mapped "
