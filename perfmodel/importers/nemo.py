@@ -73,6 +73,14 @@ IGNORED = {
                      "mixed_precision.pipeline_dtype", "mixed_precision.autocast", "mixed_precision.first_last",
                      "mixed_precision.num_layers_at", "mixed_precision.fp8_wgrad"),
                     "numerics, initialisation, dtypes of storage and fusions: elementwise, " + NO_TIME),
+    **dict.fromkeys(("model.native_amp_", "model.grad_allreduce_chunk_size_mb", "model.grad_div_ar_fusion",
+                     "model.get_attention_mask_from_fusion", "model.apex_transformer_log_level",
+                     "model.gradient_as_bucket_view", "model.megatron_timer_kwargs", "model.reduce_amax",
+                     "model.fp8_e4m3", "model.fp8_hybrid", "model.use_emha", "model.ub_tp_comm_overlap_cfg",
+                     "model.fsdp_", "model.cpu_offloading_num_layers", "model.cpu_offloading_activations",
+                     "model.cpu_offloading_weights"),
+                    "NeMo 1's numerics, logging and settings used only beside another key (fp8, fsdp, "
+                    "cpu_offloading): " + NO_TIME),
     "model.activation_func": "the gated unit's function: priced as SwiGLU with gated_linear_unit, GeLU without"}
 # a YAML key -> the Megatron-LM flag(s) it means (a value: the flag takes it; None: the flag alone)
 RENAMED = {"num_moe_experts": "--num-experts", "encoder_seq_length": "--seq-length", "fp8": "--fp8-format",
@@ -97,7 +105,7 @@ PRECISIONS = {"bf16": "--bf16", "bf16-mixed": "--bf16", "16": "--fp16", "16-mixe
 SPECIAL = ("mixed_precision", "model.activation", "trainer.precision", "model.num_query_groups", "model.gated_linear_unit",
            "model.normalization", "model.optim.name", "model.optim.overlap_grad_sync",
            "model.share_embeddings_and_output_weights", "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
-           "model.tokenizer")
+           "model.tokenizer", "model.fp8", "model.cpu_offloading", "model.fsdp")
 TOKENIZERS = {"GPT2BPETokenizer": "gpt2-vocab.json"}     # NeMo 1's tokenizer.type -> Megatron's known vocabulary file
 READ = ("model", "train", "ddp", "dist", "comm_overlap", "mixed_precision", "trainer", "peft")
 
@@ -212,6 +220,17 @@ def _special(out: Imported, flat: dict, key: str, value) -> list:
         if str(value) not in PRECISIONS:
             out.refuse(key, value, " or ".join(PRECISIONS))
         return [flag] if flag else []
+    if key == "model.fp8":
+        if value is True:               # NeMo 1: a switch, its format from fp8_hybrid / fp8_e4m3
+            return ["--fp8-format", "hybrid" if flat.get("model.fp8_hybrid") else "e4m3"]
+        return ["--fp8-format", str(value)] if value else []
+    if key in ("model.cpu_offloading", "model.fsdp"):
+        if value:
+            out.refuse(key, value, "false (" + ("offloading to the CPU" if key == "model.cpu_offloading" else
+                                               "NeMo 1's PyTorch FSDP") + " is not modelled)")
+        else:
+            out.ignored(key, value, "off")
+        return []
     if key == "model.tokenizer":
         kind = value.get("type") if isinstance(value, dict) else None
         if kind not in TOKENIZERS:
