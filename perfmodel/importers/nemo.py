@@ -170,7 +170,7 @@ def from_config(cfg: dict, name: str = "nemo-model") -> Imported:
 def _key(out: Imported, flat: dict, key: str, value, words: list, keys: dict) -> None:
     """``key`` turned into Megatron arguments (``words``; ``keys``: flag -> the YAML key), or a line."""
     field = key.split(".")[-1]
-    if key == "peft":
+    if key.split(".")[0] == "peft":
         if value:
             out.refuse(key, _shown(value), "null (fine-tuning adapters are not modelled)")
         else:

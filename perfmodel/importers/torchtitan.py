@@ -320,8 +320,9 @@ def _recompute(out: Imported, flat: dict) -> None:
         out.plan["recompute"] = "full"
         out.mapped(f"{key} selective_ac_option", "1", "recompute full (every layer)")
     elif mode == "selective":
-        out.refuse("activation_checkpoint.selective_ac_option", option, "op or 1 (every N-th layer recomputed is "
-                   "not modelled)")
+        out.refuse("activation_checkpoint.selective_ac_option", option + ("" if "activation_checkpoint.selective_ac_"
+                   "option" in flat else " (torchtitan's default)"), "op or 1 (every N-th layer recomputed is not "
+                   "modelled): set [activation_checkpoint] mode and selective_ac_option")
     else:
         out.refuse("activation_checkpoint.mode", mode, "none, full or selective")
 
