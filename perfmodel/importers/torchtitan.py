@@ -138,9 +138,11 @@ def from_config(cfg: dict, name: str = "torchtitan-model") -> Imported:
             out.ignored(key, value, IGNORED_SECTIONS[section])
         elif key in IGNORED:
             out.ignored(key, value, IGNORED[key])
-        elif key.startswith("quantize.grouped_mm.") and value:
+        elif key.startswith("quantize.grouped_mm.") and key in flat.get("model.converters", []):
             out.refuse(key, value, "no grouped-GEMM converter (the experts' GEMMs in low precision alone are not "
                        "modelled: a precision covers every GEMM)")
+        elif key.startswith("quantize.grouped_mm."):
+            out.ignored(key, value, "its converter is not in model.converters")
         elif key not in USED:
             out.refuse(key, value, "a key of torchtitan's JobConfig @ v0.2.0 that this importer maps or ignores "
                        "(perfmodel.importers.torchtitan lists them)")

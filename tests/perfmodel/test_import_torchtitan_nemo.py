@@ -45,6 +45,8 @@ def test_torchtitan_defaults_and_fsdp():
     assert (ddp.plan["zero"], ddp.plan["dp"], ddp.plan["gbs"]) == (0, 8, 8)
     never = titan_config({**TITAN_8B, "parallelism": {"fsdp_reshard_after_forward": "never"}})
     assert never.plan["zero"] == 2
+    inert = titan_config({**TITAN_8B, "quantize": {"grouped_mm": {"float8": {"fqns": ["experts"]}}}})
+    assert not inert.refused     # a converter's section without the converter
 
 
 @pytest.mark.parametrize("change, refused", [
@@ -59,6 +61,8 @@ def test_torchtitan_defaults_and_fsdp():
      "pipeline_parallel_schedule ZBVZeroBubble"),
     ({"parallelism": {"tensor_parallel_degree": "two"}}, "tensor_parallel_degree two"),
     ({"nonsense": {"key": 1}}, "nonsense.key 1"),
+    ({"model": {"name": "llama3", "flavor": "8B", "converters": ["quantize.grouped_mm.float8"]},
+      "quantize": {"grouped_mm": {"float8": {"fqns": ["experts"]}}}}, "quantize.grouped_mm.float8"),
 ])
 def test_torchtitan_refusals(change, refused):
     out = titan_config({**TITAN_8B, **change})
