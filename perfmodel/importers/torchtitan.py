@@ -270,6 +270,8 @@ def _data_parallel(out: Imported, flat: dict) -> None:
         if policy not in ("default", "always", "never"):
             out.refuse("parallelism.fsdp_reshard_after_forward", policy, "default, always or never")
         p["zero"] = 2 if keep else 3
+        if "parallelism.data_parallel_replicate_degree" in flat:
+            out.ignored("parallelism.data_parallel_replicate_degree", replicate, "1: FSDP alone, no replica groups")
         dp = shard if shard > 0 else "auto"
         out.mapped("parallelism.data_parallel_shard_degree", shard,
                    f"dp {dp}{' (the ranks left)' if shard < 0 else ''}, zero {p['zero']} (FSDP2, "
