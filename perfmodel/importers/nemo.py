@@ -164,12 +164,18 @@ def from_config(cfg: dict, name: str = "nemo-model") -> Imported:
     out.lines += [_renamed(line, keys) for line in megatron.lines]
     out.refused += [_renamed(line, keys) for line in megatron.refused]
     _nemo1_gpus(out, flat)
+    if "train" in cfg:
+        out.plan["framework"] = "nemo"
+        out.lines.append("nemo: train (a Megatron-Bridge ConfigContainer) -> framework nemo (Megatron-Bridge on "
+                         "Megatron-Core)")
     return out
 
 
 def _key(out: Imported, flat: dict, key: str, value, words: list, keys: dict) -> None:
     """``key`` turned into Megatron arguments (``words``; ``keys``: flag -> the YAML key), or a line."""
     field = key.split(".")[-1]
+    if key in ("trainer.devices", "trainer.num_nodes"):
+        return                                              # the job's GPUs (_nemo1_gpus)
     if key.split(".")[0] == "peft":
         if value:
             out.refuse(key, _shown(value), "null (fine-tuning adapters are not modelled)")

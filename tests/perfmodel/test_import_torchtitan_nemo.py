@@ -101,7 +101,7 @@ def test_bridge_run_config_maps_through_megatron():
                                                                                          False)
     assert plan == {"seq": 8192, "tp": 2, "pp": 1, "cp": 2, "ep": 1, "sequence_parallel": True, "mbs": 1, "gbs": 128,
                     "compute_dtype": "bf16", "grad_dtype": "bf16", "zero": 1, "dp_overlap": True,
-                    "precision": "fp8-tensorwise", "bucket_bytes": 80000000}
+                    "precision": "fp8-tensorwise", "bucket_bytes": 80000000, "framework": "nemo"}
     assert "nemo: model.tensor_model_parallel_size 2 -> tp 2" in lines
     assert "nemo: mixed_precision bf16_with_fp8_current_scaling_mixed -> --bf16 --fp8-format hybrid --fp8-recipe " \
            "tensorwise" in lines
@@ -116,6 +116,7 @@ def test_nemo1_config():
                                                                                                  "gelu", "layernorm")
     assert plan["gpus"] == 32 and plan["schedule"] == "interleaved:3" and plan["recompute"] == "selective"
     assert (plan["zero"], plan["dp_overlap"], plan["compute_dtype"]) == (1, True, "bf16")
+    assert "framework" not in plan and not any(line.startswith("nemo: trainer.devices 8 ignored") for line in lines)
 
 
 @pytest.mark.parametrize("cfg, refused", [
