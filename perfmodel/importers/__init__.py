@@ -13,7 +13,7 @@ from __future__ import annotations
 from perfmodel.importers.common import Imported, ImportedModel, build_model, model_toml
 from topologies.errors import InputError
 
-FORMATS = ("hf", "megatron", "torchtitan", "nemo", "deepspeed")
+FORMATS = ("hf", "megatron", "deepspeed", "torchtitan", "nemo")
 
 
 def read(spec: str) -> Imported:
