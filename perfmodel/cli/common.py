@@ -95,7 +95,8 @@ def plan_args(p, sweep: bool = False) -> None:
 
 
 FROM_HELP = ("take the model and plan from another tool's file: hf:config.json (a Hugging Face config), "
-             "megatron:train.sh (a Megatron-LM launch script or argument list), deepspeed:ds.json (as "
+             "megatron:train.sh (a Megatron-LM launch script or argument list), torchtitan:job.toml (a torchtitan "
+             "job config), nemo:config.yaml (a Megatron-Bridge run_config.yaml or NeMo 1 YAML), deepspeed:ds.json (as "
              "--deepspeed); repeatable, a later file over an earlier one, and a flag given on the command line "
              "over both; the mapping is printed on stderr, a key each (docs: importers.md)")
 # a predict keyword an importer gives -> the argparse dest that holds it
@@ -202,7 +203,8 @@ def _step_args(p, sweep: bool) -> None:
         p.add_argument("--recompute-modules", metavar="M,M",
                        help="with --recompute selective, the modules Megatron-Core recomputes "
                        "(--recompute-modules): " + ", ".join(RECOMPUTE_MODULES) + " (default core_attn); each "
-                       "keeps fewer activations and reruns its forward in backward (docs: 'Recompute of named modules')")
+                       "keeps fewer activations and reruns its forward in backward "
+                       "(docs: 'Recompute of named modules')")
     p.add_argument("--schedule", default="1f1b", help="gpipe, 1f1b or interleaved:V")
     p.add_argument("--compute-dtype", choices=("bf16", "fp16", "fp32"), help="default bf16 (fp16 if none)")
     p.add_argument("--precision", choices=PRECISION_NAMES,
@@ -210,8 +212,8 @@ def _step_args(p, sweep: bool) -> None:
                    "(default: the compute dtype's), fp8-delayed, fp8-tensorwise (current scaling), fp8-blockwise "
                    "(DeepSeek-V3's 1x128 / 128x128 scales), mxfp8 or nvfp4 (Blackwell); a low precision runs the "
                    "layers' GEMMs (forward, dgrad, wgrad) at its peak and pays their casts, transposes and amax "
-                   "reductions; attention (but with --fp8-attention), the embedding and the LM head stay bf16, and so do "
-                   "the activations; "
+                   "reductions; attention (but with --fp8-attention), the embedding and the LM head stay bf16, "
+                   "and so do the activations; "
                    "MFU is reported against the bf16 peak and the precision's own (perfmodel catalog precisions; "
                    "a GPU without the precision's peak refuses it)")
     p.add_argument("--routing", help="a MoE layer's routing: balanced (every expert its fair share), capacity:F "

@@ -18,11 +18,13 @@ perfmodel predict --from hf:config.json --from megatron:train.sh --cluster dgx-h
 def add_import(sub) -> None:
     p = sub.add_parser("import", help="another tool's config as a model TOML and plan flags",
                        description="Read a Hugging Face config.json, a Megatron-LM launch script or argument list, "
-                       "or a DeepSpeed config: print how each key maps (or why it is ignored or refused), the "
+                       "a torchtitan job config, a NeMo / Megatron-Bridge YAML, or a DeepSpeed config: print how "
+                       "each key maps (or why it is ignored or refused), the "
                        "plan as perfmodel flags, and write the model as a model TOML.",
                        epilog=IMPORT_EPILOG, formatter_class=RAW)
     p.add_argument("sources", nargs="+", metavar="FORMAT:PATH",
-                   help="hf:config.json, megatron:train.sh (or megatron:'--num-layers 32 ...'), deepspeed:ds.json; "
+                   help="hf:config.json, megatron:train.sh (or megatron:'--num-layers 32 ...'), torchtitan:job.toml, "
+                   "nemo:config.yaml, deepspeed:ds.json; "
                    "a later file's keys over an earlier one's")
     p.add_argument("--toml", metavar="FILE.toml", help="write the model TOML there (for --model FILE.toml)")
     p.add_argument("--json", action="store_true", help="model keys, plan keywords and the lines as JSON")

@@ -37,7 +37,7 @@ class ImportedModel(ModelSpec):
 class Imported:
     """One import: the format, the model-file keys and plan keywords it gave, and its lines."""
 
-    fmt: str                                      # hf, megatron, deepspeed
+    fmt: str                                      # hf, megatron, torchtitan, nemo, deepspeed
     model: dict = field(default_factory=dict)     # model-file keys (perfmodel.workload), possibly some only
     plan: dict = field(default_factory=dict)      # predict keywords: tp, pp, mbs, gbs, precision, ...
     lines: list = field(default_factory=list)     # "fmt: KEY VALUE -> what" / "... ignored (why)"

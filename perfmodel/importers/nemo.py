@@ -99,12 +99,14 @@ RECIPES = {"bf16_mixed": ["--bf16"], "fp16_mixed": ["--fp16"],
            "bf16_with_fp8_subchannel_scaling_mixed": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
            "bf16_with_mxfp8_mixed": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
            "bf16_with_nvfp4_mixed": ["--bf16", "--fp4-format", "e2m1"]}
-NEMO1_ACTIVATIONS = {"gelu": [], "swiglu": ["--swiglu"], "fast-swiglu": ["--swiglu"], "squared-relu": ["--squared-relu"]}
+NEMO1_ACTIVATIONS = {"gelu": [], "swiglu": ["--swiglu"], "fast-swiglu": ["--swiglu"],
+                     "squared-relu": ["--squared-relu"]}
 PRECISIONS = {"bf16": "--bf16", "bf16-mixed": "--bf16", "16": "--fp16", "16-mixed": "--fp16", "32": None}
 # keys whose meaning is not their name's flag (``_special``): a line shows the flags they give
-SPECIAL = ("mixed_precision", "model.activation", "trainer.precision", "model.num_query_groups", "model.gated_linear_unit",
-           "model.normalization", "model.optim.name", "model.optim.overlap_grad_sync",
-           "model.share_embeddings_and_output_weights", "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
+SPECIAL = ("mixed_precision", "model.activation", "trainer.precision", "model.num_query_groups",
+           "model.gated_linear_unit", "model.normalization", "model.optim.name", "model.optim.overlap_grad_sync",
+           "model.share_embeddings_and_output_weights", "ddp.grad_reduce_in_fp32",
+           "mixed_precision.grad_reduce_in_fp32",
            "model.tokenizer", "model.fp8", "model.cpu_offloading", "model.fsdp")
 TOKENIZERS = {"GPT2BPETokenizer": "gpt2-vocab.json"}     # NeMo 1's tokenizer.type -> Megatron's known vocabulary file
 READ = ("model", "train", "ddp", "dist", "comm_overlap", "mixed_precision", "trainer", "peft")
