@@ -63,7 +63,12 @@ class Parser(argparse.ArgumentParser):
             text = "unknown"
         self.add_argument("--version", action="version", version=f"%(prog)s (commpress) {text}")
 
+    also_required = ""      # an argument argparse cannot require (it may come another way), named with the rest
+
     def error(self, message):
+        lead = "the following arguments are required: "
+        if self.also_required and message.startswith(lead):
+            message = lead + self.also_required + ", " + message[len(lead):]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 

@@ -26,15 +26,28 @@ def _parser() -> Parser:
     p = Parser(prog="perfmodel", description="Predict the step time of LLM training with compressed "
                "communication, and the collectives it is made of.", epilog=EPILOG, formatter_class=RAW)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    p.commands = sub
     for add, _ in _SUBCOMMANDS.values():
         add(sub)
     return p
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _model_required(parser, argv)
+    args = parser.parse_args(argv)
     COMMANDS[args.command](args)
     return 0
+
+
+def _model_required(parser, argv: list) -> None:
+    """--model is not argparse-required (``--from`` may give the model): where neither is on the command
+    line of a command that takes them, argparse's missing-arguments line names it first."""
+    command = parser.commands.choices.get(argv[0]) if argv else None
+    given = any(a.split("=", 1)[0] in ("--model", "--from") for a in argv)
+    if command is not None and getattr(command, "takes_model", False) and not given:
+        command.also_required = "--model (or --from FORMAT:PATH)"
 
 
 def entry() -> None:

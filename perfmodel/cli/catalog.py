@@ -26,7 +26,8 @@ def add_catalog(sub) -> None:
 def codec_catalog(gpus: tuple) -> dict:
     """The published codec kernel measurements (catalog/codec_kernels.toml) and every kernel's cost on each
     of ``gpus``: {"measurements": [...], "costs": {gpu: [...]}}."""
-    from perfmodel.compression.kernels import codec_kernels, kernel_costs
+    from perfmodel.compression.kernel_costs import kernel_costs
+    from perfmodel.compression.kernels import codec_kernels
 
     return {"measurements": [c.to_dict() for c in codec_kernels()],
             "costs": {g: [k.to_dict() for k in kernel_costs(g)] for g in gpus}}

@@ -70,6 +70,7 @@ batch_size, microbatch_size = bounded("gbs"), bounded("mbs")
 
 def cluster_args(p) -> None:
     """--model, --cluster and the job's size (--gpus or --nodes)."""
+    p.takes_model = True      # perfmodel.cli names --model among the missing arguments (it may come from --from)
     p.add_argument("--model", help="catalog model (perfmodel catalog models) or a model TOML path (or from --from)")
     p.add_argument("--from", dest="sources", action=FromAction, metavar="FORMAT:PATH", default=[],
                    help=FROM_HELP)

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from perfmodel.compression import compile_spec
-from perfmodel.compression.kernels import codec_kernels, device_kernels, kernel_costs, load_cells
+from perfmodel.compression.kernel_costs import kernel_costs
+from perfmodel.compression.kernels import codec_kernels, device_kernels, load_cells
 from perfmodel.devices import device
 from topologies.errors import InputError
 
