@@ -27,7 +27,7 @@ and recompute (``perfmodel.explore.sweep.candidate_plans``): where one is faster
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from perfmodel.axes import AXES
 from perfmodel.compression.policy import PRESETS, parse_policy
@@ -157,7 +157,7 @@ def _option(base, r, regime: RegimeError) -> Option:
                  breakdown=dict(r.breakdown))
     if verdict == "pays":
         return opt
-    return Option(**{**asdict(opt), "why_not": why_not(base, r, opt)})
+    return replace(opt, why_not=why_not(base, r, opt))
 
 
 def _verdict(speedup: float, band: tuple, fits: bool) -> str:
@@ -177,7 +177,7 @@ def why_not(base, r, opt: Option) -> str:
     if not opt.axes:
         return "it compresses no axis that moves bytes in this plan"
     reasons = []
-    if opt.steps_inflation >= 1 + MIN_GAIN and opt.speedup_to_target < 0.98 * opt.speedup:
+    if opt.steps_inflation >= 1 + MIN_GAIN and opt.speedup_to_target < (1 - MIN_GAIN) * opt.speedup:
         warm = f", {opt.warmup:.0%} warm-up" if opt.warmup else ""
         reasons.append(f"the steps its error adds (x {opt.steps_inflation:.3f}{warm}) "
                        + (f"eat the step's {opt.speedup:.3f}x" if opt.speedup >= 1 + MIN_GAIN else
@@ -223,8 +223,6 @@ def _overlapped(plan: dict, axes) -> bool:
 def _with_breakeven(options: list[Option], model, cluster, request, opts) -> list[Option]:
     """The best lossy option that does not pay gains the codec throughput at which it would reach
     ``TARGET_SPEEDUP`` per step (what would change the answer)."""
-    from dataclasses import replace
-
     from perfmodel.explore.breakeven import breakeven
 
     for i, o in enumerate(options):
