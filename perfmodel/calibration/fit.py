@@ -134,14 +134,27 @@ def fit_tiers(records: list[dict], cluster: str) -> tuple[dict, dict, dict]:
     return protocols, primitives, report
 
 
+def tier_keys(feats: list[dict]) -> tuple[list, list]:
+    """(step keys, bandwidth keys) of the tier fit's columns: a bandwidth per (class, primitive[@pair]),
+    a step latency per (class, primitive) shared by its ``@pair`` variant."""
+    beta_keys = sorted({k for f in feats for k in f})
+    return sorted({(c, p.removesuffix(PAIR)) for c, p in beta_keys}), beta_keys
+
+
+def tier_design_matrix(feats: list[dict], step_keys: list, beta_keys: list) -> np.ndarray:
+    """The tier fit's design: a row per record, columns base, steps per step key, seconds at full link
+    bandwidth per bandwidth key (``_fit_shared_steps``; perfmodel.calibration.userfiles reuses it)."""
+    return np.array([[1.0] + [sum(v[0] for (c, p), v in f.items() if (c, p.removesuffix(PAIR)) == k)
+                              for k in step_keys] + [f.get(k, [0.0, 0.0])[1] for k in beta_keys] for f in feats]
+                    ).reshape(len(feats), 1 + len(step_keys) + len(beta_keys))
+
+
 def _fit_shared_steps(feats: list[dict], times) -> tuple[float, dict]:
     """(base s, {(class, primitive): {step_us, bw_fraction}}): ``t = base + sum of step x steps +
     beta x bytes / bandwidth``, with one step latency per primitive shared by its ``@pair``
     variant (only the bandwidth differs between a pair of hosts and larger groups)."""
-    beta_keys = sorted({k for f in feats for k in f})
-    step_keys = sorted({(c, p.removesuffix(PAIR)) for c, p in beta_keys})
-    design = np.array([[1.0] + [sum(v[0] for (c, p), v in f.items() if (c, p.removesuffix(PAIR)) == k)
-                                for k in step_keys] + [f.get(k, [0.0, 0.0])[1] for k in beta_keys] for f in feats])
+    step_keys, beta_keys = tier_keys(feats)
+    design = tier_design_matrix(feats, step_keys, beta_keys)
     times = np.asarray(times)
 
     def residual(x):

@@ -458,7 +458,7 @@ def tier_design(records: list[dict], cluster: str, keys: dict | None = None):
     """(design, the records it prices, keys) of the tier fit, as ``fit._fit_shared_steps`` builds them: columns base,
     a step latency per (class, primitive), seconds at full link bandwidth per (class, primitive[@pair])
     (``keys``: these columns, as another set of records gave them)."""
-    from perfmodel.calibration.fit import PAIR_MIN_BYTES, _features, phases_of
+    from perfmodel.calibration.fit import PAIR_MIN_BYTES, _features, phases_of, tier_design_matrix, tier_keys
     from perfmodel.compression import compile_spec
 
     rows = [r for r in records if r["kind"] == "collective" and compile_spec(r["compressor"]).is_none
@@ -468,12 +468,8 @@ def tier_design(records: list[dict], cluster: str, keys: dict | None = None):
             if not (any(p.endswith(PAIR) for _, p in f) and r["size_bytes"] < PAIR_MIN_BYTES)] \
         or list(range(len(rows)))
     feats = [feats[i] for i in keep]
-    beta = keys["beta"] if keys else sorted({k for f in feats for k in f})
-    step = keys["step"] if keys else sorted({(c, p.removesuffix(PAIR)) for c, p in beta})
-    design = np.array([[1.0] + [sum(v[0] for (c, p), v in f.items() if (c, p.removesuffix(PAIR)) == k) for k in step]
-                       + [f.get(k, [0.0, 0.0])[1] for k in beta] for f in feats]).reshape(len(feats), 1 + len(step)
-                                                                                          + len(beta))
-    return design, [rows[i] for i in keep], {"step": step, "beta": beta}
+    step, beta = (keys["step"], keys["beta"]) if keys else tier_keys(feats)
+    return tier_design_matrix(feats, step, beta), [rows[i] for i in keep], {"step": step, "beta": beta}
 
 
 def _fitted_vector(profile: dict, keys: dict) -> np.ndarray:
