@@ -1,6 +1,7 @@
 """Cluster catalog: TOML files inside the package, or a user's TOML path.
 
-A name ``BASE:key=value,...`` is a variant of a catalog cluster or file (``topologies.variants``).
+A name ``BASE:key=value,...`` is a variant of a catalog cluster or file (``topologies.variants``);
+``nccl-topo:DUMP.xml[:key=value,...]`` is a node read from an NCCL topology dump (``topologies.nccl_topo``).
 A cluster file has the top-level keys of ``TOP_KEYS``; ``[node]`` and ``[fabric]``
 each name a ``builder`` and give exactly that builder's keyword arguments (unknown
 or missing keys are refused with the list of allowed ones); ``[sources]`` maps a key
@@ -16,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from topologies import bounds, variants
+from topologies import bounds, nccl_topo, variants
 from topologies.clikit import file_format
 from topologies.errors import InputError
 from topologies.fabrics import FABRIC_BUILDERS
@@ -112,6 +113,8 @@ def _int_arg(args: dict, key: str, default: int, low: int, high: int) -> int:
 def _read(name_or_path: str) -> tuple[dict, str]:
     if name_or_path.startswith("emulated:"):
         return emulated_spec(name_or_path), name_or_path
+    if name_or_path.startswith(f"{nccl_topo.PREFIX}:"):     # an NCCL topology dump (topologies.nccl_topo)
+        return nccl_topo.spec_of(name_or_path), name_or_path
     base, sep, options = name_or_path.partition(":")
     if sep and not Path(name_or_path).exists():       # a variant: BASE:key=value,... (topologies.variants)
         spec, origin = load_spec(base)

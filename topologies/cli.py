@@ -1,15 +1,32 @@
-"""``topologies``: list, show, export and draw the clusters of the catalog (or a TOML file)."""
+"""``topologies``: list, show, export and draw the clusters of the catalog (or a TOML file); import a
+cluster from an NCCL topology dump (``topologies.nccl_topo``)."""
 from __future__ import annotations
 
-from topologies.catalog import catalog_names, load_spec
-from topologies.clikit import Parser, check_gpu, check_writable, dump_json, run, table
+import argparse
+import sys
+from pathlib import Path
+
+from topologies import nccl_topo
+from topologies.catalog import catalog_names, load_spec, validate_spec
+from topologies.clikit import Parser, atomic_write, check_gpu, check_writable, dump_json, run, table
 from topologies.cluster import build_cluster
 from topologies.describe import describe
 from topologies.errors import InputError
 from topologies.export import FORMATS, export
 from topologies.units import Bps_to_GBps
 
-CLUSTER_HELP = "a catalog name (see 'topologies list') or the path of a cluster TOML file"
+CLUSTER_HELP = ("a catalog name (see 'topologies list'), the path of a cluster TOML file, or "
+                "nccl-topo:DUMP.xml[:nodes=N,...] (an NCCL topology dump: topologies import --help)")
+IMPORT_EPILOG = """examples:
+  NCCL_TOPO_DUMP_FILE=topo.xml all_reduce_perf -b 8 -e 8 -g 8      (any NCCL job writes the dump)
+  topologies import nccl-topo:topo.xml --nodes 16
+  topologies import nccl-topo:topo.xml:fabric=fat-tree,oversubscription=2 --nodes 64 -o mycluster.toml
+
+then: perfmodel predict --cluster nccl-topo:topo.xml:nodes=16 ... (or --cluster mycluster.toml)
+keys after the file: nodes, fabric (rail-optimized, fat-tree, single-switch, ...), gpu (a GPU catalog key, where
+the dump's sm and PCI id do not say it), transport (rdma, socket), sharp (true, false), nics and nic_Gbps (where
+the dump lists no NIC), and any argument of the node or fabric builder (radix, link_Gbps, latency_us, ...)
+"""
 
 
 def _parser() -> Parser:
@@ -31,7 +48,22 @@ def _parser() -> Parser:
             s.add_argument("-o", "--output", required=True, help="file to write (atomically)")
         if name == "draw":
             s.add_argument("-o", "--output", required=True, help="PNG file to write")
+    _add_import(sub)
     return p
+
+
+def _add_import(sub) -> None:
+    text = ("read an NCCL topology dump (NCCL_TOPO_DUMP_FILE) and a fabric description: print how each key maps "
+            "(or why it is ignored or refused) and the cluster; -o writes it as a cluster TOML")
+    s = sub.add_parser("import", help="a cluster from an NCCL topology dump", description=text,
+                       epilog=IMPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("source", metavar="nccl-topo:FILE[:key=value,...]",
+                   help="the dump NCCL wrote, then the fabric description (keys below)")
+    s.add_argument("--nodes", type=int, help="number of nodes the cluster has (the dump is one); default 1")
+    s.add_argument("--fabric", help="the network between the nodes: a fabric builder (rail-optimized, fat-tree, "
+                   "single-switch, ...); default rail-optimized with a NIC per GPU, else fat-tree")
+    s.add_argument("-o", "--output", help="write the cluster TOML there (for --cluster FILE.toml)")
+    s.add_argument("--json", action="store_true", help="the cluster spec and the lines as JSON")
 
 
 def _list(args) -> None:
@@ -76,6 +108,38 @@ def _show(args) -> None:
                  else "not measured (the cut is inside one NVLink domain)"))
 
 
+def _import(args) -> None:
+    """``topologies import nccl-topo:FILE``: the lines, the cluster, and its TOML where -o names a file."""
+    if not args.source.startswith(f"{nccl_topo.PREFIX}:"):
+        raise InputError("source", args.source, f"{nccl_topo.PREFIX}:FILE[:key=value,...] (an NCCL topology dump)")
+    if args.output:
+        check_writable(args.output)
+    path, options = nccl_topo.split_name(args.source)
+    for key, value in (("nodes", args.nodes), ("fabric", args.fabric)):
+        if value is not None:
+            if key in options:
+                raise InputError(key, value, f"given once: {key}={options[key]} is in {args.source}")
+            options[key] = str(value)
+    try:
+        result = nccl_topo.import_dump(path, options)
+    except InputError as err:
+        for line in getattr(err, "refused", ()):
+            print(line, file=sys.stderr)
+        raise
+    spec = validate_spec(dict(result.spec))
+    check_gpu(spec["gpu"])
+    if args.output:
+        atomic_write(args.output, lambda h: h.write(result.toml(Path(args.output).stem).encode()))
+    if args.json:
+        print(dump_json({"spec": spec, "lines": result.lines}))
+        return
+    print("\n".join(result.lines))
+    node = spec["node"]
+    print(f"cluster: {spec['default_nodes']} nodes x {node['gpus']} {spec['gpu']}, node {node['builder']}, "
+          f"{node['nics']} x {node['nic_Gbps']:g} Gb/s NICs, fabric {spec['fabric']['builder']}"
+          + (f"; written to {args.output}" if args.output else " (-o FILE.toml writes it)"))
+
+
 PICTURES = (".png", ".svg", ".pdf")
 
 
@@ -94,6 +158,8 @@ def main(argv=None) -> int:
     elif args.command == "export":
         check_writable(args.output)
         print(export(_cluster(args), args.output, args.format))
+    elif args.command == "import":
+        _import(args)
     elif args.command == "draw":
         from topologies.draw import draw  # matplotlib loads only when drawing
 
