@@ -39,8 +39,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from perfmodel.importers.common import NO_TIME, Imported, bounded_eval, read_text, show
-from perfmodel.importers.shell import read_args, unset_names
+from perfmodel.importers.common import NO_TIME, UNSET_RE, Imported, bounded_eval, read_text, show
+from perfmodel.importers.shell import read_script, unset_names
 
 MODEL_INTS = {"--num-layers": "num_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
               "--num-attention-heads": "num_heads", "--seq-length": "seq_len", "--num-experts": "num_experts",
@@ -76,7 +76,12 @@ USED = ("--group-query-attention", "--num-query-groups", "--kv-channels", "--swi
         "--moe-flex-dispatcher-backend", "--ddp-bucket-size", "--fp8-param-gather", "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy", "--overlap-param-gather", "--disable-bias-linear", "--add-bias-linear",
         "--max-position-embeddings", "--tokenizer-type", "--tokenizer-model", "--hybrid-layer-pattern",
-        "--quick-geglu", "--softmax-type", "--megatron-fsdp-grad-comm-dtype")
+        "--quick-geglu", "--softmax-type", "--megatron-fsdp-grad-comm-dtype", "--cp-comm-type")
+# flags that take no value: an unset variable after one is a word of its own (it expands to none)
+SWITCHES = (*PLAN_FLAGS, "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
+            "--moe-pad-expert-input-to-capacity", "--multi-latent-attention", "--fp8-param-gather",
+            "--use-megatron-fsdp", "--overlap-param-gather", "--disable-bias-linear", "--add-bias-linear",
+            "--quick-geglu")
 UNSET_WHY = {"ARITHMETIC": "a value: $((...)) of integers and + - * / only (this one is not evaluated)",
              "COMMAND": "a value: a command substitution $(...) is not run"}
 PATHS = ("--vocab-file", "--tokenizer-model", "--tokenizer-type")     # unset there: absent
@@ -90,6 +95,7 @@ IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log",
                             "--merge-file", "--num-workers", "--no-mmap-bin-files", "--tiktoken",
                             "--no-create-attention-mask", "--eval-", "--train-iters", "--train-samples",
                             "--num-dataset-builder", "--dataloader-type", "--reset-", "--eod-mask-loss",
+                            "--sft", "--per-split-data-args-path",
                             "--seed", "--distributed-timeout-minutes", "--distributed-backend"),
                            "data, evaluation and the run's length: " + NO_TIME),
            **dict.fromkeys(("--lr", "--min-lr", "--decoupled-", "--weight-decay", "--start-weight-decay",
@@ -105,7 +111,8 @@ IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log",
            **dict.fromkeys(("--rotary-", "--position-embedding-type", "--no-position-embedding", "--rope-",
                             "--mscale", "--norm-epsilon", "--apply-layernorm-1p", "--qk-layernorm",
                             "--attention-dropout", "--hidden-dropout", "--no-rope-fusion", "--init-model-with-meta",
-                            "--use-rotary-position-embeddings", "--glu-linear-offset", "--activation-func-clamp-value"),
+                            "--use-rotary-position-embeddings", "--glu-linear-offset", "--activation-func-clamp-value",
+                            "--enable-gpt-oss"),
                            "positions, norms' numerics and dropout: elementwise, " + NO_TIME),
            **dict.fromkeys(("--use-mcore-models", "--transformer-impl", "--attention-backend", "--use-flash-attn",
                             "--moe-grouped-gemm", "--moe-permute-fusion", "--cross-entropy-loss-fusion",
@@ -115,8 +122,11 @@ IGNORED = {**dict.fromkeys(("--log", "--tensorboard", "--wandb", "--timing-log",
                             "--fsdp-double-buffer", "--no-persist-layer-norm", "--bias-",
                             "--moe-use-legacy-grouped-gemm", "--disable-tp-comm", "--tp-comm-",
                             "--fsdp-manual-registration", "--disable-bf16-reduced-precision-matmul", "--spec",
-                            "--megatron-fsdp-main-grads-dtype"),
+                            "--megatron-fsdp-main-grads-dtype", "--export-force-local-attention",
+                            "--export-te-mcore-model", "--export-default-te-spec"),
                            "the fused kernels --kernels fused assumes, or the host's housekeeping"),
+           "--modelopt-enabled": "ModelOpt's model builder, the same layers: megatron/post_training; its "
+                                 "quantization recipe, --export-quant-cfg, is refused",
            **dict.fromkeys(("--step-batch-size-schedule", "--rampup-batch-size"),
                            "a batch ramp-up: the prediction is the step at --global-batch-size")}
 TOKENIZER_VOCAB = {"gpt2-vocab.json": 50257}     # GPT-2's BPE (HF gpt2 config.json vocab_size)
@@ -131,7 +141,11 @@ def load(spec: str) -> Imported:
     arguments themselves where ``spec`` starts with ``--``)."""
     text, name = (spec, "megatron-model") if spec.lstrip().startswith("--") else \
         (read_text("megatron", spec), Path(spec).stem)
-    return from_args(read_args(text), name).check(spec if len(spec) < 80 else spec[:77] + "...")
+    words, script = read_script(text)
+    out = from_args(words, name, script.sourced)
+    out.lines[:0] = [f"megatron: ${var} {value} -> from the environment (the script does not set it)"
+                     for var, value in script.from_env.items()]
+    return out.check(spec if len(spec) < 80 else spec[:77] + "...")
 
 
 def groups(words: list[str]) -> dict[str, list[str]]:
@@ -146,19 +160,29 @@ def groups(words: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def from_args(words: list[str], name: str = "megatron-model") -> Imported:
-    """An Imported of Megatron arguments (refusals collected: ``Imported.check``)."""
+def from_args(words: list[str], name: str = "megatron-model", sourced: tuple = ()) -> Imported:
+    """An Imported of Megatron arguments (refusals collected: ``Imported.check``); ``sourced``: the files
+    the script sources (not read: named where a variable is unset)."""
     flags, out = groups(words), Imported("megatron", name=name)
+    hint = f" (it sources {', '.join(sourced)}, which is not read); set it in the environment" if sourced else \
+        "; set it in the environment"
+    unset_words = [n for w in words for n in unset_names(w) if not w.startswith("--")]
+    if not flags and unset_words:
+        out.refuse("arguments", " ".join(f"${n}" for n in unset_words), f"Megatron flags: the script passes "
+                   f"variables it does not set{hint}")
+        return out
     if not flags:
         out.refuse("arguments", "", "a launch script running a *.py with Megatron flags, or the flags themselves")
         return out
+    _standalone(out, words, flags)
     for flag, values in flags.items():
         unset = [n for v in values for n in unset_names(v)]
         if unset and flag in PATHS:
             out.ignored(flag, f"${unset[0]}", "a path the script leaves to its caller")
             continue
         if unset and _known(flag) and not _ignored(flag):
-            out.refuse(flag, f"${unset[0]}", UNSET_WHY.get(unset[0], f"a value: the script does not set {unset[0]}"))
+            out.refuse(flag, f"${unset[0]}", UNSET_WHY.get(unset[0], f"a value: the script does not set "
+                                                                    f"{unset[0]}{hint}"))
         elif flag in MODEL_INTS:
             _int(out, flag, values, out.model, MODEL_INTS[flag])
         elif flag in PLAN_INTS:
@@ -177,6 +201,19 @@ def from_args(words: list[str], name: str = "megatron-model") -> Imported:
         _plan(out, flags)
         _unsaid(out, flags)
     return out
+
+
+def _standalone(out: Imported, words: list[str], flags: dict) -> None:
+    """Unset variables standing alone in the arguments (before the first flag, or after a flag that takes no
+    value: ``--use-distributed-optimizer ${EXTRA_ARGS}``): they expand to no words, as bash's do; a line each."""
+    lead = words[:next((k for k, w in enumerate(words) if w.startswith("--")), len(words))]
+    names = [n for w in lead for n in unset_names(w)]
+    for flag in SWITCHES:
+        if flag in flags and flags[flag] and all(unset_names(v) and not UNSET_RE.sub("", v) for v in flags[flag]):
+            names += [n for v in flags[flag] for n in unset_names(v)]
+            flags[flag] = []
+    for name in names:
+        out.lines.append(f"megatron: ${name} (not set) -> no arguments (an unset variable expands to none)")
 
 
 def _unsaid(out: Imported, flags: dict) -> None:
@@ -420,6 +457,7 @@ def _plan(out: Imported, flags: dict) -> None:
         p["dp_overlap"] = False
         out.lines.append("megatron: --overlap-grad-reduce absent -> dp_overlap false (Megatron's default)")
     _schedule(out, flags)
+    _cp_comm(out, flags)
     _precision(out, flags)
     _recompute(out, flags)
     _dispatcher(out, flags)
@@ -444,6 +482,19 @@ def _schedule(out: Imported, flags: dict) -> None:
     if virtual is not None and virtual > 1:
         out.plan["schedule"] = f"interleaved:{virtual}"
         out.lines.append(f"megatron: virtual pipeline stages {virtual} -> schedule interleaved:{virtual}")
+
+
+def _cp_comm(out: Imported, flags: dict) -> None:
+    """``--cp-comm-type``: p2p (Megatron's default, every layer) is the K/V ring the model prices; a2a,
+    allgather and a2a+p2p are refused."""
+    kinds = flags.get("--cp-comm-type")
+    if kinds is None:
+        return
+    if kinds and set(kinds) == {"p2p"}:
+        out.ignored("--cp-comm-type", " ".join(kinds), "p2p: the key-value ring context parallelism is priced as")
+    else:
+        out.refuse("--cp-comm-type", " ".join(kinds), "p2p (the K/V ring; a2a, allgather and a2a+p2p are not "
+                   "modelled)")
 
 
 def _precision(out: Imported, flags: dict) -> None:

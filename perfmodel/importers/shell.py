@@ -5,15 +5,20 @@ comments, ``NAME=value`` and ``export NAME=value`` (``${NAME:-default}``, ``$((a
 ``NAME=( ... )`` and ``NAME+=( ... )`` expanded by ``${NAME[@]}`` (an element "--flag value" split in
 two, as an unquoted expansion splits it), and ``if`` / ``elif`` / ``else`` / ``fi`` on ``[ ]`` and
 ``[[ ]]`` tests of strings (``==``, ``=``, ``!=``, ``-n``, ``-z``, ``||``, ``&&``), and ``case WORD in
-PATTERN) ... ;; esac`` (glob patterns, ``a|b``). A variable the script
-does not set (a positional ``$1``, the environment) expands to ``UNSET`` marks: a test sees it empty,
-as bash does; a flag whose value holds one is refused naming the variable. The arguments are those
-after the first ``*.py`` of the first line that runs one (``torchrun ... pretrain_gpt.py ...``); a
-file without such a line is an argument list itself.
+PATTERN) ... ;; esac`` (glob patterns, ``a|b``). A variable the script does not set is the
+environment's, as bash has it (``TP=8 perfmodel import megatron:train.sh``; ``Script.from_env`` lists
+them); one neither sets (a positional ``$1``, a file it ``source``s: not read, ``Script.sourced``)
+expands to an ``UNSET`` mark: a test sees it empty, as bash does; a flag whose value holds one is
+refused naming the variable. A command substitution (``$(...)``, backquotes) is not run: its mark is
+``COMMAND``. The arguments are those after the first ``*.py`` of the first line that runs one
+(``torchrun ... pretrain_gpt.py ...``, also inside a command kept in a variable, ``CMD="python
+pretrain_gpt.py $ARGS"``), where flags or unset variables follow it; a file without such a line is
+an argument list itself.
 """
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 
@@ -22,6 +27,7 @@ from perfmodel.importers.common import UNSET, UNSET_RE, bounded_eval
 _VAR = re.compile(r"\$(?:\{(\w+)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|(\w+))")
 _ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")     # $((...)), two levels of (...)
 _PATTERN = re.compile(r"^\(?\s*([^()=\s][^()=]*?)\s*\)(.*)$")     # a case branch: PATTERN) [statement]
+_SOURCE = re.compile(r"^(?:source|\.)\s+\S")       # source FILE / . FILE
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?(\w+)(\+?=)(.*)$", re.S)
 
 
@@ -33,28 +39,35 @@ def unset_names(text: str) -> list[str]:
 class Script:
     """The variables, arrays and launch arguments of one script (module doc)."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, env: dict | None = None):
         self.vars: dict[str, str] = {}
         self.arrays: dict[str, list[str]] = {}
         self.args: list[str] | None = None
+        self.env = dict(os.environ if env is None else env)
+        self.from_env: dict[str, str] = {}       # the environment's variables the script read
+        self.sourced: list[str] = []             # the files it sources (not read)
         self._run(_logical_lines(text))
 
     def expand(self, text: str) -> str:
         """``text`` with ``$((...))``, ``$NAME``, ``${NAME}``, ``${NAME:-default}`` and ``${NAME[@]}``
         replaced (an array by its elements quoted for shlex; an unset name by its UNSET mark)."""
-        text = re.sub(r"\$\(([^()]*)\)", lambda m: UNSET.format("COMMAND"), text) if "$(" in text and \
-            "$((" not in text else text
+        while "$(" in text and "$((" not in text and re.search(r"\$\([^()]*\)", text):   # innermost first
+            text = re.sub(r"\$\(([^()]*)\)", UNSET.format("COMMAND").replace("\\", "\\\\"), text)
+        text = re.sub(r"`[^`]*`", UNSET.format("COMMAND"), text)
         text = _VAR.sub(self._one, text)
         return _ARITH.sub(lambda m: _arith(m.group(1)), text)
 
     def _one(self, m) -> str:
         name, array, default = m.group(1) or m.group(4), m.group(2), m.group(3)
         if array:
-            return " ".join(shlex.quote(e) for e in self.arrays.get(name, []))
+            return " ".join(_quote(e) for e in self.arrays.get(name, []))
         if name in self.arrays:
-            return shlex.quote(self.arrays[name][0]) if self.arrays[name] else ""
+            return _quote(self.arrays[name][0]) if self.arrays[name] else ""
         if name in self.vars and (self.vars[name] or default is None):
             return self.vars[name]
+        if name in self.env and not name.isdigit() and (self.env[name] or default is None):
+            self.from_env[name] = self.env[name]
+            return self.env[name]
         if default is not None:
             return " ".join(_words(self.expand(default)))
         return UNSET.format(name)
@@ -98,6 +111,10 @@ class Script:
                 i = self._statement(line.removesuffix(";;").strip() if cases[-1] is not None else line, lines, i)
 
     def _statement(self, line: str, lines: list[str], i: int) -> int:
+        if _SOURCE.match(line):
+            words = _words(self.expand(line.split(None, 1)[1]))
+            self.sourced.append(UNSET_RE.sub(r"$\1", words[0]) if words else "")
+            return i
         m = _ASSIGN.match(line)
         if m and m.group(3).lstrip().startswith("("):
             body = m.group(3).lstrip()[1:]
@@ -116,10 +133,14 @@ class Script:
         return i
 
     def _launch(self, words: list[str]) -> None:
-        """The arguments after the first ``*.py`` of ``words`` (the first such with flags after it)."""
+        """The arguments after the first ``*.py`` of ``words`` (the first such with flags, or variables the
+        script does not set, after it; a quoted command, ``sh -c "python x.py ..."``, looked into)."""
+        if self.args is None and len(words) > 1 and any(" " in w and ".py" in w for w in words):
+            words = [part for w in words for part in (_words(w) if " " in w and ".py" in w else [w])]
         scripts = [k for k, w in enumerate(words) if w.endswith(".py")]
-        if self.args is None and scripts and any(w.startswith("--") for w in words[scripts[0] + 1:]):
-            self.args = _split_flags(words[scripts[0] + 1:])
+        after = words[scripts[0] + 1:] if scripts else []
+        if self.args is None and any(w.startswith("--") or UNSET_RE.fullmatch(w) for w in after):
+            self.args = _split_flags(after)
 
     def _test(self, text: str) -> bool:
         """A ``[ ]`` / ``[[ ]]`` string test (unset variables empty, as bash has them)."""
@@ -135,12 +156,18 @@ class Script:
         return False
 
 
-def read_args(text: str) -> list[str]:
+def read_args(text: str, env: dict | None = None) -> list[str]:
     """The training arguments of a launch script, or of an argument list (module doc)."""
-    script = Script(text)
+    return read_script(text, env)[0]
+
+
+def read_script(text: str, env: dict | None = None) -> tuple[list[str], Script]:
+    """The training arguments of a launch script or an argument list, and the Script read (its
+    ``from_env`` and ``sourced``)."""
+    script = Script(text, env)
     if script.args is not None:
-        return script.args
-    return _split_flags([w for line in _logical_lines(text) for w in _words(script.expand(line))])
+        return script.args, script
+    return _split_flags([w for line in _logical_lines(text) for w in _words(script.expand(line))]), script
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -175,6 +202,12 @@ def _words(text: str, keep_quotes: bool = False) -> list[str]:
         return list(lex)
     except ValueError:                 # an unclosed quote: the words before it
         return text.split("#", 1)[0].split()
+
+
+def _quote(word: str) -> str:
+    """``word`` as one shlex word, bare where it needs no quotes (so that ``"${ARGS[@]}"``, inside double
+    quotes, keeps no quote characters: an unset mark or a flag is bare)."""
+    return word if word and not re.search(r"[\s'\"\\#;&|<>()`$]", word) else shlex.quote(word)
 
 
 def _split_flags(words: list[str]) -> list[str]:

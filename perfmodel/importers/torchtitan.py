@@ -2,7 +2,9 @@
 
 The keys are torchtitan's ``JobConfig`` at pytorch/torchtitan v0.2.0 (29624e37fa,
 torchtitan/config/job_config.py; the v0.1 ``[float8]`` and ``[mx]`` sections are read as v0.2's
-``[quantize.linear.float8]`` and ``[quantize.linear.mx]``). Mapped:
+``[quantize.linear.float8]`` and ``[quantize.linear.mx]``, v0.1's ``training.compile`` as ``compile.enable``).
+The TOML job configs ended at 9810191bbb (2026-02-23: torchtitan's configs are Python since, a
+``config_registry.py`` a model, which this importer does not run). Mapped:
 
 * the model: ``[model] name`` and ``flavor`` to the catalog's shape (``FLAVORS``: llama3 8B, 70B, 405B,
   the shapes of torchtitan/models/llama3/__init__.py @ v0.2.0); another model gives no model keys (a line
@@ -50,6 +52,8 @@ IGNORED_SECTIONS = {
 IGNORED = {
     "model.hf_assets_path": "the tokenizer's and weights' folder", "model.tokenizer_path": "the tokenizer's path",
     "model.print_after_conversion": "logging: " + NO_TIME,
+    "hf_transformers.model": "a Hugging Face model id (the transformers_modeling_backend): its config.json, "
+                             "--from hf:config.json before this file, gives the model",
     **dict.fromkeys(("training.dataset", "training.dataset_path", "training.steps", "training.seed",
                      "training.deterministic", "training.max_norm"), "data, the run's length and numerics: " + NO_TIME),
     **dict.fromkeys(("training.gc_freq", "training.gc_debug"), "the host's garbage collection"),
@@ -67,7 +71,7 @@ IGNORED = {
     "activation_checkpoint.early_stop": "recomputation's early stop: " + NO_TIME,
     **dict.fromkeys(("activation_checkpoint.memory_budget", "activation_checkpoint.visualize_memory_budget_pareto"),
                     "used only with mode memory_budget"),
-    **dict.fromkeys(("compile.enable", "compile.components", "compile.backend"),
+    **dict.fromkeys(("compile.enable", "compile.components", "compile.backend", "training.compile"),
                     "torch.compile: the torchtitan profile prices PyTorch's eager layers (the step without "
                     "compile's fusion)"),
     **dict.fromkeys(("float8.filter_fqns", "float8.emulate", "float8.precompute_float8_dynamic_scale_for_fsdp",

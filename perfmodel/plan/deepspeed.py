@@ -9,7 +9,11 @@ Mapped (DeepSpeed's config reference, https://www.deepspeed.ai/docs/config-json/
   GPUs of a node -> ``hpz`` (the secondary partition inside each node; another size is refused);
 * ``fp16.enabled`` / ``bf16.enabled`` -> ``compute_dtype``;
 * ``train_micro_batch_size_per_gpu`` -> ``mbs``; ``train_batch_size`` -> ``gbs``, or
-  ``mbs x gradient_accumulation_steps x dp`` without it (both given: they must agree).
+  ``mbs x gradient_accumulation_steps x dp`` without it (both given: they must agree);
+* a value ``"auto"`` (the Hugging Face Trainer's integration fills it from the Trainer's arguments) is
+  left to the command line (``--mbs``, ``--gbs``, ``--compute-dtype``), a line each; an ``autotuning``
+  section turned on is refused (the tuner rewrites the batch and the ZeRO stage: predict the config it
+  chose); turned off, its keys are ignored.
 
 Keys that do not change a step's time in this model (optimizer and scheduler settings, logging,
 gradient clipping, other bucket sizes and ZeRO tuning knobs) are ignored and listed; any other
@@ -30,7 +34,7 @@ IGNORED = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wa
            "prescale_gradients", "gradient_predivide_factor", "dump_state", "flops_profiler", "tensorboard",
            "wandb", "csv_monitor", "comms_logger", "zero_allow_untested_optimizer", "memory_breakdown",
            "fp16.loss_scale", "fp16.initial_scale_power", "fp16.loss_scale_window", "fp16.hysteresis",
-           "fp16.min_loss_scale", "fp16.auto_cast", "bf16.immediate_grad_update",
+           "fp16.min_loss_scale", "fp16.auto_cast", "bf16.immediate_grad_update", "cuda_visible_devices",
            "zero_optimization.contiguous_gradients", "zero_optimization.allgather_partitions",
            "zero_optimization.allgather_bucket_size", "zero_optimization.reduce_scatter",
            "zero_optimization.stage3_max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
@@ -81,6 +85,12 @@ def read_config(path: str) -> dict:
 def map_config(config: dict, gpus_per_node: int, gpus: int, tp: int = 1, pp: int = 1) -> DeepSpeedPlan:
     """The plan keywords and policy items of ``config`` for a job of ``gpus`` GPUs (dp = gpus / (tp pp))."""
     flat = _flatten(config)
+    if _autotuning(flat):
+        raise InputError("deepspeed", "autotuning.enabled=true", "a config that DeepSpeed's autotuner does not "
+                         "rewrite: it runs experiments to choose the micro-batch and ZeRO stage; predict the config "
+                         "it chose (autotuning_results/.../ds_config.json), or set autotuning.enabled false")
+    auto = {k: v for k, v in flat.items() if v == "auto"}
+    flat = {k: v for k, v in flat.items() if v != "auto" and not k.startswith("autotuning.")}
     refused = [k for k in flat if k not in MAPPED and k not in IGNORED and k.split(".")[0] not in IGNORED]
     if refused:
         err = InputError("deepspeed", ", ".join(refused),
@@ -90,10 +100,19 @@ def map_config(config: dict, gpus_per_node: int, gpus: int, tp: int = 1, pp: int
         err.refused = [f"{k}={json.dumps(flat[k])}" for k in refused]
         raise err
     out = DeepSpeedPlan(ignored=sorted(k for k in flat if k not in MAPPED))
+    for key in auto:          # the HF Trainer's integration fills "auto" from its own arguments
+        _say(out, key, "auto", "left to the command line (the HF Trainer fills it from its arguments: "
+             "--mbs, --gbs, --compute-dtype give it here)")
     _precision(flat, out)
     _zero(flat, out, gpus_per_node)
     _batch(flat, out, gpus // max(1, tp * pp))
     return out
+
+
+def _autotuning(flat: dict) -> bool:
+    """Whether the config turns DeepSpeed's autotuner on (its other autotuning keys are then the tuner's)."""
+    enabled = flat.get("autotuning.enabled", False)
+    return enabled is True or (enabled == "auto")
 
 
 def _say(out: DeepSpeedPlan, key: str, value, what: str) -> None:

@@ -1,0 +1,194 @@
+"""Every example launch script and config of Megatron-LM, torchtitan and DeepSpeedExamples through ``--from``'s
+importers, tallied: imported cleanly, refused (naming the keys) or crashed (a traceback: a bug).
+
+The repositories are read from git directories (``fetch``'s mirrors, or any clone's ``.git``), never a work
+tree: each example is written to a temporary folder at its own name and read by the importer the way
+``perfmodel import FORMAT:PATH`` reads it (``perfmodel.importers.read``; a DeepSpeed config is mapped as
+``predict --deepspeed`` maps it on 8 GPUs a node, 64 GPUs). What counts as an example:
+
+* Megatron-LM: ``examples/**/*.sh`` at ``--megatron-rev`` that run a GPT-like trainer (``pretrain_gpt.py``,
+  ``pretrain_hybrid.py``, ``pretrain_mamba.py``, ``finetune_gpt.py``); the other scripts (BERT, T5,
+  multimodal, inference, conversion) are counted as out of scope;
+* torchtitan: every ``*.toml`` under ``torchtitan/`` at each of ``--torchtitan-revs`` (the TOML job configs
+  were replaced by Python config registries at 9810191bbb, 2026-02-23: the default revisions are v0.1.0,
+  v0.2.2 and that commit's parent);
+* DeepSpeedExamples: every ``*.json`` under ``training/`` whose name holds ``ds_config``, ``deepspeed`` or
+  ``zero`` at ``--deepspeed-rev``;
+* Megatron-Bridge (``--bridge``): its example and tutorial override YAMLs (``examples/**/conf/*.yaml``,
+  ``tutorials/**/conf/*.yaml``).
+
+Usage::
+
+    python scripts/import_examples.py --megatron /work/.mirror/NVIDIA+Megatron-LM/repo \\
+        --torchtitan /work/.mirror/pytorch+torchtitan/repo --deepspeed /work/.mirror/microsoft+DeepSpeedExamples/repo
+
+prints a table a file (``--markdown`` as docs/importers.md has it) and the tally a repository; ``--verbose``
+adds every refused line. Exit 1 where any example crashed.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from topologies.errors import InputError  # noqa: E402
+
+GPT_TRAINERS = re.compile(r"\b(pretrain_gpt|pretrain_hybrid|pretrain_mamba|finetune_gpt)\.py\b")
+TORCHTITAN_REVS = ("v0.1.0", "v0.2.2", "9810191bbb^")
+DS_NAMES = re.compile(r"ds_config|deepspeed|zero", re.I)
+
+
+def git(gitdir: str, *args: str) -> str:
+    return subprocess.run(["git", f"--git-dir={gitdir}", *args], check=True, capture_output=True,
+                          text=True, errors="replace").stdout
+
+
+def files(gitdir: str, rev: str) -> list[str]:
+    return git(gitdir, "ls-tree", "-r", "--name-only", rev).splitlines()
+
+
+def run_one(fmt: str, path: str) -> tuple[str, str]:
+    """(outcome, detail) of one file: ok, refused (the keys) or crashed (the exception's last line)."""
+    from perfmodel.importers import read
+    from perfmodel.plan.deepspeed import map_config, read_config
+
+    try:
+        if fmt == "deepspeed":
+            ds = map_config(read_config(path), 8, 64)
+            return "ok", f"{len(ds.mapped)} mapped, {len(ds.ignored)} ignored"
+        imported = read(f"{fmt}:{path}")
+        return "ok", f"{len(imported.lines)} lines, {len(imported.model)} model keys, {len(imported.plan)} plan keys"
+    except InputError as err:
+        if getattr(err, "refused", None):
+            return "refused", " | ".join(_key(line) for line in err.refused)
+        value = "" if str(err.value) == path else f"{err.value}: "
+        return "refused", f"{value}{err.allowed}"[:160]
+    except Exception as err:  # noqa: BLE001 -- the point: a traceback is a bug to count
+        last = traceback.format_exception_only(type(err), err)[-1].strip()
+        return "crashed", last
+
+
+def _key(line: str) -> str:
+    """The key a refusal line names (``megatron: cannot honour --foo 3: why`` -> ``--foo 3``)."""
+    line = re.sub(r"^\w+: cannot honour ", "", line)
+    return line.split(": ", 1)[0][:120]
+
+
+def megatron(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
+    out = []
+    for name in files(gitdir, rev):
+        if not (name.startswith("examples/") and name.endswith(".sh")):
+            continue
+        text = git(gitdir, "show", f"{rev}:{name}")
+        if not GPT_TRAINERS.search(text):
+            out.append(("megatron", name, "out of scope", "runs no GPT-like trainer"))
+            continue
+        out.append(("megatron", name, *run_one("megatron", _write(tmp, "megatron", name, text))))
+    return out
+
+
+def torchtitan(gitdir: str, revs: list[str], tmp: Path) -> list[tuple]:
+    out = []
+    for rev in revs:
+        for name in files(gitdir, rev):
+            if name.startswith("torchtitan/") and name.endswith(".toml"):
+                path = _write(tmp, f"torchtitan-{rev}", name, git(gitdir, "show", f"{rev}:{name}"))
+                out.append(("torchtitan", f"{rev}:{name}", *run_one("torchtitan", path)))
+    return out
+
+
+def deepspeed(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
+    out = []
+    for name in files(gitdir, rev):
+        if name.startswith("training/") and name.endswith(".json") and DS_NAMES.search(Path(name).name):
+            path = _write(tmp, "deepspeed", name, git(gitdir, "show", f"{rev}:{name}"))
+            out.append(("deepspeed", name, *run_one("deepspeed", path)))
+    return out
+
+
+def bridge(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
+    out = []
+    for name in files(gitdir, rev):
+        if re.match(r"(examples|tutorials)/.*/conf/[^/]+\.ya?ml$", name):
+            path = _write(tmp, "bridge", name, git(gitdir, "show", f"{rev}:{name}"))
+            out.append(("nemo", name, *run_one("nemo", path)))
+    return out
+
+
+def _write(tmp: Path, prefix: str, name: str, text: str) -> str:
+    path = tmp / prefix / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def tally(rows: list[tuple]) -> dict:
+    """{format: Counter of outcomes}."""
+    out: dict[str, Counter] = {}
+    for fmt, _, outcome, _ in rows:
+        out.setdefault(fmt, Counter())[outcome] += 1
+    return out
+
+
+def report(rows: list[tuple], revs: dict, markdown: bool, verbose: bool) -> str:
+    lines = []
+    if markdown:
+        lines += ["| format | file | outcome | detail |", "|---|---|---|---|"]
+        lines += [f"| `{f}` | `{n}` | {o} | {d.replace('|', '/')} |" for f, n, o, d in rows
+                  if verbose or o != "out of scope"]
+        lines += ["", "| format | snapshot | imported cleanly | refused | crashed | out of scope |",
+                  "|---|---|---|---|---|---|"]
+        for fmt, counts in tally(rows).items():
+            lines.append(f"| `{fmt}` | {revs.get(fmt, '')} | {counts['ok']} | {counts['refused']} | "
+                         f"{counts['crashed']} | {counts['out of scope']} |")
+        return "\n".join(lines)
+    for fmt, name, outcome, detail in rows:
+        if outcome != "out of scope" or verbose:
+            lines.append(f"{outcome:8s} {fmt}:{name}" + (f"  [{detail}]" if outcome != "ok" or verbose else ""))
+    for fmt, counts in tally(rows).items():
+        lines.append(f"{fmt} @ {revs.get(fmt, '')}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--megatron", metavar="GITDIR", help="NVIDIA/Megatron-LM's git directory")
+    p.add_argument("--megatron-rev", default="HEAD")
+    p.add_argument("--torchtitan", metavar="GITDIR", help="pytorch/torchtitan's git directory (with its history)")
+    p.add_argument("--torchtitan-revs", default=",".join(TORCHTITAN_REVS), help="comma-separated revisions")
+    p.add_argument("--deepspeed", metavar="GITDIR", help="microsoft/DeepSpeedExamples' git directory")
+    p.add_argument("--deepspeed-rev", default="HEAD")
+    p.add_argument("--bridge", metavar="GITDIR", help="NVIDIA-NeMo/Megatron-Bridge's git directory")
+    p.add_argument("--bridge-rev", default="HEAD")
+    p.add_argument("--markdown", action="store_true", help="tables as docs/importers.md has them")
+    p.add_argument("--verbose", action="store_true", help="every file, the clean ones' details too")
+    args = p.parse_args(argv)
+    rows, revs = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.megatron:
+            rows += megatron(args.megatron, args.megatron_rev, Path(tmp))
+            revs["megatron"] = git(args.megatron, "rev-parse", args.megatron_rev).strip()[:10]
+        if args.torchtitan:
+            found = args.torchtitan_revs.split(",")
+            rows += torchtitan(args.torchtitan, found, Path(tmp))
+            revs["torchtitan"] = ", ".join(f"{r} {git(args.torchtitan, 'rev-parse', r).strip()[:10]}" for r in found)
+        if args.deepspeed:
+            rows += deepspeed(args.deepspeed, args.deepspeed_rev, Path(tmp))
+            revs["deepspeed"] = git(args.deepspeed, "rev-parse", args.deepspeed_rev).strip()[:10]
+        if args.bridge:
+            rows += bridge(args.bridge, args.bridge_rev, Path(tmp))
+            revs["nemo"] = git(args.bridge, "rev-parse", args.bridge_rev).strip()[:10]
+    print(report(rows, revs, args.markdown, args.verbose))
+    return 1 if any(r[2] == "crashed" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
