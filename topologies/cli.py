@@ -3,7 +3,6 @@ cluster from an NCCL topology dump (``topologies.nccl_topo``)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from topologies import nccl_topo
@@ -120,12 +119,7 @@ def _import(args) -> None:
             if key in options:
                 raise InputError(key, value, f"given once: {key}={options[key]} is in {args.source}")
             options[key] = str(value)
-    try:
-        result = nccl_topo.import_dump(path, options)
-    except InputError as err:
-        for line in getattr(err, "refused", ()):
-            print(line, file=sys.stderr)
-        raise
+    result = nccl_topo.import_dump(path, options)     # every refusal at once, in one line
     spec = validate_spec(dict(result.spec))
     check_gpu(spec["gpu"])
     if args.output:

@@ -35,6 +35,7 @@ from topologies.fabrics import FABRIC_BUILDERS
 
 PREFIX = "nccl-topo"
 MAX_BYTES = 16 * 2**20   # a dump is tens of KB (NCCL's XML holds at most a few thousand nodes: xml.h MAX_SUBS)
+MAX_DEPTH = 64          # levels of elements: a PCIe tree is a few switches deep
 NVSWITCH_CLASS = "0x068000"   # NVIDIA/nccl src/graph/xml.h PCI_NVSWITCH_CLASS
 BRIDGE_CLASS = "0x060400"     # src/graph/topo.cc PCI_BRIDGE_DEVICE_CLASS: a PCIe switch port
 OWN_KEYS = ("nodes", "fabric", "gpu", "transport", "sharp")   # the rest: builder arguments (topologies.variants)
@@ -156,9 +157,15 @@ def import_dump(path: str, options: dict | None = None) -> TopoImport:
                            f"{node['nics']}x {node['nic_Gbps']:g} Gb/s NICs, {fabric['builder']} fabric"}
     spec["sources"] = dict(result.sources)
     rest = {k: v for k, v in options.items() if k not in OWN_KEYS and not (k in NIC_KEYS and not nets)}
-    result.spec = variants.apply(spec, rest, spec["name"]) if rest else spec
     for key, value in rest.items():
-        result.mapped(f"{key}={value}", f"{variants.resolve(spec, key)} {value} (given)")
+        try:
+            dotted = variants.resolve(spec, key)
+        except InputError as err:
+            raise InputError("cluster", key, f"a key of {PREFIX} ({', '.join(OWN_KEYS)}) or {err.allowed}") from None
+        result.mapped(f"{key}={value}", f"{dotted} {value} (given)")
+    result.spec = variants.apply(spec, rest, spec["name"]) if rest else spec
+    result.spec["description"] = spec["description"] + (f" [given: {', '.join(f'{k}={v}' for k, v in rest.items())}]"
+                                                        if rest else "")
     return result
 
 
@@ -191,6 +198,9 @@ def _walk(root: ET.Element, result: TopoImport) -> tuple[list[Device], list[Devi
                       "give one node's dump")
 
     def visit(elem: ET.Element, path: list) -> None:
+        if len(path) > MAX_DEPTH:
+            raise InputError(f"{PREFIX}:{result.path}", f"<{elem.tag}> {len(path)} levels deep",
+                             f"an NCCL topology dump (PCIe trees of at most {MAX_DEPTH} levels)")
         for child in elem:
             tag = child.tag
             if tag == "gpu":
@@ -271,15 +281,14 @@ def _pcie(attrs: dict, what: str, result: TopoImport, say: bool = True) -> float
     except (IndexError, ValueError):
         speed = None
     width = _int(attrs.get("link_width"), 16) or 16
-    if speed not in PCIE_X16:
-        result.refuse(f"{what} link_speed {text!r}", "a PCIe rate NCCL writes (2.5 to 64.0 GT/s PCIe)")
-        return 1.0
-    gen, x16 = PCIE_X16[speed]
+    unknown = speed not in PCIE_X16     # NCCL takes a rate it does not know as 8 GT/s (topo.cc kvDictPciGen)
+    gen, x16 = PCIE_X16[8.0 if unknown else speed]
     rate = round(x16 * width / 16, 3)
     if say:
         result.mapped(f"{what} link_speed {text} link_width {attrs.get('link_width')}",
                       f"pcie_GBps {rate:g} (PCIe {gen} x{width}" + (", width 0 taken as 16 as NCCL does" if
-                      attrs.get("link_width") == "0" else "") + ")")
+                      attrs.get("link_width") == "0" else "") + (", an unknown rate taken as 8 GT/s as NCCL does"
+                                                                 if unknown else "") + ")")
     return rate
 
 
@@ -355,8 +364,8 @@ def _mesh_node(gpus, gen, pcie, result) -> dict:
     rate = count * gen[1]
     result.mapped(f"nvlink GPU-to-GPU count {count} per pair",
                   f"node full_mesh, gpu_gpu_GBps {rate:g} ({count} x {gen[1]:g} GB/s NVLink {gen[0]}), tier nvlink")
-    result.sources.update({"node.gpu_gpu_GBps": f"{PREFIX} {result.path}: {count} NVLinks per GPU pair x {gen[1]:g} GB/s "
-                                           f"(docs/data/interconnect_specs.csv NVLink {gen[0]})",
+    result.sources.update({"node.gpu_gpu_GBps": f"{PREFIX} {result.path}: {count} NVLinks per GPU pair x "
+                                                f"{gen[1]:g} GB/s (docs/data/interconnect_specs.csv NVLink {gen[0]})",
                       "node.link_latency_us": NVLINK_LATENCY, "node.pcie_latency_us": PCIE_LATENCY,
                       "node.pcie_GBps": f"{PREFIX} {result.path}: the GPUs' PCIe link"})
     return {"builder": "full_mesh", "gpu_gpu_GBps": rate, "link_latency_us": 0.47, "pcie_GBps": pcie,
