@@ -79,6 +79,9 @@ def add_parser(sub, command) -> None:
                    "next to --metrics, its name with .routing.json for .jsonl; none without --metrics)")
     t.add_argument("--routing-steps", type=int, default=0, metavar="N", help="the histogram sums the last N steps "
                    "only (default 0: every step the run trains; a resumed run: those since the resume)")
+    t.add_argument("--profile", metavar="DIR", help="write PyTorch profiler traces (Chrome trace JSON, operator "
+                   "shapes recorded) of up to 5 steady steps after the warm-up, DIR/trace-rank<R>.json per rank, "
+                   "for perfmodel calibrate --from-file torch-trace:DIR (docs: calibrate-from-files.md)")
     t.add_argument("--plot", help="loss-curve PNG at the end")
     t.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -113,7 +116,7 @@ def _default_routing_out(metrics: str | None, model: str) -> str | None:
 def run_train(args) -> None:
     import sys
 
-    from realrun.train import checkpoint
+    from realrun.train import checkpoint, profiling
     from realrun.train.config import TrainConfig
     from realrun.train.launch import run_training
     from realrun.train.trainer import device_of
@@ -128,7 +131,9 @@ def run_train(args) -> None:
                       gbs=args.gbs, seq=args.seq, steps=args.steps, policy=args.policy, lr=args.lr, seed=args.seed,
                       eval_every=args.eval_every, error_every=args.error_every, threads=args.threads,
                       op_timeout_s=args.op_timeout, metrics=args.metrics, device=args.device,
-                      checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
+                      checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                      profile=args.profile)
+    profiling.check(cfg)
     device_of(cfg, 0)   # cuda without a CUDA device: one line here, not a failed rank
     if cfg.resume and checkpoint.under_elastic_launcher() and not checkpoint.written(cfg.checkpoint):
         cfg = replace(cfg, resume=False)   # torchrun's first attempt: every restart passes the same --resume

@@ -57,7 +57,7 @@ NCCL_TESTS_OPS = {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather"
                   "broadcast_perf": "broadcast", "reduce_perf": "reduce", "gather_perf": "gather",
                   "scatter_perf": "scatter"}
 LOG_KINDS = ("megatron-log", "torchtitan-log", "deepspeed-log")
-KINDS = ("nccl-tests", *LOG_KINDS)
+KINDS = ("nccl-tests", "torch-trace", *LOG_KINDS)
 # steps dropped at the start of a log: the first carries the CUDA context, NCCL communicator set-up,
 # the allocator's growth and any compilation (Megatron logs it alone for that reason, training.py
 # "We log to stdout after the first iteration ... to document initialization overhead"); DeepSpeed's
@@ -499,24 +499,33 @@ def busbw_check(user: UserFile, cluster: str, profile: dict, errors: dict) -> li
     return out
 
 
-def read_from_file(spec: str, cluster: str | None = None) -> UserFile:
-    """The records of a ``KIND:PATH`` for the fit (nccl-tests); a training log is refused here: its
-    step times check a prediction (``perfmodel check-step``), they are not fitted."""
+def read_from_file(spec: str, cluster: str | None = None, model: str | None = None,
+                   plan: dict | None = None) -> UserFile:
+    """The records of a ``KIND:PATH`` for the fit (nccl-tests; torch-trace, PyTorch profiler traces:
+    ``perfmodel.calibration.traces``, whose memory-bound fit needs ``model`` and ``plan`` where the
+    trace does not name them); a training log is refused here: its step times check a prediction
+    (``perfmodel check-step``), they are not fitted."""
     kind, path, op = split_spec(spec)
+    if kind == "torch-trace":
+        from perfmodel.calibration import traces
+
+        return traces.read(path, cluster, model, plan)
     if kind in LOG_KINDS:
         raise InputError("from-file", spec, f"nccl-tests:PATH (a {kind}'s step times check a prediction, they fit "
                          f"nothing: perfmodel check-step --log {kind}:{path} --model ... --cluster ...)")
     return read_nccl_tests(path, op, cluster)
 
 
-def calibrate(records: list[dict], cluster: str | None, specs=(), sources=()) -> tuple[dict, list, dict]:
+def calibrate(records: list[dict], cluster: str | None, specs=(), sources=(), model: str | None = None,
+              plan: dict | None = None) -> tuple[dict, list, dict]:
     """(profile, user files, tier errors): the profile ``perfmodel calibrate`` fits
     (``fit.fit_profile``) from ``records`` and the ``KIND:PATH`` files ``specs``, with the tier fit's
     standard errors under ``fits.tiers.errors`` (NaN written as None). ``cluster`` None: the one the
-    records name."""
+    records name. ``model`` and ``plan`` (``perfmodel.prediction.predict``'s keywords): what a
+    profiler trace ran, where it does not say."""
     from perfmodel.calibration.fit import fit_profile
 
-    users = [read_from_file(spec, cluster) for spec in specs]
+    users = [read_from_file(spec, cluster, model, plan) for spec in specs]
     records = list(records) + [r for u in users for r in u.records]
     cluster = cluster or next((r["cluster"] for r in records if "cluster" in r), None)
     if cluster is None:

@@ -69,6 +69,7 @@ class TrainConfig:
     checkpoint: str | None = None
     checkpoint_every: int = 0
     resume: bool = False
+    profile: str | None = None   # a folder: PyTorch profiler traces of the steady steps (realrun.train.profiling)
 
     def __getattr__(self, name: str):
         return read_through(self, name)

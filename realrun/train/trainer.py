@@ -51,7 +51,7 @@ from perfmodel.workload import load_model
 from realrun.comm import Comm
 from realrun.comm.exchange import gather_tensor
 from realrun import threads
-from realrun.train import checkpoint, rendezvous
+from realrun.train import checkpoint, profiling, rendezvous
 from realrun.train.clock import now
 from realrun.train.config import TrainConfig
 from realrun.train.context_parallel import ContextParallel
@@ -141,6 +141,11 @@ def _busiest(times: dict, device) -> dict:
 
 
 def _step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
+    with profiling.span(profiling.STEP_SPAN, cfg.profile is not None):
+        return _timed_step(cfg, run, model, opt, corpus, step)
+
+
+def _timed_step(cfg: TrainConfig, run: Run, model: GPT, opt, corpus, step: int) -> dict:
     start = now(run.device)
     model.zero_grad(set_to_none=False)
     # microbatch m of this replica: every rank of its TP group, cp group and pipeline reads the
@@ -329,6 +334,19 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     vals = [run.cp.local(b) for b in val_batches(corpus, rows=cfg.mbs, seq=cfg.seq_len, count=VAL_BATCHES)]
     metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)
     bar = _progress(cfg.steps, first) if rank == 0 else None
+    with profiling.profiler(cfg, rank, cfg.world) as prof:
+        _loop(cfg, rank, run, model, opt, corpus, vals, metrics, bar, first, prof)
+    if cfg.routing_out:
+        histogram = routing_histogram(model, run)
+        if rank == 0:
+            write_histogram(cfg, histogram, histogram_from(cfg, first))
+    return metrics.records
+
+
+def _loop(cfg: TrainConfig, rank: int, run: Run, model: GPT, opt, corpus, vals, metrics, bar, first: int,
+          prof) -> None:
+    """The steps from ``first`` on: each trained, evaluated every ``eval_every`` steps, written by
+    rank 0 and checkpointed as asked; ``prof`` (a profiler or None) told of each step's end."""
     try:
         for step in range(first, cfg.steps):
             if step == histogram_from(cfg, first):   # the histogram counts the last routing_steps steps only
@@ -346,15 +364,12 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
                     bar.update(1)
             if cfg.checkpoint and (last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0)):
                 checkpoint.save(cfg.checkpoint, cfg, rank, step + 1, model, opt, run.comms())
+            if prof is not None:
+                prof.step()
     finally:
         metrics.close()
         if bar is not None:
             bar.close()
-    if cfg.routing_out:
-        histogram = routing_histogram(model, run)
-        if rank == 0:
-            write_histogram(cfg, histogram, histogram_from(cfg, first))
-    return metrics.records
 
 
 def histogram_from(cfg: TrainConfig, first: int) -> int:
