@@ -19,8 +19,8 @@ tree: each example is written to a temporary folder at its own name and read by 
 
 Usage::
 
-    python scripts/import_examples.py --megatron /work/.mirror/NVIDIA+Megatron-LM/repo \\
-        --torchtitan /work/.mirror/pytorch+torchtitan/repo --deepspeed /work/.mirror/microsoft+DeepSpeedExamples/repo
+    python scripts/import_examples.py --megatron Megatron-LM/.git --torchtitan torchtitan/.git \\
+        --deepspeed DeepSpeedExamples/.git --bridge Megatron-Bridge/.git
 
 prints a table a file (``--markdown`` as docs/importers.md has it) and the tally a repository; ``--verbose``
 adds every refused line. Exit 1 where any example crashed.
@@ -67,7 +67,9 @@ def run_one(fmt: str, path: str) -> tuple[str, str]:
         return "ok", f"{len(imported.lines)} lines, {len(imported.model)} model keys, {len(imported.plan)} plan keys"
     except InputError as err:
         if getattr(err, "refused", None):
-            return "refused", " | ".join(_key(line) for line in err.refused)
+            keys = [_key(line) for line in err.refused]
+            more = f" | and {len(keys) - 3} more" if len(keys) > 3 else ""
+            return "refused", " | ".join(keys[:3]) + more
         value = "" if str(err.value) == path else f"{err.value}: "
         return "refused", f"{value}{err.allowed}"[:160]
     except Exception as err:  # noqa: BLE001 -- the point: a traceback is a bug to count
@@ -78,7 +80,7 @@ def run_one(fmt: str, path: str) -> tuple[str, str]:
 def _key(line: str) -> str:
     """The key a refusal line names (``megatron: cannot honour --foo 3: why`` -> ``--foo 3``)."""
     line = re.sub(r"^\w+: cannot honour ", "", line)
-    return line.split(": ", 1)[0][:120]
+    return line.split(": ", 1)[0][:60]
 
 
 def megatron(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
