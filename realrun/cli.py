@@ -11,6 +11,7 @@ from perfmodel.collectives.sweep import parse_compressors, parse_sweep
 from perfmodel.engines import engine_names
 from perfmodel.workload import load_model
 from realrun.bench import BENCH_OPS, BenchConfig, run_collectives, run_here, run_kernels, under_torchrun
+from realrun.bench.presets import annotate, describe, expand as expand_presets
 from realrun.comm.names import RUNTIME_ALGORITHMS, OP_TIMEOUT_S
 from realrun import convergence_cli, train_cli
 from realrun.compressors import Compressor
@@ -24,6 +25,7 @@ EPILOG = """examples:
       --algorithms ring,two_phase --json records.jsonl
   realrun bench alltoall --world 4 --sizes 256KiB:4MiB --compressors none,bf16,fp8,int8
   realrun bench kernels --sizes 64MiB --compressors "fp16,int8,sign,topk(0.01)"
+  realrun bench reduce_scatter --world 4 --sizes 4MiB --compressors none,sdp4bit,loco,zeropp   # presets: their specs
 """
 
 
@@ -51,7 +53,10 @@ def _parser() -> Parser:
     b.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="gloo (CPU tensors, numpy "
                    "compressors) or nccl (CUDA tensors, one GPU per rank, CuPy compressors)")
     b.add_argument("--sizes", default="1MiB:16MiB", help="SIZE, MIN:MAX (doubling) or SIZE,SIZE,...")
-    b.add_argument("--compressors", default="none,int8", help="specs separated by commas")
+    b.add_argument("--compressors", default="none,int8", help="specs separated by commas; a policy preset's "
+                   "name (loco, sdp4bit, zeropp, ...) stands for the specs it applies on the axes this op carries: "
+                   "allreduce dp and tp, reduce_scatter dp, allgather zero, alltoall ep and ep_combine, kernels "
+                   "every axis (realrun.bench.presets; records add preset and axis)")
     b.add_argument("--algorithms", default="auto", help="for allreduce: auto or " + ",".join(RUNTIME_ALGORITHMS))
     b.add_argument("--iters", type=int, default=5)
     b.add_argument("--warmup", type=int, default=1)
@@ -130,7 +135,14 @@ def _loop_parsers(sub) -> None:
                      "train --ep), ep2xdpNxdropless (the same, dropless: predicted balanced and with the routing "
                      "histogram its first run measures) and cp2xdpN/2 (context parallelism: K/V ring attention)")
     val.add_argument("--policies", metavar="LIST", help="--training: these policies instead of the "
-                     "grid's (none is always run: the speedups' baseline); perfmodel's policy grammar, separated by ;")
+                     "grid's (none is always run: the speedups' baseline); perfmodel's policy grammar, separated by ;. "
+                     "presets: every policy preset (hybrid, zeropp, ..., powersgd, loco, onebit-adam, zero-one-adam "
+                     "as zero-one-adam,var_update_scaler=1, sdp4bit), each beside none on the plan that carries the "
+                     "most of what it compresses among those realrun train runs it on (sdp4bit: dpNxzero1 on N "
+                     "hosts; the four DDP recipes: dpN; deepseek: ep2xdpN), or with --plans on every named plan; a "
+                     "plan "
+                     "realrun train refuses is skipped, its reason in the report. report.md's Presets table: "
+                     "predicted and measured speedup over none, the sign right or not, each preset's step MAPE")
     val.add_argument("--engine", choices=engine_names(), default="analytical",
                      help="--training: perfmodel's engine for the predictions (des: the discrete-event engine)")
     val.add_argument("--measured", metavar="CSV", help="predict the cases of a stored results.csv (with "
@@ -207,8 +219,11 @@ def _training_filters(args) -> None:
         if not items:
             raise InputError(name, text, f"a {sep}-separated list")
         setattr(args, name, items)
+    from realrun.validate_training import PRESETS_WORD
+
     for policy in args.policies or ():
-        parse_policy(policy)
+        if policy != PRESETS_WORD:
+            parse_policy(policy)
 
 
 def _positive(field: str, value: int, low: int = 1) -> int:
@@ -247,13 +262,16 @@ def _bench(args) -> None:
     if args.json:
         check_writable(args.json, "json")   # before measuring: results are never lost to a bad path
     check_picture(args.plot)
-    sizes, specs = _sizes(args.sizes), parse_compressors(args.compressors)
+    sizes = _sizes(args.sizes)
+    specs, origin = expand_presets(args.op, parse_compressors(args.compressors))
     _positive("iters", args.iters)
     _positive("warmup", args.warmup, 0)
     for spec in specs:
         Compressor(spec)   # one clear error for a bad spec, before any rank starts
     if args.op == "kernels":
-        records = run_kernels(sizes, specs, args.iters, args.device, args.accumulate)
+        records = annotate(run_kernels(sizes, specs, args.iters, args.device, args.accumulate), origin)
+        for line in describe(origin, args.op):
+            print(f"# {line}")
         print(table(("size", "compressor", "device", "compress_GBps", "decompress_GBps", "ratio", "max_rel_err"),
                     [_kernel_row(r) for r in records]))
     else:
@@ -265,9 +283,12 @@ def _bench(args) -> None:
         records = run_here(config) if torchrun else run_collectives(config)
         if torchrun and os.environ["RANK"] != "0":
             return
+        records = annotate(records, origin)
         world = os.environ["WORLD_SIZE"] if torchrun else args.world
         print(f"# realrun bench {args.op}: world={world} backend={args.backend} iters={args.iters} "
               f"(time = median over iterations of the slowest rank)" + (" under torchrun" if torchrun else ""))
+        for line in describe(origin, args.op):
+            print(f"# {line}")
         print(table(HEAD, [_row(r) for r in records]))
         if args.plot:
             from perfmodel.report.plots import plot_measured_collectives

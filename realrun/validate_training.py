@@ -38,6 +38,22 @@ context parallelism (``cp2xdpN``), each on all the cluster's hosts, and the rout
 ``step_predicted_vs_measured.png`` (the runs' range as error bars), ``loss_curves.png`` (one
 plan, every policy).
 
+Presets (``--policies presets``, ``PRESETS_WORD``: ``cases_for``, ``preset_cases``): every policy preset
+(``perfmodel.compression.policy.PRESETS``: hybrid, zeropp, deepseek, ..., the recipes powersgd, loco,
+onebit-adam, zero-one-adam and sdp4bit), each beside ``none`` on one plan: of the grid's and the
+``extra_plans``, the first that carries the most axes the preset compresses (``exercised``) among those
+``realrun train`` runs it on (a recipe's ``Recipe.check_zero``: sdp4bit on the ZeRO-1 plan, the four DDP
+recipes on the dp plan; deepseek on ``ep2xdpN``); with ``--plans``, on every named plan. 0/1 Adam runs as
+``zero-one-adam,var_update_scaler=1`` (``PRESET_TEXT``: the default's first 16 steps are uncompressed).
+A (plan, policy) that ``realrun train`` refuses (its ``TrainConfig``'s one line) or perfmodel does not
+predict is skipped before anything runs, its reason in the summary's ``skipped`` and report.md, never an
+error (unless nothing is left). Every row of a preset (``preset_rows``: also the default grid's hybrid,
+zeropp and mzhybrid) is in report.md's Presets table and the summary's ``presets``: predicted and
+measured speedup over ``none`` of the same plan and bandwidth, the measured one's range over the runs
+(run i of none over run i of the preset: the runs are round-robin), whether the predicted speedup is on
+the measured one's side of 1 (judged where that differs from 1 by more than ``SIGN_MARGIN``) and the
+preset's step MAPE.
+
 Routing imbalance (``ep2xdpNxdropless``, plan text ``tp1-pp1-dpN-ep2-dropless``: ``imbalance_plans``):
 the expert-parallel plan on the MoE model made dropless (``DROPLESS_MOE_MODEL``: no capacity, no
 padding), so each expert computes, and each dispatch and combine carries, what realrun's learned
@@ -69,7 +85,10 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 
+from perfmodel.axes import active_axes
 from perfmodel.calibration import tables
+from perfmodel.compression import split_top_level
+from perfmodel.compression.policy import PRESETS, parse_policy
 from perfmodel.plan.degrees import Degrees
 from perfmodel.plan.routing import of_model, parse as parse_routing, rank_shares
 from perfmodel.prediction import predict as predict_step
@@ -99,6 +118,12 @@ DROPLESS_MOE_MODEL = f"{TRAIN_MOE_MODEL}:moe_capacity_factor=0,moe_pad_to_capaci
 DROPLESS = "dropless"
 EP_PHASE = phase_of("ep")
 BALANCED = "balanced"
+PRESETS_WORD = "presets"   # --policies presets: every preset on its plan (module doc)
+# 0/1 Adam as the preset cases run it: its first 16 steps are uncompressed variance updates (zoadam.py
+# var_update_scaler 16; Recipe.modes), so a run of 7-12 steps would time none of its 1-bit steps; at 1 its
+# variance steps are 1, 2, 4 and 8, and most of a run's steady steps (from WARMUP_STEPS on) are 1-bit ones
+PRESET_TEXT = {"zero-one-adam": "zero-one-adam,var_update_scaler=1"}
+SIGN_MARGIN = 0.05   # the speedup's sign is judged where the measured speedup differs from 1 by more
 
 
 @dataclass(frozen=True)
@@ -193,15 +218,120 @@ def grid(hosts: int, quick: bool, plan_names=None, policies=None) -> list[TrainC
     """Every (bandwidth, plan, policy) of the grid on ``hosts`` ranks, optionally only
     ``plan_names`` (which may also name ``extra_plans`` and ``imbalance_plans``) and, instead of the
     grid's policies, ``policies`` (none is kept as the speedups' baseline)."""
-    bandwidths = BANDWIDTHS[:1] if quick else BANDWIDTHS
-    layouts = [(p, False) for p in plans(hosts)]
-    if plan_names:
-        layouts += [(p, False) for p in extra_plans(hosts)] + [(p, True) for p in imbalance_plans(hosts)]
-    cases = [TrainCase(*p, policy, bw, dropless=dropless) for bw in bandwidths for p, dropless in layouts
+    cases = [TrainCase(*p, policy, bw, dropless=dropless) for bw in bandwidths(quick)
+             for *p, dropless in layouts(hosts, bool(plan_names))
              for policy in (QUICK_POLICIES if quick else GRID_POLICIES)]
     if policies:
         policies = ["none", *(p for p in policies if p != "none")]
     return select(cases, plan_names, policies)
+
+
+def bandwidths(quick: bool) -> tuple[int, ...]:
+    return BANDWIDTHS[:1] if quick else BANDWIDTHS
+
+
+def layouts(hosts: int, extra: bool) -> list[tuple[Degrees, int, bool]]:
+    """(degrees, zero, dropless) of the grid's plans, with ``extra`` also ``extra_plans`` and
+    ``imbalance_plans``."""
+    out = [(*p, False) for p in plans(hosts)]
+    return out + ([(*p, False) for p in extra_plans(hosts)] + [(*p, True) for p in imbalance_plans(hosts)]
+                  if extra else [])
+
+
+def cases_for(hosts: int, quick: bool, plan_names=None, policies=None) -> tuple[list[TrainCase], list[dict]]:
+    """(the cases, the skipped): ``grid``'s, where ``policies`` holds ``PRESETS_WORD`` also every
+    preset on its plan (``preset_cases``) and only those if it holds nothing else; a case realrun
+    train refuses is skipped (``runnable``)."""
+    others = [p for p in policies or () if p != PRESETS_WORD]
+    cases = grid(hosts, quick, plan_names, others) if others or not policies else []
+    skipped: list[dict] = []
+    if PRESETS_WORD in (policies or ()):
+        found, skipped = preset_cases(hosts, bandwidths(quick), plan_names)
+        cases = list(dict.fromkeys(cases + found))
+    cases, refused = runnable(cases)
+    return cases, skipped + refused
+
+
+def preset_policies() -> list[str]:
+    """Every policy preset (``perfmodel.compression.policy.PRESETS``) as the preset cases run it
+    (``PRESET_TEXT``)."""
+    return [PRESET_TEXT.get(name, name) for name in PRESETS]
+
+
+def preset_of(policy: str) -> str | None:
+    """The preset a policy starts with (``loco``, ``zero-one-adam`` of ``zero-one-adam,var_update_scaler=1``);
+    None for ``none`` and a policy of axis items."""
+    first = split_top_level(policy)[0].strip() if policy else ""
+    return first if first in PRESETS else None
+
+
+def refusal(case: TrainCase) -> str | None:
+    """Why ``realrun train`` refuses the case (its ``TrainConfig``'s one line), None where it runs it."""
+    try:
+        case.config(QUICK_STEPS)
+    except InputError as err:
+        return str(err)
+    return None
+
+
+def runnable(cases: list[TrainCase]) -> tuple[list[TrainCase], list[dict]]:
+    """(the cases realrun train runs, the others as ``{plan, policy, reason}``)."""
+    reasons = {c: refusal(c) for c in cases}
+    return ([c for c in cases if reasons[c] is None],
+            [skip(c.name, c.policy, reasons[c]) for c in cases if reasons[c] is not None])
+
+
+def skip(plan: str, policy: str, reason: str) -> dict:
+    return {"plan": plan, "policy": policy, "reason": reason}
+
+
+def exercised(case: TrainCase) -> tuple[str, ...]:
+    """The axes the case's policy compresses that its plan carries (``perfmodel.axes.active_axes``)."""
+    cfg, policy = case.config(QUICK_STEPS), parse_policy(case.policy)
+    return tuple(a for a in active_axes(cfg, load_model(cfg.model)) if not policy.axis(a).codec.is_none)
+
+
+def preset_cases(hosts: int, rates, plan_names=None) -> tuple[list[TrainCase], list[dict]]:
+    """Every preset (``preset_policies``) at each of ``rates`` with ``none`` beside it on its plan,
+    and the presets (or, with ``plan_names``, the pairs) skipped with why (module doc)."""
+    if plan_names:
+        select([TrainCase(d, z, "none", rates[0], dropless=x) for d, z, x in layouts(hosts, True)], plan_names)
+    places = [p for p in layouts(hosts, True) if (plan_name(*p) in plan_names if plan_names else not p[2])]
+    cases, skipped = [], []
+    for policy in preset_policies():
+        chosen, why = _preset_plans(policy, places, bool(plan_names))
+        skipped += why
+        cases += [TrainCase(d, z, p, bw, dropless=x) for bw in rates for d, z, x in chosen for p in ("none", policy)]
+    order = {p: i for i, p in enumerate(places)}
+    rank = {p: i for i, p in enumerate(["none", *preset_policies()])}
+    cases = sorted(dict.fromkeys(cases), key=lambda c: (c.bandwidth, order[(c.degrees, c.zero, c.dropless)],
+                                                       rank[c.policy]))
+    return cases, skipped
+
+
+def _preset_plans(policy: str, places: list, every: bool) -> tuple[list, list[dict]]:
+    """(the plans a preset runs on, what is skipped): ``every`` plan of ``places`` realrun train runs
+    it on (each it refuses skipped), or the first that carries the most axes it compresses."""
+    scored, refused = [], []
+    for d, z, x in places:
+        case = TrainCase(d, z, policy, BANDWIDTHS[0], dropless=x)
+        reason = refusal(case)
+        if reason is not None:
+            refused.append(skip(case.name, policy, reason))
+        else:
+            scored.append((len(exercised(case)), (d, z, x)))
+    if every:
+        return [p for _, p in scored], refused
+    best = max((n for n, _ in scored), default=0)
+    if best:
+        return [next(p for n, p in scored if n == best)], []
+    if scored:
+        names = ", ".join(plan_name(*p) for _, p in scored)
+        why = f"no plan here that realrun train runs it on carries an axis it compresses ({names})"
+    else:
+        why = "realrun train refuses it on every plan here: " + "; ".join(f"{r['plan']}: {r['reason']}"
+                                                                          for r in refused)
+    return [], [skip("-", policy, why)]
 
 
 def predict(case: TrainCase, runner, calibration: str | None, steps: int, engine: str = "analytical",
@@ -484,6 +614,9 @@ def add_speedups(rows: list[dict]) -> None:
         b = base.get((r["plan"], r["bandwidth"]))
         r["predicted_speedup"] = b["predicted_step_s"] / r["predicted_step_s"] if b else None
         r["measured_speedup"] = b["measured_step_s"] / r["measured_step_s"] if b else None
+        runs = zip(b["measured_step_all_s"], r["measured_step_all_s"]) if b and len(b["measured_step_all_s"]) == \
+            len(r["measured_step_all_s"]) else ()
+        r["measured_speedup_all"] = [x / y for x, y in runs]   # run i of none over run i (round-robin: side by side)
         r["none_val_loss"] = b["val_loss"] if b else None
         if "losses" not in r:   # re-predicted from a stored run: its measured time to target stands
             r["time_to_target_s"] = r.get("stored_time_to_target_s")
@@ -493,7 +626,7 @@ def add_speedups(rows: list[dict]) -> None:
         r["time_to_target_s"] = (hit + 1) * r["measured_step_s"] if hit is not None else None
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize(rows: list[dict], skipped=()) -> dict:
     errors = [abs(r["error"]) for r in rows]
     sign_cases = [r for r in rows if r["policy"] != "none" and r["measured_speedup"] is not None
                   and abs(r["measured_speedup"] - 1) > 0.05]
@@ -516,7 +649,38 @@ def summarize(rows: list[dict]) -> dict:
             "phase_misses": phase_misses,
             "phases_checked": sum(r[f"measured_{ph}"] >= 0.1 * r["measured_step_s"]
                                   for r in rows for ph in COMPARED_PHASES),
-            "imbalance": [r for r in rows if r.get("predicted_balanced_step_s") is not None]}
+            "imbalance": [r for r in rows if r.get("predicted_balanced_step_s") is not None],
+            "presets": preset_rows(rows), "skipped": list(skipped)}
+
+
+def sign_right(r: dict) -> bool | None:
+    """Whether the predicted speedup over none is on the measured one's side of 1; None where the
+    measured speedup is within ``SIGN_MARGIN`` of 1 (or has no baseline)."""
+    m, p = r.get("measured_speedup"), r.get("predicted_speedup")
+    if m is None or p is None or abs(m - 1) <= SIGN_MARGIN:
+        return None
+    return (p - 1) * (m - 1) > 0
+
+
+def preset_rows(rows: list[dict]) -> list[dict]:
+    """Per case of a preset (``preset_of``): its plan, bandwidth, predicted and measured speedup
+    over none (the measured one's range over the runs, run i of none over run i), whether the sign is
+    right (``sign_right``), the step's error and, per preset, the MAPE over its cases (``preset_mape``)."""
+    out = []
+    for r in rows:
+        name = preset_of(r["policy"])
+        if name is None:
+            continue
+        runs = r.get("measured_speedup_all") or []
+        out.append({"preset": name, "policy": r["policy"], "plan": r["plan"], "bandwidth": r["bandwidth"],
+                    "predicted_step_s": r["predicted_step_s"], "measured_step_s": r["measured_step_s"],
+                    "error": r["error"], "predicted_speedup": r["predicted_speedup"],
+                    "measured_speedup": r["measured_speedup"], "measured_speedup_min": min(runs, default=None),
+                    "measured_speedup_max": max(runs, default=None), "sign_right": sign_right(r)})
+    for p in out:
+        mine = [abs(q["error"]) for q in out if q["preset"] == p["preset"]]
+        p["preset_mape"] = sum(mine) / len(mine)
+    return out
 
 
 def validate_training(runner, calibration: str | None, out_dir: str, quick: bool = False,
@@ -525,12 +689,17 @@ def validate_training(runner, calibration: str | None, out_dir: str, quick: bool
     """Predict, train (every case ``repeats`` runs, 1-20; ``quick`` has fewer cases, as many
     runs), compare; write the outputs into ``out_dir``; return the summary (with
     ``noise_floor``, ``flagged`` and ``repeats``). ``plans`` (names as ``plan_name`` writes them)
-    and ``policies`` narrow the grid (``grid``)."""
+    and ``policies`` narrow the grid (``cases_for``: ``presets`` there is every preset on its plan); a
+    case realrun train refuses or perfmodel does not predict is skipped, its reason in the summary's
+    ``skipped`` and the report, before anything runs."""
     check_repeats(repeats)
-    cases = cases or grid(runner.hosts, quick, plans, policies)
-    os.makedirs(out_dir, exist_ok=True)
+    cases, skipped = runnable(cases) if cases else cases_for(runner.hosts, quick, plans, policies)
     steps = steps or (QUICK_STEPS if quick else STEPS)
-    first = {c: first_prediction(c, runner, calibration, steps, engine) for c in cases}
+    first, cases = _first_predictions(cases, runner, calibration, steps, engine, skipped)
+    if not cases:
+        raise InputError("policies", policies, "a case realrun train runs and perfmodel predicts; skipped: "
+                         + "; ".join(f"{s['plan']} {s['policy']}: {s['reason']}" for s in skipped))
+    os.makedirs(out_dir, exist_ok=True)
     measured = measure(cases, runner, steps, repeats, routing_dir=out_dir)
     rows = []
     for c in cases:
@@ -541,9 +710,21 @@ def validate_training(runner, calibration: str | None, out_dir: str, quick: bool
         else:
             rows.append(row(c, first[c], measured[c]))
     add_speedups(rows)
-    summary = summarize(rows)
+    summary = summarize(rows, skipped)
     write_outputs(out_dir, rows, summary)
     return summary
+
+
+def _first_predictions(cases, runner, calibration, steps, engine, skipped: list) -> tuple[dict, list]:
+    """({case: its first prediction}, the cases predicted); a case perfmodel refuses is added to
+    ``skipped`` with its one line, before anything runs."""
+    first = {}
+    for c in cases:
+        try:
+            first[c] = first_prediction(c, runner, calibration, steps, engine)
+        except InputError as err:
+            skipped.append(skip(c.name, c.policy, f"perfmodel: {err}"))
+    return first, [c for c in cases if c in first]
 
 
 FIELDS = ("plan", "policy", "bandwidth", "predicted_step_s", "measured_step_s", "error", "predicted_speedup",
@@ -585,7 +766,28 @@ def summary_lines(s: dict) -> list[str]:
     lines.append(f"phases (>= 10% of the step) within 25%: {s['phases_checked'] - len(s['phase_misses'])}/"
                  f"{s['phases_checked']}")
     lines += [imbalance_line(r) for r in s.get("imbalance", ())]
+    presets = s.get("presets") or []
+    if presets:
+        judged = [p for p in presets if p["sign_right"] is not None]
+        mape, right = sum(abs(p["error"]) for p in presets) / len(presets), sum(p["sign_right"] for p in judged)
+        lines.append(f"presets: step MAPE {100 * mape:.1f}% over {len(presets)} cases; speedup sign right in "
+                     f"{right}/{len(judged)} where it differs from 1 by > {100 * SIGN_MARGIN:.0f}%")
+        lines += [preset_line(p) for p in presets]
+    lines += [f"skipped: {k['policy']} on {k['plan']}: {k['reason']}" for k in s.get("skipped", ())]
     return lines
+
+
+def preset_line(p: dict) -> str:
+    """One preset case: speedups predicted and measured (its runs' range), the sign, the step's error."""
+    sign = {True: "sign right", False: "sign WRONG", None: f"sign not judged (within {100 * SIGN_MARGIN:.0f}%)"}
+    return (f"  {p['policy']} on {p['plan']} at {p['bandwidth'] / MBIT:g} Mbit/s: speedup predicted "
+            f"{_fmt(p['predicted_speedup'])}, measured {_fmt(p['measured_speedup'])} ({_speedup_range(p)}), "
+            f"{sign[p['sign_right']]}; step {100 * p['error']:+.0f}% (preset MAPE {100 * p['preset_mape']:.1f}%)")
+
+
+def _speedup_range(p: dict) -> str:
+    lo, hi = p["measured_speedup_min"], p["measured_speedup_max"]
+    return "runs -" if lo is None else f"runs {lo:.2f}-{hi:.2f}"
 
 
 def imbalance_line(r: dict) -> str:
@@ -632,7 +834,31 @@ def report_md(rows: list[dict], summary: dict) -> str:
         for r in summary["imbalance"]:
             out.append(f"| {r['plan']} | `{r['policy']}` | {r['bandwidth'] / MBIT:g} | {r['routing']} | "
                        + " | ".join(f"{r[k]:.{2 if k.startswith('routing') else 3}f}" for k in numbers) + " |")
+    out += preset_section(summary)
     return "\n".join(out) + "\n"
+
+
+def preset_section(summary: dict) -> list[str]:
+    """report.md's presets table (``preset_rows``) and the cases skipped with why."""
+    out = []
+    if summary.get("presets"):
+        out += ["", "## Presets", "",
+                "Each preset against `none` on the same plan and bandwidth: speedup = none's step / the preset's; "
+                "measured: the median runs' ratio, the range run i of none over run i of the preset; sign: "
+                f"judged where the measured speedup differs from 1 by more than {100 * SIGN_MARGIN:.0f}%; "
+                "MAPE: the preset's cases' mean |error| of the step.", "",
+                "| preset | policy | plan | Mbit/s | speedup pred | speedup meas | runs | sign | predicted s "
+                "| measured s | error | preset MAPE |", "|---|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|"]
+        for p in summary["presets"]:
+            sign = {True: "right", False: "**wrong**", None: "-"}[p["sign_right"]]
+            out.append(f"| {p['preset']} | `{p['policy']}` | {p['plan']} | {p['bandwidth'] / MBIT:g} | "
+                       f"{_fmt(p['predicted_speedup'])} | {_fmt(p['measured_speedup'])} | "
+                       f"{_speedup_range(p).removeprefix('runs ')} | {sign} | {p['predicted_step_s']:.3f} | "
+                       f"{p['measured_step_s']:.3f} | {100 * p['error']:+.0f}% | {100 * p['preset_mape']:.1f}% |")
+    if summary.get("skipped"):
+        out += ["", "## Skipped", "", "| plan | policy | why |", "|---|---|---|"]
+        out += [f"| {k['plan']} | `{k['policy']}` | {k['reason']} |" for k in summary["skipped"]]
+    return out
 
 
 def _fmt(value, spec: str = ".2f") -> str:
