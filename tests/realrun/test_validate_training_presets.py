@@ -160,3 +160,18 @@ def test_preset_records_are_still_what_perfmodel_calibrate_reads():
     (out,) = annotate([rec], origin)
     assert (out["preset"], out["axis"]) == ("loco", "dp") and validate_record(out) == out
     assert annotate([dict(rec, compressor="int8")], origin)[0].get("preset") is None
+
+
+@pytest.mark.distributed
+def test_bench_runs_a_presets_specs_and_perfmodel_reads_the_records(cli, tmp_path):
+    from perfmodel.calibration.measurements import read_records
+
+    out = tmp_path / "r.jsonl"
+    proc = cli("realrun", "bench", "reduce_scatter", "--world", "2", "--sizes", "64KiB", "--compressors",
+               "none,sdp4bit,loco", "--iters", "1", "--json", str(out), check_rc=0)
+    assert "# sdp4bit -> dp=tlq(intra=8,inter=4,block=128,hadamard=32) on reduce_scatter" in proc.stdout
+    records = read_records(str(out))
+    assert [(r["compressor"], r.get("preset"), r.get("axis")) for r in records] == [
+        ("none", None, None), ("tlq(intra=8,inter=4,block=128,hadamard=32)", "sdp4bit", "dp"),
+        ("ef(int4,beta=0.8,state=int8,reset=1024)", "loco", "dp")]
+    assert all(r["wire_bytes"] < records[0]["wire_bytes"] / 2 for r in records[1:])
