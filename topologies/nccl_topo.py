@@ -431,8 +431,13 @@ def _nics(gpus, nets, node, options, result) -> None:
         result.mapped(f"nics={options['nics']} nic_Gbps={options['nic_Gbps']}", "nics, nic_Gbps (given: the dump "
                       "has no network device)")
         return
-    speeds = sorted({_int(n.attrs.get("speed"), 0) for n in nets})
     names = ",".join(n.attrs.get("name", "?") for n in nets)
+    bad = [n.attrs.get("speed") for n in nets if _int(n.attrs.get("speed", "0")) is None]
+    if bad:
+        result.refuse(f"net speed {bad[0]!r}", "a whole number of Mb/s, as NCCL writes it")
+        node.update(nics=len(nets), nic_Gbps=1.0)
+        return
+    speeds = sorted({_int(n.attrs.get("speed", "0")) for n in nets})
     if len(speeds) > 1:
         result.refuse(f"net speed {','.join(map(str, speeds))}", "every NIC port at one speed")
     mbps = speeds[0] if speeds[0] > 0 else 10000   # topo.cc ncclTopoAddNet: speed <= 0 taken as 10000 Mb/s

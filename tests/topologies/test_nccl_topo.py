@@ -116,6 +116,7 @@ def test_every_refusal_at_once(tmp_path):
     assert any("net speed 200000,400000" in r for r in err.refused)
     assert any("nvlink count per GPU 16,18" in r for r in err.refused)
     assert any("c2c" in r and "gb200-nvl72" in r for r in err.refused)
+    assert "a whole number of Mb/s" in str(_refusal(_variant(tmp_path, A100, ('speed="200000"', 'speed="fast"', 1))))
 
 
 def _mesh_dump(count_of) -> str:
@@ -160,6 +161,9 @@ def test_cli_import_writes_a_cluster_toml(cli, tmp_path):
     data = json.loads(cli("topologies", "import", f"nccl-topo:{PCIE}:fabric=single-switch", "--json",
                           check_rc=0).stdout)
     assert data["spec"]["fabric"]["builder"] == "single_switch" and data["lines"]
+    out = cli("perfmodel", "predict", "--model", "gpt3-1.3b", "--cluster", f"nccl-topo:{H100}:nodes=2", "--gpus", "16",
+              "--tp", "8", check_rc=0).stdout
+    assert "16 x h100-sxm" in out
     for args in ((f"nccl-topo:{tmp_path / 'none.xml'}",), (f"nccl-topo:{H100}:gpu=nope",), (H100,),
                  (f"nccl-topo:{H100}:nodes=2", "--nodes", "3")):
         proc = cli("topologies", "import", *args)
