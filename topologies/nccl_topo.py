@@ -96,6 +96,7 @@ class TopoImport:
         self.refused.append(f"{key}: {why}")
 
     def check(self) -> TopoImport:
+        """Itself, or InputError naming every refused key (a line each in ``refused``)."""
         if self.refused:
             err = InputError(f"{PREFIX}:{self.path}", " | ".join(self.refused),
                              "a node this importer maps (a cluster built without these would be wrong)")
@@ -170,8 +171,10 @@ def import_dump(path: str, options: dict | None = None) -> TopoImport:
 
 
 def _parse(path: str) -> ET.Element:
+    """The dump's root element, ``<system>``; one line for a file that is not one."""
     try:
-        data = Path(path).read_bytes()[:MAX_BYTES + 1]
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
     except OSError as err:
         raise InputError(PREFIX, path, f"a readable NCCL topology dump ({err.strerror})") from None
     if len(data) > MAX_BYTES:
