@@ -65,6 +65,7 @@ class Op:
     tid: object
     args: dict
     cls: str = ""        # gemm, attention, comm, optimizer or "" (classified with its ancestors)
+    size: int = 1        # operators recorded inside it, itself included (each paid the profiler's callbacks)
 
 
 @dataclass
@@ -75,6 +76,8 @@ class Step:
     attention_s: float = 0.0
     comm_s: float = 0.0
     optimizer_s: float = 0.0
+    profiler_s: float = 0.0    # what recording cost the step (a CPU trace that says its unprofiled step)
+    ops: dict = field(default_factory=dict)   # {class: operators recorded} ("" the memory-bound rest)
 
     @property
     def compute_s(self) -> float:
@@ -82,6 +85,8 @@ class Step:
 
     @property
     def memory_s(self) -> float:
+        """The rest of forward and backward: memory-bound operators and the dispatch between them
+        (what recording cost is out of every part, ``median_step``)."""
         return self.compute_s - self.gemm_s - self.attention_s
 
 
@@ -198,7 +203,8 @@ def _step_of(spans: list, ts: float) -> int | None:
 
 def _top(ops: list[Op]) -> list[Op]:
     """Each class's outermost operators: an operator whose enclosing operator has its class is
-    inside it (``_classify`` gives an enclosed operator its encloser's class)."""
+    inside it (``_classify`` gives an enclosed operator its encloser's class). Counts each
+    operator's ``size`` on the way."""
     by_thread: dict = {}
     for op in ops:
         by_thread.setdefault(op.tid, []).append(op)
@@ -210,13 +216,22 @@ def _top(ops: list[Op]) -> list[Op]:
                 stack.pop()
             if op.cls and (not stack or stack[-1].cls != op.cls):
                 out.append(op)
+            for outer in stack:
+                outer.size += 1
             stack.append(op)
     return out
 
 
 def _cpu_steps(out: Trace, spans: list, ops: list[Op]) -> None:
-    """A CPU trace: each class's outermost operators' durations per step; shapes from their dims."""
-    for op in _top(ops):
+    """A CPU trace: each class's outermost operators' durations per step, every step's operators
+    counted per class (``Step.ops``); shapes from their dims."""
+    top = _top(ops)
+    for op in ops:
+        i = _step_of(spans, op.ts)
+        if i is not None and not op.name.startswith(STEP_SPANS):
+            counts = out.steps[i].ops
+            counts[op.cls] = counts.get(op.cls, 0) + 1
+    for op in top:
         i = _step_of(spans, op.ts)
         if i is None:
             continue
@@ -283,10 +298,11 @@ def _add_shape(out: Trace, op: Op, seconds: float) -> None:
     if shape is None:
         return
     key, flops = shape
-    entry = table.setdefault(key, [0, 0.0, 0.0])
+    entry = table.setdefault(key, [0, 0.0, 0.0, 0])
     entry[0] += 1
     entry[1] += seconds
     entry[2] += flops
+    entry[3] += op.size
 
 
 def gemm_shape(name: str, dims) -> tuple[tuple, float] | None:
@@ -353,22 +369,44 @@ def _length(intervals: list) -> float:
     return sum(e - s for s, e in _union(intervals))
 
 
+def profiler_cost(trace: Trace) -> float:
+    """Seconds recording cost each operator: on a CPU trace whose metadata gives the run's
+    unprofiled step (``realrun train --profile``), the recorded steps' median excess over it spread
+    evenly over their median count of operators (the profiler's callbacks run per operator); else 0."""
+    plain = (trace.metadata or {}).get("unprofiled_step_s")
+    if trace.gpu or not isinstance(plain, (int, float)) or plain <= 0:
+        return 0.0
+    span = statistics.median(s.span_s for s in trace.steps)
+    ops = statistics.median(sum(s.ops.values()) for s in trace.steps)
+    return (span - plain) / ops if span > plain and ops else 0.0
+
+
 def median_step(trace: Trace) -> Step:
-    """The median of each of a trace's step quantities (a step of medians)."""
-    steps = trace.steps
-    return Step(*(statistics.median(getattr(s, f) for s in steps)
-                  for f in ("span_s", "gemm_s", "attention_s", "comm_s", "optimizer_s")))
+    """The median of each of a trace's step quantities (a step of medians), each part less what
+    recording its operators cost (``profiler_cost`` per operator; the total in ``profiler_s``)."""
+    steps, cost = trace.steps, profiler_cost(trace)
+
+    def part(name: str, cls: str | None = None) -> float:
+        return statistics.median(getattr(s, name) - cost * (sum(s.ops.values()) if cls is None else s.ops.get(cls, 0))
+                                 for s in steps)
+
+    step = Step(part("span_s"), part("gemm_s", "gemm"), part("attention_s", "attention"), part("comm_s", "comm"),
+                part("optimizer_s", "optimizer"))
+    step.profiler_s = cost * statistics.median(sum(s.ops.values()) for s in steps)
+    return step
 
 
 def shape_records(trace: Trace, device: str) -> list[dict]:
     """Compute records (``perfmodel.calibration.measurements``) of the trace's GEMM and attention
     shapes: per shape the mean call (its FLOPs, its seconds), as ``fit_compute`` reads realrun's."""
-    out = []
-    for (m, n, k), (calls, seconds, flops) in sorted(trace.gemms.items()):
+    out, cost = [], profiler_cost(trace)
+    for (m, n, k), (calls, seconds, flops, ops) in sorted(trace.gemms.items()):
+        seconds -= cost * ops
         if seconds > 0 and _within(m, n, k):
             out.append(make_record("compute", op="gemm", device=device, m=m, n=n, k=k, flops=flops / calls,
                                    bytes=0.0, time_s=seconds / calls, calls=calls, source=KIND))
-    for (heads, t, n, d), (calls, seconds, flops) in sorted(trace.attention.items()):
+    for (heads, t, n, d), (calls, seconds, flops, ops) in sorted(trace.attention.items()):
+        seconds -= cost * ops
         if seconds > 0 and _within(t, n, d):
             out.append(make_record("compute", op="attention", device=device, m=t, n=n, k=d, heads=heads,
                                    flops=flops / calls, bytes=0.0, time_s=seconds / calls, calls=calls, source=KIND))
@@ -380,34 +418,43 @@ def _within(*dims) -> bool:
     return all(low <= d <= high for d in dims)
 
 
-def memory_record(trace: Trace, step: Step, cluster: str, model: str, plan: dict, device: str) -> dict | None:
-    """The elementwise record of the trace's memory-bound work: perfmodel's memory-bound bytes of
-    ``model`` under ``plan`` on ``cluster`` (one step, the rank's; from two predictions at two
-    streaming rates: the seconds are bytes over the rate plus a fixed part) and the measured
-    seconds less that fixed part. None where the measured time is not above the fixed part."""
+def memory_record(step: Step, device: str, predict_with) -> dict | None:
+    """The elementwise record of a trace's memory-bound work: perfmodel's memory-bound bytes of the
+    traced job (one step, one rank; ``predict_with(calibration)`` predicts it: two predictions at two
+    streaming rates give the bytes and the fixed part, the seconds being bytes over the rate plus a
+    fixed part) and the measured seconds less that fixed part. None where the measured time is not
+    above the fixed part or the device is not in the catalog."""
     from perfmodel.calibration.profile import SCHEMA, from_profile
     from perfmodel.devices import gpu_catalog
-    from perfmodel.prediction import predict
 
-    s0 = gpu_catalog()[device].stream_Bps if device in gpu_catalog() else None
-    if s0 is None:
+    if device not in gpu_catalog():
         return None
+    s0 = gpu_catalog()[device].stream_Bps
 
     def memory_s(rate: float) -> float:
         calib = from_profile({"schema": SCHEMA, "devices": {device: {"stream_TBps": rate / 1e12}}},
                              f"<{KIND} stream>")
-        r = predict(model, cluster, gpus=plan.get("gpus"), **{k: v for k, v in plan.items() if k != "gpus"},
-                    allow_oom=True, calibration=calib)
-        return r.compute_detail["memory_bound_s"]
+        return predict_with(calib).compute_detail["memory_bound_s"]
 
     t0, t1 = memory_s(s0), memory_s(2 * s0)
     moved = 2.0 * s0 * (t0 - t1)          # bytes: t(s) = bytes / s + fixed
     fixed = 2.0 * t1 - t0
     seconds = step.memory_s - fixed
-    if moved <= 0 or seconds <= 0:
+    if moved < 1 or seconds <= 0:
         return None
-    return make_record("compute", op="elementwise", device=device, m=1, n=1, k=1, flops=0.0, bytes=moved,
+    return make_record("compute", op="elementwise", device=device, m=1, n=1, k=1, flops=0.0, bytes=round(moved),
                        time_s=seconds, source=KIND)
+
+
+def job_predictor(cluster: str, model: str, plan: dict):
+    """``predict_with(calibration)`` of ``model`` under ``plan`` (``perfmodel.prediction.predict``'s
+    keywords, ``gpus`` among them) on ``cluster``."""
+    from perfmodel.prediction import predict
+
+    def predict_with(calibration):
+        return predict(model, cluster, **plan, allow_oom=True, calibration=calibration)
+
+    return predict_with
 
 
 def read(path: str, cluster: str | None, model: str | None = None, plan: dict | None = None):
@@ -435,6 +482,10 @@ def read(path: str, cluster: str | None, model: str | None = None, plan: dict | 
         out.missing.append("no GEMM with its input dims (record_shapes=True): the GEMM table is not fitted")
     if not any(t.attention for t in traces):
         out.missing.append("no attention operator (scaled_dot_product / flash attention) with its dims")
+    for t in traces:
+        if not t.gpu and "unprofiled_step_s" not in (t.metadata or {}):
+            out.missing.append(f"{os.path.basename(t.path)}: a CPU trace without the run's unprofiled step: its "
+                               "operators' times include the profiler's own cost (realrun train --profile records it)")
     return out
 
 
@@ -442,13 +493,14 @@ def _memory(out, trace: Trace, cluster: str, device: str, model: str | None, pla
     """Add the trace's memory-bound record, or say why there is none."""
     meta = trace.metadata or {}
     model = model or meta.get("model")
-    plan = plan or ({**meta["plan"], "gpus": meta.get("world", 1)} if "plan" in meta else None)
+    if plan is None and "plan" in meta:
+        plan = {**meta["plan"], "gpus": meta.get("world", 1)}
     name = os.path.basename(trace.path)
     if model is None or plan is None:
-        out.missing.append(f"{name}: no model and plan (realrun train --profile writes them; give --model and the "
-                           "plan flags): the memory-bound streaming rate is not fitted")
+        out.missing.append(f"{name}: no model and plan (realrun train --profile writes them; give --model or --from, "
+                           "and --plan): the memory-bound streaming rate is not fitted")
         return
-    record = memory_record(trace, median_step(trace), cluster, model, plan, device)
+    record = memory_record(median_step(trace), device, job_predictor(cluster, model, plan))
     if record is None:
         out.missing.append(f"{name}: its memory-bound time is not above perfmodel's fixed kernel time for "
                            "that work: the streaming rate is not fitted")
@@ -460,4 +512,5 @@ def _step_dict(trace: Trace, step: Step) -> dict:
     """The median step's parts, seconds (what ``perfmodel calibrate`` prints per trace)."""
     return {"file": os.path.basename(trace.path), "steps": len(trace.steps), "gpu": trace.gpu,
             "step_s": step.span_s, "gemm_s": step.gemm_s, "attention_s": step.attention_s,
-            "memory_s": step.memory_s, "comm_s": step.comm_s, "optimizer_s": step.optimizer_s}
+            "memory_s": step.memory_s, "comm_s": step.comm_s, "optimizer_s": step.optimizer_s,
+            "profiler_s": step.profiler_s}

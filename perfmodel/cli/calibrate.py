@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from perfmodel.cli.common import RAW
+from perfmodel.cli.common import RAW, FromAction
 from topologies.clikit import atomic_write, check_writable, dump_json, table
 from topologies.errors import InputError
 
@@ -13,6 +13,10 @@ CALIBRATE_EPILOG = """examples:
   perfmodel collective allreduce --cluster emulated:hosts=4,bandwidth=1gbit --size 64MiB \
       --compressor none,int8 --calibration profile.json
   perfmodel calibrate --from-file nccl-tests:all_reduce_perf.txt --cluster dgx-h100 -o h100.json
+  realrun train --model gpt-tiny --steps 10 --profile traces/
+  perfmodel calibrate --from-file torch-trace:traces/ --cluster emulated:hosts=1 -o cpu.json
+  perfmodel calibrate --from-file torch-trace:rank0.json.gz --from torchtitan:llama3_8b.toml --gpus 8 \
+      --cluster dgx-h100 -o h100.json
 """
 CHECK_EPILOG = """examples:
   perfmodel check-step --log megatron-log:train.log --model llama3-8b --cluster dgx-h100 --gpus 8 --tp 1 \
@@ -39,7 +43,18 @@ def add_calibrate(sub) -> None:
                      "nccl-tests:OUT.json (its -J JSON); nccl-tests.OP:PATH names the op where the file does not "
                      "(allreduce, reduce_scatter, alltoall are fitted); repeatable. What the file did not contain "
                      "is said a line each; a file with nothing usable is refused naming its line. Training logs "
-                     "(megatron-log, torchtitan-log, deepspeed-log) check a prediction: perfmodel check-step")
+                     "(megatron-log, torchtitan-log, deepspeed-log) check a prediction: perfmodel check-step. "
+                     "torch-trace:PATH: PyTorch profiler traces (Chrome trace JSON, .json.gz too; a folder: every "
+                     "rank's), GEMM and attention time per shape and the memory-bound work's streaming rate")
+    cal.add_argument("--model", help="torch-trace: the traced job's model, where the trace does not name it "
+                     "(realrun train --profile's do): catalog name or TOML (or from --from)")
+    cal.add_argument("--from", dest="sources", action=FromAction, metavar="FORMAT:PATH", default=[],
+                     help="torch-trace: the traced job's model and plan from its config (as predict's --from: "
+                     "hf:, megatron:, torchtitan:, nemo:, deepspeed:)")
+    cal.add_argument("--gpus", type=int, help="torch-trace: GPUs of the traced job")
+    cal.add_argument("--plan", type=plan_items, default={}, metavar="KEY=VALUE,...",
+                     help="torch-trace: the traced job's plan as predict's Python keywords (tp=2,pp=1,mbs=1,"
+                     "gbs=64,seq=4096,...), over --from's")
     cal.add_argument("-o", "--output", required=True, help="the profile to write (JSON, atomically; only once "
                      "every fitted value is within its declared bound, as perfmodel checks a profile it reads)")
     cal.add_argument("--cluster", help="cluster the collective records ran on, where a record does not name it "
@@ -58,7 +73,8 @@ def run_calibrate(args) -> None:
         raise InputError("records", None, "realrun bench JSON Lines files or --from-file KIND:PATH")
     check_writable(args.output, "output")
     records = [r for path in args.records for r in read_records(path)]
-    profile, users, errors = calibrate(records, args.cluster, args.from_file, args.records)
+    model, plan = traced_job(args)
+    profile, users, errors = calibrate(records, args.cluster, args.from_file, args.records, model, plan)
     cluster = profile["fits"]["cluster"]
     atomic_write(args.output, lambda h: h.write(json.dumps(profile, indent=1).encode()))
     if args.json:
@@ -69,18 +85,59 @@ def run_calibrate(args) -> None:
     for u in users:
         say_file(u)
     print(table(("fitted", "value", "fit"), summary(profile) + error_rows(errors)))
-    print()
-    print(table(("cluster", "algorithm", "size", "measured_s", "fitted_s", "residual"), worst_residuals(profile),
-                title="# largest residuals of the tier fit (all are in the profile under fits)"))
+    residuals = worst_residuals(profile)
+    if residuals:
+        print()
+        print(table(("cluster", "algorithm", "size", "measured_s", "fitted_s", "residual"), residuals,
+                    title="# largest residuals of the tier fit (all are in the profile under fits)"))
     for u in users:
         say_busbw(u, cluster, profile, errors)
+
+
+def plan_items(text: str) -> dict:
+    """``--plan tp=2,mbs=4,schedule=1f1b``: predict's keywords, numbers as numbers."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError("plan", text, "KEY=VALUE,... with predict's keywords (tp=2,mbs=4,seq=2048)")
+        value = value.strip()
+        out[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def traced_job(args) -> tuple[str | None, dict | None]:
+    """(model, plan keywords) of a user's traced job from --model/--from, --gpus and --plan (None, None:
+    none given; a realrun trace names its own)."""
+    fields = {k: v for k, v in getattr(args, "from_fields", {}).items() if k != "deepspeed"}
+    plan = {**fields, **args.plan, **({"gpus": args.gpus} if args.gpus else {})}
+    if args.model is None and not plan:
+        return None, None
+    if args.model is None:
+        raise InputError("model", None, "the traced job's model (--model or --from) with --plan/--gpus")
+    return args.model, plan
 
 
 def say_file(user) -> None:
     """What a user file was and, a line each, what it did not contain."""
     a = user.about
+    if user.kind == "torch-trace":
+        say_trace(user)
+        return
     print(f"# {user.path}: {len(user.records)} {a['op']} rows on {a['world']} ranks, {a.get('hosts') or '?'} host(s), "
           f"{', '.join(a.get('devices') or ['device not named'])}")
+    for line in user.missing:
+        print(f"# {user.path}: {line}")
+
+
+def say_trace(user) -> None:
+    """A profiler trace's median step, per trace file, and what the traces did not contain."""
+    rows = [(s["file"], s["steps"], "gpu" if s["gpu"] else "cpu", *(f"{s[k]:.4f}" for k in
+             ("step_s", "gemm_s", "attention_s", "memory_s", "comm_s", "optimizer_s", "profiler_s")))
+            for s in user.about["steps"]]
+    print(table(("trace", "steps", "timed", "step_s", "gemm_s", "attention_s", "memory_s", "comm_s", "optimizer_s",
+                 "profiler_s"),
+                rows, title=f"# {user.path}: the median step of each trace ({len(user.records)} compute records)"))
     for line in user.missing:
         print(f"# {user.path}: {line}")
 

@@ -5,7 +5,12 @@ Every rank writes ``DIR/trace-rank<R>.json`` (Chrome trace JSON, ``torch.profile
 ``export_chrome_trace``): CPU operators with their input shapes (``record_shapes``) over the
 steps after the first ``WARMUP_STEPS`` (first-call allocations and numba compiles are no part of
 the steady step; ``torch.profiler.schedule``: the warm-up steps waited, one more step warming the
-profiler up, then up to ``ACTIVE_STEPS`` recorded). Each step's training work is one
+profiler up, then up to ``ACTIVE_STEPS`` recorded, at most half the steps left: the rest run
+unprofiled). Recording costs every operator the profiler's callbacks (on this machine's CPU a
+small GPT's step took 1.5-2.5 times as long recorded), so the steps after the recorded ones run
+unprofiled and their median step (``unprofiled_step_s``, seconds) joins the metadata at the end
+of the run: ``perfmodel.calibration.traces`` takes the difference out of the memory-bound work,
+where the many small operators carry it. Each step's training work is one
 ``commpress.step`` span (the step's passes, reductions and optimizer step; evaluation falls
 outside it); the optimizer step is torch's own ``Optimizer.step#<class>.step`` span, as in any
 PyTorch job's trace. The trace's ``commpress`` metadata is the run's configuration and
@@ -38,20 +43,44 @@ def trace_path(folder: str, rank: int) -> str:
 
 def check(cfg: TrainConfig) -> None:
     """A run that cannot be profiled is one line before any rank starts: the steps must outlast
-    the warm-up and the profiler's own warm-up step, and the folder must take files."""
+    the warm-up and the profiler's own warm-up step and leave one recorded and one unprofiled
+    step, and the folder must take files."""
     if cfg.profile is None:
         return
-    if cfg.steps < WARMUP_STEPS + 2:
-        raise InputError("steps", cfg.steps, f"at least {WARMUP_STEPS + 2} with --profile (the first {WARMUP_STEPS} "
-                         "are warm-up, one warms the profiler up, the rest are recorded)")
+    if cfg.steps < WARMUP_STEPS + 3:
+        raise InputError("steps", cfg.steps, f"at least {WARMUP_STEPS + 3} with --profile (the first {WARMUP_STEPS} "
+                         "are warm-up, one warms the profiler up, then steps recorded and as many unprofiled)")
     os.makedirs(cfg.profile, exist_ok=True)
     if not os.access(cfg.profile, os.W_OK):
         raise InputError("profile", cfg.profile, "a folder this process can write")
 
 
 def active_steps(cfg: TrainConfig) -> int:
-    """How many steps the trace records."""
-    return min(ACTIVE_STEPS, cfg.steps - WARMUP_STEPS - 1)
+    """How many steps the trace records: at most ``ACTIVE_STEPS``, and at most half the steps after
+    the warm-ups (the rest run unprofiled)."""
+    return max(1, min(ACTIVE_STEPS, (cfg.steps - WARMUP_STEPS - 1) // 2))
+
+
+def unprofiled(cfg: TrainConfig) -> range:
+    """The steps after the recorded ones (unprofiled)."""
+    return range(WARMUP_STEPS + 1 + active_steps(cfg), cfg.steps)
+
+
+def add_unprofiled(cfg: TrainConfig, rank: int, records: list[dict]) -> None:
+    """Write the median step of the run's unprofiled steps after the recorded ones into the
+    rank's trace (``unprofiled_step_s``; ``records``: each step's ``step`` and ``step_s``, the
+    slowest rank's step as every rank has it)."""
+    import statistics
+
+    path = trace_path(cfg.profile, rank)
+    steps = [r["step_s"] for r in records if r["step"] in unprofiled(cfg)]
+    if not steps or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    data[METADATA_KEY]["unprofiled_step_s"] = statistics.median(steps)
+    data[METADATA_KEY]["unprofiled_steps"] = len(steps)
+    atomic_write(path, lambda h: h.write(json.dumps(data).encode()))
 
 
 def metadata(cfg: TrainConfig, rank: int, world: int) -> dict:

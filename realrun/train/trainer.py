@@ -335,7 +335,9 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     metrics = Metrics(cfg.metrics if rank == 0 else None, keep_before=first)
     bar = _progress(cfg.steps, first) if rank == 0 else None
     with profiling.profiler(cfg, rank, cfg.world) as prof:
-        _loop(cfg, rank, run, model, opt, corpus, vals, metrics, bar, first, prof)
+        steps = _loop(cfg, rank, run, model, opt, corpus, vals, metrics, bar, first, prof)
+    if prof is not None:
+        profiling.add_unprofiled(cfg, rank, steps)
     if cfg.routing_out:
         histogram = routing_histogram(model, run)
         if rank == 0:
@@ -344,9 +346,11 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
 
 
 def _loop(cfg: TrainConfig, rank: int, run: Run, model: GPT, opt, corpus, vals, metrics, bar, first: int,
-          prof) -> None:
+          prof) -> list[dict]:
     """The steps from ``first`` on: each trained, evaluated every ``eval_every`` steps, written by
-    rank 0 and checkpointed as asked; ``prof`` (a profiler or None) told of each step's end."""
+    rank 0 and checkpointed as asked; ``prof`` (a profiler or None) told of each step's end.
+    Returns every step's number and time (``step``, ``step_s``) as this rank has them."""
+    steps = []
     try:
         for step in range(first, cfg.steps):
             if step == histogram_from(cfg, first):   # the histogram counts the last routing_steps steps only
@@ -354,6 +358,7 @@ def _loop(cfg: TrainConfig, rank: int, run: Run, model: GPT, opt, corpus, vals, 
                     if block.moe is not None:
                         block.moe.load = None
             record = _step(cfg, run, model, opt, corpus, step)
+            steps.append({"step": step, "step_s": record["step_s"]})
             last = step == cfg.steps - 1
             evaluate_now = cfg.eval_every and (step % cfg.eval_every == 0 or last)
             record["val_loss"] = evaluate(run, model, vals) if evaluate_now else None
@@ -370,6 +375,7 @@ def _loop(cfg: TrainConfig, rank: int, run: Run, model: GPT, opt, corpus, vals, 
         metrics.close()
         if bar is not None:
             bar.close()
+    return steps
 
 
 def histogram_from(cfg: TrainConfig, first: int) -> int:
