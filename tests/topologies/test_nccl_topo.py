@@ -41,6 +41,22 @@ def test_dgx_dumps_map_to_the_catalog_clusters_parameters(dump, catalog):
     assert spec["fabric"] == expected["fabric"]
 
 
+def test_a_vm_dump_of_b200_reads_as_dgx_b200(tmp_path):
+    """In a VM NVML hides the NVSwitches: NCCL writes one row per GPU to ``fffffff:ff:ff.0``, assumed an NVSwitch
+    (xml.cc ncclTopoGetXmlFromGpu)."""
+    text = Path(H100).read_text().replace('sm="90"', 'sm="100"').replace('device="0x2330"', 'device="0x2901"')
+    rows = [line for line in text.splitlines(keepends=True) if "<nvlink" in line]
+    for row in rows:
+        text = text.replace(row, row.replace('target="0000:0a:00.0" count="5"', 'target="fffffff:ff:ff.0" count="18"')
+                            if "0000:0a:00.0" in row else "", 1)
+    path = tmp_path / "b200.xml"
+    path.write_text(text)
+    spec = import_dump(str(path)).spec
+    expected = load_spec("dgx-b200")[0]
+    assert spec["gpu"] == "b200" and spec["node"] == expected["node"]
+    assert {k: v for k, v in expected["fabric"].items() if k != "sharp"} == spec["fabric"]
+
+
 def test_dgx_a100_lines_say_every_key():
     lines = "\n".join(import_dump(A100).lines)
     assert "gpu a100-sxm-80gb (PCI ID 10de:20b2" in lines
