@@ -90,7 +90,13 @@ def plan_args(p, sweep: bool = False) -> None:
     if not sweep:
         _output_args(p)
     _option_args(p)
-    for action in p._actions:          # which flags the command line gives: they win over --from
+    track_given(p)
+
+
+def track_given(p) -> None:
+    """Every action of ``p`` records its dest when the command line gives it (``explicit``): such a flag
+    wins over --from, wherever it stands."""
+    for action in p._actions:
         if action.dest not in ("help", "sources"):
             action.__class__ = _tracked(type(action))
 
@@ -193,8 +199,9 @@ def _stage_split_args(p) -> None:
 
 
 def _step_args(p, sweep: bool) -> None:
-    p.add_argument("--gbs", type=batch_size, required=sweep,
-                   help=f"global batch size in sequences ({bounds.describe('gbs')}; default mbs x dp)")
+    p.add_argument("--gbs", type=batch_size,
+                   help=f"global batch size in sequences ({bounds.describe('gbs')}; " + ("required, unless --from "
+                   "gives it)" if sweep else "default mbs x dp)"))
     p.add_argument("--seq", type=int, help="sequence length (default the model's)")
     p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
     p.add_argument("--recompute", default="none",

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
+import sys
 
-from perfmodel.cli.common import LIBRARY_HELP, RAW, batch_size, bounded
+from perfmodel.cli.common import FROM_HELP, LIBRARY_HELP, RAW, FromAction, batch_size, bounded, track_given
 from perfmodel.explore.executors import EXECUTORS
 from perfmodel.report.text import plan_text
 from topologies import bounds
@@ -19,6 +20,9 @@ SEARCH_EPILOG = """examples:
       --tokens 1e12 --gpu-hour-price dgx-a100=1.8,dgx-h100=3.0 --pareto --plot cost.png
   perfmodel search --model gpt3-13b --cluster dgx-h100 --nodes 16 --gbs 512 \
       --cluster-grid "gpus_per_node=4,8 nic_Gbps=100,200,400 oversubscription=1,2" --tokens 300e9
+  perfmodel search --from hf:config.json --from megatron:train.sh --cluster dgx-h100 --gpus 256
+      (the model, the batch, the sequence, the precision and dtypes, ZeRO, recompute and the schedule from
+      the files; the degrees and the microbatch are what the search varies)
   perfmodel search --model gpt3-1.3b --cluster dgx-a100 --gpus 32 --gbs 256 --executor dask --workers 2 \
       --stream rows.csv            (killed? the same command with --resume rows.csv continues it)
   perfmodel search ... --executor dask --scheduler tcp://host:8786 --resume rows.csv
@@ -53,7 +57,12 @@ def add_search(sub) -> None:
                         "the per-axis error budget; rank by step time with the speedup over the best uncompressed "
                         "plan; print the Pareto front of step time against error.", epilog=SEARCH_EPILOG,
                         formatter_class=RAW)
-    se.add_argument("--model", required=True, help="catalog model (perfmodel catalog models) or a model TOML path")
+    se.takes_model = True     # perfmodel.cli names --model among the missing arguments (it may come from --from)
+    se.add_argument("--model", help="catalog model (perfmodel catalog models) or a model TOML path (or from --from)")
+    se.add_argument("--from", dest="sources", action=FromAction, metavar="FORMAT:PATH", default=[],
+                    help=FROM_HELP + ". In a search the files' degrees and microbatch are not used (the search "
+                    "varies them); their ZeRO stage, schedule, recompute and sequence parallelism narrow what it "
+                    "tries, and their batch, sequence, precision and dtypes hold for every plan")
     se.add_argument("--cluster", required=True, help="one or more clusters, comma-separated: catalog names, cluster "
                     "TOML paths or variants BASE:key=value,... (e.g. 'dgx-a100,dgx-h100:nic_Gbps=200')")
     se.add_argument("--cluster-grid", metavar="KEY=V,V ...", help="vary each --cluster over the product of "
@@ -62,7 +71,8 @@ def add_search(sub) -> None:
     se.add_argument("--gpus", type=int, help="GPUs in the job (every cluster); not a whole number of nodes: as few "
                     "nodes as hold them")
     se.add_argument("--nodes", type=int, help="nodes (instead of --gpus)")
-    se.add_argument("--gbs", type=batch_size, required=True, help=f"global batch size ({bounds.describe('gbs')})")
+    se.add_argument("--gbs", type=batch_size, help=f"global batch size ({bounds.describe('gbs')}; required, "
+                    "unless --from gives it)")
     se.add_argument("--seq", type=int, help="sequence length (default the model's)")
     se.add_argument("--candidates", default=DEFAULT_CANDIDATES,
                     help="per-axis candidate specs: 'dp=none|int8|...;tp=none|fp16;...' (default: %(default)s)")
@@ -77,6 +87,7 @@ def add_search(sub) -> None:
                     "the local cluster's worker processes")
     _run_args(se)
     _output_args(se)
+    track_given(se)
 
 
 def _run_args(se) -> None:
@@ -123,7 +134,9 @@ def run_search(args) -> None:
     from perfmodel.report.text import rows_csv, search_table
 
     _check_files(args)
-    result = _search(args)
+    hints = from_hints(args)
+    args.from_hints = hints
+    result = _search(args, hints)
     if args.csv:
         atomic_write(args.csv, lambda h: h.write(rows_csv(result.rows)))
     if args.plot:
@@ -161,14 +174,73 @@ def _check_files(args) -> None:
         raise InputError("csv", args.csv, "another file than the stream (the stream keeps the raw rows to resume from)")
 
 
-def _search(args):
-    """The search the arguments ask for: its PlanSpace and SearchOptions."""
+# what a search takes of an import's plan beside --gbs, --seq and --recompute: the plan space's narrowing
+NARROWS = {"zero": "zero", "sequence_parallel": "sequence_parallel", "hpz": "hpz"}
+# plan keywords that hold only for one layout (the search varies the degrees)
+LAYOUT_ONLY = ("first_stage_layers", "last_stage_layers", "pipeline_layout", "mbs", "order")
+
+
+def from_hints(args) -> dict:
+    """The --from files' plan as the search takes it (``PlanSpace`` keywords: its narrowing tuples and
+    ``fixed``), their lines on stderr; what it does not take, a line each. --gbs, --seq and --recompute
+    are set by ``--from`` itself (a flag on the command line over them)."""
+    from perfmodel.cli.common import _say_imported, explicit
+    from perfmodel.explore.search import _VARIED
+    from perfmodel.plan.parallel import REQUEST_FIELDS
+
+    fields = dict(getattr(args, "from_fields", {}))
+    given, hints, fixed, unused = explicit(args), {}, {}, []
+    deepspeed = _deepspeed_fields(args, fields.pop("deepspeed", None))
+    if "gbs" in deepspeed and "gbs" not in given and "gbs" not in fields:
+        args.gbs = deepspeed["gbs"]
+    fields = {**deepspeed, **fields}
+    for key, value in fields.items():
+        if key in ("gbs", "seq", "recompute") or key in given:
+            continue
+        if key == "schedule" and "schedules" not in given:      # a plan without a pipeline runs 1f1b
+            hints["schedules"] = tuple(dict.fromkeys(("1f1b", value)))
+        elif key in NARROWS and NARROWS[key] not in given:
+            hints[NARROWS[key]] = (value,)
+        elif key in REQUEST_FIELDS and key not in _VARIED and key not in LAYOUT_ONLY:
+            fixed[key] = value
+        else:
+            unused.append(f"{key} {value} not used (the search varies the layout: degrees, microbatch, stages)")
+    items = [i for part in getattr(args, "from_parts", []) for i in part.policy]
+    unused += [f"policy {i} not used (--candidates choose the compression)" for i in dict.fromkeys(items)]
+    args.from_unused = unused
+    _say_imported(args)
+    if args.gbs is None:
+        raise InputError("gbs", None, "a global batch size: --gbs, or a --from file that gives one")
+    return {**hints, "fixed": fixed}
+
+
+def _deepspeed_fields(args, path: str | None) -> dict:
+    """A --from DeepSpeed config's plan on the (first) cluster's GPUs, without TP or PP (its data parallel
+    degree all the GPUs, as DeepSpeed's ZeRO has it), its lines on stderr."""
+    if not path:
+        return {}
+    from perfmodel.explore.search import parse_clusters
+    from perfmodel.plan.deepspeed import map_config, read_config
+    from topologies import cluster_for
+
+    built, ranks = cluster_for(parse_clusters(args.cluster)[0], nodes=args.nodes, gpus=args.gpus)
+    ds = map_config(read_config(path), built.gpus_per_host, ranks)
+    for line in ds.mapped:
+        print(f"perfmodel: deepspeed: {line}", file=sys.stderr)
+    return ds.plan
+
+
+def _search(args, hints: dict | None = None):
+    """The search the arguments ask for: its PlanSpace and SearchOptions (``hints``: ``from_hints``)."""
     from perfmodel.explore.search import PlanSpace, SearchOptions, search
 
+    hints = dict(hints or {})
+    fixed = {"seq": args.seq, **hints.pop("fixed", {})}
     space = PlanSpace(model=args.model, cluster=args.cluster, cluster_grid=args.cluster_grid, gpus=args.gpus,
                       nodes=args.nodes, gbs=args.gbs, max_mbs=args.max_mbs, recompute=args.recompute,
-                      schedules=tuple(s.strip() for s in args.schedules.split(",") if s.strip()),
-                      fixed={"seq": args.seq})
+                      schedules=hints.pop("schedules", None) or tuple(s.strip() for s in args.schedules.split(",")
+                                                                     if s.strip()),
+                      fixed=fixed, **hints)
     options = SearchOptions(candidates=args.candidates, max_error=args.max_error, convergence=args.convergence,
                             tokens=args.tokens, gpu_hour_price=args.gpu_hour_price, executor=args.executor,
                             workers=args.workers, scheduler=args.scheduler, stream=args.resume or args.stream,
@@ -199,6 +271,11 @@ def _search_summary(args, result) -> str:
              + (f"; all in {args.csv}" if args.csv else "")
              + (f"; {result.resumed} of the plans from {args.resume}" if args.resume else ""),
              f"# error budget: {budget} (dp with error feedback: < 1); candidates over it: {dropped}"]
+    hints = getattr(args, "from_hints", {})
+    held = [f"{k} {v}" for k, v in hints.get("fixed", {}).items()] + \
+        [f"{k} {'|'.join(map(str, v))}" for k, v in hints.items() if k != "fixed"]
+    if held:
+        lines.append(f"# from {', '.join(args.sources)}: every plan {', '.join(held)}")
     if result.regime is not None:
         from perfmodel.workload import load_model
 

@@ -5,6 +5,7 @@ from perfmodel.cli.common import EPILOG, RAW, cluster_args, plan_args, plan_kwar
 from perfmodel.explore.sweep import sweep_plans
 from perfmodel.report.text import sweep_csv, sweep_table
 from topologies.clikit import Progress, atomic_write, check_writable, dump_json, positive_int
+from topologies.errors import InputError
 
 
 def add_sweep(sub) -> None:
@@ -25,6 +26,8 @@ def run_sweep(args) -> None:
         check_writable(args.csv, "csv")
     kw = plan_kwargs(args, sweep=True)
     gbs = kw.pop("gbs")
+    if gbs is None:
+        raise InputError("gbs", None, "a global batch size: --gbs, or a --from file that gives one")
     for key in ("gpus", "nodes"):
         kw.pop(key)
     result = sweep_plans(args.model, args.cluster, gpus=args.gpus, nodes=args.nodes, gbs=gbs,
