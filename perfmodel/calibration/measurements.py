@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 
 from topologies import bounds
 from topologies.errors import InputError
@@ -45,6 +46,18 @@ FLAGS = ("accumulate",)
 # declared ``_GBps`` bound; a record past it (compress_s 1e-300) would fit an absurd profile
 MAX_RATE_Bps = bounds.bound("_GBps")[2] * 1e9
 MAX_FLOPS_PER_S = bounds.bound("fp32_TFLOPS")[2] * 1e12
+
+
+@dataclass
+class UserFile:
+    """What one of a user's files gave (``perfmodel calibrate --from-file``: nccl-tests output,
+    profiler traces): records, the lines saying what it did not contain, and what it said about
+    itself (op, world, hosts, device)."""
+    path: str
+    kind: str
+    records: list = field(default_factory=list)
+    missing: list = field(default_factory=list)
+    about: dict = field(default_factory=dict)
 
 
 def make_record(kind: str, **fields) -> dict:

@@ -42,7 +42,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
-from perfmodel.calibration.measurements import make_record
+from perfmodel.calibration.measurements import UserFile, make_record
 from topologies import bounds
 from topologies.errors import InputError
 
@@ -461,7 +461,6 @@ def read(path: str, cluster: str | None, model: str | None = None, plan: dict | 
     """A ``perfmodel.calibration.userfiles.UserFile`` of the traces at ``path``: the compute records
     of every trace (``shape_records``, ``memory_record``), what each did not contain a line each, and
     ``about`` (ranks, device, the median step's parts: ``steps``)."""
-    from perfmodel.calibration.userfiles import UserFile
     from topologies import build_cluster
 
     if cluster is None:

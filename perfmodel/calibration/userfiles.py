@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.calibration.measurements import make_record
+from perfmodel.calibration.measurements import UserFile, make_record
 from perfmodel.collectives.fabric import PAIR
 from perfmodel.collectives.record import busbw_factor
 from perfmodel.collectives.runtime import PRICED_OPS
@@ -67,15 +67,6 @@ WITHIN = 2.0   # a measured busbw agrees with the fit within 2 standard errors o
 TIMING = "mean over iterations, averaged over ranks (nccl-tests -a 1)"
 
 
-@dataclass
-class UserFile:
-    """What one file gave: records (of ``perfmodel.calibration.measurements``), the lines saying what
-    it did not contain, and what it said about itself (op, world, hosts, device)."""
-    path: str
-    kind: str
-    records: list = field(default_factory=list)
-    missing: list = field(default_factory=list)
-    about: dict = field(default_factory=dict)
 
 
 def split_spec(text: str) -> tuple[str, str, str | None]:
