@@ -30,7 +30,9 @@ leaves evaluation out):
 
 On a GPU trace (``kernel`` events present) each class's time is its kernels' (matched to the
 operator by ``External id``), communication is the NCCL kernels (``nccl`` in the name), and the
-exposed part is their time outside every compute kernel of the step.
+exposed part is their time outside every compute kernel of the step; the step is the time its
+kernels cover (compute kernels' union plus the exposed communication), and the rest of its span,
+where the GPU waited on the host, is reported as ``idle_s``.
 """
 from __future__ import annotations
 
@@ -76,6 +78,7 @@ class Step:
     comm_s: float = 0.0
     optimizer_s: float = 0.0
     profiler_s: float = 0.0    # what recording cost the step (a CPU trace that says its unprofiled step)
+    idle_s: float = 0.0        # a GPU trace: the step's span no kernel ran in (the GPU waited on the host)
     ops: dict = field(default_factory=dict)   # {class: operators recorded} ("" the memory-bound rest)
 
     @property
@@ -268,8 +271,10 @@ def _gpu_steps(out: Trace, spans: list, ops: list[Op], kernels: list) -> None:
         comm = [(s, e) for c, s, e in kernels_of if c == "comm"]
         step.comm_s = (_length(comm) - _length(_intersect(_union(comm), _union(compute)))) * US
         busy = _length(compute) * US
-        # the step's compute is what its compute kernels took, not the CPU span (the GPU runs behind)
-        step.span_s = max(step.span_s, busy + step.comm_s)
+        # the step is what its kernels took (the GPU runs behind the CPU's span); the rest of the
+        # span the GPU waited on the host (reported, not fitted: perfmodel's host time is the stack's)
+        step.idle_s = max(0.0, step.span_s - busy - step.comm_s)
+        step.span_s = busy + step.comm_s
 
 
 def _add_time(step: Step, cls: str, seconds: float) -> None:
@@ -390,7 +395,7 @@ def median_step(trace: Trace) -> Step:
                                  for s in steps)
 
     step = Step(part("span_s"), part("gemm_s", "gemm"), part("attention_s", "attention"), part("comm_s", "comm"),
-                part("optimizer_s", "optimizer"))
+                part("optimizer_s", "optimizer"), idle_s=statistics.median(s.idle_s for s in steps))
     step.profiler_s = cost * statistics.median(sum(s.ops.values()) for s in steps)
     return step
 
@@ -511,4 +516,4 @@ def _step_dict(trace: Trace, step: Step) -> dict:
     return {"file": os.path.basename(trace.path), "steps": len(trace.steps), "gpu": trace.gpu,
             "step_s": step.span_s, "gemm_s": step.gemm_s, "attention_s": step.attention_s,
             "memory_s": step.memory_s, "comm_s": step.comm_s, "optimizer_s": step.optimizer_s,
-            "profiler_s": step.profiler_s}
+            "profiler_s": step.profiler_s, "idle_s": step.idle_s}

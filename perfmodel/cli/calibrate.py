@@ -133,10 +133,10 @@ def say_file(user) -> None:
 def say_trace(user) -> None:
     """A profiler trace's median step, per trace file, and what the traces did not contain."""
     rows = [(s["file"], s["steps"], "gpu" if s["gpu"] else "cpu", *(f"{s[k]:.4f}" for k in
-             ("step_s", "gemm_s", "attention_s", "memory_s", "comm_s", "optimizer_s", "profiler_s")))
+             ("step_s", "gemm_s", "attention_s", "memory_s", "comm_s", "optimizer_s", "profiler_s", "idle_s")))
             for s in user.about["steps"]]
     print(table(("trace", "steps", "timed", "step_s", "gemm_s", "attention_s", "memory_s", "comm_s", "optimizer_s",
-                 "profiler_s"),
+                 "profiler_s", "idle_s"),
                 rows, title=f"# {user.path}: the median step of each trace ({len(user.records)} compute records)"))
     for line in user.missing:
         print(f"# {user.path}: {line}")

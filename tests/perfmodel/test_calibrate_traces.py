@@ -88,6 +88,8 @@ def test_gpu_trace_times_kernels_and_exposed_communication(tmp_path):
     s = traces.median_step(t)
     assert s.gemm_s == pytest.approx(400e-6)
     assert s.comm_s == pytest.approx(100e-6)      # 1,200-1,600 under compute 1,000-1,500
+    assert s.span_s == pytest.approx(600e-6)      # compute 1,000-1,500 and the exposed 1,500-1,600
+    assert s.idle_s == pytest.approx(4_400e-6) and s.memory_s == pytest.approx(100e-6)
     assert t.gemms[(4096, 4096, 4096)][1] == pytest.approx(400e-6)
 
 
