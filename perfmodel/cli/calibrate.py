@@ -109,6 +109,12 @@ def plan_items(text: str) -> dict:
 def traced_job(args) -> tuple[str | None, dict | None]:
     """(model, plan keywords) of a user's traced job from --model/--from, --gpus and --plan (None, None:
     none given; a realrun trace names its own)."""
+    import sys
+
+    from perfmodel.cli.common import imported_lines
+
+    for line in imported_lines(args):
+        print(f"perfmodel: {line}", file=sys.stderr)
     fields = {k: v for k, v in getattr(args, "from_fields", {}).items() if k != "deepspeed"}
     plan = {**fields, **args.plan, **({"gpus": args.gpus} if args.gpus else {})}
     if args.model is None and not plan:
