@@ -23,7 +23,8 @@ Usage::
         --deepspeed DeepSpeedExamples/.git --bridge Megatron-Bridge/.git
 
 prints a table a file (``--markdown`` as docs/importers.md has it) and the tally a repository; ``--verbose``
-adds every refused line. Exit 1 where any example crashed.
+adds every refused line. ``--predict CLUSTER`` (``--model NAME`` where the files give no model) goes on to
+predict each clean import (``predict_one``). Exit 1 where any example crashed.
 """
 from __future__ import annotations
 
@@ -77,10 +78,66 @@ def run_one(fmt: str, path: str) -> tuple[str, str]:
         return "crashed", last
 
 
+def predict_one(fmt: str, path: str, cluster: str, model: str | None) -> tuple[str, str]:
+    """(outcome, detail) of predicting a clean import on ``cluster``: the files' model (else ``model``; a
+    DeepSpeed config names none), on the fewest GPUs, tp x pp x cp x dp (``_data_parallel``), that the
+    plan takes (a refusal of one size tries the next; the smallest size's line, and the last other one, is
+    the detail)."""
+    from perfmodel.importers import build_model, plan_of, predict, read
+
+    spec = f"{fmt}:{path}"
+    both = read(spec)
+    plan = plan_of(both)
+    try:
+        imported = build_model(both.model, both.name, spec) if both.model else None
+    except InputError as err:
+        imported, why = None, f"the files' model lacks {err.value}"
+    else:
+        why = "the files give none"
+    if imported is None and model is None:
+        return "no model", f"{why} (--model NAME predicts with it)"
+    base = max(1, plan.get("tp", 1)) * max(1, plan.get("pp", 1)) * max(1, plan.get("cp", 1))
+    seen = {}
+    for dp in _data_parallel(fmt, path, plan):
+        try:
+            result = predict(spec, cluster, model=None if imported is not None else model, gpus=base * dp)
+        except InputError as err:
+            seen.setdefault(str(err)[:120], base * dp)
+            continue
+        except Exception as err:  # noqa: BLE001 -- a traceback is a bug to count
+            return "crashed", traceback.format_exception_only(type(err), err)[-1].strip()
+        return "predicts", f"{base * dp} GPUs, {result.step_time_s:.3g} s a step"
+    shown = list(seen.items())[:1] + list(seen.items())[1:][-1:]
+    return "refused", "; ".join(f"on {gpus} GPUs: {line}" for line, gpus in shown)
+
+
+def _data_parallel(fmt: str, path: str, plan: dict) -> list[int]:
+    """The data-parallel degrees to try: a DeepSpeed config's own where its batch says it
+    (train_batch_size / (micro-batch x accumulation)), else ep x 1, 2, 4, ... 1024."""
+    if fmt == "deepspeed":
+        from perfmodel.plan.deepspeed import read_config
+
+        config = read_config(path)
+        sizes = [config.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                         "gradient_accumulation_steps")]
+        if all(isinstance(v, int) and v > 0 for v in sizes) and sizes[0] % (sizes[1] * sizes[2]) == 0:
+            return [sizes[0] // (sizes[1] * sizes[2])]
+    return [max(1, plan.get("ep", 1)) * 2 ** k for k in range(11)]
+
+
 def _key(line: str) -> str:
     """The key a refusal line names (``megatron: cannot honour --foo 3: why`` -> ``--foo 3``)."""
     line = re.sub(r"^\w+: cannot honour ", "", line)
     return line.split(": ", 1)[0][:60]
+
+
+def add_predictions(rows: list[tuple], cluster: str, model: str | None, tmp: Path) -> list[tuple]:
+    """``rows`` with each clean import's prediction as a row of its own (format ``FMT predict``)."""
+    out = []
+    for fmt, name, outcome, _, path in rows:
+        if outcome == "ok":
+            out.append((f"{fmt} predict", name, *predict_one(fmt, path, cluster, model), path))
+    return out
 
 
 def megatron(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
@@ -90,9 +147,10 @@ def megatron(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
             continue
         text = git(gitdir, "show", f"{rev}:{name}")
         if not GPT_TRAINERS.search(text):
-            out.append(("megatron", name, "out of scope", "runs no GPT-like trainer"))
+            out.append(("megatron", name, "out of scope", "runs no GPT-like trainer", ""))
             continue
-        out.append(("megatron", name, *run_one("megatron", _write(tmp, "megatron", name, text))))
+        path = _write(tmp, "megatron", name, text)
+        out.append(("megatron", name, *run_one("megatron", path), path))
     return out
 
 
@@ -102,7 +160,7 @@ def torchtitan(gitdir: str, revs: list[str], tmp: Path) -> list[tuple]:
         for name in files(gitdir, rev):
             if name.startswith("torchtitan/") and name.endswith(".toml"):
                 path = _write(tmp, f"torchtitan-{rev}", name, git(gitdir, "show", f"{rev}:{name}"))
-                out.append(("torchtitan", f"{rev}:{name}", *run_one("torchtitan", path)))
+                out.append(("torchtitan", f"{rev}:{name}", *run_one("torchtitan", path), path))
     return out
 
 
@@ -111,7 +169,7 @@ def deepspeed(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
     for name in files(gitdir, rev):
         if name.startswith("training/") and name.endswith(".json") and DS_NAMES.search(Path(name).name):
             path = _write(tmp, "deepspeed", name, git(gitdir, "show", f"{rev}:{name}"))
-            out.append(("deepspeed", name, *run_one("deepspeed", path)))
+            out.append(("deepspeed", name, *run_one("deepspeed", path), path))
     return out
 
 
@@ -120,7 +178,7 @@ def bridge(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
     for name in files(gitdir, rev):
         if re.match(r"(examples|tutorials)/.*/conf/[^/]+\.ya?ml$", name):
             path = _write(tmp, "bridge", name, git(gitdir, "show", f"{rev}:{name}"))
-            out.append(("nemo", name, *run_one("nemo", path)))
+            out.append(("nemo", name, *run_one("nemo", path), path))
     return out
 
 
@@ -134,7 +192,7 @@ def _write(tmp: Path, prefix: str, name: str, text: str) -> str:
 def tally(rows: list[tuple]) -> dict:
     """{format: Counter of outcomes}."""
     out: dict[str, Counter] = {}
-    for fmt, _, outcome, _ in rows:
+    for fmt, _, outcome, *_ in rows:
         out.setdefault(fmt, Counter())[outcome] += 1
     return out
 
@@ -143,19 +201,26 @@ def report(rows: list[tuple], revs: dict, markdown: bool, verbose: bool) -> str:
     lines = []
     if markdown:
         lines += ["| format | file | outcome | detail |", "|---|---|---|---|"]
-        lines += [f"| `{f}` | `{n}` | {o} | {d.replace('|', '/')} |" for f, n, o, d in rows
+        lines += [f"| `{f}` | `{n}` | {o} | {d.replace('|', '/')} |" for f, n, o, d, _ in rows
                   if verbose or o != "out of scope"]
-        lines += ["", "| format | snapshot | imported cleanly | refused | crashed | out of scope |",
-                  "|---|---|---|---|---|---|"]
-        for fmt, counts in tally(rows).items():
-            lines.append(f"| `{fmt}` | {revs.get(fmt, '')} | {counts['ok']} | {counts['refused']} | "
-                         f"{counts['crashed']} | {counts['out of scope']} |")
+        counted = tally(rows)
+        for stage, columns in (("", ("ok", "refused", "crashed", "out of scope")),
+                               (" predict", ("predicts", "refused", "crashed", "no model"))):
+            chosen = [f for f in counted if f.endswith(stage) and (stage or " " not in f)]
+            if not chosen:
+                continue
+            names = ["imported cleanly" if c == "ok" else c for c in columns]
+            lines += ["", f"| format | snapshot | {' | '.join(names)} |", "|---|---|" + "---|" * len(columns)]
+            for fmt in chosen:
+                lines.append(f"| `{fmt}` | {revs.get(fmt.split()[0], '')} | "
+                             + " | ".join(str(counted[fmt][c]) for c in columns) + " |")
         return "\n".join(lines)
-    for fmt, name, outcome, detail in rows:
-        if outcome != "out of scope" or verbose:
+    for fmt, name, outcome, detail, _ in rows:
+        if outcome not in ("out of scope", "no model") or verbose:
             lines.append(f"{outcome:8s} {fmt}:{name}" + (f"  [{detail}]" if outcome != "ok" or verbose else ""))
     for fmt, counts in tally(rows).items():
-        lines.append(f"{fmt} @ {revs.get(fmt, '')}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        lines.append(f"{fmt} @ {revs.get(fmt.split()[0], '')}: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     return "\n".join(lines)
 
 
@@ -170,6 +235,9 @@ def main(argv=None) -> int:
     p.add_argument("--deepspeed-rev", default="HEAD")
     p.add_argument("--bridge", metavar="GITDIR", help="NVIDIA-NeMo/Megatron-Bridge's git directory")
     p.add_argument("--bridge-rev", default="HEAD")
+    p.add_argument("--predict", metavar="CLUSTER", help="also predict every clean import on this cluster (rows "
+                   "'FORMAT predict': predicts, refused with the prediction's line, crashed, or no model)")
+    p.add_argument("--model", help="with --predict: the model of imports that give none (a DeepSpeed config's)")
     p.add_argument("--markdown", action="store_true", help="tables as docs/importers.md has them")
     p.add_argument("--verbose", action="store_true", help="every file, the clean ones' details too")
     args = p.parse_args(argv)
@@ -188,6 +256,8 @@ def main(argv=None) -> int:
         if args.bridge:
             rows += bridge(args.bridge, args.bridge_rev, Path(tmp))
             revs["nemo"] = git(args.bridge, "rev-parse", args.bridge_rev).strip()[:10]
+        if args.predict:
+            rows += add_predictions(rows, args.predict, args.model, Path(tmp))
     print(report(rows, revs, args.markdown, args.verbose))
     return 1 if any(r[2] == "crashed" for r in rows) else 0
 

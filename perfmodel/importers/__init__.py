@@ -81,11 +81,13 @@ def plan_of(both: Imported) -> dict:
 
 def predict(sources: str | list[str], cluster: str, model=None, policy: str = "none", **plan):
     """``perfmodel.prediction.predict`` of the imported job on ``cluster``: the files' model (unless
-    ``model``), their plan with ``plan``'s keywords over it, their policy items added to ``policy``."""
+    ``model``: then the files' model keys, complete or not, are not built), their plan with ``plan``'s
+    keywords over it, their policy items added to ``policy``."""
     from perfmodel.prediction import predict as predict_step
 
-    imported, fields, _ = load(sources)
-    fields = {**fields, **plan}
+    both = merge([read(s) for s in ([sources] if isinstance(sources, str) else list(sources))])
+    fields = {**plan_of(both), **plan}
+    imported = None if model is not None or not both.model else build_model(both.model, both.name, str(sources))
     policy = _policy(policy, fields.pop("policy_items", []))
     deepspeed = fields.pop("deepspeed", None)
     if deepspeed:

@@ -194,7 +194,7 @@ def from_args(words: list[str], name: str = "megatron-model", sourced: tuple = (
         elif not _known(flag):
             out.refuse(flag, " ".join(values), "not a flag this importer maps or ignores (perfmodel.importers."
                        "megatron lists them, Megatron-LM @ d98e8a64dd)")
-        elif _ignored(flag):
+        elif _ignored(flag) and flag not in USED:        # a flag the mapping reads says so itself
             out.ignored(flag, " ".join(values), _ignored(flag))
     if not out.refused:
         _model(out, flags)

@@ -7,8 +7,9 @@ The TOML job configs ended at 9810191bbb (2026-02-23: torchtitan's configs are P
 ``config_registry.py`` a model, which this importer does not run). Mapped:
 
 * the model: ``[model] name`` and ``flavor`` to the catalog's shape (``FLAVORS``: llama3 8B, 70B, 405B,
-  the shapes of torchtitan/models/llama3/__init__.py @ v0.2.0); another model gives no model keys (a line
-  says so: ``--from hf:config.json`` before this file, or ``--model``, gives it);
+  the shapes of torchtitan/models/llama3/__init__.py @ v0.2.0; deepseek_v3 16B, 236B, 671B and qwen3
+  30B-A3B, 235B-A22B @ v0.2.2); another model gives no model keys (a line says so: ``--from
+  hf:config.json`` before this file, or ``--model``, gives it);
 * ``[training]``: ``local_batch_size`` (the microbatch; under a pipeline,
   ``[parallelism] pipeline_parallel_microbatch_size``), ``global_batch_size`` (-1: the local batch times
   dp, no accumulation), ``seq_len`` (the plan's seq), ``mixed_precision_param`` (compute dtype),
@@ -41,8 +42,15 @@ from topologies.errors import InputError
 
 FRAMEWORK = "torchtitan"
 # (model.name, model.flavor) -> the catalog's model (perfmodel/catalog/models.toml); torchtitan/models/llama3/
-# __init__.py @ v0.2.0: 8B dim 4096 x 32 layers, 70B 8192 x 80, 405B 16384 x 126, 8 KV heads, vocab 128256
-FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b"}
+# __init__.py @ v0.2.0: 8B dim 4096 x 32 layers, 70B 8192 x 80, 405B 16384 x 126, 8 KV heads, vocab 128256;
+# torchtitan/models/deepseek_v3/__init__.py @ v0.2.2: 16B (27 layers, dim 2048, 64 experts top 6, 2 shared,
+# moe_inter_dim 1408, 1 dense layer, MLA kv_lora_rank 512 without q_lora) is DeepSeek-V2-Lite's shape, 236B
+# DeepSeek-V2's, 671B DeepSeek-V3's (61 layers, 256 experts top 8, 1 shared, 3 dense; no MTP: the catalog's
+# has none); torchtitan/models/qwen3/__init__.py @ v0.2.2: 30B-A3B and 235B-A22B are the catalog's Qwen3 MoEs
+FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b",
+           ("deepseek_v3", "16B"): "deepseek-v2-lite", ("deepseek_v3", "236B"): "deepseek-v2",
+           ("deepseek_v3", "671B"): "deepseek-v3", ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
+           ("qwen3", "235B-A22B"): "qwen3-235b-a22b"}
 IGNORED_SECTIONS = {
     **dict.fromkeys(("job", "profiling", "metrics", "comm", "memory_estimation", "experimental"),
                     "logging, tracing and the run's housekeeping: " + NO_TIME),

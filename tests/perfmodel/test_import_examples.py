@@ -140,3 +140,27 @@ def test_import_examples_tallies_a_repository(tmp_path, clean_env):
     assert tally[0].split(": ", 1)[1] == "ok 1, out of scope 1, refused 1"
     assert tally[1].split(": ", 1)[1] == "ok 1"
     assert "refused  megatron:examples/gpt/SRUN.sh  [arguments $MEGATRON_PARAMS]" in done.stdout
+    predicted = subprocess.run([sys.executable, str(ROOT / "scripts" / "import_examples.py"), "--megatron",
+                                str(repo / ".git"), "--deepspeed", str(tmp_path / "ds" / ".git"), "--predict",
+                                "dgx-h100", "--model", "gpt3-1.3b"], capture_output=True, text=True,
+                               env={"PATH": "/usr/bin:/bin"})
+    assert predicted.returncode == 0, predicted.stderr
+    tally = [line.split(": ", 1)[1] for line in predicted.stdout.splitlines() if " predict @ " in line]
+    assert tally == ["predicts 1", "predicts 1"], predicted.stdout
+
+
+def test_a_mapped_flag_under_an_ignored_prefix_is_said_once():
+    imported = read("megatron:--num-layers 2 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads")
+    assert imported.plan["zero"] == 2
+    said = [line for line in imported.lines if "--data-parallel-sharding-strategy" in line]
+    assert said == ["megatron: --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads -> zero 2"]
+
+
+@pytest.mark.parametrize("name, flavor, catalog", [("deepseek_v3", "16B", "deepseek-v2-lite"),
+                                                   ("deepseek_v3", "671B", "deepseek-v3"),
+                                                   ("qwen3", "30B-A3B", "qwen3-30b-a3b")])
+def test_torchtitan_v022_flavors_in_the_catalog(tmp_path, name, flavor, catalog):
+    job = tmp_path / "job.toml"
+    job.write_text(f'[model]\nname = "{name}"\nflavor = "{flavor}"\n[activation_checkpoint]\nmode = "full"\n')
+    imported = read(f"torchtitan:{job}")
+    assert imported.name == catalog and imported.model["num_layers"] > 0
