@@ -8,7 +8,8 @@ The TOML job configs ended at 9810191bbb (2026-02-23: torchtitan's configs are P
 
 * the model: ``[model] name`` and ``flavor`` to the catalog's shape (``FLAVORS``: llama3 8B, 70B, 405B,
   the shapes of torchtitan/models/llama3/__init__.py @ v0.2.0; deepseek_v3 16B, 236B, 671B and qwen3
-  30B-A3B, 235B-A22B @ v0.2.2); another model gives no model keys (a line says so: ``--from
+  30B-A3B, 235B-A22B @ v0.2.2), qwen3's dense flavors (0.6B to 32B, ``QWEN3_DENSE``) to their shapes;
+  another model gives no model keys (a line says so: ``--from
   hf:config.json`` before this file, or ``--model``, gives it);
 * ``[training]``: ``local_batch_size`` (the microbatch; under a pipeline,
   ``[parallelism] pipeline_parallel_microbatch_size``), ``global_batch_size`` (-1: the local batch times
@@ -51,6 +52,12 @@ FLAVORS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("lla
            ("deepseek_v3", "16B"): "deepseek-v2-lite", ("deepseek_v3", "236B"): "deepseek-v2",
            ("deepseek_v3", "671B"): "deepseek-v3", ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
            ("qwen3", "235B-A22B"): "qwen3-235b-a22b"}
+# the dense Qwen3 flavors the catalog does not have: torchtitan/models/qwen3/__init__.py @ v0.2.2 (73a0e6979d),
+# flavor -> (dim, n_layers, n_heads, hidden_dim, enable_weight_tying); every one head_dim 128, 8 KV heads, vocab
+# 151936, max_seq_len 4096, SwiGLU and RMSNorm (qk_norm: elementwise)
+QWEN3_DENSE = {"0.6B": (1024, 28, 16, 3072, True), "1.7B": (2048, 28, 16, 6144, True),
+               "4B": (2560, 36, 32, 9728, True), "8B": (4096, 36, 32, 12288, False),
+               "14B": (5120, 40, 40, 17408, False), "32B": (5120, 64, 64, 25600, False)}
 IGNORED_SECTIONS = {
     **dict.fromkeys(("job", "profiling", "metrics", "comm", "memory_estimation", "experimental"),
                     "logging, tracing and the run's housekeeping: " + NO_TIME),
@@ -186,6 +193,15 @@ def _model(out: Imported, flat: dict) -> None:
 
     model = (flat.get("model.name", "llama3"), flat.get("model.flavor", "debugmodel"))
     shown = f"{model[0]} {model[1]}"
+    if model[0] == "qwen3" and model[1] in QWEN3_DENSE:
+        dim, layers, heads, ffn, tied = QWEN3_DENSE[model[1]]
+        out.model.update(hidden_size=dim, num_layers=layers, num_heads=heads, num_kv_heads=8, head_dim=128,
+                         ffn_hidden_size=ffn, vocab_size=151936, seq_len=4096, activation="swiglu", norm="rmsnorm",
+                         tied_embeddings=tied)
+        out.name = f"qwen3-{model[1].lower()}"
+        out.mapped("model.name/flavor", shown, f"torchtitan's shape: {layers} layers, hidden {dim}, {heads} heads "
+                   f"(8 KV), ffn {ffn}, tied_embeddings {str(tied).lower()}")
+        return
     if model not in FLAVORS:
         supported = ", ".join(f"{n} {f}" for n, f in FLAVORS)
         out.lines.append(f"torchtitan: model.name/flavor {shown} gives no model keys (the catalog has the shapes "

@@ -164,3 +164,13 @@ def test_torchtitan_v022_flavors_in_the_catalog(tmp_path, name, flavor, catalog)
     job.write_text(f'[model]\nname = "{name}"\nflavor = "{flavor}"\n[activation_checkpoint]\nmode = "full"\n')
     imported = read(f"torchtitan:{job}")
     assert imported.name == catalog and imported.model["num_layers"] > 0
+
+
+def test_torchtitan_qwen3_dense_flavor_shapes(tmp_path):
+    from perfmodel.importers import load
+
+    job = tmp_path / "qwen3_0.6b.toml"
+    job.write_text('[model]\nname = "qwen3"\nflavor = "0.6B"\n[activation_checkpoint]\nmode = "none"\n')
+    model, _, lines = load(f"torchtitan:{job}")
+    assert model.name == "qwen3-0.6b" and model.tied_embeddings and model.head_dim == 128
+    assert 0.59e9 < model.params < 0.61e9              # Qwen3-0.6B: 0.6B parameters, embeddings tied
