@@ -10,8 +10,10 @@ Mapped (DeepSpeed's config reference, https://www.deepspeed.ai/docs/config-json/
 * ``fp16.enabled`` / ``bf16.enabled`` -> ``compute_dtype``;
 * ``train_micro_batch_size_per_gpu`` -> ``mbs``; ``train_batch_size`` -> ``gbs``, or
   ``mbs x gradient_accumulation_steps x dp`` without it (both given: they must agree);
-* a value ``"auto"`` (the Hugging Face Trainer's integration fills it from the Trainer's arguments) is
-  left to the command line (``--mbs``, ``--gbs``, ``--compute-dtype``), a line each; an ``autotuning``
+* ``"auto"`` for the batch sizes, the accumulation steps and ``fp16``/``bf16.enabled`` (``AUTO``: the
+  Hugging Face Trainer's integration fills them from the Trainer's arguments) is left to the command
+  line (``--mbs``, ``--gbs``, ``--compute-dtype``), a line each; another mapped key's ``"auto"``
+  (``reduce_bucket_size``: the model's hidden size squared) is refused; an ``autotuning``
   section turned on is refused (the tuner rewrites the batch and the ZeRO stage: predict the config it
   chose); turned off, its keys are ignored.
 
@@ -46,6 +48,9 @@ MAPPED = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumu
           "bf16.enabled", "zero_optimization.stage", "zero_optimization.overlap_comm",
           "zero_optimization.reduce_bucket_size", "zero_optimization.zero_quantized_weights",
           "zero_optimization.zero_quantized_gradients", "zero_optimization.zero_hpz_partition_size"}
+# the keys whose "auto" the HF Trainer fills from arguments the command line has too (--mbs, --gbs, --compute-dtype)
+AUTO = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size", "fp16.enabled",
+        "bf16.enabled")
 GRAD_BYTES = 4   # DeepSpeed keeps the gradients it reduces in fp32 (the plan's grad_dtype default)
 
 
@@ -89,8 +94,8 @@ def map_config(config: dict, gpus_per_node: int, gpus: int, tp: int = 1, pp: int
         raise InputError("deepspeed", "autotuning.enabled=true", "a config that DeepSpeed's autotuner does not "
                          "rewrite: it runs experiments to choose the micro-batch and ZeRO stage; predict the config "
                          "it chose (autotuning_results/.../ds_config.json), or set autotuning.enabled false")
-    auto = {k: v for k, v in flat.items() if v == "auto"}
-    flat = {k: v for k, v in flat.items() if v != "auto" and not k.startswith("autotuning.")}
+    auto = [k for k, v in flat.items() if v == "auto" and k in AUTO]
+    flat = {k: v for k, v in flat.items() if k not in auto and not k.startswith("autotuning.")}
     refused = [k for k in flat if k not in MAPPED and k not in IGNORED and k.split(".")[0] not in IGNORED]
     if refused:
         err = InputError("deepspeed", ", ".join(refused),
