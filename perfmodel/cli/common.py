@@ -102,7 +102,8 @@ def track_given(p) -> None:
 
 
 FROM_HELP = ("take the model and plan from another tool's file: hf:config.json (a Hugging Face config), "
-             "megatron:train.sh (a Megatron-LM launch script or argument list), torchtitan:job.toml (a torchtitan "
+             "megatron:train.sh (a Megatron-LM launch script or argument list; a variable it does not set is the "
+             "environment's), torchtitan:job.toml (a torchtitan "
              "job config), nemo:config.yaml (a Megatron-Bridge run_config.yaml or NeMo 1 YAML), deepspeed:ds.json (as "
              "--deepspeed); repeatable, a later file over an earlier one, and a flag given on the command line "
              "over both; the mapping is printed on stderr, a key each (docs: importers.md)")
