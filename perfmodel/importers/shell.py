@@ -27,6 +27,7 @@ from perfmodel.importers.common import UNSET, UNSET_RE, bounded_eval
 _VAR = re.compile(r"\$(?:\{(\w+)(\[@\]|\[\*\])?(?::?-([^}]*))?\}|(\w+))")
 _ARITH = re.compile(r"\$\(\(((?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\)")     # $((...)), two levels of (...)
 _PATTERN = re.compile(r"^\(?\s*([^()=\s][^()=]*?)\s*\)(.*)$")     # a case branch: PATTERN) [statement]
+EMPTY = "\x00EMPTY\x00"       # an empty array's "${A[@]}": no word at all
 _SOURCE = re.compile(r"^(?:source|\.)\s+\S")       # source FILE / . FILE
 _ASSIGN = re.compile(r"^(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?)?(\w+)(\+?=)(.*)$", re.S)
 
@@ -54,11 +55,14 @@ class Script:
         while "$(" in text and "$((" not in text and re.search(r"\$\([^()]*\)", text):   # innermost first
             text = re.sub(r"\$\(([^()]*)\)", UNSET.format("COMMAND").replace("\\", "\\\\"), text)
         text = re.sub(r"`[^`]*`", UNSET.format("COMMAND"), text)
-        text = _VAR.sub(self._one, text)
+        text = _VAR.sub(lambda m: self._one(m, _in_double_quotes(text, m.start())), text)
         return _ARITH.sub(lambda m: _arith(m.group(1)), text)
 
-    def _one(self, m) -> str:
+    def _one(self, m, quoted: bool = False) -> str:
         name, array, default = m.group(1) or m.group(4), m.group(2), m.group(3)
+        if array and quoted:            # "${A[@]}": a word an element, as bash has it; none for an empty array
+            elements = self.arrays.get(name, [])
+            return '" "'.join(re.sub(r'(["\\$`])', r"\\\1", e) for e in elements) if elements else EMPTY
         if array:
             return " ".join(_quote(e) for e in self.arrays.get(name, []))
         if name in self.arrays:
@@ -118,10 +122,11 @@ class Script:
         m = _ASSIGN.match(line)
         if m and m.group(3).lstrip().startswith("("):
             body = m.group(3).lstrip()[1:]
-            while ")" not in _strip_comment(body) and i < len(lines):
+            while _array_end(body) < 0 and i < len(lines):
                 body += "\n" + lines[i]
                 i += 1
-            words = [w for part in _strip_comment(body).rsplit(")", 1)[0].split("\n")
+            end = _array_end(body)
+            words = [w for part in (body[:end] if end >= 0 else body).split("\n")
                      for w in _words(self.expand(part))]
             self.arrays[m.group(1)] = (self.arrays.get(m.group(1), []) if m.group(2) == "+=" else []) + words
         elif m:
@@ -199,9 +204,44 @@ def _words(text: str, keep_quotes: bool = False) -> list[str]:
     lex = shlex.shlex(text, posix=not keep_quotes)
     lex.whitespace_split, lex.commenters = True, "#"
     try:
-        return list(lex)
+        return [w for w in lex if w != EMPTY]
     except ValueError:                 # an unclosed quote: the words before it
         return text.split("#", 1)[0].split()
+
+
+def _in_double_quotes(text: str, pos: int) -> bool:
+    """Whether ``text[pos]`` stands inside a double-quoted string (quotes and backslashes followed as bash's)."""
+    quote, k = None, 0
+    while k < pos:
+        c = text[k]
+        if c == "\\" and quote != "'":
+            k += 2
+            continue
+        if c in "'\"" and quote in (None, c):
+            quote = None if quote else c
+        k += 1
+    return quote == '"'
+
+
+def _array_end(body: str) -> int:
+    """The index of the ``)`` that closes an array's body (quotes and comments followed), or -1."""
+    quote, k = None, 0
+    while k < len(body):
+        c = body[k]
+        if c == "\\" and quote != "'":
+            k += 2
+            continue
+        if quote is None and c == "#" and (k == 0 or body[k - 1].isspace()):
+            k = body.find("\n", k)
+            if k < 0:
+                return -1
+            continue
+        if c in "'\"" and quote in (None, c):
+            quote = None if quote else c
+        elif c == ")" and quote is None:
+            return k
+        k += 1
+    return -1
 
 
 def _quote(word: str) -> str:

@@ -174,3 +174,14 @@ def test_torchtitan_qwen3_dense_flavor_shapes(tmp_path):
     model, _, lines = load(f"torchtitan:{job}")
     assert model.name == "qwen3-0.6b" and model.tied_embeddings and model.head_dim == 128
     assert 0.59e9 < model.params < 0.61e9              # Qwen3-0.6B: 0.6B parameters, embeddings tied
+
+
+@pytest.mark.parametrize("call", ['"${ARR[@]}"', "${ARR[@]}", '"${NONE[@]}" "${ARR[@]}"'])
+def test_array_elements_with_parentheses_quotes_and_comments(call):
+    from perfmodel.importers.shell import read_args
+
+    script = ('ARR=(\n  --moe-layer-freq "([0]*3+[1]*58)"   # a comment (with parentheses)\n'
+              '  --data-path "my data/x" \'it"s\'\n  --lr 1e-4\n)\nNONE=()\n'
+              f"torchrun pretrain_gpt.py --use-distributed-optimizer {call} --num-layers 4\n")
+    assert read_args(script, env={}) == ["--use-distributed-optimizer", "--moe-layer-freq", "([0]*3+[1]*58)",
+                                         "--data-path", "my data/x", 'it"s', "--lr", "1e-4", "--num-layers", "4"]
