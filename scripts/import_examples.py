@@ -15,7 +15,9 @@ tree: each example is written to a temporary folder at its own name and read by 
 * DeepSpeedExamples: every ``*.json`` under ``training/`` whose name holds ``ds_config``, ``deepspeed`` or
   ``zero`` at ``--deepspeed-rev``;
 * Megatron-Bridge (``--bridge``): its example and tutorial override YAMLs (``examples/**/conf/*.yaml``,
-  ``tutorials/**/conf/*.yaml``).
+  ``tutorials/**/conf/*.yaml``);
+* NeMo 1 (``--nemo``): ``examples/nlp/language_modeling/conf/megatron_*config*.yaml``, the decoder-only
+  models' training configs (``NEMO1_GPT``); the others are out of scope.
 
 Usage::
 
@@ -43,6 +45,9 @@ from topologies.errors import InputError  # noqa: E402
 
 GPT_TRAINERS = re.compile(r"\b(pretrain_gpt|pretrain_hybrid|pretrain_mamba|finetune_gpt)\.py\b")
 TORCHTITAN_REVS = ("v0.1.0", "v0.2.2", "9810191bbb^")
+# NeMo 1's decoder-only training configs (the rest: BERT, BART, T5, T0, UL2, RETRO, validation and generation)
+NEMO1_GPT = re.compile(r"^megatron_(gpt|llama|baichuan2|chatglm|falcon|gemma2?|qwen2|starcoder2?|mamba|griffin)"
+                       r"_config(_hyena)?\.yaml$")
 DS_NAMES = re.compile(r"ds_config|deepspeed|zero", re.I)
 
 
@@ -83,10 +88,10 @@ def predict_one(fmt: str, path: str, cluster: str, model: str | None) -> tuple[s
     DeepSpeed config names none), on the fewest GPUs, tp x pp x cp x dp (``_data_parallel``), that the
     plan takes (a refusal of one size tries the next; the smallest size's line, and the last other one, is
     the detail)."""
-    from perfmodel.importers import build_model, plan_of, predict, read
+    from perfmodel.importers import build_model, merge, plan_of, predict, read
 
     spec = f"{fmt}:{path}"
-    both = read(spec)
+    both = merge([read(spec)])                # the format's defaults under the file's keys
     plan = plan_of(both)
     try:
         imported = build_model(both.model, both.name, spec) if both.model else None
@@ -136,7 +141,8 @@ def add_predictions(rows: list[tuple], cluster: str, model: str | None, tmp: Pat
     out = []
     for fmt, name, outcome, _, path in rows:
         if outcome == "ok":
-            out.append((f"{fmt} predict", name, *predict_one(fmt, path, cluster, model), path))
+            importer = "nemo" if fmt == "nemo1" else fmt          # NeMo 1's YAML: the nemo: importer
+            out.append((f"{fmt} predict", name, *predict_one(importer, path, cluster, model), path))
     return out
 
 
@@ -179,6 +185,19 @@ def bridge(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
         if re.match(r"(examples|tutorials)/.*/conf/[^/]+\.ya?ml$", name):
             path = _write(tmp, "bridge", name, git(gitdir, "show", f"{rev}:{name}"))
             out.append(("nemo", name, *run_one("nemo", path), path))
+    return out
+
+
+def nemo1(gitdir: str, rev: str, tmp: Path) -> list[tuple]:
+    out = []
+    for name in files(gitdir, rev):
+        if not re.match(r"examples/nlp/language_modeling/conf/megatron_[^/]*config[^/]*\.yaml$", name):
+            continue
+        if not NEMO1_GPT.search(Path(name).name):
+            out.append(("nemo1", name, "out of scope", "not a decoder-only model's training config", ""))
+        else:
+            path = _write(tmp, "nemo1", name, git(gitdir, "show", f"{rev}:{name}"))
+            out.append(("nemo1", name, *run_one("nemo", path), path))
     return out
 
 
@@ -235,6 +254,8 @@ def main(argv=None) -> int:
     p.add_argument("--deepspeed-rev", default="HEAD")
     p.add_argument("--bridge", metavar="GITDIR", help="NVIDIA-NeMo/Megatron-Bridge's git directory")
     p.add_argument("--bridge-rev", default="HEAD")
+    p.add_argument("--nemo", metavar="GITDIR", help="NVIDIA/NeMo's git directory (NeMo 1's training YAMLs)")
+    p.add_argument("--nemo-rev", default="HEAD")
     p.add_argument("--predict", metavar="CLUSTER", help="also predict every clean import on this cluster (rows "
                    "'FORMAT predict': predicts, refused with the prediction's line, crashed, or no model)")
     p.add_argument("--model", help="with --predict: the model of imports that give none (a DeepSpeed config's)")
@@ -256,6 +277,9 @@ def main(argv=None) -> int:
         if args.bridge:
             rows += bridge(args.bridge, args.bridge_rev, Path(tmp))
             revs["nemo"] = git(args.bridge, "rev-parse", args.bridge_rev).strip()[:10]
+        if args.nemo:
+            rows += nemo1(args.nemo, args.nemo_rev, Path(tmp))
+            revs["nemo1"] = git(args.nemo, "rev-parse", args.nemo_rev).strip()[:10]
         if args.predict:
             rows += add_predictions(rows, args.predict, args.model, Path(tmp))
     print(report(rows, revs, args.markdown, args.verbose))

@@ -17,7 +17,10 @@ ignored flags holds), the lines naming the YAML's keys.
   bf16_with_fp8_current_scaling_mixed ..., or its fields);
 * NeMo 1: ``examples/nlp/language_modeling/conf/megatron_gpt_config.yaml`` (NVIDIA/NeMo @ 8cfedd7203):
   ``model.*`` (``encoder_seq_length``, ``activation``, ``activations_checkpoint_*``, ``optim.name``
-  distributed_fused_adam ...), ``trainer.precision``, ``trainer.devices`` x ``trainer.num_nodes`` (gpus).
+  distributed_fused_adam ...), ``trainer.precision``, ``trainer.devices`` x ``trainer.num_nodes`` (gpus);
+  the other decoder-only configs beside it (Llama, Qwen2, Gemma, ChatGLM, Baichuan2, StarCoder):
+  ``override_vocab_size`` (the vocabulary unpadded, as NeMo takes it), GeGLU and ReGLU priced as SwiGLU
+  (a gated unit's three GEMMs), ``qkv_bias`` and ``apply_embedding_scaling`` ignored.
 
 A key that is off (null, false, empty) is ignored as such; sections with no effect on a step's time
 (optimizer, scheduler, dataset, logger, tokenizer, checkpoint, profiling, rng, exp_manager, ...) are
@@ -37,7 +40,7 @@ from topologies.errors import InputError
 IGNORED_SECTIONS = {
     **dict.fromkeys(("rng", "rerun_state_machine", "logger", "profiling", "straggler", "nvrx_straggler", "ft",
                      "tensor_inspect", "inprocess_restart", "exp_manager", "name", "defaults", "s3_checkpointing",
-                     "checkpoint", "tokenizer", "dataset"),
+                     "checkpoint", "tokenizer", "dataset", "restore_from_path"),
                     "logging, checkpoints, data and the run's housekeeping: " + NO_TIME),
     **dict.fromkeys(("optimizer", "scheduler"), "the optimizer's and learning rate's settings: " + NO_TIME)}
 # key prefix -> why it is ignored: keys without a Megatron-LM flag (the others go to its mapping)
@@ -81,7 +84,10 @@ IGNORED = {
                      "model.cpu_offloading_weights"),
                     "NeMo 1's numerics, logging and settings used only beside another key (fp8, fsdp, "
                     "cpu_offloading): " + NO_TIME),
-    "model.activation_func": "the gated unit's function: priced as SwiGLU with gated_linear_unit, GeLU without"}
+    "model.activation_func": "the gated unit's function: priced as SwiGLU with gated_linear_unit, GeLU without",
+    "model.apply_embedding_scaling": "the embeddings scaled by sqrt(hidden) (Gemma): elementwise, " + NO_TIME,
+    "model.qkv_bias": "the query, key and value biases: under 0.1% of the parameters, left out as the catalog's "
+                      "models leave them"}
 # a YAML key -> the Megatron-LM flag(s) it means (a value: the flag takes it; None: the flag alone)
 RENAMED = {"num_moe_experts": "--num-experts", "encoder_seq_length": "--seq-length", "fp8": "--fp8-format",
            "fp4": "--fp4-format", "bucket_size": "--ddp-bucket-size", "fp8_param": "--fp8-param-gather",
@@ -99,8 +105,10 @@ RECIPES = {"bf16_mixed": ["--bf16"], "fp16_mixed": ["--fp16"],
            "bf16_with_fp8_subchannel_scaling_mixed": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
            "bf16_with_mxfp8_mixed": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
            "bf16_with_nvfp4_mixed": ["--bf16", "--fp4-format", "e2m1"]}
+# the gated units (GeGLU, ReGLU) have SwiGLU's three GEMMs: priced as it (the function itself is elementwise)
 NEMO1_ACTIVATIONS = {"gelu": [], "swiglu": ["--swiglu"], "fast-swiglu": ["--swiglu"],
-                     "squared-relu": ["--squared-relu"]}
+                     "squared-relu": ["--squared-relu"], "geglu": ["--swiglu"], "fast-geglu": ["--swiglu"],
+                     "reglu": ["--swiglu"], "fast-reglu": ["--swiglu"]}
 PRECISIONS = {"bf16": "--bf16", "bf16-mixed": "--bf16", "16": "--fp16", "16-mixed": "--fp16", "32": None}
 # keys whose meaning is not their name's flag (``_special``): a line shows the flags they give
 SPECIAL = ("mixed_precision", "model.activation", "trainer.precision", "model.num_query_groups",
@@ -166,6 +174,7 @@ def from_config(cfg: dict, name: str = "nemo-model") -> Imported:
     out.lines += [_renamed(line, keys) for line in megatron.lines]
     out.refused += [_renamed(line, keys) for line in megatron.refused]
     _nemo1_gpus(out, flat)
+    _override_vocab(out, flat)
     if "train" in cfg:
         out.plan["framework"] = "nemo"
         out.lines.append("nemo: train (a Megatron-Bridge ConfigContainer) -> framework nemo (Megatron-Bridge on "
@@ -176,8 +185,8 @@ def from_config(cfg: dict, name: str = "nemo-model") -> Imported:
 def _key(out: Imported, flat: dict, key: str, value, words: list, keys: dict) -> None:
     """``key`` turned into Megatron arguments (``words``; ``keys``: flag -> the YAML key), or a line."""
     field = key.split(".")[-1]
-    if key in ("trainer.devices", "trainer.num_nodes"):
-        return                                              # the job's GPUs (_nemo1_gpus)
+    if key in ("trainer.devices", "trainer.num_nodes", "model.override_vocab_size"):
+        return                                              # the job's GPUs (_nemo1_gpus), _override_vocab
     if key.split(".")[0] == "peft":
         if value:
             out.refuse(key, _shown(value), "null (fine-tuning adapters are not modelled)")
@@ -279,6 +288,19 @@ def _renamed(line: str, keys: dict) -> str:
     """A line of the Megatron mapping, naming the YAML's keys for its flags."""
     line = line.replace("megatron: ", "nemo: ", 1)
     return FLAG.sub(lambda m: keys.get(m.group(0), m.group(0)), line)
+
+
+def _override_vocab(out: Imported, flat: dict) -> None:
+    """NeMo 1's ``model.override_vocab_size``: the vocabulary as it is, unpadded (NeMo's megatron_gpt_model.py
+    line 501 builds the model with it in place of the padded tokenizer's size)."""
+    value = flat.get("model.override_vocab_size")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        out.refuse("model.override_vocab_size", value, "an integer >= 1")
+        return
+    out.model["vocab_size"] = value
+    out.mapped("model.override_vocab_size", value, f"vocab_size {value} (as NeMo takes it: not padded)")
 
 
 def _nemo1_gpus(out: Imported, flat: dict) -> None:

@@ -185,3 +185,40 @@ def test_array_elements_with_parentheses_quotes_and_comments(call):
               f"torchrun pretrain_gpt.py --use-distributed-optimizer {call} --num-layers 4\n")
     assert read_args(script, env={}) == ["--use-distributed-optimizer", "--moe-layer-freq", "([0]*3+[1]*58)",
                                          "--data-path", "my data/x", 'it"s', "--lr", "1e-4", "--num-layers", "4"]
+
+
+# the keys of NeMo 1's megatron_qwen2_config.yaml and megatron_gemma_config.yaml (NVIDIA/NeMo @ 8cfedd7203) that
+# their importer refused before: a Qwen2-like and a Gemma-like model in a few lines
+NEMO1 = """restore_from_path: null
+trainer: {devices: 8, num_nodes: 1, precision: bf16}
+model:
+  micro_batch_size: 1
+  global_batch_size: 64
+  tensor_model_parallel_size: 2
+  pipeline_model_parallel_size: 1
+  encoder_seq_length: 4096
+  num_layers: 4
+  hidden_size: 1024
+  ffn_hidden_size: 4096
+  num_attention_heads: 16
+  num_query_groups: 4
+  normalization: rmsnorm
+  activation: {activation}
+  bias: false
+  qkv_bias: true
+  apply_embedding_scaling: true
+  override_vocab_size: 151936
+  share_embeddings_and_output_weights: false
+"""
+
+
+@pytest.mark.parametrize("activation", ["geglu", "fast-geglu", "fast-swiglu"])
+def test_nemo1_qwen2_and_gemma_keys(tmp_path, activation):
+    path = tmp_path / "megatron_qwen2_config.yaml"
+    path.write_text(NEMO1.replace("{activation}", activation))
+    imported = read(f"nemo:{path}")
+    assert imported.model["activation"] == "swiglu" and imported.model["vocab_size"] == 151936
+    assert imported.model["num_kv_heads"] == 4 and imported.plan["tp"] == 2
+    assert any(line.startswith("nemo: model.qkv_bias true ignored (the query, key and value biases")
+               for line in imported.lines)
+    assert any(line.startswith("nemo: restore_from_path null ignored") for line in imported.lines)
