@@ -78,10 +78,10 @@ USED = ("--group-query-attention", "--num-query-groups", "--kv-channels", "--swi
         "--max-position-embeddings", "--tokenizer-type", "--tokenizer-model", "--hybrid-layer-pattern",
         "--quick-geglu", "--softmax-type", "--megatron-fsdp-grad-comm-dtype", "--cp-comm-type")
 # flags that take no value: an unset variable after one is a word of its own (it expands to none)
-SWITCHES = (*PLAN_FLAGS, "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
-            "--moe-pad-expert-input-to-capacity", "--multi-latent-attention", "--fp8-param-gather",
-            "--use-megatron-fsdp", "--overlap-param-gather", "--disable-bias-linear", "--add-bias-linear",
-            "--quick-geglu")
+SWITCHES = (*PLAN_FLAGS, "--group-query-attention", "--swiglu", "--squared-relu",
+            "--untie-embeddings-and-output-weights", "--moe-pad-expert-input-to-capacity",
+            "--multi-latent-attention", "--fp8-param-gather", "--use-megatron-fsdp", "--overlap-param-gather",
+            "--disable-bias-linear", "--add-bias-linear", "--quick-geglu")
 UNSET_WHY = {"ARITHMETIC": "a value: $((...)) of integers and + - * / only (this one is not evaluated)",
              "COMMAND": "a value: a command substitution $(...) is not run"}
 PATHS = ("--vocab-file", "--tokenizer-model", "--tokenizer-type")     # unset there: absent

@@ -47,6 +47,7 @@ class Script:
         self.env = dict(os.environ if env is None else env)
         self.from_env: dict[str, str] = {}       # the environment's variables the script read
         self.sourced: list[str] = []             # the files it sources (not read)
+        self.unset_args: list[str] | None = None  # a *.py run with unset variables only (``CMD=... $ARGS``)
         self._run(_logical_lines(text))
 
     def expand(self, text: str) -> str:
@@ -144,8 +145,10 @@ class Script:
             words = [part for w in words for part in (_words(w) if " " in w and ".py" in w else [w])]
         scripts = [k for k, w in enumerate(words) if w.endswith(".py")]
         after = words[scripts[0] + 1:] if scripts else []
-        if self.args is None and any(w.startswith("--") or UNSET_RE.fullmatch(w) for w in after):
+        if self.args is None and any(w.startswith("--") for w in after):
             self.args = _split_flags(after)
+        elif self.unset_args is None and any(UNSET_RE.fullmatch(w) for w in after):
+            self.unset_args = after        # the arguments only where no line runs a *.py with flags
 
     def _test(self, text: str) -> bool:
         """A ``[ ]`` / ``[[ ]]`` string test (unset variables empty, as bash has them)."""
@@ -170,8 +173,8 @@ def read_script(text: str, env: dict | None = None) -> tuple[list[str], Script]:
     """The training arguments of a launch script or an argument list, and the Script read (its
     ``from_env`` and ``sourced``)."""
     script = Script(text, env)
-    if script.args is not None:
-        return script.args, script
+    if script.args is not None or script.unset_args is not None:
+        return script.args if script.args is not None else script.unset_args, script
     return _split_flags([w for line in _logical_lines(text) for w in _words(script.expand(line))]), script
 
 
@@ -196,12 +199,8 @@ def _open_quote(text: str) -> bool:
     return False
 
 
-def _strip_comment(text: str) -> str:
-    return "\n".join(" ".join(_words(part, keep_quotes=True)) for part in text.split("\n"))
-
-
-def _words(text: str, keep_quotes: bool = False) -> list[str]:
-    lex = shlex.shlex(text, posix=not keep_quotes)
+def _words(text: str) -> list[str]:
+    lex = shlex.shlex(text, posix=True)
     lex.whitespace_split, lex.commenters = True, "#"
     try:
         return [w for w in lex if w != EMPTY]

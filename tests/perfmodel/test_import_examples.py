@@ -222,3 +222,10 @@ def test_nemo1_qwen2_and_gemma_keys(tmp_path, activation):
     assert any(line.startswith("nemo: model.qkv_bias true ignored (the query, key and value biases")
                for line in imported.lines)
     assert any(line.startswith("nemo: restore_from_path null ignored") for line in imported.lines)
+
+
+def test_a_step_before_the_launch_with_unset_arguments_does_not_take_its_place():
+    from perfmodel.importers.shell import read_args
+
+    script = "python tools/prepare.py $INPUT\ntorchrun pretrain_gpt.py --num-layers 4\n"
+    assert read_args(script, env={}) == ["--num-layers", "4"]
