@@ -185,7 +185,7 @@ def from_hints(args) -> dict:
     ``fixed``), their lines on stderr; what it does not take, a line each. --gbs, --seq and --recompute
     are set by ``--from`` itself (a flag on the command line over them)."""
     from perfmodel.cli.common import _say_imported, explicit
-    from perfmodel.explore.search import _VARIED
+    from perfmodel.explore.families import PLAN_KEYS
     from perfmodel.plan.parallel import REQUEST_FIELDS
 
     fields = dict(getattr(args, "from_fields", {}))
@@ -201,7 +201,7 @@ def from_hints(args) -> dict:
             hints["schedules"] = tuple(dict.fromkeys(("1f1b", value)))
         elif key in NARROWS and NARROWS[key] not in given:
             hints[NARROWS[key]] = (value,)
-        elif key in REQUEST_FIELDS and key not in _VARIED and key not in LAYOUT_ONLY:
+        elif key in REQUEST_FIELDS and key not in (*PLAN_KEYS, "gpus", "nodes", "gbs", *LAYOUT_ONLY):
             fixed[key] = value
         else:
             unused.append(f"{key} {value} not used (the search varies the layout: degrees, microbatch, stages)")
