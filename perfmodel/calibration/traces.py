@@ -137,7 +137,7 @@ def read_trace(path: str) -> Trace:
     data = load(path)
     events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
               and isinstance(e.get("dur"), (int, float)) and isinstance(e.get("ts"), (int, float))]
-    spans = _step_spans(events)
+    spans, threads = _step_spans(events)
     if not spans:
         raise InputError("from-file", f"{KIND}:{path}", "a trace with step spans (ProfilerStep#N: torch.profiler "
                          "with a schedule and prof.step() after each step; or realrun train --profile)")
@@ -152,19 +152,33 @@ def read_trace(path: str) -> Trace:
     out.steps = [Step(dur * US) for _, dur in spans]
     if kernels:
         _gpu_steps(out, spans, ops, kernels)
-    else:
-        _cpu_steps(out, spans, ops)
+    else:   # the training thread's operators (a backend's worker threads overlap it: their waits are not its time)
+        _cpu_steps(out, spans, [o for o in ops if o.tid in threads])
+        _run_comm(out)
     return out
 
 
-def _step_spans(events: list) -> list[tuple[float, float]]:
-    """(start, duration) of every step span, by start: realrun's where present, else ProfilerStep#N."""
+def _step_spans(events: list) -> tuple[list[tuple[float, float]], set]:
+    """(start, duration) of every step span, by start, and the threads they run on: realrun's
+    where present, else ProfilerStep#N."""
     for prefix in STEP_SPANS:
-        spans = sorted((float(e["ts"]), float(e["dur"])) for e in events if str(e.get("name", "")).startswith(prefix)
-                       and e.get("cat") in ("user_annotation", "cpu_op", None))
-        if spans:
-            return spans
-    return []
+        chosen = [e for e in events if str(e.get("name", "")).startswith(prefix)
+                  and e.get("cat") in ("user_annotation", "cpu_op", None)]
+        if chosen:
+            return sorted((float(e["ts"]), float(e["dur"])) for e in chosen), {(e.get("pid"), e.get("tid"))
+                                                                               for e in chosen}
+    return [], set()
+
+
+def _run_comm(out: Trace) -> None:
+    """A realrun trace's communication as the run measured it (``recorded_comm_s``, one per recorded
+    step: its collectives run on its transport's threads and record no operator), where it gives
+    one number per step."""
+    measured = (out.metadata or {}).get("recorded_comm_s")
+    if isinstance(measured, list) and len(measured) == len(out.steps):
+        for step, seconds in zip(out.steps, measured):
+            if isinstance(seconds, (int, float)) and seconds >= 0:
+                step.comm_s = float(seconds)
 
 
 def _classify(ops: list[Op]) -> None:
@@ -391,8 +405,8 @@ def median_step(trace: Trace) -> Step:
     steps, cost = trace.steps, profiler_cost(trace)
 
     def part(name: str, cls: str | None = None) -> float:
-        return statistics.median(getattr(s, name) - cost * (sum(s.ops.values()) if cls is None else s.ops.get(cls, 0))
-                                 for s in steps)
+        left = [getattr(s, name) - cost * (sum(s.ops.values()) if cls is None else s.ops.get(cls, 0)) for s in steps]
+        return max(0.0, statistics.median(left))
 
     step = Step(part("span_s"), part("gemm_s", "gemm"), part("attention_s", "attention"), part("comm_s", "comm"),
                 part("optimizer_s", "optimizer"), idle_s=statistics.median(s.idle_s for s in steps))

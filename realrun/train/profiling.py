@@ -9,8 +9,9 @@ profiler up, then up to ``ACTIVE_STEPS`` recorded, at most half the steps left: 
 unprofiled). Recording costs every operator the profiler's callbacks (on this machine's CPU a
 small GPT's step took 1.5-2.5 times as long recorded), so the steps after the recorded ones run
 unprofiled and their median step (``unprofiled_step_s``, seconds) joins the metadata at the end
-of the run: ``perfmodel.calibration.traces`` takes the difference out of the memory-bound work,
-where the many small operators carry it. Each step's training work is one
+of the run (``perfmodel.calibration.traces`` takes the difference out, per operator), as does each
+recorded step's exposed communication with its compression kernels (``recorded_comm_s``): realrun's
+collectives run on its own transport's threads and record no operator. Each step's training work is one
 ``commpress.step`` span (the step's passes, reductions and optimizer step; evaluation falls
 outside it); the optimizer step is torch's own ``Optimizer.step#<class>.step`` span, as in any
 PyTorch job's trace. The trace's ``commpress`` metadata is the run's configuration and
@@ -66,20 +67,28 @@ def unprofiled(cfg: TrainConfig) -> range:
     return range(WARMUP_STEPS + 1 + active_steps(cfg), cfg.steps)
 
 
-def add_unprofiled(cfg: TrainConfig, rank: int, records: list[dict]) -> None:
-    """Write the median step of the run's unprofiled steps after the recorded ones into the
-    rank's trace (``unprofiled_step_s``; ``records``: each step's ``step`` and ``step_s``, the
-    slowest rank's step as every rank has it)."""
+def recorded(cfg: TrainConfig) -> range:
+    """The steps the trace records."""
+    first = WARMUP_STEPS + 1
+    return range(first, first + active_steps(cfg))
+
+
+def add_run_times(cfg: TrainConfig, rank: int, steps: list[dict]) -> None:
+    """Write what the run measured beside the trace into the rank's trace: the median step of the
+    unprofiled steps after the recorded ones (``unprofiled_step_s``) and each recorded step's
+    exposed communication with its compression kernels (``recorded_comm_s``: realrun's collectives
+    run on its own transport's threads, which record no operator). ``steps``: each step's
+    ``step``, ``step_s`` and ``comm_s`` as this rank has them (the step the slowest rank's)."""
     import statistics
 
     path = trace_path(cfg.profile, rank)
-    steps = [r["step_s"] for r in records if r["step"] in unprofiled(cfg)]
-    if not steps or not os.path.isfile(path):
+    plain = [r["step_s"] for r in steps if r["step"] in unprofiled(cfg)]
+    if not plain or not os.path.isfile(path):
         return
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    data[METADATA_KEY]["unprofiled_step_s"] = statistics.median(steps)
-    data[METADATA_KEY]["unprofiled_steps"] = len(steps)
+    data[METADATA_KEY] |= {"unprofiled_step_s": statistics.median(plain), "unprofiled_steps": len(plain),
+                           "recorded_comm_s": [r["comm_s"] for r in steps if r["step"] in recorded(cfg)]}
     atomic_write(path, lambda h: h.write(json.dumps(data).encode()))
 
 

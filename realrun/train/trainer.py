@@ -60,7 +60,7 @@ from realrun.train.data_parallel import DataParallel, buckets
 from realrun.train.model import GPT
 from realrun.train.moe import ExpertParallel
 from realrun.train.onebit import CompressedAdam
-from realrun.train.phases import reported_axes, step_phases, upgraded
+from realrun.train.phases import AXIS_PHASES, reported_axes, step_phases, upgraded
 from realrun.train.pipeline import Pipeline
 from realrun.train.runtime import exposed as runtime_exposed
 from realrun.train.tensor_parallel import TensorParallel
@@ -337,7 +337,7 @@ def _train(cfg: TrainConfig, rank: int, device: torch.device) -> list[dict]:
     with profiling.profiler(cfg, rank, cfg.world) as prof:
         steps = _loop(cfg, rank, run, model, opt, corpus, vals, metrics, bar, first, prof)
     if prof is not None:
-        profiling.add_unprofiled(cfg, rank, steps)
+        profiling.add_run_times(cfg, rank, steps)
     if cfg.routing_out:
         histogram = routing_histogram(model, run)
         if rank == 0:
@@ -349,7 +349,8 @@ def _loop(cfg: TrainConfig, rank: int, run: Run, model: GPT, opt, corpus, vals, 
           prof) -> list[dict]:
     """The steps from ``first`` on: each trained, evaluated every ``eval_every`` steps, written by
     rank 0 and checkpointed as asked; ``prof`` (a profiler or None) told of each step's end.
-    Returns every step's number and time (``step``, ``step_s``) as this rank has them."""
+    Returns every step's number, time and exposed communication with its kernels (``step``,
+    ``step_s``, ``comm_s``) as this rank has them."""
     steps = []
     try:
         for step in range(first, cfg.steps):
@@ -358,7 +359,8 @@ def _loop(cfg: TrainConfig, rank: int, run: Run, model: GPT, opt, corpus, vals, 
                     if block.moe is not None:
                         block.moe.load = None
             record = _step(cfg, run, model, opt, corpus, step)
-            steps.append({"step": step, "step_s": record["step_s"]})
+            steps.append({"step": step, "step_s": record["step_s"],   # what a profile's trace is told
+                          "comm_s": sum(record.get(p, 0.0) for p in AXIS_PHASES) + record.get("compression_s", 0.0)})
             last = step == cfg.steps - 1
             evaluate_now = cfg.eval_every and (step % cfg.eval_every == 0 or last)
             record["val_loss"] = evaluate(run, model, vals) if evaluate_now else None

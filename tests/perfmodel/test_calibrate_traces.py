@@ -186,3 +186,14 @@ def test_too_few_steps_to_profile_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "realrun.cli", "train", "--model", "gpt-tiny", "--steps", "3",
                            "--profile", str(tmp_path / "t")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "steps" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_realrun_comm_and_other_threads(tmp_path):
+    """A realrun trace's communication is what the run measured (its transport records no
+    operator); a backend's worker thread (a gloo all-reduce's span, a GEMM) is not the step's."""
+    events = cpu_step(0) + [op("gloo:all_reduce", 100, 9_000, tid=2), op("aten::mm", 200, 5_000, [[8, 8], [8, 8]],
+                                                                          tid=2)]
+    plain = traces.median_step(traces.read_trace(write(tmp_path / "a.json", events)))
+    assert plain.comm_s == pytest.approx(0.0003) and plain.gemm_s == pytest.approx(0.0015)
+    told = traces.read_trace(write(tmp_path / "b.json", events, commpress={"recorded_comm_s": [0.004]}))
+    assert traces.median_step(told).comm_s == pytest.approx(0.004)
