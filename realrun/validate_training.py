@@ -41,7 +41,8 @@ plan, every policy).
 Presets (``--policies presets``, ``PRESETS_WORD``: ``cases_for``, ``preset_cases``): every policy preset
 (``perfmodel.compression.policy.PRESETS``: hybrid, zeropp, deepseek, ..., the recipes powersgd, loco,
 onebit-adam, zero-one-adam and sdp4bit), each beside ``none`` on one plan: of the grid's and the
-``extra_plans``, the first that carries the most axes the preset compresses (``exercised``) among those
+``extra_plans``, the first that carries the most axes the preset compresses at every size, then at all
+(``exercised``: hybrid's tp and pp specs start at 1 MiB, more than the small model's activations), among those
 ``realrun train`` runs it on (a recipe's ``Recipe.check_zero``: sdp4bit on the ZeRO-1 plan, the four DDP
 recipes on the dp plan; deepseek on ``ep2xdpN``); with ``--plans``, on every named plan. 0/1 Adam runs as
 ``zero-one-adam,var_update_scaler=1`` (``PRESET_TEXT``: the default's first 16 steps are uncompressed).
@@ -285,10 +286,14 @@ def skip(plan: str, policy: str, reason: str) -> dict:
     return {"plan": plan, "policy": policy, "reason": reason}
 
 
-def exercised(case: TrainCase) -> tuple[str, ...]:
-    """The axes the case's policy compresses that its plan carries (``perfmodel.axes.active_axes``)."""
+def exercised(case: TrainCase) -> tuple[int, int]:
+    """How much of what the case's policy compresses its plan carries (``perfmodel.axes.active_axes``):
+    (the axes whose spec applies to every message, all such axes). An axis compressed only from a size
+    (hybrid's tp and pp: ``min_bytes`` 1 MiB) counts second: the small model's activations are smaller,
+    so such a plan would time the preset uncompressed."""
     cfg, policy = case.config(QUICK_STEPS), parse_policy(case.policy)
-    return tuple(a for a in active_axes(cfg, load_model(cfg.model)) if not policy.axis(a).codec.is_none)
+    axes = [policy.axis(a) for a in active_axes(cfg, load_model(cfg.model)) if not policy.axis(a).codec.is_none]
+    return sum(a.min_bytes == 0 for a in axes), len(axes)
 
 
 def preset_cases(hosts: int, rates, plan_names=None) -> tuple[list[TrainCase], list[dict]]:
@@ -319,11 +324,11 @@ def _preset_plans(policy: str, places: list, every: bool) -> tuple[list, list[di
         if reason is not None:
             refused.append(skip(case.name, policy, reason))
         else:
-            scored.append((len(exercised(case)), (d, z, x)))
+            scored.append((exercised(case), (d, z, x)))
     if every:
         return [p for _, p in scored], refused
-    best = max((n for n, _ in scored), default=0)
-    if best:
+    best = max((n for n, _ in scored), default=(0, 0))
+    if best[1]:
         return [next(p for n, p in scored if n == best)], []
     if scored:
         names = ", ".join(plan_name(*p) for _, p in scored)

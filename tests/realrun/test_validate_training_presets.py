@@ -57,6 +57,9 @@ def test_presets_expand_to_every_preset_each_on_the_plan_it_needs():
     for recipe in ("powersgd", "loco", "onebit-adam", "zero-one-adam,var_update_scaler=1"):
         assert homes[recipe] == "dp4"               # DDP recipes: ZeRO-0
     assert homes["deepseek"] == "ep2xdp4" and homes["zeropp"] == "dp4xzero1"
+    # hybrid's tp and pp specs start at 1 MiB (more than gpt-tiny's activations): its every-size axes,
+    # dp and zero, pick the plan, not tp2xpp2's four axes
+    assert homes["hybrid"] == homes["mzhybrid"] == homes["zhybrid"] == "dp4xzero1"
     # none beside every plan a preset runs on, at the one quick bandwidth
     assert {c.name for c in cases if c.policy == "none"} == set(homes.values())
     assert {c.bandwidth for c in cases} == {10**8}
