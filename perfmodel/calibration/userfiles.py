@@ -522,10 +522,27 @@ def calibrate(records: list[dict], cluster: str | None, specs=(), sources=(), mo
     if cluster is None:
         raise InputError("cluster", None, "--cluster NAME (the records do not name the cluster they ran on)")
     profile = fit_profile(records, cluster, sources=[*sources, *(u.path for u in users)])
+    for user in users:
+        _say_bound(user, cluster, profile)
     errors = tier_errors(records, cluster, profile)
     if errors:
         profile["fits"]["tiers"]["errors"] = _finite({k: v for k, v in errors.items() if k not in ("cov", "keys")})
     return profile, users, errors
+
+
+def _say_bound(user: UserFile, cluster: str, profile: dict) -> None:
+    """A line for each primitive of an nccl-tests file whose fitted bandwidth fraction sits at its bound, 1:
+    the file moves bytes faster than the cluster's links allow for the algorithm the fit prices, so the
+    profile cannot reproduce it (its standard errors then cover the misfit; the busbw table says how far)."""
+    if user.kind != "nccl-tests" or not user.records:
+        return
+    _, _, keys = tier_design(user.records, cluster)
+    for cls, prim in keys["beta"]:
+        fraction = profile.get("primitives", {}).get(cls, {}).get(prim, {}).get("bw_fraction", 0.0)
+        if fraction >= 1.0 - 1e-9:
+            user.missing.append(f"{cls} {prim}: bw_fraction at its bound 1.0: the file's busbw is more than "
+                                f"{cluster}'s {cls} links give this op (the fit cannot reproduce it: is {cluster} "
+                                f"the cluster it ran on, and {user.about['world']} ranks its world?)")
 
 
 def _finite(value):

@@ -67,3 +67,20 @@ def test_read_and_refused_in_one_line(tmp_path, test, op):
         u.read_nccl_tests(str(path), cluster="dgx-h100")
     assert err.value.value == op and "\n" not in str(err.value)
     assert "allreduce or reduce_scatter or alltoall" in err.value.allowed
+
+
+def test_a_file_faster_than_the_cluster_is_said(tmp_path):
+    """180 GB/s of all-to-all busbw across two DGX H100s (one 400 Gb/s NIC a GPU: at most 50 GB/s a rank
+    leaves the node) is more than the cluster's links give: the fit's bandwidth fraction sits at 1."""
+    text = nccl_tests_stdout("alltoall_perf").replace("nGpus 8", "nGpus 16")
+    ranks = [f"#  Rank {r:2d} Group  0 Pid  41872 on    node00{1 + r // 8} device {r % 8:2d} [0000:18:00] NVIDIA "
+             "H100 80GB HBM3" for r in range(16)]
+    lines = [line for line in text.splitlines() if not line.startswith("#  Rank")]
+    path = tmp_path / "alltoall_perf.txt"
+    path.write_text("\n".join(lines[:5] + ranks + lines[5:]) + "\n")
+    profile, users, _ = u.calibrate([], "dgx-h100", [f"nccl-tests:{path}"])
+    assert any(line.startswith("net alltoall: bw_fraction at its bound 1.0") for line in users[0].missing)
+    fine = tmp_path / "reduce_scatter_perf.txt"
+    fine.write_text(nccl_tests_stdout("reduce_scatter_perf"))
+    _, users, _ = u.calibrate([], "dgx-h100", [f"nccl-tests:{fine}"])
+    assert not any("bound" in line for line in users[0].missing)
