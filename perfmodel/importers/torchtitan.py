@@ -117,6 +117,9 @@ CONVERTERS = {"float8": "float8", "quantize.linear.float8": "float8", "mx": "mx"
 
 def load(path: str) -> Imported:
     """The model keys, plan keywords and lines of the torchtitan job config at ``path`` (module doc)."""
+    if path.endswith(".py"):
+        raise InputError("torchtitan", path, "a job config TOML (torchtitan to v0.2.2, 9810191bbb^): a "
+                         "config_registry.py is Python, which this importer does not run")
     try:
         cfg = tomllib.loads(read_text("torchtitan", path))
     except tomllib.TOMLDecodeError as err:

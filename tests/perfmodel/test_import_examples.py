@@ -229,3 +229,11 @@ def test_a_step_before_the_launch_with_unset_arguments_does_not_take_its_place()
 
     script = "python tools/prepare.py $INPUT\ntorchrun pretrain_gpt.py --num-layers 4\n"
     assert read_args(script, env={}) == ["--num-layers", "4"]
+
+
+def test_torchtitan_python_config_registry_is_one_refusal(tmp_path):
+    registry = tmp_path / "config_registry.py"
+    registry.write_text("def llama3_8b():\n    return None\n")
+    with pytest.raises(InputError) as err:
+        read(f"torchtitan:{registry}")
+    assert "config_registry.py is Python" in str(err.value) and "\n" not in str(err.value)
