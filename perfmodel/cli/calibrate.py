@@ -41,7 +41,7 @@ def add_calibrate(sub) -> None:
     cal.add_argument("--from-file", action="append", default=[], metavar="KIND:PATH",
                      help="a file of another tool: nccl-tests:OUT.txt (all_reduce_perf ... stdout) or "
                      "nccl-tests:OUT.json (its -J JSON); nccl-tests.OP:PATH names the op where the file does not "
-                     "(allreduce, reduce_scatter, alltoall are fitted); repeatable. What the file did not contain "
+                     "(allreduce, reduce_scatter, alltoall, allgather, sendrecv are fitted); repeatable. What the file did not contain "
                      "is said a line each; a file with nothing usable is refused naming its line. Training logs "
                      "(megatron-log, torchtitan-log, deepspeed-log) check a prediction: perfmodel check-step. "
                      "torch-trace:PATH: PyTorch profiler traces (Chrome trace JSON, .json.gz too; a folder: every "

@@ -28,7 +28,11 @@ from perfmodel.compression import compile_spec
 from topologies import build_cluster
 from topologies.errors import InputError
 
-PRICED_OPS = (*COMPRESSED, "alltoall")   # what runtime_cost prices: realrun's compressed reductions, its all-to-all
+# uncompressed collectives measured by others' tools (nccl-tests' all_gather_perf, sendrecv_perf) that the tier
+# fit prices as the library runs them: NCCL's ring all-gather, one direct send/recv per peer
+PLAIN_ONLY = {"allgather": "ring", "sendrecv": "direct"}
+# what runtime_cost prices: realrun's compressed reductions, its all-to-all, and those plain collectives
+PRICED_OPS = (*COMPRESSED, "alltoall", *PLAIN_ONLY)
 
 
 def runtime_algorithm(op: str, compressor: str, algorithm: str) -> str:
@@ -58,11 +62,15 @@ def runtime_cost(op: str, size_bytes: int, compressor: str, algorithm: str, ctx,
     """(realrun algorithm, AlgoCost) of one realrun collective on a prepared context."""
     if op not in PRICED_OPS:
         raise InputError("op", op, "one of " + ", ".join(PRICED_OPS)
-                         + " (realrun's compressed reductions and all-to-all)")
+                         + " (realrun's compressed reductions and all-to-all; all-gather and send/recv uncompressed)")
     codec = compile_spec(compressor) if isinstance(compressor, str) else compressor
     codec = calib.codec(codec) if calib else codec
     msg = Msg(size_bytes=size_bytes, dtype_bytes=DTYPES["fp32"], codec=codec,
               kernel_scale=None if codec.is_none else ctx.kernel_scale(codec.text, size_bytes))
+    if op in PLAIN_ONLY:
+        if not codec.is_none:
+            raise InputError("compressor", codec.text, f"none for {op} (priced uncompressed only: nccl-tests' runs)")
+        return "torch", movement(op, PLAIN[op][PLAIN_ONLY[op]], ctx, msg)
     alg = runtime_algorithm(op, compressor, algorithm)
     allowed = runtime_algorithms(op) if op == "alltoall" else tuple(COMPRESSED[op])
     if (alg != "torch" or op == "alltoall") and alg not in allowed:

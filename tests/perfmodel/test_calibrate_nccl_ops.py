@@ -1,5 +1,6 @@
-"""nccl-tests beyond all_reduce_perf: reduce_scatter_perf and alltoall_perf read and fitted into the profile,
-all_gather_perf and sendrecv_perf read and refused in one line (the fit prices realrun's collectives only).
+"""nccl-tests beyond all_reduce_perf: reduce_scatter_perf, alltoall_perf, all_gather_perf and sendrecv_perf read
+and fitted into the profile (the last two priced uncompressed as NCCL runs them: perfmodel.collectives.runtime
+PLAIN_ONLY); broadcast_perf read and refused in one line.
 
 The files are written here in nccl-tests v2.19.6's stdout format (src/util.cu; the size column as common.cu
 writes it, max(sendBytes, expectedBytes); redop and root as each test's RunTest passes them, src/*.cu): an
@@ -41,7 +42,8 @@ def nccl_tests_stdout(test: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize("test, op", [("reduce_scatter_perf", "reduce_scatter"), ("alltoall_perf", "alltoall")])
+@pytest.mark.parametrize("test, op", [("reduce_scatter_perf", "reduce_scatter"), ("alltoall_perf", "alltoall"),
+                                      ("all_gather_perf", "allgather"), ("sendrecv_perf", "sendrecv")])
 def test_read_and_fitted(tmp_path, test, op):
     path = tmp_path / f"{test}.txt"
     path.write_text(nccl_tests_stdout(test))
@@ -59,14 +61,13 @@ def test_read_and_fitted(tmp_path, test, op):
                                                              rel=0.03)
 
 
-@pytest.mark.parametrize("test, op", [("all_gather_perf", "allgather"), ("sendrecv_perf", "sendrecv")])
-def test_read_and_refused_in_one_line(tmp_path, test, op):
-    path = tmp_path / f"{test}.txt"
-    path.write_text(nccl_tests_stdout(test))
+def test_broadcast_is_read_and_refused_in_one_line(tmp_path):
+    path = tmp_path / "broadcast_perf.txt"
+    path.write_text(nccl_tests_stdout("reduce_scatter_perf").replace("reduce_scatter_perf", "broadcast_perf"))
     with pytest.raises(InputError) as err:
         u.read_nccl_tests(str(path), cluster="dgx-h100")
-    assert err.value.value == op and "\n" not in str(err.value)
-    assert "allreduce or reduce_scatter or alltoall" in err.value.allowed
+    assert err.value.value == "broadcast" and "\n" not in str(err.value)
+    assert "allgather or sendrecv" in err.value.allowed
 
 
 def test_a_file_faster_than_the_cluster_is_said(tmp_path):

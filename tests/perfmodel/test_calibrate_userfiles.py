@@ -82,9 +82,9 @@ def test_two_runs_in_one_file_are_refused(tmp_path):
 
 
 def test_an_op_the_fit_cannot_price_and_a_log_are_refused(tmp_path):
-    path = tmp_path / "all_gather_perf.txt"
-    path.write_text(TXT.read_text().replace("all_reduce_perf", "all_gather_perf"))
-    with pytest.raises(InputError, match="allgather"):
+    path = tmp_path / "broadcast_perf.txt"
+    path.write_text(TXT.read_text().replace("all_reduce_perf", "broadcast_perf"))
+    with pytest.raises(InputError, match="broadcast"):
         u.read_nccl_tests(str(path))
     out = perfmodel("calibrate", "--from-file", f"megatron-log:{DATA / 'megatron_train.log'}", "--cluster",
                     "dgx-h100", "-o", tmp_path / "p.json")
@@ -171,3 +171,4 @@ def test_json_cpu_time_is_refused_naming_the_result(tmp_path):
     with pytest.raises(InputError, match="without -C") as err:
         u.read_nccl_tests(str(path))
     assert err.value.field == f"{path}: results[2].cpu_time"
+
