@@ -3,7 +3,8 @@
 * ``config``: ``BenchConfig`` / ``BenchCase``, the typed configuration every rank receives;
 * ``launch``: local ranks (``run_collectives``) or a launcher's (``run_here``);
 * ``worker``: what each rank runs and the records rank 0 writes;
-* ``kernels``: compressor throughput alone and with ranks sharing the cores.
+* ``kernels``: compressor throughput alone and with ranks sharing the cores;
+* ``presets``: a policy preset's name in ``--compressors`` as the specs it applies on the op's axes.
 
 Each collective case also records compress and decompress time per iteration (slowest rank),
 payload bytes a rank produces (``wire_bytes``), and the relative error ||y - exact|| / ||exact||
