@@ -8,7 +8,6 @@ import pytest
 
 from perfmodel import predict
 from perfmodel.devices import device
-from perfmodel.plan import memory
 from perfmodel.plan import recompute as plan_recompute
 from perfmodel.plan.parallel import make_plan
 from perfmodel.plan.routing import loaded
