@@ -125,7 +125,9 @@ def test_compressed_ring_sends_fewer_bytes_and_still_learns(tmp_path):
     assert all(r["cp_wire_bytes"] < 0.3 * exact for r in int8)   # int8 and its block scales: about a quarter
     errors = [r["cp_rel_error"] for r in int8 if r["cp_rel_error"] is not None]
     assert len(errors) == 4 and all(0 < e < AXES["cp"].max_error for e in errors)
-    assert int8[-1]["loss"] < int8[0]["loss"] - 1.0
+    # the last steps' mean, not one step's loss: which bytes a step draws is the stdlib's source of the
+    # Python that runs (the corpus), and one hard batch (step 11 here under Python 3.11) lifts one loss by 1
+    assert sum(r["loss"] for r in int8[-4:]) / 4 < int8[0]["loss"] - 1.0
 
 
 @pytest.mark.distributed
