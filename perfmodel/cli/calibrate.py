@@ -1,6 +1,7 @@
 """``perfmodel calibrate``: fit a calibration profile from measured records."""
 from __future__ import annotations
 
+import argparse
 import math
 
 from perfmodel.cli.common import RAW, FromAction
@@ -41,8 +42,9 @@ def add_calibrate(sub) -> None:
     cal.add_argument("--from-file", action="append", default=[], metavar="KIND:PATH",
                      help="a file of another tool: nccl-tests:OUT.txt (all_reduce_perf ... stdout) or "
                      "nccl-tests:OUT.json (its -J JSON); nccl-tests.OP:PATH names the op where the file does not "
-                     "(allreduce, reduce_scatter, alltoall, allgather, sendrecv are fitted); repeatable. What the file did not contain "
-                     "is said a line each; a file with nothing usable is refused naming its line. Training logs "
+                     "(allreduce, reduce_scatter, alltoall, allgather, sendrecv are fitted); repeatable. What the "
+                     "file did not contain is said a line each; a file with nothing usable is refused naming its "
+                     "line. Training logs "
                      "(megatron-log, torchtitan-log, deepspeed-log) check a prediction: perfmodel check-step. "
                      "torch-trace:PATH: PyTorch profiler traces (Chrome trace JSON, .json.gz too; a folder: every "
                      "rank's), GEMM and attention time per shape and the memory-bound work's streaming rate")
@@ -95,14 +97,18 @@ def run_calibrate(args) -> None:
 
 
 def plan_items(text: str) -> dict:
-    """``--plan tp=2,mbs=4,schedule=1f1b``: predict's keywords, numbers as numbers."""
+    """``--plan tp=2,mbs=4,dp_overlap=false``: PlanRequest's fields (``perfmodel.plan.parallel``),
+    whole numbers as numbers, true/false as booleans; another key is one line naming it."""
+    from perfmodel.plan.parallel import REQUEST_FIELDS
+
     out = {}
     for item in filter(None, text.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError("plan", text, "KEY=VALUE,... with predict's keywords (tp=2,mbs=4,seq=2048)")
-        value = value.strip()
-        out[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or key not in REQUEST_FIELDS:
+            raise argparse.ArgumentTypeError(f"{item!r}: KEY=VALUE,... with KEY one of "
+                                             + ", ".join(sorted(REQUEST_FIELDS)))
+        booleans = {"true": True, "false": False}
+        out[key] = int(value) if value.lstrip("-").isdigit() else booleans.get(value.lower(), value)
     return out
 
 

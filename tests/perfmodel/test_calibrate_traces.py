@@ -151,8 +151,9 @@ def test_cli_calibrates_from_a_trace_and_refuses_a_bad_plan(tmp_path, cli):
              "--gpus", "1")
     assert ok.returncode == 0, ok.stderr
     assert "memory_s" in ok.stdout and "stream_TBps" in json.loads(out.read_text())["devices"]["host-cpu"]
-    bad = cli(*base, "--plan", "mbs")
-    assert bad.returncode == 2 and "plan" in bad.stderr and "Traceback" not in bad.stderr
+    for plan in ("mbs", "foo=1"):
+        bad = cli(*base, "--plan", plan)
+        assert bad.returncode == 2 and "KEY one of" in bad.stderr and "Traceback" not in bad.stderr
     no_model = cli(*base, "--gpus", "8")
     assert no_model.returncode == 2 and "model" in no_model.stderr
 
