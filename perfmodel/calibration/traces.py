@@ -52,7 +52,7 @@ STEP_SPANS = ("commpress.step", "ProfilerStep#")   # realrun's step span first, 
 OPTIMIZER_PREFIX = "Optimizer.step#"
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
 ATTENTION_WORDS = ("scaled_dot_product", "flash_attention", "efficient_attention", "flash_attn", "cudnn_attention")
-COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms", "nccl", "ncclDevKernel", "ncclKernel")
+COMM_PREFIXES = ("c10d::", "gloo:", "nccl", "record_param_comms")   # "nccl": nccl: operators, ncclDevKernel_*
 METADATA_KEY = "commpress"      # realrun.train.profiling writes the run's model and plan here
 US = 1e-6
 
@@ -211,9 +211,10 @@ def _own_class(name: str) -> str:
     return ""
 
 
-def _step_of(spans: list, ts: float) -> int | None:
-    """The index of the step span holding time ``ts`` (None: outside every step)."""
-    i = bisect.bisect_right([s for s, _ in spans], ts) - 1
+def _step_of(spans: list, starts: list, ts: float) -> int | None:
+    """The index of the step span holding time ``ts`` (None: outside every step); ``starts``: the
+    spans' starts, in order."""
+    i = bisect.bisect_right(starts, ts) - 1
     return i if i >= 0 and ts <= spans[i][0] + spans[i][1] else None
 
 
@@ -241,14 +242,14 @@ def _top(ops: list[Op]) -> list[Op]:
 def _cpu_steps(out: Trace, spans: list, ops: list[Op]) -> None:
     """A CPU trace: each class's outermost operators' durations per step, every step's operators
     counted per class (``Step.ops``); shapes from their dims."""
-    top = _top(ops)
+    top, starts = _top(ops), [s for s, _ in spans]
     for op in ops:
-        i = _step_of(spans, op.ts)
+        i = _step_of(spans, starts, op.ts)
         if i is not None and not op.name.startswith(STEP_SPANS):
             counts = out.steps[i].ops
             counts[op.cls] = counts.get(op.cls, 0) + 1
     for op in top:
-        i = _step_of(spans, op.ts)
+        i = _step_of(spans, starts, op.ts)
         if i is None:
             continue
         _add_time(out.steps[i], op.cls, op.dur * US)
@@ -264,12 +265,13 @@ def _gpu_steps(out: Trace, spans: list, ops: list[Op], kernels: list) -> None:
         if ext is not None:
             by_id[ext] = op
     per_step: dict = {}
+    starts = [s for s, _ in spans]
     for k in kernels:
         args = k.get("args") or {}
         op = by_id.get(args.get("External id"))
         name = str(k.get("name", ""))
         cls = "comm" if "nccl" in name.lower() else (op.cls if op is not None else "")
-        i = _step_of(spans, op.ts) if op is not None else _step_of(spans, float(k["ts"]))
+        i = _step_of(spans, starts, op.ts) if op is not None else _step_of(spans, starts, float(k["ts"]))
         if i is None:
             continue
         start, end = float(k["ts"]), float(k["ts"]) + float(k["dur"])
