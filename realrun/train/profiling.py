@@ -7,7 +7,8 @@ steps after the first ``WARMUP_STEPS`` (first-call allocations and numba compile
 the steady step; ``torch.profiler.schedule``: the warm-up steps waited, one more step warming the
 profiler up, then up to ``ACTIVE_STEPS`` recorded, at most half the steps left: the rest run
 unprofiled). Recording costs every operator the profiler's callbacks (on this machine's CPU a
-small GPT's step took 1.5-2.5 times as long recorded), so the steps after the recorded ones run
+small GPT's step took 1.27 times as long recorded in docs/examples/gpt-tiny-cpu-trace.json.gz, about
+twice under other load), so the steps after the recorded ones run
 unprofiled and their median step (``unprofiled_step_s``, seconds) joins the metadata at the end
 of the run (``perfmodel.calibration.traces`` takes the difference out, per operator), as does each
 recorded step's exposed communication with its compression kernels (``recorded_comm_s``): realrun's
@@ -34,7 +35,7 @@ from topologies.errors import InputError
 
 STEP_SPAN = "commpress.step"            # one step's training work (perfmodel.calibration.traces reads it)
 METADATA_KEY = "commpress"              # the trace's metadata: the run's configuration and plan
-ACTIVE_STEPS = 5                        # steps recorded at most: a gpt-tiny step is ~2 MB of trace
+ACTIVE_STEPS = 5                        # steps recorded at most: a gpt-tiny step (mbs 8) is ~0.9 MB of trace
 
 
 def trace_path(folder: str, rank: int) -> str:
