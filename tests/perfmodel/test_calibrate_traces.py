@@ -175,7 +175,11 @@ def test_realrun_profile_calibrate_predict_loop(tmp_path):
     t = traces.read_trace(str(path))
     assert len(t.steps) == 2 and t.gemms and t.attention
     profile, users, _ = calibrate([], CPU, [f"torch-trace:{folder}"])
-    assert {"gemm_efficiency", "stream_TBps"} <= set(profile["devices"]["host-cpu"])
+    fitted = profile["devices"]["host-cpu"]
+    # the streaming rate needs the measured memory-bound time above the model's fixed part, which two
+    # recorded steps on a loaded machine need not give: fitted, or said (test_streaming_rate_... fits it)
+    assert "gemm_efficiency" in fitted
+    assert "stream_TBps" in fitted or any("streaming rate is not fitted" in line for line in users[0].missing)
     out = tmp_path / "p.json"
     out.write_text(json.dumps(profile))
     deep = predict("gpt-tiny:num_layers=4", CPU, gpus=1, **{**PLAN, "mbs": 8, "gbs": 8, "seq": 64},
